@@ -1,0 +1,32 @@
+# gpuops.nvidia — the two commands a new user needs are `make lab` and `make test`.
+# Both install what they need first (into .venv and tools/ inside this repository).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
+
+.PHONY: setup lab test unit bench build clean
+setup: .setup-done
+
+.setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh)
+	PYTHON=$(PYTHON) bash scripts/setup.sh
+	touch $@
+
+# The main job: site.yml against the simulated `lab` inventory.
+lab: setup
+	$(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
+
+# The whole test suite.
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: setup
+	$(BIN)/python bench/run.py $(ARGS)
+
+build: setup
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+clean:
+	rm -rf $(VENV) .collections tools .setup-done build lab-state
