@@ -1,11 +1,24 @@
 """Run real ansible / ansible-playbook from the repository's .venv against this checkout's collection."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.dirname(sys.executable)
+
+
+def _bin_dir():
+    """Where ansible's commands are: beside this Python (the repository's .venv), else on PATH (a GPU host
+    where ansible-core was installed with pip --target)."""
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "ansible")):
+        return here
+    found = shutil.which("ansible")
+    return os.path.dirname(found) if found else here
+
+
+BIN = _bin_dir()
 
 
 def ansible_env(extra=None):
