@@ -273,6 +273,15 @@ def choose_edit_mode(requested, ctk_version):
     return requested, warnings
 
 
+def wrong_drop_in_1180(drop_in_path):
+    """Where nvidia-ctk 1.18.0 would have put this drop-in: a sibling ``config.d`` instead of its directory
+    (its default was /etc/containerd/config.d/99-nvidia.toml, NVIDIA/nvidia-container-toolkit#1404)."""
+    directory = os.path.dirname(drop_in_path)
+    if os.path.basename(directory) == "config.d":
+        return None
+    return os.path.join(os.path.dirname(directory), "config.d", os.path.basename(drop_in_path))
+
+
 def import_pattern(drop_in_path):
     """The ``imports`` entry nvidia-ctk adds for a drop-in file: ``<dir>/*.toml``."""
     return os.path.join(os.path.dirname(drop_in_path), "*.toml")

@@ -288,10 +288,11 @@ def run_module(module):
     warnings += source_warnings
     if errors:
         raise cd.ContainerdConfigError(" ".join(errors) + " Nothing was changed.")
-    if os.path.exists(cd.WRONG_DROP_IN_1180) and os.path.normpath(drop_in_path) != cd.WRONG_DROP_IN_1180:
-        warnings.append("%s exists: nvidia-ctk 1.18.0 wrote it to the wrong directory (NVIDIA/nvidia-container-toolkit"
-                        "#1404) and containerd does not load it unless it is imported; remove it once this module's"
-                        " %s is in place" % (cd.WRONG_DROP_IN_1180, drop_in_path))
+    wrong = cd.wrong_drop_in_1180(drop_in_path) if mode == "drop_in" else None
+    if wrong and os.path.exists(wrong):
+        warnings.append("%s exists: nvidia-ctk 1.18.0 wrote its drop-in to this wrong directory"
+                        " (NVIDIA/nvidia-container-toolkit#1404); containerd does not load it unless something imports"
+                        " it. Remove it once %s is in place." % (wrong, drop_in_path))
 
     before_dump = None
     if containerd is None:
