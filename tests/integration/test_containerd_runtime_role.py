@@ -177,3 +177,40 @@ def test_ansible_doc_renders_module_and_role():
     result = run([os.path.join(BIN, "ansible-doc"), "-t", "role", "gpuops.nvidia.containerd_runtime"])
     assert result.returncode == 0, result.stderr
     assert "containerd_runtime_restart_method" in result.stdout
+
+
+def _python39():
+    for candidate in ("/root/.pyenv/versions/3.9.18/bin/python3.9", "/usr/bin/python3.9", "/usr/local/bin/python3.9"):
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_python39() is None, reason="no Python 3.9 interpreter on this machine")
+def test_module_runs_on_python_3_9_target(tmp_path):
+    """Target-side code on Python 3.9: without a TOML library it names the package; with tomlkit (no tomllib
+    before 3.11) it configures and is idempotent."""
+    import shutil
+
+    import tomlkit
+
+    lab = Lab(tmp_path)
+    lab.config.write_text(GOLDEN_INPUT)
+    args = "config_path=%s drop_in_path=%s nvidia_ctk_path=%s containerd_path=%s" % (
+        lab.config, lab.drop_in, lab.ctk, ctk_env.require_containerd())
+    base = [os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % _python39(), "-m", "gpuops.nvidia.containerd_runtime", "-a", args]
+    bare = run(base)
+    assert bare.returncode != 0 and "(tomli)" in bare.stdout
+    assert lab.config.read_text() == GOLDEN_INPUT
+    libs = tmp_path / "py39libs"
+    shutil.copytree(os.path.dirname(tomlkit.__file__), str(libs / "tomlkit"))
+    wrapper = tmp_path / "python3.9-with-tomlkit"
+    wrapper.write_text('#!/bin/sh\nPYTHONPATH="%s" exec "%s" "$@"\n' % (libs, _python39()))
+    wrapper.chmod(0o755)
+    env_line = ["-e", "ansible_python_interpreter=%s" % wrapper]
+    first = run(base + env_line)
+    assert first.returncode == 0 and "CHANGED" in first.stdout, first.stdout + first.stderr
+    assert lab.drop_in.read_text() == GOLDEN_V2
+    second = run(base + env_line)
+    assert second.returncode == 0 and "SUCCESS" in second.stdout, second.stdout
