@@ -25,6 +25,7 @@ __metaclass__ = type
 
 import copy
 import glob
+import io
 import os
 import re
 import shutil
@@ -605,7 +606,7 @@ def _write_private(path, text):
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         os.makedirs(parent, 0o700)
-    with open(path, "w") as handle:
+    with io.open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
 
@@ -618,7 +619,7 @@ def _copy_private(src, dst):
 
 def _read_optional(path):
     try:
-        with open(path, "r") as handle:
+        with io.open(path, "r", encoding="utf-8") as handle:
             return handle.read()
     except (IOError, OSError):
         if os.path.exists(path):

@@ -196,9 +196,10 @@ effective_changes:
   description:
     - Settings of containerd's merged configuration that change besides the runtime, the default runtime name
       and C(enable_cdi) (for example a drop-in copy shadowing another drop-in on containerd 1.x). Also warned.
-  returned: when validated
+  returned: always
   type: list
   elements: str
+  sample: []
 """
 
 import os
@@ -247,8 +248,8 @@ def write_atomic(module, path, text):
         os.makedirs(parent, 0o755)
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
         module.atomic_move(tmp, path)
     finally:
         if os.path.exists(tmp):

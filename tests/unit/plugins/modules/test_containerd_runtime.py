@@ -465,3 +465,47 @@ def test_nvidia_ctk_failure_reported(env):
     result = env.run(nvidia_ctk_path=str(broken))
     assert result["rc"] == 1 and "nvidia-ctk failed on a private copy" in result["msg"] and "boom" in result["msg"]
     assert env.files() == before
+
+
+def test_documentation_matches_argument_spec(monkeypatch):
+    """What ansible-test's validate-modules checks (it cannot run offline here): options, types, defaults,
+    choices in DOCUMENTATION equal the argument_spec."""
+    import yaml
+    from ansible.module_utils import basic
+
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(self, argument_spec, **kwargs):
+        captured.update(argument_spec)
+        captured["__kwargs__"] = kwargs
+        raise Stop()
+
+    monkeypatch.setattr(basic.AnsibleModule, "__init__", fake_init)
+    with pytest.raises(Stop):
+        containerd_runtime.main()
+    kwargs = captured.pop("__kwargs__")
+    assert kwargs["supports_check_mode"] is True
+    doc = yaml.safe_load(containerd_runtime.DOCUMENTATION)
+    assert set(doc["options"]) == set(captured)
+    for name, spec in captured.items():
+        documented = doc["options"][name]
+        assert documented["type"] == spec["type"], name
+        assert documented.get("default") == spec.get("default"), name
+        assert documented.get("choices") == spec.get("choices"), name
+    assert {"check_mode", "diff_mode", "idempotent"} <= set(doc["attributes"])
+    yaml.safe_load(containerd_runtime.EXAMPLES)
+    returned = yaml.safe_load(containerd_runtime.RETURN)
+    assert {"files_changed", "restart_required", "trap_warnings"} <= set(returned)
+
+
+def test_non_ascii_content_round_trips(env):
+    env.config.write_text(GOLDEN_INPUT.replace("# managed by hand", "# géré à la main").replace(
+        'runtime_type = "io.containerd.runc.v2"', 'runtime_type = "io.containerd.runc.v2"\n'
+        '        pod_annotations = ["ünïcode.example/ß"]', 1), encoding="utf-8")
+    assert env.run()["changed"] is True
+    assert 'pod_annotations = ["ünïcode.example/ß"]' in env.drop_in.read_text(encoding="utf-8")
+    assert_valid_live(env.config)
+    assert env.run()["changed"] is False
