@@ -11,8 +11,7 @@ import sys
 import pytest
 import yaml
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-import ctk_env  # noqa: E402
+from tests.support import ctk_env  # noqa: E402
 
 ROOT = ctk_env.ROOT
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")

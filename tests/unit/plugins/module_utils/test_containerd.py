@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "support"))
-import ctk_env  # noqa: E402
+from tests.support import ctk_env  # noqa: E402
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd  # noqa: E402
 
