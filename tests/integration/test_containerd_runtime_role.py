@@ -6,7 +6,6 @@ appends to a marker file, so the tests see exactly when containerd would be rest
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml

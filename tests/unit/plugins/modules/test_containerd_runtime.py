@@ -7,7 +7,6 @@ import json
 import os
 import pwd
 import stat
-import sys
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
