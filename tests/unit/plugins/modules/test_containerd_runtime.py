@@ -507,3 +507,48 @@ def test_non_ascii_content_round_trips(env):
     assert 'pod_annotations = ["ünïcode.example/ß"]' in env.drop_in.read_text(encoding="utf-8")
     assert_valid_live(env.config)
     assert env.run()["changed"] is False
+
+
+@pytest.mark.parametrize("config_version", [3, 4])
+def test_containerd_2x_configs_without_a_2x_binary(env, monkeypatch, config_version):
+    """Version 3 (containerd 2.0-2.2) and 4 (2.3) configs. Debian 12 has no containerd 2.x to validate them, so
+    this runs without a containerd binary: the module's own checks only, and it says so."""
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    if any(os.path.exists(os.path.join(d, "containerd")) for d in ("/usr/bin", "/usr/local/bin", "/usr/sbin")):
+        pytest.skip("a system containerd is installed on this machine")
+    env.config.write_text(INPUT_V3.replace("version = 3", "version = %d" % config_version))
+    result = env.run(containerd_path=None, set_as_default=True)
+    assert result["changed"] is True and result["validated"] is False and result["config_version"] == config_version
+    assert not any("SystemdCgroup" in w for w in result["trap_warnings"])
+    golden = ctk_env.fixture_text("golden-v3-set-default-drop-in-1.20.0.toml")
+    assert env.drop_in.read_text() == golden.replace("version = 3", "version = %d" % config_version)
+    assert env.run(containerd_path=None, set_as_default=True)["changed"] is False
+
+
+def test_systemd_cgroup_lost_detected_without_containerd(env, monkeypatch):
+    """Without containerd the module's own merged view (drop-in section replaces the top-level one) still sees a
+    hand-set SystemdCgroup on the nvidia runtime being replaced."""
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    if any(os.path.exists(os.path.join(d, "containerd")) for d in ("/usr/bin", "/usr/local/bin", "/usr/sbin")):
+        pytest.skip("a system containerd is installed on this machine")
+    env.config.write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+        'runtime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n'
+        'BinaryName = "/usr/bin/nvidia-container-runtime"\nSystemdCgroup = true\n')
+    before = env.files()
+    result = env.run(containerd_path=None)
+    assert result["rc"] == 1 and "'nvidia' would lose SystemdCgroup" in result["msg"]
+    assert env.files() == before
+
+
+def test_relative_imports_are_mirrored_for_validation(env):
+    """containerd resolves a relative import against the importing file's directory; the private copy must
+    hold it too, or real containerd would refuse the candidate (missing import file)."""
+    (env.etc / "extra.toml").write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                                        'sandbox_image = "registry.k8s.io/pause:3.9"\n')
+    env.config.write_text('imports = ["extra.toml"]\n' + GOLDEN_INPUT)
+    result = env.run()
+    assert result["rc"] == 0 and result["changed"] is True and result["validated"] is True
+    assert cd.parse_toml(env.config.read_text(), "c")["imports"] == ["extra.toml", "%s/*.toml" % env.drop_in.parent]
+    assert_valid_live(env.config)
