@@ -552,3 +552,36 @@ def test_relative_imports_are_mirrored_for_validation(env):
     assert result["rc"] == 0 and result["changed"] is True and result["validated"] is True
     assert cd.parse_toml(env.config.read_text(), "c")["imports"] == ["extra.toml", "%s/*.toml" % env.drop_in.parent]
     assert_valid_live(env.config)
+
+
+def test_drop_in_regenerated_after_config_edit(env):
+    """The drop-in is a copy of the CRI section: an edit to config.toml is shadowed (real containerd 1.6 shows the
+    old value) until the module runs again, which regenerates the drop-in and asks for a restart."""
+    env.config.write_text(GOLDEN_INPUT)
+    env.run()
+    env.config.write_text(env.config.read_text().replace("pause:3.9", "pause:3.10"))
+    dump = assert_valid_live(env.config)
+    assert dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == "registry.k8s.io/pause:3.9"  # shadowed
+    result = env.run()
+    assert result["changed"] is True and result["files_changed"] == [str(env.drop_in)]
+    assert result["restart_required"] is True
+    dump = assert_valid_live(env.config)
+    assert dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == "registry.k8s.io/pause:3.10"
+    assert result["effective_changes"] == [
+        "plugins.io.containerd.grpc.v1.cri.sandbox_image: 'registry.k8s.io/pause:3.9' -> 'registry.k8s.io/pause:3.10'"]
+
+
+def test_shadowing_another_drop_in_is_reported(env):
+    """On containerd 1.x nvidia-ctk's drop-in (whole CRI section, loaded last) replaces another drop-in's CRI
+    settings; real containerd's merged view shows it and the module warns."""
+    env.config.write_text('imports = ["%s/*.toml"]\n' % env.drop_in.parent + GOLDEN_INPUT)
+    env.drop_in.parent.mkdir()
+    (env.drop_in.parent / "10-registry.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "mirror.example/pause:3.9"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = true\n')
+    result = env.run(check=True)
+    assert result["rc"] == 0 and result["changed"] is True
+    assert ("plugins.io.containerd.grpc.v1.cri.sandbox_image: 'mirror.example/pause:3.9' ->"
+            " 'registry.k8s.io/pause:3.9'") in result["effective_changes"]
+    assert any("merged configuration also changes" in w for w in result["trap_warnings"])
