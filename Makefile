@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: setup lab test unit bench build clean
+.PHONY: setup lab test pytest check sanity lint changelog-lint unit bench build clean
 setup: .setup-done
 
 .setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh)
@@ -18,9 +18,28 @@ setup: .setup-done
 lab: setup
 	$(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
 
-# The whole test suite.
-test: setup
+# The whole test suite: the quality gates, then every unit and integration test (pytest last, so its summary
+# closes the output). `make pytest` runs the tests alone, `make check` the gates alone.
+test: check
 	$(BIN)/python -m pytest -n 2 $(ARGS)
+
+pytest: setup
+	$(BIN)/python -m pytest -n 2 $(ARGS)
+
+# Quality gates (issue 7): ansible-test sanity, ansible-lint's production profile, changelog fragments.
+check: sanity lint changelog-lint
+
+# ansible-test sanity on a copy laid out as ansible_collections/gpuops/nvidia (see scripts/sanity.sh).
+# One test: make sanity SANITY_ARGS="--test pylint"
+sanity: setup
+	bash scripts/sanity.sh $(SANITY_ARGS)
+
+lint: setup
+	$(BIN)/ansible-lint $(LINT_ARGS)
+
+changelog-lint: setup
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
 bench: setup
 	$(BIN)/python bench/run.py $(ARGS)
