@@ -214,8 +214,8 @@ def analyse_source(tree, path, exists):
     elif cri_off:
         errors.append("%s disables the CRI plugin (disabled_plugins = %s): Kubernetes cannot use this containerd and"
                       " an nvidia runtime there would never take effect. Remove %s from disabled_plugins (after"
-                      " checking nothing else relies on it) and run again." % (path, _toml_list(cri_off),
-                                                                              _toml_list(cri_off)))
+                      " checking nothing else relies on it) and run again."
+                      % (path, _toml_list(cri_off), _toml_list(cri_off)))
     imports = tree.get("imports") or []
     if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
         errors.append("%s: `imports` must be a list of paths, got %r" % (path, imports))
@@ -506,8 +506,8 @@ class NvidiaCtkRunner(object):
             return None
         rc, out, err = self.run_command([self.containerd_path, "--version"])
         if rc != 0:
-            raise ContainerdConfigError("`%s --version` failed (rc=%s): %s" % (self.containerd_path, rc,
-                                                                                (err or out).strip()))
+            raise ContainerdConfigError("`%s --version` failed (rc=%s): %s"
+                                        % (self.containerd_path, rc, (err or out).strip()))
         return parse_containerd_version(out) or out.strip()
 
     # -- containerd ---------------------------------------------------------------------------------
@@ -625,4 +625,3 @@ def _read_optional(path):
         if os.path.exists(path):
             raise
         return None
-

@@ -115,8 +115,10 @@ seealso:
   - name: NVIDIA Container Toolkit install guide
     description: How nvidia-ctk configures containerd.
     link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 author:
-  - gpuops.nvidia contributors
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -311,6 +310,11 @@ BOOL_FLAGS = {
 }
 
 
+def _go_quote(text):
+    """Go's %q for the plain strings used here: a double-quoted string with JSON-style escapes."""
+    return json.dumps(text)
+
+
 def parse_args(argv, ctk_version):
     opts = {
         "runtime": "docker", "config": "/etc/containerd/config.toml", "name": "nvidia",
@@ -348,9 +352,9 @@ def parse_args(argv, ctk_version):
     if opts["runtime_path"] == "nvidia-container-runtime":
         opts["runtime_path"] = "/usr/bin/nvidia-container-runtime"
     if not os.path.isabs(opts["runtime_path"]):
-        raise CtkError("the NVIDIA runtime path %q is not an absolute path" % opts["runtime_path"])
+        raise CtkError("the NVIDIA runtime path %s is not an absolute path" % _go_quote(opts["runtime_path"]))
     if opts["drop_in"] and not os.path.isabs(opts["drop_in"]):
-        raise CtkError("the drop-in-config path %q is not an absolute path" % opts["drop_in"])
+        raise CtkError("the drop-in-config path %s is not an absolute path" % _go_quote(opts["drop_in"]))
     return opts
 
 
@@ -376,7 +380,7 @@ def main(argv=None):
         sys.stderr.write('level=error msg="%s"\n' % exc)
         return 1
     if opts["dry_run"]:
-        texts = [text for _, text in outputs]
+        texts = [text for _path, text in outputs]
         sys.stdout.write("\n".join(texts))
         return 0
     for path, text in outputs:

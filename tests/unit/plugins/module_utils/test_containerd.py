@@ -123,7 +123,7 @@ def test_golden_v3_set_as_default_1_20_0(tmp_path):
 
 
 def test_golden_v3_1_17_8_in_place_same_runtime_block(tmp_path):
-    config, _ = configure(tmp_path, "1.17.8", INPUT_V3, "--nvidia-set-as-default", drop_in=False)
+    config, _drop_in = configure(tmp_path, "1.17.8", INPUT_V3, "--nvidia-set-as-default", drop_in=False)
     text = config.read_text()
     start = text.index('        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]')
     block = GOLDEN_V3[GOLDEN_V3.index('        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]'):]
@@ -133,12 +133,12 @@ def test_golden_v3_1_17_8_in_place_same_runtime_block(tmp_path):
 def test_v3_on_containerd_1_6_is_silently_dropped(tmp_path):
     """What Debian's containerd 1.6.20 does NOT catch: a version 3 config loads with exit 0, its v3 CRI
     sections dropped (reference 4.1). check_candidate_dump turns that into a refusal."""
-    config, _ = configure(tmp_path, "1.20.0", INPUT_V3, "--nvidia-set-as-default")
+    config, _drop_in = configure(tmp_path, "1.20.0", INPUT_V3, "--nvidia-set-as-default")
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0
     dump = cd.parse_toml(result.stdout, "dump")
     assert dump["version"] == 2
-    problems, _ = cd.check_candidate_dump(dump, "nvidia", cd.DEFAULT_RUNTIME_PATH, True, False, "1.6.20")
+    problems, _warnings = cd.check_candidate_dump(dump, "nvidia", cd.DEFAULT_RUNTIME_PATH, True, False, "1.6.20")
     assert any("does not see runtime 'nvidia'" in p for p in problems)
 
 
@@ -174,7 +174,7 @@ def test_1_18_0_default_drop_in_is_the_wrong_directory():
 
 
 def test_empty_drop_in_config_is_broken_on_1_20(tmp_path):
-    config, _ = configure(tmp_path, "1.20.0", GOLDEN_INPUT, "--drop-in-config", "", drop_in=False)
+    config, _drop_in = configure(tmp_path, "1.20.0", GOLDEN_INPUT, "--drop-in-config", "", drop_in=False)
     tree = cd.parse_toml(config.read_text(), "c")
     assert "nvidia" not in cd.runtimes_of(tree, 2)
     assert tree["imports"] == [str(config.parent / "*.toml")]
@@ -191,9 +191,21 @@ def test_docker_v1_config_goes_to_drop_in_untouched_top_level(tmp_path):
     # Real containerd loads the top-level file happily: the trap is invisible to `config dump`.
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0
-    problems, _ = cd.check_candidate_dump(cd.parse_toml(result.stdout, "d"), "nvidia", cd.DEFAULT_RUNTIME_PATH,
-                                          False, False, "1.6.20")
+    dump = cd.parse_toml(result.stdout, "d")
+    problems, _warnings = cd.check_candidate_dump(dump, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
     assert any("disables the CRI plugin" in p for p in problems)
+
+
+@pytest.mark.parametrize("option,what", [("--nvidia-runtime-path=bin/nvidia-container-runtime", "NVIDIA runtime path"),
+                                         ("--drop-in-config=conf.d/99-nvidia.toml", "drop-in-config path")])
+def test_standin_rejects_relative_paths_like_nvidia_ctk(tmp_path, option, what):
+    config = tmp_path / "config.toml"
+    config.write_text(GOLDEN_INPUT)
+    result = ctk_env.run_standin(["runtime", "configure", "--runtime=containerd", "--config=%s" % config, option])
+    relative = option.split("=", 1)[1]
+    assert result.returncode == 1
+    assert 'the %s "%s" is not an absolute path' % (what, relative) in result.stderr
+    assert config.read_text() == GOLDEN_INPUT
 
 
 def test_standin_dry_run_prints_two_documents_and_writes_nothing(tmp_path):
@@ -245,19 +257,19 @@ def test_config_version_rules():
 
 
 def test_trap_no_version_docker_file():
-    version, errors, _ = cd.analyse_source({"disabled_plugins": ["cri"]}, "/etc/containerd/config.toml", True)
+    version, errors, _warnings = cd.analyse_source({"disabled_plugins": ["cri"]}, "/etc/containerd/config.toml", True)
     assert version == 1
     assert len(errors) == 1
     assert "no `version` key" in errors[0] and "Docker's containerd.io" in errors[0] and "#1430" in errors[0]
 
 
 def test_trap_cri_disabled_with_version():
-    _, errors, _ = cd.analyse_source({"version": 2, "disabled_plugins": ["io.containerd.grpc.v1.cri"]}, "/c", True)
+    _version, errors, _warnings = cd.analyse_source({"version": 2, "disabled_plugins": ["io.containerd.grpc.v1.cri"]}, "/c", True)
     assert len(errors) == 1 and "disables the CRI plugin" in errors[0]
 
 
 def test_trap_k3s_path_warns():
-    _, errors, warnings = cd.analyse_source(
+    _version, errors, warnings = cd.analyse_source(
         {"version": 2}, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", True)
     assert not errors and "regenerate config.toml" in warnings[0]
 
@@ -280,7 +292,8 @@ def test_toml_fallback_to_tomlkit(monkeypatch):
     monkeypatch.setitem(sys.modules, "tomli", None)
     assert cd._toml_reader()[2] == "tomlkit"
     tree = cd.parse_toml(GOLDEN_INPUT, "in")
-    assert type(tree) is dict and tree["version"] == 2
+    # exactly dict: tomlkit's documents are dict subclasses, and parse_toml must hand back plain data
+    assert type(tree) is dict and tree["version"] == 2  # pylint: disable=unidiomatic-typecheck
     assert cd.source_runtime_name(tree, 2) == "runc"
     with pytest.raises(cd.ContainerdConfigError, match="not valid TOML"):
         cd.parse_toml("[a\n", "x")
@@ -349,8 +362,8 @@ def test_configure_args_are_a_list_with_every_flag():
     assert args == ["/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=containerd", "--config=/t/c.toml",
                     "--drop-in-config=/t/d/99.toml", "--nvidia-runtime-name=nv", "--nvidia-runtime-path=/bin/r",
                     "--nvidia-set-as-default", "--cdi.enabled"]
-    assert "--drop-in-config=/t/d/99.toml" not in cd.configure_args("c", "/c", "/d.toml", "in_place", "n", "/r",
-                                                                     False, False)
+    in_place_args = cd.configure_args("c", "/c", "/d.toml", "in_place", "n", "/r", False, False)
+    assert "--drop-in-config=/t/d/99.toml" not in in_place_args
 
 
 def test_substitute_replaces_only_whole_quoted_strings():
@@ -372,7 +385,7 @@ def test_source_runtime_and_systemd_cgroup_helpers():
 def test_systemd_cgroup_lost_on_existing_runtime_is_an_error():
     before = cd.parse_toml(GOLDEN_V2, "b")
     after = cd.parse_toml(GOLDEN_V2.replace("SystemdCgroup = true", "SystemdCgroup = false"), "a")
-    errors, _ = cd.systemd_cgroup_findings(before, after, 2, "nvidia", "runc")
+    errors, _warnings = cd.systemd_cgroup_findings(before, after, 2, "nvidia", "runc")
     assert len(errors) == 2 and "would lose SystemdCgroup" in errors[0]
 
 
@@ -391,14 +404,14 @@ def test_systemd_cgroup_missing_on_nvidia_warns():
 def test_check_candidate_dump_problems():
     good = cd.parse_toml(GOLDEN_V2, "g")
     assert cd.check_candidate_dump(good, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20") == ([], [])
-    problems, _ = cd.check_candidate_dump(good, "nvidia", "/opt/other", True, False, "1.6.20")
+    problems, _warnings = cd.check_candidate_dump(good, "nvidia", "/opt/other", True, False, "1.6.20")
     assert any("BinaryName" in p for p in problems) and any("default_runtime_name" in p for p in problems)
     dangling = cd.parse_toml(GOLDEN_V2.replace('default_runtime_name = "runc"', 'default_runtime_name = "kata"'), "d")
-    problems, _ = cd.check_candidate_dump(dangling, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
+    problems, _warnings = cd.check_candidate_dump(dangling, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
     assert any("names no configured runtime" in p for p in problems)
-    _, warnings = cd.check_candidate_dump(good, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, True, "1.6.20")
+    _problems, warnings = cd.check_candidate_dump(good, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, True, "1.6.20")
     assert "enable_cdi" in warnings[0]
-    problems, _ = cd.check_candidate_dump({"version": 2}, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "x")
+    problems, _warnings = cd.check_candidate_dump({"version": 2}, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "x")
     assert "no CRI plugin section" in problems[0]
 
 
@@ -434,7 +447,7 @@ def test_effective_cri_tree_drop_in_replaces_section():
 def _run(argv):
     import subprocess
 
-    result = subprocess.run(argv, capture_output=True, text=True)
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
     return result.returncode, result.stdout, result.stderr
 
 

@@ -48,7 +48,7 @@ class Env(object):
     def run(self, check=False, diff=True, **extra):
         args = self.args(**extra)
         args.update(_ansible_check_mode=check, _ansible_diff=diff, _ansible_tmpdir=str(self.private),
-                     _ansible_keep_remote_files=False)
+                    _ansible_keep_remote_files=False)
         with patch_module_args(args):
             with pytest.raises(SystemExit) as exc:
                 containerd_runtime.main()
