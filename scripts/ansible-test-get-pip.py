@@ -35,7 +35,7 @@ def main(argv):
         return
     if os.path.exists(CA_BUNDLE):
         args = ["--cert", CA_BUNDLE] + args
-    subprocess.run([sys.executable, "-m", "pip", "install"] + args, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet"] + args, check=True)
 
 
 if __name__ == "__main__":

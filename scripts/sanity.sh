@@ -43,3 +43,4 @@ git add -A
 git -c user.name=sanity -c user.email=sanity@localhost commit -q -m sanity
 echo "sanity: ansible-test $("$root/.venv/bin/ansible-test" --version) on Python $pyver in $dest"
 "$root/.venv/bin/ansible-test" sanity --python "$pyver" --requirements --color "${ANSIBLE_TEST_COLOR:-auto}" "$@"
+echo "sanity: passed in ${SECONDS}s"
