@@ -230,7 +230,7 @@ class FakeKubeApi(object):
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kube-api", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-kube-api", daemon=True)
         self._thread.start()
         return self
 
