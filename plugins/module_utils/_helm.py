@@ -1,0 +1,181 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The real helm binary, driven with argument lists (PRIVATE: do not use from other collections).
+
+Idempotency without the helm-diff plugin: the release's deployed chart version (``helm list -o json``) and the
+values it was installed with (``helm get values -o json``) are compared with what would be applied. Because every
+upgrade passes the complete values with ``--reset-values``, "values applied" equals "values given", so the
+comparison is exact for everything this collection sets.
+
+Credentials reach helm through its environment (HELM_KUBEAPISERVER, HELM_KUBETOKEN, ...), as kubernetes.core's helm
+module does, never through the command line where ``ps`` would show them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import tempfile
+
+READ_ONLY_VERBS = ("version", "list", "get", "show", "template", "history", "status")
+
+
+class HelmError(Exception):
+    def __init__(self, msg, rc=None, stdout="", stderr="", command=None):
+        super(HelmError, self).__init__(msg)
+        self.msg, self.rc, self.stdout, self.stderr, self.command = msg, rc, stdout, stderr, command
+
+
+def helm_env(params, tmpdir=None):
+    """Environment for helm from the kubernetes.core-style auth parameters. Returns (env, secrets, files)."""
+    env, secrets, files = {}, set(), []
+    kubeconfig = params.get("kubeconfig")
+    if isinstance(kubeconfig, dict) or (isinstance(kubeconfig, str) and "\n" in kubeconfig.strip()):
+        fd, path = tempfile.mkstemp(prefix="gpuops-kubeconfig-", dir=tmpdir)
+        with os.fdopen(fd, "w") as handle:
+            if isinstance(kubeconfig, dict):
+                json.dump(kubeconfig, handle)
+            else:
+                handle.write(kubeconfig)
+        os.chmod(path, 0o600)
+        files.append(path)
+        env["KUBECONFIG"] = path
+    elif kubeconfig:
+        env["KUBECONFIG"] = os.path.expanduser(kubeconfig)
+    if params.get("context"):
+        env["HELM_KUBECONTEXT"] = params["context"]
+    if params.get("host"):
+        env["HELM_KUBEAPISERVER"] = params["host"]
+    if params.get("api_key"):
+        env["HELM_KUBETOKEN"] = params["api_key"]
+        secrets.add(params["api_key"])
+    if params.get("ca_cert"):
+        env["HELM_KUBECAFILE"] = params["ca_cert"]
+    if params.get("validate_certs") is False:
+        env["HELM_KUBEINSECURE_SKIP_TLS_VERIFY"] = "true"
+    return env, secrets, files
+
+
+class Helm(object):
+    """Runs helm through a ``run(argv, environ_update)`` callable returning (rc, stdout, stderr)."""
+
+    def __init__(self, binary, run, env=None):
+        self.binary = binary
+        self._run = run
+        self.env = dict(env or {})
+        self.commands = []     # every argv run, for the module's result and for tests
+        self._major = None
+
+    def run(self, args, check=True, what=None):
+        argv = [self.binary] + list(args)
+        self.commands.append(argv)
+        rc, out, err = self._run(argv, self.env)
+        if check and rc != 0:
+            raise HelmError("helm %s failed (rc=%s): %s" % (what or args[0], rc, (err or out).strip()),
+                            rc=rc, stdout=out, stderr=err, command=argv)
+        return rc, out, err
+
+    def major_version(self):
+        if self._major is None:
+            _, out, _ = self.run(["version", "--short"], what="version")
+            m = re.match(r"v?(\d+)\.", out.strip())
+            if not m:
+                raise HelmError("cannot read helm's version from %r" % out.strip())
+            self._major = int(m.group(1))
+        return self._major
+
+    def release(self, name, namespace):
+        """The release as ``helm list`` shows it (all states), or None."""
+        _, out, _ = self.run(["list", "--namespace", namespace, "--filter", "^%s$" % re.escape(name), "--all",
+                              "--output", "json"], what="list")
+        for item in json.loads(out or "[]") or []:
+            if item.get("name") == name:
+                return item
+        return None
+
+    def values(self, name, namespace):
+        _, out, _ = self.run(["get", "values", name, "--namespace", namespace, "--output", "json"],
+                             what="get values")
+        data = json.loads(out or "null")
+        return data or {}
+
+    def history(self, name, namespace):
+        _, out, _ = self.run(["history", name, "--namespace", namespace, "--output", "json"], what="history")
+        return json.loads(out or "[]") or []
+
+    @staticmethod
+    def chart_args(chart_ref, chart_version=None, repo_url=None):
+        args = [chart_ref]
+        if repo_url:
+            args += ["--repo", repo_url]
+        if chart_version:
+            args += ["--version", chart_version]
+        return args
+
+    def show_chart(self, chart_ref, chart_version=None, repo_url=None, yaml_module=None):
+        _, out, _ = self.run(["show", "chart"] + self.chart_args(chart_ref, chart_version, repo_url),
+                             what="show chart")
+        if yaml_module is None:
+            import yaml as yaml_module
+        return yaml_module.safe_load(out) or {}
+
+    def template(self, name, namespace, chart_ref, values_file, chart_version=None, repo_url=None):
+        _, out, _ = self.run(["template", name] + self.chart_args(chart_ref, chart_version, repo_url) +
+                             ["--namespace", namespace, "--values", values_file], what="template")
+        return out
+
+    def upgrade_args(self, name, namespace, chart_ref, values_file, chart_version=None, repo_url=None,
+                     create_namespace=True, wait=False, timeout=None, extra=None):
+        args = ["upgrade", "--install", name] + self.chart_args(chart_ref, chart_version, repo_url) + [
+            "--namespace", namespace, "--values", values_file, "--reset-values"]
+        if create_namespace:
+            args.append("--create-namespace")
+        if wait:
+            args.append("--wait")
+            if timeout:
+                args += ["--timeout", timeout]
+        args += list(extra or [])
+        return args
+
+    def upgrade(self, *a, **kw):
+        return self.run(self.upgrade_args(*a, **kw), what="upgrade --install")
+
+    def rollback(self, name, namespace, revision, wait=False, timeout=None):
+        args = ["rollback", name, str(revision), "--namespace", namespace]
+        if wait:
+            args.append("--wait")
+            if timeout:
+                args += ["--timeout", timeout]
+        return self.run(args, what="rollback")
+
+
+def chart_version_of(release_item, chart_name):
+    """'nvidia-device-plugin-0.17.0' -> '0.17.0' (chart names may contain '-')."""
+    chart = (release_item or {}).get("chart") or ""
+    if chart.startswith(chart_name + "-"):
+        return chart[len(chart_name) + 1:]
+    m = re.match(r"^(.*?)-(v?\d+\.\d+\.\d+.*)$", chart)
+    return m.group(2) if m else None
+
+
+def normalize(values):
+    """Values as helm stores them (JSON round trip: ints stay ints, keys sorted for comparison)."""
+    return json.loads(json.dumps(values or {}, sort_keys=True))
+
+
+def values_diff(current, desired, prefix=""):
+    """Paths that differ between two value trees: list of (path, before, after)."""
+    out = []
+    keys = sorted(set(current or {}) | set(desired or {}))
+    for key in keys:
+        path = "%s.%s" % (prefix, key) if prefix else key
+        a, b = (current or {}).get(key), (desired or {}).get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(values_diff(a, b, path))
+        elif a != b:
+            out.append((path, a, b))
+    return out
