@@ -280,7 +280,7 @@ def profile_errors(p, chart_version):
         if p.get("fail_requests_greater_than_one") is False and chart_version \
                 and not version_at_least(chart_version, MPS_FAIL_FLAG_CHART):
             errs.append("%s: fail_requests_greater_than_one: false is ignored under MPS before chart %s (v0.15.0 to "
-                        "v0.19.x force it to true); remove it or use chart >= %s"
+                        "v0.19.x force it to true; chart is %s); remove it or use chart >= %s"
                         % (where, MPS_FAIL_FLAG_CHART, chart_version, MPS_FAIL_FLAG_CHART))
     return errs
 
