@@ -89,9 +89,12 @@ class Helm(object):
         return self._major
 
     def release(self, name, namespace):
-        """The release as ``helm list`` shows it (all states), or None."""
-        _, out, _ = self.run(["list", "--namespace", namespace, "--filter", "^%s$" % re.escape(name), "--all",
-                              "--output", "json"], what="list")
+        """The release as ``helm list`` shows it (deployed, failed or pending), or None.
+
+        ``--deployed --failed --pending`` rather than ``--all``: helm 4 removed ``--all``; these work in 3 and 4.
+        """
+        _, out, _ = self.run(["list", "--namespace", namespace, "--filter", "^%s$" % re.escape(name), "--deployed",
+                              "--failed", "--pending", "--output", "json"], what="list")
         for item in json.loads(out or "[]") or []:
             if item.get("name") == name:
                 return item

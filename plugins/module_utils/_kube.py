@@ -307,6 +307,10 @@ class Kube(object):
             return func(*args, **kwargs)
         except ApiException as exc:
             raise api_error(exc, what, self.configuration.host)
+        except ValueError as exc:
+            # The client could not read the answer into its models (e.g. a field it requires is missing).
+            raise KubeError("the Kubernetes API at %s answered something the kubernetes client could not read while "
+                            "trying to %s: %s" % (self.configuration.host, what, exc))
         except (_Urllib3Error, socket.error, OSError) as exc:
             raise KubeError("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, "
                             "the network path and that the API server is up." % (self.configuration.host, what, exc))

@@ -70,10 +70,9 @@ options:
     description: Local chart directory or C(.tgz) for air-gapped sites (read where the module runs).
     type: path
   profiles:
-    description: Sharing profiles; each becomes one named config in C(config.map).
+    description: Sharing profiles; each becomes one named config in C(config.map). Required with O(state=present).
     type: list
     elements: dict
-    required: true
     suboptions:
       name:
         description: Profile name - the C(config.map) key and the node label value. A valid label value.
@@ -263,13 +262,20 @@ verified:
   returned: when verify ran
   type: dict
 rolled_back_to:
-  description: Revision restored after a failed upgrade.
+  description:
+    - Revision restored after a failed upgrade - by C(helm rollback), or, when helm refuses that (objects left by
+      the failed revision that its manifest does not list), by C(helm upgrade) with that revision's chart and values.
   returned: on failure with a rollback
   type: int
+rollback_error:
+  description: Why C(helm rollback) failed, when the previous revision was re-applied with C(helm upgrade) instead.
+  returned: when helm rollback failed
+  type: str
 """
 
 import json
 import os
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -343,6 +349,25 @@ def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, 
         sleep(interval)
 
 
+def _restore_previous(helm, p, chart_ref, repo_url, chart_version, previous_version, previous_values, tmpdir):
+    """Re-apply the previous chart version and values; True, or a string saying why it could not."""
+    if previous_version != chart_version and not repo_url:
+        return ("the previous revision used chart %s, which the local chart_path (%s) no longer is; restore it with "
+                "helm rollback by hand" % (previous_version, chart_version))
+    fd, path = tempfile.mkstemp(prefix="gpuops-dp-previous-", suffix=".json", dir=tmpdir)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(previous_values or {}, handle, sort_keys=True)
+    try:
+        helm.upgrade(p["release_name"], p["namespace"], chart_ref, path,
+                     chart_version=previous_version if repo_url else None, repo_url=repo_url,
+                     create_namespace=False, wait=p["wait"], timeout=p["timeout"])
+    except _helm.HelmError as exc:
+        return "re-applying the previous values with helm upgrade failed too: %s" % exc.msg
+    finally:
+        os.unlink(path)
+    return True
+
+
 def main():
     argument_spec = dict(
         state=dict(type="str", default="present", choices=["present", "absent"]),
@@ -353,7 +378,7 @@ def main():
         chart_repo_url=dict(type="str", default="https://nvidia.github.io/k8s-device-plugin"),
         chart_version=dict(type="str"),
         chart_path=dict(type="path"),
-        profiles=dict(type="list", elements="dict", options=PROFILE_OPTIONS, required=True),
+        profiles=dict(type="list", elements="dict", options=PROFILE_OPTIONS),
         default_profile=dict(type="str"),
         nodes=dict(type="list", elements="dict", options=NODE_OPTIONS),
         gfd=dict(type="bool"),
@@ -367,7 +392,8 @@ def main():
         binary_path=dict(type="path"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_if=[("state", "present", ["profiles"])])
     p = module.params
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
@@ -378,7 +404,7 @@ def main():
     if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
         errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "
                       "recommended\"); use a dedicated namespace such as nvidia-device-plugin")
-    if not p["chart_path"] and not p["chart_version"]:
+    if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
         errors.append("chart_version is required with a chart repository: pin it (e.g. 0.17.0) so the chart does "
                       "not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
@@ -446,7 +472,7 @@ def main():
                       node_labels=built["node_labels"], shares=built["shares"],
                       expected_allocatable=built["expected"], node_label_key=built["label"])
 
-        fd, values_file = __import__("tempfile").mkstemp(prefix="gpuops-dp-values-", suffix=".json",
+        fd, values_file = tempfile.mkstemp(prefix="gpuops-dp-values-", suffix=".json",
                                                          dir=module.tmpdir)
         with os.fdopen(fd, "w") as handle:
             json.dump(desired, handle, sort_keys=True)
@@ -500,7 +526,19 @@ def main():
                     fail["rolled_back_to"] = previous_revision
                     fail["msg"] += "; rolled back to revision %d" % previous_revision
                 except _helm.HelmError as rb_exc:
-                    fail["msg"] += "; ROLLBACK to revision %d ALSO FAILED: %s" % (previous_revision, rb_exc.msg)
+                    # helm rollback refuses when the failed revision left objects in the cluster that its own
+                    # manifest does not list ("original object ... not found"). Re-applying the previous
+                    # revision's chart and values with upgrade reaches the same state.
+                    fail["rollback_error"] = rb_exc.msg
+                    restore = _restore_previous(helm, p, chart_ref, repo_url, chart_version, current_version,
+                                                current_values, module.tmpdir)
+                    if restore is True:
+                        fail["rolled_back_to"] = previous_revision
+                        fail["msg"] += ("; helm rollback failed (%s), so revision %d's chart and values were "
+                                        "re-applied with helm upgrade" % (rb_exc.msg, previous_revision))
+                    else:
+                        fail["msg"] += "; ROLLBACK to revision %d ALSO FAILED: %s; %s" % (
+                            previous_revision, rb_exc.msg, restore)
             elif not previous_revision:
                 fail["msg"] += "; there was no deployed revision to roll back to"
             module.fail_json(**fail)

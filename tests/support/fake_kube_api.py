@@ -12,7 +12,11 @@ in the API's own shapes:
   and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; the list merge
   keys of real strategic merge are not modelled: lists are replaced, and ``$patch: delete/replace`` on maps is
   honoured), ``application/json-patch+json`` (RFC 6902 add/remove/replace/test), ``application/apply-patch+yaml``
-  (server-side apply modelled as create-or-merge);
+  (server-side apply modelled per field manager: create or merge, and fields the same manager applied before but
+  no longer applies are removed; no managedFields, no conflicts between managers);
+- protobuf request bodies for Secret and ConfigMap (what helm's release storage sends; tests/support/k8s_protobuf.py)
+  and a minimal OpenAPI v2 document (protobuf) / v3 index, so the real helm binary can install, upgrade, roll back
+  and uninstall releases here;
 - ``dryRun=All`` on every write: validated and answered exactly like a real write, never stored;
 - errors as ``Status`` objects: 401 Unauthorized, 403 Forbidden, 404 NotFound, 409 AlreadyExists / Conflict,
   422 Invalid (label syntax, missing name, RuntimeClass handler), 500 (injected).
@@ -31,6 +35,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+try:
+    from . import k8s_protobuf
+except ImportError:  # imported as a top-level module
+    import k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -164,6 +173,18 @@ def json_patch(target, ops):
     return doc
 
 
+def _prune(obj, last, new):
+    """Drop from ``obj`` the fields present in ``last`` (a previous apply) but absent from ``new``."""
+    if not isinstance(obj, dict) or not isinstance(last, dict):
+        return obj
+    for key, value in last.items():
+        if not isinstance(new, dict) or key not in new:
+            obj.pop(key, None)
+        elif isinstance(value, dict) and isinstance(new.get(key), dict):
+            obj[key] = _prune(obj.get(key), value, new[key])
+    return obj
+
+
 def _match_selector(labels, selector):
     labels = labels or {}
     for term in [t.strip() for t in (selector or "").split(",") if t.strip()]:
@@ -199,6 +220,16 @@ def _match_fields(obj, selector):
     return True
 
 
+def _pb_string(field, text):
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return bytes([(field << 3) | 2, len(data)]) + data
+
+
+def _openapi_v2_document(version):
+    info = _pb_string(1, "Kubernetes") + _pb_string(2, version)
+    return _pb_string(1, "2.0") + _pb_string(2, info)
+
+
 class _Failure(object):
     def __init__(self, method, path_re, code, reason, message, times):
         self.method, self.path_re, self.code = method, re.compile(path_re), code
@@ -210,6 +241,7 @@ class FakeKubeApi(object):
 
     def __init__(self, tokens=None, server_version="v1.33.2"):
         self.objects = {}          # (group, plural, namespace or "", name) -> object
+        self.applied = {}          # ((group, plural, namespace, name), field manager) -> last applied config
         self.tokens = tokens       # None: no auth check; else {token: "rw"|"ro"}
         self.server_version = server_version
         self.requests = []         # dicts: method, path, query, content_type, body, user
@@ -315,11 +347,15 @@ class FakeKubeApi(object):
         with self._lock:
             self.requests.append(record)
         body = None
-        if "protobuf" in ctype:
-            # Like an API server without protobuf support: clients (client-go, helm) fall back to JSON on 415.
-            return status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                          "accepted media types include: application/json, application/yaml")
-        if body_bytes:
+        if "protobuf" in ctype and body_bytes:
+            # helm (client-go) writes core/v1 objects as protobuf: decode the kinds it writes (Secret, ConfigMap).
+            try:
+                body = k8s_protobuf.decode(body_bytes)
+            except (ValueError, IndexError) as exc:
+                return status(415, "UnsupportedMediaType", "the body of the request was in an unknown format: %s"
+                              % exc)
+            record["body"] = body
+        elif body_bytes:
             try:
                 body = yaml.safe_load(body_bytes.decode("utf-8")) if "yaml" in ctype else json.loads(body_bytes)
             except ValueError as exc:
@@ -341,6 +377,10 @@ class FakeKubeApi(object):
             major, minor = self.server_version.lstrip("v").split(".")[:2]
             return 200, {"major": major, "minor": minor, "gitVersion": self.server_version,
                          "platform": "linux/amd64", "goVersion": "go1.24"}
+        if path == "/openapi/v2":
+            # A minimal OpenAPI v2 Document in protobuf (gnostic openapi_v2: swagger = 1, info = 2 {title, version})
+            # with no definitions: kubectl/helm client-side validation skips kinds it finds no schema for.
+            return 200, _openapi_v2_document(self.server_version)
         if path == "/openapi/v3":
             # OpenAPI v3 index and per-group-version documents with permissive schemas (object, unknown fields
             # kept): enough for clients that validate manifests against the schema (helm) to find every kind.
@@ -355,6 +395,8 @@ class FakeKubeApi(object):
                 if g == group and v == version:
                     schemas["fake.%s.%s.%s" % (g or "core", v, k)] = {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                       "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
                         "x-kubernetes-group-version-kind": [{"group": g, "version": v, "kind": k}]}
             return 200, {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": self.server_version},
                          "paths": {}, "components": {"schemas": schemas}}
@@ -488,6 +530,8 @@ class FakeKubeApi(object):
                 return self._not_found(plural, name, group)
             if not dry_run:
                 del self.objects[key]
+                for applied in [k for k in self.applied if k[0] == key]:
+                    del self.applied[applied]
             return 200, copy.deepcopy(old)
         if method == "PUT":
             if not old:
@@ -510,8 +554,13 @@ class FakeKubeApi(object):
                 if not query.get("fieldManager"):
                     return status(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: "
                                   "Required value: is required for apply patch")
-                base = old or {}
-                obj = merge_patch(base, body)
+                # Server-side apply, modelled per field manager: fields this manager applied last time and no
+                # longer applies are removed (as with managedFields), then the applied config is merged in.
+                manager = query["fieldManager"][0]
+                last = self.applied.get((key, manager)) or {}
+                obj = merge_patch(_prune(copy.deepcopy(old or {}), last, body or {}), body or {})
+                if not dry_run:
+                    self.applied[(key, manager)] = copy.deepcopy(body or {})
             elif not old:
                 return self._not_found(plural, name, group)
             elif ctype == "application/merge-patch+json":
@@ -557,9 +606,12 @@ class _Handler(BaseHTTPRequestHandler):
             code, body = self.server_api.handle(self.command, self.path, self.headers, data)
         except Exception as exc:  # a bug in the fake must show as a 500, not a hang
             code, body = status(500, "InternalError", "fake API server error: %r" % (exc,))
-        payload = json.dumps(body).encode("utf-8")
+        if isinstance(body, bytes):
+            payload, ctype = body, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        else:
+            payload, ctype = json.dumps(body).encode("utf-8"), "application/json"
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
