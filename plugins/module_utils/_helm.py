@@ -21,9 +21,6 @@ import os
 import re
 import tempfile
 
-READ_ONLY_VERBS = ("version", "list", "get", "show", "template", "history", "status")
-
-
 class HelmError(Exception):
     def __init__(self, msg, rc=None, stdout="", stderr="", command=None):
         super(HelmError, self).__init__(msg)
@@ -60,6 +57,21 @@ def helm_env(params, tmpdir=None):
     return env, secrets, files
 
 
+def explain(text):
+    """A hint for the helm errors users hit most, keyed on helm's (client-go's) own wording."""
+    low = text.lower()
+    if "cluster unreachable" in low and ("connection refused" in low or "no such host" in low
+                                         or "i/o timeout" in low or "dial tcp" in low):
+        return (" -- helm cannot reach the Kubernetes API: check host / kubeconfig (K8S_AUTH_HOST, "
+                "K8S_AUTH_KUBECONFIG), the network path and that the API server is up")
+    if "unauthorized" in low or "provide credentials" in low:
+        return (" -- the API server refused the credentials (401): check api_key / K8S_AUTH_API_KEY or the "
+                "kubeconfig user; note that client-go sends tokens only over https")
+    if "forbidden" in low:
+        return " -- the credentials lack RBAC permission (403) for what helm needs in this namespace"
+    return ""
+
+
 class Helm(object):
     """Runs helm through a ``run(argv, environ_update)`` callable returning (rc, stdout, stderr)."""
 
@@ -68,25 +80,16 @@ class Helm(object):
         self._run = run
         self.env = dict(env or {})
         self.commands = []     # every argv run, for the module's result and for tests
-        self._major = None
 
     def run(self, args, check=True, what=None):
         argv = [self.binary] + list(args)
         self.commands.append(argv)
         rc, out, err = self._run(argv, self.env)
         if check and rc != 0:
-            raise HelmError("helm %s failed (rc=%s): %s" % (what or args[0], rc, (err or out).strip()),
+            text = (err or out).strip()
+            raise HelmError("helm %s failed (rc=%s): %s%s" % (what or args[0], rc, text, explain(text)),
                             rc=rc, stdout=out, stderr=err, command=argv)
         return rc, out, err
-
-    def major_version(self):
-        if self._major is None:
-            _, out, _ = self.run(["version", "--short"], what="version")
-            m = re.match(r"v?(\d+)\.", out.strip())
-            if not m:
-                raise HelmError("cannot read helm's version from %r" % out.strip())
-            self._major = int(m.group(1))
-        return self._major
 
     def release(self, name, namespace):
         """The release as ``helm list`` shows it (deployed, failed or pending), or None.
@@ -105,10 +108,6 @@ class Helm(object):
                              what="get values")
         data = json.loads(out or "null")
         return data or {}
-
-    def history(self, name, namespace):
-        _, out, _ = self.run(["history", name, "--namespace", namespace, "--output", "json"], what="history")
-        return json.loads(out or "[]") or []
 
     @staticmethod
     def chart_args(chart_ref, chart_version=None, repo_url=None):

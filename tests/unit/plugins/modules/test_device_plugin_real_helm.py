@@ -144,3 +144,13 @@ def test_uninstall(cluster):
     assert res["changed"] and not res.get("failed"), res.get("msg")
     assert release_secrets(cluster) == [] and configmap(cluster) is None
     assert not [k for k in cluster.objects if k[1] == "daemonsets"]
+
+
+def test_unreachable_api_is_a_clear_error(cluster, tmp_path):
+    kc = cluster.kubeconfig()
+    kc["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"
+    path = tmp_path / "dead-kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    res = run_module(device_plugin.main, args(cluster, kubeconfig=str(path)), check_mode=True)
+    assert res["failed"] and "helm cannot reach the Kubernetes API" in res["msg"], res["msg"]
+    assert "127.0.0.1:9" in res["msg"]
