@@ -213,6 +213,16 @@ def kubeconfig_secrets(config):
     return out
 
 
+def mask_kubeconfig_secrets(module):
+    """Add the secrets of a kubeconfig given as content (dict or text) to module.no_log_values."""
+    try:
+        _, content = _kubeconfig_from_param(module.params.get("kubeconfig"))
+    except KubeError:
+        return
+    if content:
+        module.no_log_values.update(kubeconfig_secrets(content))
+
+
 def build_configuration(params, environ=None):
     """Build a kubernetes.client.Configuration from module parameters (already env-fallback resolved)."""
     if not HAS_KUBERNETES:

@@ -414,9 +414,7 @@ def main():
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
 
-    kubeconfig = p.get("kubeconfig")
-    if isinstance(kubeconfig, dict):
-        module.no_log_values.update(_kube.kubeconfig_secrets(kubeconfig))
+    _kube.mask_kubeconfig_secrets(module)
     env, secrets, files = _helm.helm_env(p, tmpdir=module.tmpdir)
     module.no_log_values.update(secrets)
     for path in files:

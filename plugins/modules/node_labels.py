@@ -273,8 +273,7 @@ def main():
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
 
-    if isinstance(p.get("kubeconfig"), dict):
-        module.no_log_values.update(_kube.kubeconfig_secrets(p["kubeconfig"]))
+    _kube.mask_kubeconfig_secrets(module)
 
     hostnames, ips = p["hostname"], p["internal_ips"]
     if hostnames is None or ips is None:
@@ -284,10 +283,6 @@ def main():
 
     try:
         kube = _kube.Kube.from_params(p)
-        if isinstance(p.get("kubeconfig"), str):
-            path, content = _kube._kubeconfig_from_param(p["kubeconfig"])
-            if content:
-                module.no_log_values.update(_kube.kubeconfig_secrets(content))
         node, how = _kube.lookup_node(kube, node_name=p["node_name"], hostnames=hostnames, internal_ips=ips,
                                       method=p["node_lookup"])
         name = node["metadata"]["name"]

@@ -115,8 +115,7 @@ def main():
     errors += _kube.validate_labels(selector)
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    if isinstance(p.get("kubeconfig"), dict):
-        module.no_log_values.update(_kube.kubeconfig_secrets(p["kubeconfig"]))
+    _kube.mask_kubeconfig_secrets(module)
 
     if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
         module.exit_json(changed=False, runtime_class={}, skipped_reason=(

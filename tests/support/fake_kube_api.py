@@ -251,9 +251,12 @@ class FakeKubeApi(object):
         self._httpd = None
         self._thread = None
         self.url = None
+        self.ca_data = None
 
     # ---- test controls ------------------------------------------------------------------------------
-    def start(self):
+    def start(self, tls_dir=None):
+        """Serve on 127.0.0.1 at a free port; with tls_dir, over HTTPS with a self-signed certificate made there
+        by openssl (client-go, hence helm, sends bearer tokens only over TLS)."""
         api = self
 
         class Handler(_Handler):
@@ -261,7 +264,25 @@ class FakeKubeApi(object):
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
+        scheme = "http"
+        self.ca_data = None
+        if tls_dir:
+            import base64
+            import os
+            import ssl
+            import subprocess
+            cert, key = os.path.join(tls_dir, "apiserver.crt"), os.path.join(tls_dir, "apiserver.key")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                            "-days", "1", "-subj", "/CN=fake-kube-api", "-addext", "subjectAltName=IP:127.0.0.1"],
+                           check=True, capture_output=True)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            with open(cert, "rb") as handle:
+                self.ca_data = base64.b64encode(handle.read()).decode("ascii")
+            self.ca_file = cert
+            scheme = "https"
+        self.url = "%s://127.0.0.1:%d" % (scheme, self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-kube-api", daemon=True)
         self._thread.start()
         return self
@@ -330,7 +351,8 @@ class FakeKubeApi(object):
             ctx["namespace"] = namespace
         return {
             "apiVersion": "v1", "kind": "Config", "current-context": context,
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": dict({"server": self.url}, **(
+                {"certificate-authority-data": self.ca_data} if self.ca_data else {}))}],
             "contexts": [{"name": context, "context": ctx}],
             "users": [{"name": "fake-user", "user": {"token": token} if token else {}}],
         }

@@ -154,3 +154,51 @@ def test_unreachable_api_is_a_clear_error(cluster, tmp_path):
     res = run_module(device_plugin.main, args(cluster, kubeconfig=str(path)), check_mode=True)
     assert res["failed"] and "helm cannot reach the Kubernetes API" in res["msg"], res["msg"]
     assert "127.0.0.1:9" in res["msg"]
+
+
+needs_openssl = pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")
+
+
+@pytest.fixture
+def tls_cluster(tmp_path, monkeypatch):
+    for var in list(os.environ):
+        if var.startswith("K8S_AUTH_") or var.startswith("HELM_") or var == "KUBECONFIG":
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    api = FakeKubeApi(tokens={"rw-token": "rw", "ro-token": "ro"}).start(tls_dir=str(tmp_path))
+    api.chart = str(tmp_path / "nvidia-device-plugin")
+    shutil.copytree(CHART, api.chart)
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def tls_args(api, token, **kw):
+    base = dict(binary_path=HELM, chart_path=api.chart, profiles=PROFILES, default_profile="default",
+                host=api.url, api_key=token, ca_cert=api.ca_file)
+    base.update(kw)
+    return base
+
+
+@needs_openssl
+def test_https_with_token_installs(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "rw-token"))
+    assert res["changed"] and res["release"]["status"] == "deployed", res.get("msg")
+    assert all(r["authorization"] == "Bearer" for r in tls_cluster.requests if r["path"] != "/version")
+    assert "rw-token" not in json.dumps(res)
+
+
+@needs_openssl
+def test_bad_token_gives_401_hint(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "wrong-token"), check_mode=True)
+    assert res["failed"] and "refused the credentials (401)" in res["msg"], res["msg"]
+    assert "wrong-token" not in json.dumps(res)
+    assert tls_cluster.writes() == []
+
+
+@needs_openssl
+def test_readonly_token_gives_403_hint(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "ro-token"))
+    assert res["failed"] and "lack RBAC permission (403)" in res["msg"], res["msg"]
+    assert "is forbidden" in res["msg"]

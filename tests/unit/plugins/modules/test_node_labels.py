@@ -282,3 +282,40 @@ def test_real_ansible_run_check_then_apply_then_idempotent(kube_api, node, tmp_p
     assert kube_api.node_labels(node)["nvidia.com/device-plugin.config"] == "mps-4"
     rc, out = run()
     assert rc == 0 and "SUCCESS" in out and "CHANGED" not in out
+
+
+def test_kubeconfig_text_secrets_are_masked(kube_api, node):
+    import yaml
+    text = yaml.safe_dump(kube_api.kubeconfig(token=kube_api.token))
+    res = run_module(node_labels.main, dict(kubeconfig=text, node_name=node,
+                                            labels={"gpuops.example.com/text": "yes"}))
+    assert res["changed"], res
+    assert kube_api.token not in json.dumps(res)
+
+
+@pytest.fixture
+def tls_api(tmp_path):
+    import shutil as _shutil
+    if not _shutil.which("openssl"):
+        pytest.skip("openssl not installed")
+    from support.fake_kube_api import FakeKubeApi
+    api = FakeKubeApi(tokens={"tls-token-123": "rw"}).start(tls_dir=str(tmp_path))
+    api.add_node("gpu-node-1")
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def test_https_with_ca_cert(tls_api):
+    res = run_module(node_labels.main, dict(host=tls_api.url, api_key="tls-token-123", ca_cert=tls_api.ca_file,
+                                            node_name="gpu-node-1", labels={"gpuops.example.com/tls": "yes"}))
+    assert res["changed"], res
+    assert tls_api.node_labels("gpu-node-1")["gpuops.example.com/tls"] == "yes"
+
+
+def test_https_untrusted_certificate_is_a_clear_error(tls_api):
+    res = run_module(node_labels.main, dict(host=tls_api.url, api_key="tls-token-123", node_name="gpu-node-1",
+                                            labels={"gpuops.example.com/tls": "yes"}))
+    assert res["failed"] and "cannot reach the Kubernetes API" in res["msg"]
+    assert "CERTIFICATE_VERIFY_FAILED" in res["msg"]
