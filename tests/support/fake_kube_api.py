@@ -187,8 +187,13 @@ def _prune(obj, last, new):
 
 def _match_selector(labels, selector):
     labels = labels or {}
-    for term in [t.strip() for t in (selector or "").split(",") if t.strip()]:
-        if "!=" in term:
+    for term in [t.strip() for t in re.split(r",(?![^(]*\))", selector or "") if t.strip()]:
+        if " in " in term or " notin " in term:
+            m = re.match(r"(\S+)\s+(in|notin)\s+\((.*)\)", term)
+            vals = {x.strip() for x in m.group(3).split(",")}
+            if (labels.get(m.group(1)) in vals) != (m.group(2) == "in"):
+                return False
+        elif "!=" in term:
             k, v = term.split("!=", 1)
             if labels.get(k.strip()) == v.strip():
                 return False
@@ -198,11 +203,6 @@ def _match_selector(labels, selector):
                 return False
         elif term.startswith("!"):
             if term[1:] in labels:
-                return False
-        elif " in " in term or " notin " in term:
-            m = re.match(r"(\S+)\s+(in|notin)\s+\((.*)\)", term)
-            vals = {x.strip() for x in m.group(3).split(",")}
-            if (labels.get(m.group(1)) in vals) != (m.group(2) == "in"):
                 return False
         elif term not in labels:
             return False
