@@ -19,10 +19,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)
-
 KUBE_TOKEN = "gpuops-test-token"
 KUBE_RO_TOKEN = "gpuops-readonly-token"
 
@@ -35,7 +31,7 @@ def kube_api(tmp_path):
     ``kube_api.token`` / ``kube_api.ro_token`` are the read-write and read-only tokens.
     """
     import yaml
-    from support.fake_kube_api import FakeKubeApi
+    from tests.support.fake_kube_api import FakeKubeApi
 
     api = FakeKubeApi(tokens={KUBE_TOKEN: "rw", KUBE_RO_TOKEN: "ro"}).start()
     api.token, api.ro_token = KUBE_TOKEN, KUBE_RO_TOKEN

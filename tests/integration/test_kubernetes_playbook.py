@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from support.fake_kube_api import FakeKubeApi
+from tests.support.fake_kube_api import FakeKubeApi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HELM = os.path.join(ROOT, "tools", "bin", "helm")

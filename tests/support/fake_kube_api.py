@@ -36,10 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-try:
-    from . import k8s_protobuf
-except ImportError:  # imported as a top-level module
-    import k8s_protobuf
+from . import k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]

@@ -6,7 +6,7 @@ import json
 from ansible.module_utils.testing import patch_module_args
 
 
-def run_module(main, args, check_mode=False, diff=False):
+def run_main(main, args, check_mode=False, diff=False):
     args = dict(args)
     args["_ansible_check_mode"] = check_mode
     args["_ansible_diff"] = diff

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.modules import device_plugin
-from support.fake_kube_api import FakeKubeApi
-from support.modrun import run_module
+from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.modrun import run_main as run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 HELM = os.path.join(ROOT, "tools", "bin", "helm")

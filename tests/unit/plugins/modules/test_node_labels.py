@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.modules import node_labels
-from support.modrun import run_module
+from tests.support.modrun import run_main as run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -298,7 +298,7 @@ def tls_api(tmp_path):
     import shutil as _shutil
     if not _shutil.which("openssl"):
         pytest.skip("openssl not installed")
-    from support.fake_kube_api import FakeKubeApi
+    from tests.support.fake_kube_api import FakeKubeApi
     api = FakeKubeApi(tokens={"tls-token-123": "rw"}).start(tls_dir=str(tmp_path))
     api.add_node("gpu-node-1")
     try:

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.modules import runtime_class
-from support.modrun import run_module
+from tests.support.modrun import run_main as run_module
 
 
 @pytest.fixture(autouse=True)
