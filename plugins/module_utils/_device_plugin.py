@@ -73,7 +73,7 @@ class DevicePluginConfigError(ValueError):
 def version_tuple(version):
     """'0.15.0' -> (0, 15, 0, 1); '0.15.0-rc.2' -> (0, 15, 0, 0, 2): a pre-release sorts before its release."""
     text = str(version or "").lstrip("v")
-    main, _, pre = text.partition("-")
+    main, dummy, pre = text.partition("-")
     nums = []
     for part in main.split("."):
         m = re.match(r"\d+", part)
@@ -107,7 +107,7 @@ def resource_name_errors(name, where):
     if len(full) > 63:
         errs.append("%s: resource %r: fully-qualified resource name must be 63 characters or less (device plugin "
                     "rule)" % (where, full))
-    prefix, _, rest = full.partition("/")
+    prefix, dummy, rest = full.partition("/")
     if prefix != "nvidia.com" or not _RESOURCE_NAME.match(rest or ""):
         errs.append("%s: resource %r: incorrect format for resource name: the device plugin accepts nvidia.com/<name> "
                     "where <name> is a DNS subdomain (lower case alphanumerics, '-' and '.')" % (where, full))
@@ -264,8 +264,8 @@ def profile_errors(p, chart_version):
             errs.append("%s: devices %r is refused: the device plugin resets 'devices' to 'all' (\"Customizing the "
                         "'devices' field in sharing.%s.resources is not yet supported\"), so sharing always covers "
                         "every GPU of the node (\"You cannot configure sharing on a per-GPU basis\"). Use one profile "
-                        "per kind of node instead." % (rwhere, res["devices"],
-                                                      "mps" if sharing == "mps" else "timeSlicing"))
+                        "per kind of node instead."
+                        % (rwhere, res["devices"], "mps" if sharing == "mps" else "timeSlicing"))
         if res.get("rename") is not None:
             errs.append("%s: rename %r is refused: the device plugin drops a custom rename with a warning and keeps "
                         "the original name; set rename_by_default: true to advertise <name>.shared (e.g. "
@@ -455,8 +455,9 @@ def build(profiles, default_profile, chart_version=None, nodes=None, extra_value
                 if limit and _is_int(res["replicas"]) and res["replicas"] > limit:
                     errors.append("node %s: profile %s: invalid MPS configuration: invalid device maximum allowed "
                                   "replicas exceeded: %d > %d (compute capability %s: MPS allows 48 clients per GPU "
-                                  "at >= 7.5, 16 below)" % (nname, pname, res["replicas"], limit,
-                                                             min(g.get("compute_capability") for g in gpus)))
+                                  "at >= 7.5, 16 below)"
+                                  % (nname, pname, res["replicas"], limit,
+                                     min(g.get("compute_capability") for g in gpus)))
         if p["mig_strategy"] in ("single", "mixed") and gpus and not _mig_enabled(gpus):
             warnings.append("node %s: profile %s uses mig_strategy %s but no GPU has MIG enabled"
                             % (nname, pname, p["mig_strategy"]))

@@ -21,6 +21,7 @@ import os
 import re
 import tempfile
 
+
 class HelmError(Exception):
     def __init__(self, msg, rc=None, stdout="", stderr="", command=None):
         super(HelmError, self).__init__(msg)
@@ -91,12 +92,15 @@ class Helm(object):
                             rc=rc, stdout=out, stderr=err, command=argv)
         return rc, out, err
 
+    def run_output(self, args, what=None):
+        return self.run(args, what=what)[1]
+
     def release(self, name, namespace):
         """The release as ``helm list`` shows it (deployed, failed or pending), or None.
 
         ``--deployed --failed --pending`` rather than ``--all``: helm 4 removed ``--all``; these work in 3 and 4.
         """
-        _, out, _ = self.run(["list", "--namespace", namespace, "--filter", "^%s$" % re.escape(name), "--deployed",
+        out = self.run_output(["list", "--namespace", namespace, "--filter", "^%s$" % re.escape(name), "--deployed",
                               "--failed", "--pending", "--output", "json"], what="list")
         for item in json.loads(out or "[]") or []:
             if item.get("name") == name:
@@ -104,8 +108,8 @@ class Helm(object):
         return None
 
     def values(self, name, namespace):
-        _, out, _ = self.run(["get", "values", name, "--namespace", namespace, "--output", "json"],
-                             what="get values")
+        out = self.run_output(["get", "values", name, "--namespace", namespace, "--output", "json"],
+                              what="get values")
         data = json.loads(out or "null")
         return data or {}
 
@@ -119,15 +123,15 @@ class Helm(object):
         return args
 
     def show_chart(self, chart_ref, chart_version=None, repo_url=None, yaml_module=None):
-        _, out, _ = self.run(["show", "chart"] + self.chart_args(chart_ref, chart_version, repo_url),
-                             what="show chart")
+        out = self.run_output(["show", "chart"] + self.chart_args(chart_ref, chart_version, repo_url),
+                              what="show chart")
         if yaml_module is None:
             import yaml as yaml_module
         return yaml_module.safe_load(out) or {}
 
     def template(self, name, namespace, chart_ref, values_file, chart_version=None, repo_url=None):
-        _, out, _ = self.run(["template", name] + self.chart_args(chart_ref, chart_version, repo_url) +
-                             ["--namespace", namespace, "--values", values_file], what="template")
+        out = self.run_output(["template", name] + self.chart_args(chart_ref, chart_version, repo_url) +
+                              ["--namespace", namespace, "--values", values_file], what="template")
         return out
 
     def upgrade_args(self, name, namespace, chart_ref, values_file, chart_version=None, repo_url=None,

@@ -216,7 +216,7 @@ def kubeconfig_secrets(config):
 def mask_kubeconfig_secrets(module):
     """Add the secrets of a kubeconfig given as content (dict or text) to module.no_log_values."""
     try:
-        _, content = _kubeconfig_from_param(module.params.get("kubeconfig"))
+        content = _kubeconfig_from_param(module.params.get("kubeconfig"))[1]
     except KubeError:
         return
     if content:

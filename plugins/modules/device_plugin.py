@@ -34,6 +34,7 @@ description:
     resource name (C(nvidia.com/gpu), C(nvidia.com/gpu.shared) or C(nvidia.com/mig-*)), and the MPS control daemon
     pod must be ready on MPS nodes.
 extends_documentation_fragment:
+  - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
 options:
   state:
@@ -181,7 +182,7 @@ attributes:
   idempotent:
     support: full
 author:
-  - gpuops.nvidia contributors
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""
@@ -322,8 +323,8 @@ def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, 
             for res, count in sorted(want.items()):
                 have = _allocatable_int(alloc.get(res, 0))
                 if have != count:
-                    problems.append("node %s advertises %s=%s, expected %d" % (node_name, res, alloc.get(res, 0),
-                                                                              count))
+                    problems.append("node %s advertises %s=%s, expected %d"
+                                    % (node_name, res, alloc.get(res, 0), count))
         for node_name in sorted(mps_nodes):
             pods = kube.call("list pods in %s" % namespace, kube.core.list_namespaced_pod, namespace,
                              field_selector="spec.nodeName=%s" % node_name)
@@ -470,8 +471,7 @@ def main():
                       node_labels=built["node_labels"], shares=built["shares"],
                       expected_allocatable=built["expected"], node_label_key=built["label"])
 
-        fd, values_file = tempfile.mkstemp(prefix="gpuops-dp-values-", suffix=".json",
-                                                         dir=module.tmpdir)
+        fd, values_file = tempfile.mkstemp(prefix="gpuops-dp-values-", suffix=".json", dir=module.tmpdir)
         with os.fdopen(fd, "w") as handle:
             json.dump(desired, handle, sort_keys=True)
         module.add_cleanup_file(values_file)
@@ -494,7 +494,7 @@ def main():
                 reasons.append("chart version %s -> %s" % (current_version, chart_version))
             changed_paths = _helm.values_diff(_helm.normalize(current_values), desired)
             if changed_paths:
-                reasons.append("values differ at %s" % ", ".join(path for path, _, _ in changed_paths))
+                reasons.append("values differ at %s" % ", ".join(item[0] for item in changed_paths))
         result["changes"] = reasons
         if module._diff:
             result["diff"] = dict(
@@ -545,7 +545,7 @@ def main():
         after_values = _helm.normalize(helm.values(p["release_name"], p["namespace"]))
         if after_values != desired:
             module.fail_json(msg="helm reported success but the release's values differ from those applied at %s"
-                             % ", ".join(x for x, _, _ in _helm.values_diff(after_values, desired)), **result)
+                             % ", ".join(item[0] for item in _helm.values_diff(after_values, desired)), **result)
         if p["verify"]:
             kube = _kube.Kube.from_params(p)
             mps_nodes = [n for n, prof in built["node_labels"].items()

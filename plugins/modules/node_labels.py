@@ -21,6 +21,7 @@ description:
   - Convenience options set the labels NVIDIA's device plugin and GPU Operator read -
     C(nvidia.com/device-plugin.config), C(nvidia.com/gpu.present) and C(nvidia.com/gpu.deploy.mig-manager).
 extends_documentation_fragment:
+  - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
 options:
   labels:
@@ -102,7 +103,7 @@ attributes:
   idempotent:
     support: full
 author:
-  - gpuops.nvidia contributors
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""

@@ -21,6 +21,7 @@ description:
     O(recreate=true).
   - Check mode uses the API's server-side dry run.
 extends_documentation_fragment:
+  - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
 options:
   name:
@@ -58,7 +59,7 @@ attributes:
   idempotent:
     support: full
 author:
-  - gpuops.nvidia contributors
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""

@@ -85,7 +85,7 @@ def env(tmp_path):
            "-e", json.dumps({"kubeconfig": str(kubeconfig), "helm": HELM, "chart": str(chart)})]
 
     def run(*extra):
-        proc = subprocess.run(cmd + list(extra), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(cmd + list(extra), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300, check=False)
         return proc.returncode, proc.stdout + proc.stderr
 
     try:

@@ -308,7 +308,7 @@ class FakeKubeApi(object):
 
     def put(self, obj):
         """Store an object directly (test setup), filling metadata like the API server would."""
-        group, _, version = obj["apiVersion"].rpartition("/")
+        group, version = obj["apiVersion"].rpartition("/")[::2]
         plural = [p for g, v, p, k, n in RESOURCES if g == group and k == obj["kind"]][0]
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
@@ -405,12 +405,12 @@ class FakeKubeApi(object):
             # kept): enough for clients that validate manifests against the schema (helm) to find every kind.
             return 200, {"paths": {("api/" if not g else "apis/%s/" % g) + v:
                                    {"serverRelativeURL": "/openapi/v3/%s%s" % ("api/" if not g else "apis/%s/" % g, v)}
-                                   for g, v, _, _, _ in RESOURCES}}
+                                   for g, v, *dummy in RESOURCES}}
         m = re.match(r"^/openapi/v3/(?:api|apis/([^/]+))/([^/]+)$", path)
         if m:
             group, version = m.group(1) or "", m.group(2)
             schemas = {}
-            for g, v, _, k, _ in RESOURCES:
+            for g, v, dummy, k, namespaced in RESOURCES:
                 if g == group and v == version:
                     schemas["fake.%s.%s.%s" % (g or "core", v, k)] = {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
@@ -424,7 +424,7 @@ class FakeKubeApi(object):
                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
         if path == "/apis":
             groups = {}
-            for g, v, _, _, _ in RESOURCES:
+            for g, v, *dummy in RESOURCES:
                 if g:
                     groups.setdefault(g, v)
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
@@ -433,7 +433,7 @@ class FakeKubeApi(object):
         m = re.match(r"^/api/(v1)(/.*)?$", path) or re.match(r"^/apis/([^/]+/[^/]+)(/.*)?$", path)
         if not m:
             return status(404, "NotFound", "the server could not find the requested resource")
-        group, _, version = m.group(1).rpartition("/")
+        group, version = m.group(1).rpartition("/")[::2]
         rest = [p for p in (m.group(2) or "").split("/") if p]
         if not rest:
             res = [{"name": p, "singularName": k.lower(), "namespaced": n, "kind": k, "verbs": _ALL}
@@ -517,7 +517,7 @@ class FakeKubeApi(object):
             return self._not_found("namespaces", namespace)
         if name is None:
             if method == "GET":
-                items = [copy.deepcopy(o) for (g, p, ns, _), o in sorted(self.objects.items())
+                items = [copy.deepcopy(o) for (g, p, ns, dummy), o in sorted(self.objects.items())
                          if g == group and p == plural and (not namespace or ns == namespace)
                          and _match_selector(o["metadata"].get("labels"), (query.get("labelSelector") or [""])[0])
                          and _match_fields(o, (query.get("fieldSelector") or [""])[0])]

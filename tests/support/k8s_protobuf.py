@@ -44,7 +44,7 @@ def fields(buf):
 
 def _map_entry(buf, value_bytes=False):
     key = value = None
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num == 1:
             key = val.decode("utf-8")
         elif num == 2:
@@ -56,7 +56,7 @@ def _map_entry(buf, value_bytes=False):
 
 def _time(buf):
     seconds = 0
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num == 1:
             seconds = val
     return datetime.datetime.utcfromtimestamp(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -65,7 +65,7 @@ def _time(buf):
 def object_meta(buf):
     meta = {}
     names = {1: "name", 2: "generateName", 3: "namespace", 5: "uid", 6: "resourceVersion"}
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num in names:
             meta[names[num]] = val.decode("utf-8")
         elif num == 7:
@@ -82,7 +82,7 @@ def object_meta(buf):
 
 def secret(buf):
     obj = {"metadata": {}}
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num == 1:
             obj["metadata"] = object_meta(val)
         elif num == 2:
@@ -100,7 +100,7 @@ def secret(buf):
 
 def configmap(buf):
     obj = {"metadata": {}}
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num == 1:
             obj["metadata"] = object_meta(val)
         elif num == 2:
@@ -117,7 +117,7 @@ def configmap(buf):
 def delete_options(buf):
     # propagationPolicy = 4, gracePeriodSeconds = 1; the fake deletes at once whatever they say.
     out = {}
-    for num, _, val in fields(buf):
+    for num, dummy, val in fields(buf):
         if num == 4:
             out["propagationPolicy"] = val.decode("utf-8")
     return out
@@ -131,9 +131,9 @@ def decode(body):
     if not body.startswith(MAGIC):
         raise ValueError("not a Kubernetes protobuf body (no k8s\\0 prefix)")
     api_version = kind = raw = None
-    for num, _, val in fields(body[len(MAGIC):]):
+    for num, dummy, val in fields(body[len(MAGIC):]):
         if num == 1:
-            for tnum, _, tval in fields(val):
+            for tnum, dummy, tval in fields(val):
                 if tnum == 1:
                     api_version = tval.decode("utf-8")
                 elif tnum == 2:

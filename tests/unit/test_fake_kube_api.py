@@ -82,11 +82,12 @@ def test_not_found_conflict_already_exists_shapes(kube_api, client):
         core.create_namespace({"metadata": {"name": "ns1"}})
     assert exc.value.status == 409 and status_of(exc)["reason"] == "AlreadyExists"
     cm = core.create_namespaced_config_map("ns1", {"metadata": {"name": "c"}, "data": {"k": "v"}})
-    core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion":
-                                                                  cm.metadata.resource_version}, "data": {"k": "2"}})
+    stale = cm.metadata.resource_version
+    core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion": stale},
+                                                    "data": {"k": "2"}})
     with pytest.raises(ApiException) as exc:   # stale resourceVersion
-        core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion":
-                                                                      cm.metadata.resource_version}, "data": {}})
+        core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion": stale},
+                                                        "data": {}})
     assert exc.value.status == 409 and status_of(exc)["reason"] == "Conflict"
     with pytest.raises(ApiException) as exc:   # namespace must exist
         core.create_namespaced_config_map("nope", {"metadata": {"name": "c"}})

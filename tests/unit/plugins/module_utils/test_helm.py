@@ -50,7 +50,7 @@ def test_credentials_only_in_env(tmp_path):
     assert env == {"HELM_KUBEAPISERVER": "https://k:6443", "HELM_KUBETOKEN": "tok", "HELM_KUBECAFILE": "/ca.pem",
                    "HELM_KUBEINSECURE_SKIP_TLS_VERIFY": "true", "HELM_KUBECONTEXT": "c"}
     assert secrets == {"tok"} and files == []
-    env, _, files = _helm.helm_env({"kubeconfig": {"clusters": []}}, tmpdir=str(tmp_path))
+    env, dummy, files = _helm.helm_env({"kubeconfig": {"clusters": []}}, tmpdir=str(tmp_path))
     assert env["KUBECONFIG"] == files[0] and oct(os.stat(files[0]).st_mode & 0o777) == "0o600"
 
 

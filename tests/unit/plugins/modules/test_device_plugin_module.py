@@ -222,10 +222,12 @@ def test_absent_uninstalls_and_is_idempotent(rig):
 
 # ---- rollout verification against the fake API server -------------------------------------------------------------
 def _mps_pod(kube_api, node, ready):
-    kube_api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "nvdp-nvidia-device-plugin-mps-control-daemon-%s" % node, "namespace": "nvidia-device-plugin",
-        "ownerReferences": [{"kind": "DaemonSet", "name": "nvdp-nvidia-device-plugin-mps-control-daemon",
-                             "apiVersion": "apps/v1", "uid": "x"}]},
+    owner = {"kind": "DaemonSet", "name": "nvdp-nvidia-device-plugin-mps-control-daemon", "apiVersion": "apps/v1",
+             "uid": "x"}
+    kube_api.put({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nvdp-nvidia-device-plugin-mps-control-daemon-%s" % node,
+                     "namespace": "nvidia-device-plugin", "ownerReferences": [owner]},
         "spec": {"nodeName": node, "containers": [{"name": "mps", "image": "x"}]},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
 

@@ -128,11 +128,14 @@ def test_rollback_refused_by_helm_falls_back_to_reapplying_previous_values(clust
 def test_verify_against_cluster_state(cluster):
     cluster.add_node("gpu-1", allocatable={"cpu": "64", "nvidia.com/gpu.shared": "8"})
     cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    cluster.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "nvdp-nvidia-device-plugin-mps-control-daemon-abcde", "namespace": NS,
-        "ownerReferences": [{"kind": "DaemonSet", "name": "nvdp-nvidia-device-plugin-mps-control-daemon",
-                             "apiVersion": "apps/v1", "uid": "u"}]},
-        "spec": {"nodeName": "gpu-1", "containers": [{"name": "mps-control-daemon-ctr", "image": "x"}]}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    owner = {"kind": "DaemonSet", "name": "nvdp-nvidia-device-plugin-mps-control-daemon", "apiVersion": "apps/v1",
+             "uid": "u"}
+    cluster.put({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nvdp-nvidia-device-plugin-mps-control-daemon-abcde", "namespace": NS,
+                     "ownerReferences": [owner]},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "mps-control-daemon-ctr", "image": "x"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     res = run_module(device_plugin.main, args(cluster, verify=True, verify_timeout=1, nodes=[
         {"name": "gpu-1", "profile": "mps-4", "gpus": [H200, dict(H200, index=1)]}]))
     assert res["changed"] and res["verified"] == {"gpu-1": {"nvidia.com/gpu.shared": "8"}}, res.get("msg")

@@ -271,7 +271,7 @@ def test_real_ansible_run_check_then_apply_then_idempotent(kube_api, node, tmp_p
             "-a", json.dumps({"node_name": node, "device_plugin_config": "mps-4", "mig_owner": "collection"})]
 
     def run(*extra):
-        proc = subprocess.run(base + list(extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(base + list(extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
         return proc.returncode, proc.stdout
 
     rc, out = run("--check", "--diff")
