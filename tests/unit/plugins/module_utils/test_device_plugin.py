@@ -285,3 +285,45 @@ def test_global_value_would_reach_every_node_as_env(tmp_path):
     plugin = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "DaemonSet"][0]
     env = {e["name"]: e.get("value") for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MIG_STRATEGY"] == "single"
+
+
+# ---- with GPU facts from the collection's simulator (the gpu_info facts shape) -----------------------------------
+def _sim(tmp_path, shape):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    return SimulatedBackend(str(tmp_path / "state.json"), shape=shape)
+
+
+def _mig_enable_with_one_instance(sim, index):
+    sim.set_mig_mode(index, True)
+    gpu = sim.read_all()["gpus"][index]
+    if gpu["mig_mode_current"] != "Enabled":
+        sim.reset_gpu(index)
+        gpu = sim.read_all()["gpus"][index]
+    assert gpu["mig_mode_current"] == "Enabled"
+    smallest = min(gpu["gi_profiles"], key=lambda p: p["slices"])
+    gi_id = sim.create_gpu_instance(index, smallest["id"], smallest["placements"][0]["start"])
+    sim.create_compute_instance(index, gi_id, smallest["ci_profiles"][0]["id"])
+    return smallest["name"]
+
+
+def test_simulated_hgx_h100_mps_shares_from_gpu_info_facts(tmp_path):
+    facts = _sim(tmp_path, "hgx-h100-80gb").read_all()
+    out = build([DEFAULT, {"name": "mps-4", "sharing": "mps", "replicas": 4, "rename_by_default": True}],
+                nodes=[{"name": "h100-node", "profile": "mps-4", "gpus": facts}])
+    gpu0 = facts["gpus"][0]
+    assert out["expected"]["h100-node"] == {"nvidia.com/gpu.shared": 4 * len(facts["gpus"])}
+    assert out["shares"]["h100-node"]["gpus"][0]["memory_per_replica_mib"] == \
+        gpu0["memory_total_bytes"] // 4 // (1024 * 1024)
+    assert out["shares"]["h100-node"]["active_thread_percentage"] == 25
+
+
+def test_simulated_mig_enabled_gpu_refuses_mps_and_counts_mig_devices(tmp_path):
+    sim = _sim(tmp_path, "hgx-h100-80gb")
+    profile = _mig_enable_with_one_instance(sim, 0)
+    facts = sim.read_all()
+    msg = errors_of([{"name": "mps", "sharing": "mps", "replicas": 2}], "mps",
+                    nodes=[{"name": "n", "gpus": facts}])
+    assert "sharing using MPS is not supported for MIG devices" in msg and "GPU(s) 0" in msg
+    mixed = build([{"name": "mixed", "mig_strategy": "mixed"}], "mixed", nodes=[{"name": "n", "gpus": facts}])
+    assert mixed["expected"]["n"] == {"nvidia.com/mig-%s" % profile: 1,
+                                      "nvidia.com/gpu": len(facts["gpus"]) - 1}
