@@ -410,7 +410,7 @@ def main():
                       "not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
-    if p["verify"] and p["verify"] and not p["nodes"]:
+    if p["verify"] and not p["nodes"]:
         errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)

@@ -27,7 +27,7 @@ options:
   labels:
     description:
       - With O(state=present), a dict of labels to set. Booleans and numbers become the strings C(true), C(false),
-        C(4) (Kubernetes label values are strings).
+        C(4) (Kubernetes label values are strings). A V(null) value removes that key.
       - With O(state=absent), the label keys to remove, as a list or as a dict whose values are ignored.
     type: raw
     default: {}
@@ -204,7 +204,10 @@ def desired_changes(current, labels, state, purge_prefix=None):
     to_set, to_remove = {}, []
     if state == "present":
         for key, value in labels.items():
-            if current.get(key) != value:
+            if value is None:
+                if key in current:
+                    to_remove.append(key)
+            elif current.get(key) != value:
                 to_set[key] = value
         if purge_prefix:
             for key in sorted(current):

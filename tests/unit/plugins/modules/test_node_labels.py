@@ -319,3 +319,12 @@ def test_https_untrusted_certificate_is_a_clear_error(tls_api):
                                             labels={"gpuops.example.com/tls": "yes"}))
     assert res["failed"] and "cannot reach the Kubernetes API" in res["msg"]
     assert "CERTIFICATE_VERIFY_FAILED" in res["msg"]
+
+
+def test_null_value_removes_with_state_present(kube_api, node):
+    res = run_module(node_labels.main, args(kube_api, labels={"gpuops.example.com/old": None,
+                                                              "gpuops.example.com/never-there": None}))
+    assert res["changed"] and res["removed"] == ["gpuops.example.com/old"] and res["set"] == {}
+    assert "gpuops.example.com/old" not in kube_api.node_labels(node)
+    assert "gpuops.example.com/never-there" not in kube_api.node_labels(node)
+    assert run_module(node_labels.main, args(kube_api, labels={"gpuops.example.com/old": None}))["changed"] is False
