@@ -455,7 +455,8 @@ def run(module):
             for d in (pipe_dir, log_dir):
                 if not os.path.isdir(d):
                     os.makedirs(d, 0o755)
-            rc, out, err = module.run_command([executable, "-d"], environ_update=daemon.env)
+            # cwd=/: the module runs in a temporary directory that is deleted when it ends
+            rc, out, err = module.run_command([executable, "-d"], environ_update=daemon.env, cwd="/")
             if rc != 0:
                 module.fail_json(msg="nvidia-cuda-mps-control -d failed (rc %d): %s" % (rc, (err or out).strip()))
         if not daemon.wait(True, p["timeout"]):
