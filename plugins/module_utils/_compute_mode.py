@@ -45,28 +45,47 @@ def describe(gpus):
 
 
 def plan(gpus, selector, mode, persistence_mode=None):
-    """Per selected GPU: what changes. Raises ComputeModeError before anything is changed.
+    """One selector, one mode: see plan_settings."""
+    return plan_settings(gpus, [{"gpus": selector, "mode": mode}], persistence_mode)
 
-    Returns {"mode": ..., "selected": [gpu...], "changes": [{"index", "uuid", "name", "compute_mode":
-    (before, after) or None, "persistence_mode": (before, after) or None}], "warnings": [...]}.
+
+def plan_settings(gpus, settings, persistence_mode=None):
+    """Per GPU: what changes, for a list of {gpus: selector, mode} (later entries win where selectors
+    overlap, so a GPU never flips between two modes within a run). Raises ComputeModeError before anything is
+    changed.
+
+    Returns {"modes": {index: mode}, "mode": the one mode when all selected GPUs share it else None,
+    "selected": [gpu...], "changes": [{"index", "uuid", "name", "compute_mode": (before, after) or None,
+    "persistence_mode": (before, after) or None}], "warnings": [...]}.
     """
-    mode = normalize_mode(mode)
+    if not isinstance(settings, (list, tuple)) or not settings:
+        raise ComputeModeError("settings must be a non-empty list of {gpus, mode}, got %r" % (settings,))
     if persistence_mode is not None and not isinstance(persistence_mode, bool):
         raise ComputeModeError("persistence_mode must be true, false or null, got %r" % (persistence_mode,))
-    chosen = select_gpus(gpus, selector)
-    if not chosen:
-        raise ComputeModeError("gpus=%s matches no GPU on this host; it has: %s (select with 'all', indices, "
-                               "UUIDs or model names)" % (selector, describe(gpus)))
-    if mode == "Exclusive_Process":
-        mig = [g for g in chosen if g.get("mig_mode_current") == "Enabled"]
-        if mig:
-            raise ComputeModeError(
-                "Exclusive_Process is not supported on a MIG-enabled GPU (NVML refuses it), and GPU(s) %s have MIG "
-                "enabled; nothing was changed. Select only GPUs without MIG, or use Default (MPS runs in Default "
-                "mode, one daemon per MIG device)" % describe(mig))
+    wanted = {}
+    for n, entry in enumerate(settings):
+        if not isinstance(entry, dict) or "mode" not in entry or set(entry) - set(["gpus", "mode"]):
+            raise ComputeModeError("settings entry %d must be a mapping with 'mode' and optional 'gpus', got %r"
+                                   % (n + 1, entry))
+        mode = normalize_mode(entry["mode"])
+        selector = entry.get("gpus", ["all"])
+        chosen = select_gpus(gpus, selector)
+        if not chosen:
+            raise ComputeModeError("gpus=%s matches no GPU on this host; it has: %s (select with 'all', indices, "
+                                   "UUIDs or model names)" % (selector, describe(gpus)))
+        for g in chosen:
+            wanted[g["index"]] = mode
+    selected = [g for g in gpus if g["index"] in wanted]
+    mig = [g for g in selected if wanted[g["index"]] == "Exclusive_Process" and g.get("mig_mode_current") == "Enabled"]
+    if mig:
+        raise ComputeModeError(
+            "Exclusive_Process is not supported on a MIG-enabled GPU (NVML refuses it), and GPU(s) %s have MIG "
+            "enabled; nothing was changed. Select only GPUs without MIG, or use Default (MPS runs in Default "
+            "mode, one daemon per MIG device)" % describe(mig))
     warnings = []
     changes = []
-    for g in chosen:
+    for g in selected:
+        mode = wanted[g["index"]]
         c = {"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": None,
              "persistence_mode": None}
         if g.get("compute_mode") != mode:
@@ -84,7 +103,9 @@ def plan(gpus, selector, mode, persistence_mode=None):
                             "there and the boot-time re-apply will fail for it" % g["index"])
         if c["compute_mode"] or c["persistence_mode"]:
             changes.append(c)
-    return {"mode": mode, "selected": chosen, "changes": changes, "warnings": warnings}
+    distinct = set(wanted.values())
+    return {"modes": wanted, "mode": distinct.pop() if len(distinct) == 1 else None, "selected": selected,
+            "changes": changes, "warnings": warnings}
 
 
 def state_view(gpus):

@@ -25,8 +25,24 @@ options:
     description:
       - The compute mode. Case does not matter. C(Exclusive_Thread) was removed from NVIDIA's drivers and
         is refused.
+      - Required unless O(settings) is given.
     type: str
-    required: true
+  settings:
+    description:
+      - Several selectors with their modes, applied as one declaration. Later entries win where selectors
+        overlap, so no GPU is switched back and forth within a run. Mutually exclusive with O(mode) and O(gpus).
+    type: list
+    elements: dict
+    suboptions:
+      gpus:
+        description: Selector, as O(gpus).
+        type: list
+        elements: str
+        default: [all]
+      mode:
+        description: Compute mode, as O(mode).
+        type: str
+        required: true
   gpus:
     description:
       - Which GPUs. C(all), or a list of indices, UUIDs (C(GPU-...)) or model names (C(NVIDIA H200) or C(H200)).
@@ -54,6 +70,13 @@ EXAMPLES = r"""
   gpuops.nvidia.compute_mode:
     gpus: [H100]
     mode: Exclusive_Process
+    persistence_mode: true
+
+- name: Default everywhere, Exclusive_Process on the H100s, in one declaration
+  gpuops.nvidia.compute_mode:
+    settings:
+      - {gpus: [all], mode: Default}
+      - {gpus: ["NVIDIA H100 80GB HBM3"], mode: Exclusive_Process}
     persistence_mode: true
 
 - name: Back to Default on GPUs 0 and 1
@@ -85,16 +108,20 @@ changes:
   sample: [{"index": 0, "uuid": "GPU-...", "name": "NVIDIA H200", "compute_mode": ["Default", "Exclusive_Process"],
             "persistence_mode": null}]
 mode:
-  description: The mode declared, in NVML's spelling.
+  description: The mode declared, in NVML's spelling (null when O(settings) give different modes).
   returned: always
   type: str
+modes:
+  description: Declared mode per selected GPU index.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
-    NVIDIA_SMI_MODE, ComputeModeError, plan, state_view)
+    NVIDIA_SMI_MODE, ComputeModeError, plan_settings, state_view)
 
 
 def report(gpus):
@@ -106,10 +133,15 @@ def report(gpus):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            mode=dict(type="str", required=True),
-            gpus=dict(type="list", elements="str", default=["all"]),
+            mode=dict(type="str"),
+            gpus=dict(type="list", elements="str"),
+            settings=dict(type="list", elements="dict", options=dict(
+                gpus=dict(type="list", elements="str", default=["all"]),
+                mode=dict(type="str", required=True))),
             persistence_mode=dict(type="bool"),
         ),
+        mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
+        required_one_of=[("settings", "mode")],
         supports_check_mode=True,
     )
     p = module.params
@@ -123,7 +155,8 @@ def main():
         except (GpuBackendError, NvmlError) as exc:
             module.fail_json(msg="cannot read the GPUs: %s" % exc)
         try:
-            todo = plan(facts["gpus"], p["gpus"], p["mode"], p["persistence_mode"])
+            settings = p["settings"] or [{"gpus": p["gpus"] or ["all"], "mode": p["mode"]}]
+            todo = plan_settings(facts["gpus"], settings, p["persistence_mode"])
         except ComputeModeError as exc:
             module.fail_json(msg=str(exc))
         selected = todo["selected"]
@@ -139,7 +172,8 @@ def main():
                     if c["persistence_mode"]:
                         g2["persistence_mode"] = c["persistence_mode"][1]
             planned.append(g2)
-        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes}
+        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes,
+                  "modes": dict((str(k), v) for k, v in todo["modes"].items())}
         if module._diff:
             result["diff"] = {"before_header": "GPU modes", "after_header": "GPU modes",
                               "before": before, "after": state_view(planned)}
@@ -170,14 +204,14 @@ def main():
                     undone.append("GPU %d %s back to %s" % (index, what, old))
                 except NvmlError as exc2:
                     failed.append("GPU %d %s: %s" % (index, what, exc2))
-            module.fail_json(msg="NVML error %s while setting %s: %s. Rolled back: %s.%s" % (
-                exc.name, todo["mode"], exc, ", ".join(undone) or "nothing was changed before",
+            module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
+                exc.name, exc, ", ".join(undone) or "nothing was changed before",
                 (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes)
 
         after = backend.read_all()
         by_index = dict((g["index"], g) for g in after["gpus"])
         now = [by_index[g["index"]] for g in selected]
-        wrong = [g for g in now if g.get("compute_mode") != todo["mode"]
+        wrong = [g for g in now if g.get("compute_mode") != todo["modes"][g["index"]]
                  or (p["persistence_mode"] is not None and bool(g.get("persistence_mode")) != p["persistence_mode"])]
         if wrong:
             module.fail_json(msg="after setting, GPU(s) %s do not report the declared modes: %s"

@@ -85,3 +85,25 @@ def test_bad_persistence_value():
 
 def test_state_view():
     assert state_view([gpu(3, persistence=False)]) == {"3": {"compute_mode": "Default", "persistence_mode": False}}
+
+
+def test_settings_later_entries_win_and_nothing_flips():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import plan_settings
+    gpus = [gpu(0, mode="Exclusive_Process"), gpu(1, name="NVIDIA L40S")]
+    out = plan_settings(gpus, [{"gpus": ["all"], "mode": "Default"}, {"gpus": ["0"], "mode": "Exclusive_Process"}])
+    assert out["modes"] == {0: "Exclusive_Process", 1: "Default"} and out["mode"] is None
+    assert out["changes"] == []  # GPU 0 is not sent to Default and back
+
+
+@pytest.mark.parametrize("settings,fragment", [
+    ([], "non-empty list"),
+    ([{"gpus": ["all"]}], "must be a mapping with 'mode'"),
+    ([{"mode": "Default", "gpu": ["0"]}], "must be a mapping with 'mode'"),
+    ([{"mode": "Default"}, {"gpus": ["7"], "mode": "Default"}], "gpus=['7'] matches no GPU"),
+    ([{"mode": "Default"}, {"gpus": ["1"], "mode": "Exclusive_Process"}], "MIG-enabled"),
+])
+def test_bad_settings(settings, fragment):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import plan_settings
+    with pytest.raises(ComputeModeError) as err:
+        plan_settings([gpu(0), gpu(1, mig="Enabled")], settings)
+    assert fragment in str(err.value)

@@ -131,3 +131,23 @@ def test_busy_gpu_gives_a_warning(tmp_path):
     r, proc = run_module(MODULE, {"gpus": ["0"], "mode": "Prohibited"}, env=env)
     assert r["changed"] is True
     assert "PIDs 4242" in json.dumps(r.get("warnings", [])) + proc.stdout + proc.stderr
+
+
+def test_settings_resolve_overlaps_in_one_declaration(tmp_path):
+    backend, env = sim(tmp_path)
+    args = {"settings": [{"gpus": ["all"], "mode": "Default"}, {"gpus": ["2", "3"], "mode": "Exclusive_Process"}]}
+    r, _ = run_module(MODULE, args, env=env)
+    assert r["changed"] and r["mode"] is None and r["modes"]["2"] == "Exclusive_Process"
+    r, _ = run_module(MODULE, args, env=env)
+    assert r["changed"] is False
+    assert [c["args"] for c in calls(env)] == [{"index": 2, "mode": "Exclusive_Process"},
+                                               {"index": 3, "mode": "Exclusive_Process"}]
+
+
+def test_settings_and_mode_are_exclusive(tmp_path):
+    backend, env = sim(tmp_path, "l40s-x2")
+    r, _ = run_module(MODULE, {"settings": [{"mode": "Default"}], "mode": "Default"}, env=env)
+    assert r["failed"] and "mutually exclusive" in r["msg"]
+    r, _ = run_module(MODULE, {"gpus": ["0"]}, env=env)
+    assert r["failed"] and "one of the following is required: settings, mode" in r["msg"]
+    assert calls(env) == []
