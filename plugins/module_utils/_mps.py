@@ -160,14 +160,12 @@ def parse_mem_answer(text):
 
 
 def parse_pid_list(text, what="get_server_list"):
+    """PIDs, one per line (whitespace-separated also accepted); anything else is an error, never guessed."""
     pids = []
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if not re.match(r"^[0-9]+$", line):
+    for token in (text or "").split():
+        if not re.match(r"^[0-9]+$", token):
             raise MpsError("cannot read the daemon's answer to %s: %r" % (what, text))
-        pids.append(int(line))
+        pids.append(int(token))
     return pids
 
 

@@ -46,9 +46,9 @@ options:
   gpus:
     description:
       - Which GPUs. C(all), or a list of indices, UUIDs (C(GPU-...)) or model names (C(NVIDIA H200) or C(H200)).
+      - All GPUs when not given.
     type: list
     elements: str
-    default: [all]
   persistence_mode:
     description: Also set persistence mode on the selected GPUs; left as it is when not given.
     type: bool

@@ -217,7 +217,15 @@ class Daemon(object):
         return self.must(command)
 
     def running(self):
-        return self.ask("get_server_list")[0] == 0
+        """A daemon answers on the pipe: exit status 0 and a PID list (not an error text printed with 0)."""
+        rc, out, err = self.ask("get_server_list")
+        if rc != 0:
+            return False
+        try:
+            parse_pid_list(out)
+        except MpsError:
+            return False
+        return True
 
     def wait(self, up, timeout):
         deadline = time.time() + timeout
@@ -245,8 +253,12 @@ class Daemon(object):
                 unreadable[index] = (out or err).strip()
         servers = []
         for pid in parse_pid_list(self.must("get_server_list")):
+            # Unknown clients are never taken for none: stop/restart decisions depend on this list.
             rc, out, err = self.ask("get_client_list %d" % pid)
-            clients = parse_pid_list(out, "get_client_list %d" % pid) if rc == 0 else []
+            if rc != 0:
+                raise MpsError("cannot list the clients of MPS server %d (rc %d): %s"
+                               % (pid, rc, (err or out).strip()))
+            clients = parse_pid_list(out, "get_client_list %d" % pid)
             servers.append({"pid": pid, "clients": clients})
         return pct, limits, unreadable, servers
 
@@ -382,7 +394,7 @@ def run(module):
                 else:
                     actions.append("restart %s.service" % name)
             commands = plan_defaults(pct, limits, current[0], current[1])
-            if commands and [s for s in servers]:
+            if commands and servers:
                 warnings.append("%d MPS server(s) already run (PIDs %s): they keep the limits they started with; "
                                 "new defaults apply to servers started after their clients exit"
                                 % (len(servers), ", ".join(str(s["pid"]) for s in servers)))

@@ -115,3 +115,7 @@ def test_plan_sends_only_what_differs():
 
 def test_mib_text():
     assert (mib_text(8192), mib_text(4606), mib_text(None)) == ("8G", "4606M", None)
+
+
+def test_pid_list_whitespace_separated():
+    assert parse_pid_list("4242 4243") == [4242, 4243]

@@ -256,3 +256,11 @@ def test_systemd_stop_and_disable(host):
     assert r["changed"] and r["actions"] == ["stop gpuops-mps-control.service", "disable gpuops-mps-control.service"]
     assert host.state()["running"] is False and r["enabled"] is False
     assert host.run(state="stopped")["changed"] is False
+
+
+def test_unreadable_client_list_is_never_taken_for_idle(host):
+    host.run(service_manager="none")
+    host.edit_state(servers={"4242": ["x"]})  # the stand-in then prints a non-PID client list
+    r = host.run(service_manager="none", state="stopped")
+    assert r.get("failed") and "get_client_list 4242" in r["msg"]
+    assert host.state()["running"] is True
