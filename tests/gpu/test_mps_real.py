@@ -70,6 +70,7 @@ def _client(env_extra, pipe):
     for k in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_VISIBLE_DEVICES"):
         env.pop(k, None)
     env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # device 0 = nvidia-smi's GPU 0
     env.update(env_extra)
     r = subprocess.run([sys.executable, CLIENT] + [str(s) for s in SIZES], env=env, capture_output=True,
                        text=True, timeout=600)
@@ -138,8 +139,14 @@ def test_mps_caps_hold_through_the_module(capsys):
                        if e[0] == "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
         env_pct = dict(e for e in [(x["name"], x["value"]) for x in lowered["env"]]
                        if e[0] == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+        uuid0 = modes_before[0][1]
+        by_uuid = workload_limits(pinned_device_mem_limit={uuid0: "4G"},
+                                  gpus=[{"index": 0, "uuid": uuid0, "name": "GPU 0", "memory_total_mib": 1}])
+        env_uuid = dict((x["name"], x["value"]) for x in by_uuid["env"])
         cases += [
             ("client lowers memory", env_mem, pipe,
+             lambda r: r["free_gib"] < 4.5 and r["allocations"]["2.0"] == "ok" and r["allocations"]["6.0"] == "OOM"),
+            ("client lowers memory by UUID", env_uuid, pipe,
              lambda r: r["free_gib"] < 4.5 and r["allocations"]["2.0"] == "ok" and r["allocations"]["6.0"] == "OOM"),
             ("client lowers threads", env_pct, pipe,
              lambda r: r["sms"] < full_sms * 0.2 and r["allocations"]["12.0"] == "OOM"),
@@ -162,6 +169,8 @@ def test_mps_caps_hold_through_the_module(capsys):
                            timeout=30)
         modes_after = _gpu_modes()
         report = _table(rows) if rows else "(no readings)"
+        if started and not started.get("_failed"):
+            report += "\n\nmps_control reported in force: %s" % json.dumps(started.get("limits"))
         report += "\n\nGPU modes before: %s\nGPU modes after:  %s\nstop: changed=%s failed=%s" % (
             modes_before, modes_after, stop.get("changed"), stop["_failed"])
         out_dir = os.environ.get("OUT") or os.environ.get("GPUOPS_GPU_REPORT_DIR")
