@@ -212,8 +212,8 @@ def _parse_device(key, gpus, where):
         index = int(key)
         if gpus and by_index and index >= len(by_index):
             raise LimitError("%s: device index %d does not exist: this node has %d GPU(s), indices 0..%d "
-                             "(indices count the GPUs the workload sees)" % (where, index, len(by_index),
-                                                                            len(by_index) - 1))
+                             "(indices count the GPUs the workload sees)"
+                             % (where, index, len(by_index), len(by_index) - 1))
         return ("index", index)
     if _re.match(r"^-?[0-9]+$", key):
         raise LimitError("%s: device index %r is not valid: use 0, 1, 2 ... without signs or leading zeros"

@@ -11,7 +11,8 @@ DOCUMENTATION = r"""
 module: compute_mode
 short_description: Set the compute mode (and optionally persistence mode) of NVIDIA GPUs
 version_added: 0.1.0
-author: gpuops.nvidia contributors
+author:
+  - gpuops.nvidia developers (@gpuops)
 description:
   - Sets C(Default), C(Exclusive_Process) or C(Prohibited) on the GPUs a selector picks, through NVML.
   - Idempotent; GPUs already in the declared mode are not touched (no NVML setter is called).
@@ -52,6 +53,8 @@ options:
   persistence_mode:
     description: Also set persistence mode on the selected GPUs; left as it is when not given.
     type: bool
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
     support: full

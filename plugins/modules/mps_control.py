@@ -11,7 +11,8 @@ DOCUMENTATION = r"""
 module: mps_control
 short_description: Run the NVIDIA CUDA MPS control daemon with declared default limits
 version_added: 0.1.0
-author: gpuops.nvidia contributors
+author:
+  - gpuops.nvidia developers (@gpuops)
 description:
   - Runs C(nvidia-cuda-mps-control) as a systemd service (or, with O(service_manager=none), as a plain
     background daemon) with its own pipe and log directories, and sets the daemon's default active-thread
@@ -94,6 +95,8 @@ options:
     description: Seconds to wait for the daemon to answer after a start, or to go away after a stop.
     type: int
     default: 30
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
     support: full

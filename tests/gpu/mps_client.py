@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """MPS client probe for tests/gpu/test_mps_real.py (needs PyTorch and a CUDA GPU).
 
 Prints one JSON line: what device 0 looks like from inside this process (SM count, total and free memory) and

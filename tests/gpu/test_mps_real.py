@@ -37,7 +37,7 @@ def _collections_dir(tmp):
 def _gpu_modes():
     """Read-only: per GPU index, (compute mode, MIG mode, persistence mode, SM-independent identity)."""
     r = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,compute_mode,mig.mode.current,persistence_mode",
-                        "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
+                        "--format=csv,noheader"], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     return [tuple(x.strip() for x in line.split(",")) for line in r.stdout.strip().splitlines()]
 
@@ -54,9 +54,9 @@ def _module(collections, check=False, **args):
            "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
-    if subprocess.run([sys.executable, "-c", "import ansible"], capture_output=True).returncode == 0:
+    if subprocess.run([sys.executable, "-c", "import ansible"], capture_output=True, check=False).returncode == 0:
         cmd += ["-e", "ansible_python_interpreter=%s" % sys.executable]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     head, sep, body = r.stdout.rpartition("localhost | ")
     assert sep, "ansible gave no result:\n" + r.stdout + r.stderr
     result = json.loads(body.split("=>", 1)[1])
@@ -73,7 +73,7 @@ def _client(env_extra, pipe):
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # device 0 = nvidia-smi's GPU 0
     env.update(env_extra)
     r = subprocess.run([sys.executable, CLIENT] + [str(s) for s in SIZES], env=env, capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=600, check=False)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines, "client printed nothing:\n" + r.stdout + r.stderr
     return json.loads(lines[-1])
@@ -115,7 +115,7 @@ def test_mps_caps_hold_through_the_module(capsys):
         planned = _module(collections, check=True, **args)
         assert not planned["_failed"] and planned["changed"] is True, planned["_output"]
         assert subprocess.run(["nvidia-cuda-mps-control"], input="get_server_list\n", env=env_pipe,
-                              capture_output=True, text=True, timeout=30).returncode != 0, "check mode started it"
+                              capture_output=True, text=True, timeout=30, check=False).returncode != 0, "check mode started it"
         started = _module(collections, **args)
         assert not started["_failed"], started["_output"]
         assert started["changed"] is True
@@ -163,10 +163,10 @@ def test_mps_caps_hold_through_the_module(capsys):
             (k, v) for k, v in args.items() if k in ("service_manager", "pipe_directory", "log_directory")))
         env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=log)
         still = subprocess.run(["nvidia-cuda-mps-control"], input="get_server_list\n", env=env,
-                               capture_output=True, text=True, timeout=30)
+                               capture_output=True, text=True, timeout=30, check=False)
         if still.returncode == 0:  # the module could not stop it: do it by hand, never leave it behind
             subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, capture_output=True, text=True,
-                           timeout=30)
+                           timeout=30, check=False)
         modes_after = _gpu_modes()
         report = _table(rows) if rows else "(no readings)"
         if started and not started.get("_failed"):

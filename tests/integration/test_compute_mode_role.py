@@ -33,12 +33,12 @@ def test_role_sets_modes_and_installs_the_boot_unit(tmp_path):
     extra = {"unit_dir": str(tmp_path), "ansible_python_interpreter": __import__("sys").executable}
     unit = tmp_path / "gpuops-compute-mode.service"
 
-    _, proc = run_playbook(str(play), inventory="localhost,", extra_vars=extra, env=env, check=True)
+    _data, proc = run_playbook(str(play), inventory="localhost,", extra_vars=extra, env=env, check=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not unit.exists()
     assert [c for c in json.load(open(state))["call_log"] if "call" in c] == []
 
-    _, proc = run_playbook(str(play), inventory="localhost,", extra_vars=extra, env=env)
+    _data, proc = run_playbook(str(play), inventory="localhost,", extra_vars=extra, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sim = SimulatedBackend(state)
     gpus = sim.read_all()["gpus"]

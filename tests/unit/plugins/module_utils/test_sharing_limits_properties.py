@@ -8,7 +8,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import (
     LimitError, parse_mem_limit, render_mem_limit)
 
 
-
 def _hex(n):
     return st.text(alphabet="0123456789abcdef", min_size=n, max_size=n)
 

@@ -30,19 +30,19 @@ def modes(backend):
 def test_check_apply_again(tmp_path):
     backend, env = sim(tmp_path)
     args = {"gpus": ["NVIDIA H100 80GB HBM3"], "mode": "Exclusive_Process"}
-    r, _ = run_module(MODULE, args, env=env, check=True, diff=True)
+    r, _proc = run_module(MODULE, args, env=env, check=True, diff=True)
     assert r["changed"] is True and [c["index"] for c in r["changes"]] == [2, 3]
     assert r["diff"]["before"]["2"]["compute_mode"] == "Default"
     assert r["diff"]["after"]["2"]["compute_mode"] == "Exclusive_Process"
     assert [g["compute_mode"] for g in r["gpus"]] == ["Exclusive_Process"] * 2  # as it would be
     assert calls(env) == [] and modes(backend) == ["Default"] * 5
 
-    r, _ = run_module(MODULE, args, env=env, diff=True)
+    r, _proc = run_module(MODULE, args, env=env, diff=True)
     assert r["changed"] is True
     assert modes(backend) == ["Default", "Default", "Exclusive_Process", "Exclusive_Process", "Default"]
     assert [(c["call"], c["args"]["index"]) for c in calls(env)] == [("set_compute_mode", 2), ("set_compute_mode", 3)]
 
-    r, _ = run_module(MODULE, args, env=env, diff=True)
+    r, _proc = run_module(MODULE, args, env=env, diff=True)
     assert r["changed"] is False and r["changes"] == []
     assert len(calls(env)) == 2  # no new mutating call
 
@@ -50,7 +50,7 @@ def test_check_apply_again(tmp_path):
 @pytest.mark.parametrize("check", [False, True])
 def test_declared_equal_state_makes_no_call(tmp_path, check):
     backend, env = sim(tmp_path, "hgx-h200")
-    r, _ = run_module(MODULE, {"mode": "default", "persistence_mode": True}, env=env, check=check)
+    r, _proc = run_module(MODULE, {"mode": "default", "persistence_mode": True}, env=env, check=check)
     assert r["changed"] is False and r["mode"] == "Default" and len(r["gpus"]) == 8
     assert calls(env) == []
 
@@ -61,13 +61,13 @@ def test_exclusive_process_on_mig_is_refused_before_any_change(tmp_path):
     backend.reset_gpu(0)
     backend.clear_call_log()
     assert backend.read_gpu(0)["mig_mode_current"] == "Enabled"
-    r, _ = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
+    r, _proc = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
     assert r["failed"] is True
     assert "not supported on a MIG-enabled GPU" in r["msg"] and "nothing was changed" in r["msg"]
     assert calls(env) == []  # not even the GPUs without MIG were touched
     assert modes(backend) == ["Default"] * 5
     # Default and Prohibited are fine there
-    r, _ = run_module(MODULE, {"gpus": ["0"], "mode": "Prohibited"}, env=env)
+    r, _proc = run_module(MODULE, {"gpus": ["0"], "mode": "Prohibited"}, env=env)
     assert r["changed"] is True and modes(backend)[0] == "Prohibited"
 
 
@@ -76,7 +76,7 @@ def test_exclusive_process_on_mig_is_refused_before_any_change(tmp_path):
                                            ("3", "not nvidia-smi's number")])
 def test_unknown_mode_names_are_refused(tmp_path, mode, fragment):
     backend, env = sim(tmp_path, "l40s-x2")
-    r, _ = run_module(MODULE, {"mode": mode}, env=env)
+    r, _proc = run_module(MODULE, {"mode": mode}, env=env)
     assert r["failed"] is True and fragment in r["msg"]
     assert "valid: Default, Exclusive_Process, Prohibited" in r["msg"]
     assert calls(env) == []
@@ -86,7 +86,7 @@ def test_unknown_mode_names_are_refused(tmp_path, mode, fragment):
                                                (["A100-SXM4-80GB", "4"], [0, 1, 4])])
 def test_selectors(tmp_path, selector, expected):
     backend, env = sim(tmp_path)
-    r, _ = run_module(MODULE, {"gpus": selector, "mode": "Prohibited"}, env=env)
+    r, _proc = run_module(MODULE, {"gpus": selector, "mode": "Prohibited"}, env=env)
     assert [g["index"] for g in r["gpus"]] == expected
     assert [c["args"]["index"] for c in calls(env)] == expected
 
@@ -94,9 +94,9 @@ def test_selectors(tmp_path, selector, expected):
 def test_selecting_by_uuid_and_no_match(tmp_path):
     backend, env = sim(tmp_path)
     uuid = backend.read_gpu(3)["uuid"]
-    r, _ = run_module(MODULE, {"gpus": [uuid], "mode": "Exclusive_Process"}, env=env)
+    r, _proc = run_module(MODULE, {"gpus": [uuid], "mode": "Exclusive_Process"}, env=env)
     assert [g["index"] for g in r["gpus"]] == [3] and r["changed"]
-    r, _ = run_module(MODULE, {"gpus": ["B200"], "mode": "Default"}, env=env)
+    r, _proc = run_module(MODULE, {"gpus": ["B200"], "mode": "Default"}, env=env)
     assert r["failed"] and "matches no GPU" in r["msg"]
 
 
@@ -108,7 +108,7 @@ def test_reboot_resets_and_the_next_run_reapplies_with_persistence(tmp_path):
     gpus = backend.read_all()["gpus"]
     assert {g["compute_mode"] for g in gpus} == {"Default"} and {g["persistence_mode"] for g in gpus} == {False}
     before = len(calls(env))
-    r, _ = run_module(MODULE, args, env=env)
+    r, _proc = run_module(MODULE, args, env=env)
     assert r["changed"] is True
     assert r["changes"][0]["persistence_mode"] == [False, True]
     new = [c["call"] for c in calls(env)[before:]]
@@ -119,7 +119,7 @@ def test_reboot_resets_and_the_next_run_reapplies_with_persistence(tmp_path):
 def test_failure_midway_rolls_back_what_was_changed(tmp_path):
     backend, env = sim(tmp_path, "a30-x4")
     backend.inject_fault(3, "NO_PERMISSION", call="set_compute_mode")
-    r, _ = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
+    r, _proc = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
     assert r["failed"] is True
     assert "NO_PERMISSION" in r["msg"] and "Rolled back: GPU 1 compute_mode back to Default" in r["msg"]
     assert modes(backend) == ["Default"] * 4  # not half-configured
@@ -136,9 +136,9 @@ def test_busy_gpu_gives_a_warning(tmp_path):
 def test_settings_resolve_overlaps_in_one_declaration(tmp_path):
     backend, env = sim(tmp_path)
     args = {"settings": [{"gpus": ["all"], "mode": "Default"}, {"gpus": ["2", "3"], "mode": "Exclusive_Process"}]}
-    r, _ = run_module(MODULE, args, env=env)
+    r, _proc = run_module(MODULE, args, env=env)
     assert r["changed"] and r["mode"] is None and r["modes"]["2"] == "Exclusive_Process"
-    r, _ = run_module(MODULE, args, env=env)
+    r, _proc = run_module(MODULE, args, env=env)
     assert r["changed"] is False
     assert [c["args"] for c in calls(env)] == [{"index": 2, "mode": "Exclusive_Process"},
                                                {"index": 3, "mode": "Exclusive_Process"}]
@@ -146,8 +146,8 @@ def test_settings_resolve_overlaps_in_one_declaration(tmp_path):
 
 def test_settings_and_mode_are_exclusive(tmp_path):
     backend, env = sim(tmp_path, "l40s-x2")
-    r, _ = run_module(MODULE, {"settings": [{"mode": "Default"}], "mode": "Default"}, env=env)
+    r, _proc = run_module(MODULE, {"settings": [{"mode": "Default"}], "mode": "Default"}, env=env)
     assert r["failed"] and "mutually exclusive" in r["msg"]
-    r, _ = run_module(MODULE, {"gpus": ["0"]}, env=env)
+    r, _proc = run_module(MODULE, {"gpus": ["0"]}, env=env)
     assert r["failed"] and "one of the following is required: settings, mode" in r["msg"]
     assert calls(env) == []
