@@ -197,3 +197,15 @@ def parse_amount_mib(text):
     if not m:
         raise MpsError("not a daemon memory amount: %r" % text)
     return int(m.group(1)) * (1024 if m.group(2) == "G" else 1)
+
+
+def unit_setting(unit_text, key):
+    """From a unit this module rendered: the value of Environment=<key>=..., or of ExecStart= (its program)."""
+    if not unit_text:
+        return None
+    for line in unit_text.splitlines():
+        if key == "ExecStart" and line.startswith("ExecStart="):
+            return line[len("ExecStart="):].split(" ")[0]
+        if line.startswith("Environment=%s=" % key):
+            return line[len("Environment=%s=" % key):]
+    return None

@@ -25,7 +25,9 @@ description:
   - With systemd the defaults are also written into the unit (C(ExecStartPost)), so a restart or a reboot
     brings them back before clients connect. The daemon itself forgets them when it stops.
   - Never stops or restarts a daemon with connected clients unless O(force=true), because that would break running
-    workloads. A unit change that needs a restart is then reported as RV(restart_pending).
+    workloads. When the unit would need a restart (other directories or executable) while clients are
+    connected, nothing is changed and RV(restart_pending) is true; a later run restarts it once the clients are
+    gone. A restart stops the daemon with the unit that started it, then starts it with the new one.
   - MPS runs in the C(Default) compute mode; this module does not change compute mode, MIG mode or
     persistence mode.
 options:
@@ -177,7 +179,8 @@ actions:
   type: list
   elements: str
 restart_pending:
-  description: The unit changed in a way that needs a restart, which was not done because clients are connected.
+  description: The unit needs a restart (other directories or executable) that was not done, and nothing was
+    changed, because clients are connected.
   returned: always
   type: bool
 unit_path:
@@ -193,7 +196,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
     MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
-    parse_mem_answer, parse_percentage_answer, parse_pid_list, plan_defaults, render_unit, restart_relevant)
+    parse_mem_answer, parse_percentage_answer, parse_pid_list, plan_defaults, render_unit, restart_relevant,
+    unit_setting)
 
 
 class Daemon(object):
@@ -323,100 +327,110 @@ def run(module):
         module.fail_json(msg="executable %s is not an executable file" % executable)
     systemd = p["service_manager"] == "systemd"
     state = p["state"]
-    daemon = Daemon(module, executable, pipe_dir, log_dir)
+    daemon = Daemon(module, executable, pipe_dir, log_dir)  # the daemon as declared
+    live = daemon  # the daemon in force now (with systemd: as the active unit started it)
     result = {"changed": False, "actions": [], "commands": [], "restart_pending": False}
     warnings = []
+    indices = set(limits) | gpu_indices_on_host()
 
     # ---- read ---------------------------------------------------------------------------------------------
-    indices = set(limits) | gpu_indices_on_host()
-    running = daemon.running()
-    before = {"running": running}
-    current = (None, dict((i, None) for i in indices), {}, [])
-    if running:
-        try:
-            current = daemon.read(indices)
-        except MpsError as e:
-            module.fail_json(msg=str(e))
-    before.update(limits_report(current[0], current[1]))
-    servers = current[3]
-
-    unit_path = old_unit = new_unit = systemctl = None
+    unit_path = old_unit = new_unit = systemctl = unit = None
     active = enabled = False
     if systemd:
         systemctl = module.get_bin_path("systemctl", required=True)
-        unit_path = os.path.join(p["unit_directory"], name + ".service")
+        unit = name + ".service"
+        unit_path = os.path.join(p["unit_directory"], unit)
         result["unit_path"] = unit_path
         old_unit = read_text(unit_path)
-        unit = name + ".service"
         active = module.run_command([systemctl, "is-active", unit])[1].strip() == "active"
         enabled = module.run_command([systemctl, "is-enabled", unit])[1].strip() == "enabled"
-        before["enabled"] = enabled
-        if running and not active:
-            module.fail_json(msg="an MPS control daemon that %s did not start already answers on %s; stop it "
-                                 "(echo quit | nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose "
-                                 "another pipe_directory" % (unit, pipe_dir, pipe_dir))
         new_unit = render_unit(executable, pipe_dir, log_dir, pct, limits,
                                mkdir=module.get_bin_path("mkdir", required=True),
                                sh=module.get_bin_path("sh", required=True))
+        old_pipe = unit_setting(old_unit, "CUDA_MPS_PIPE_DIRECTORY")
+        if active and old_pipe and old_pipe != pipe_dir:
+            live = Daemon(module, unit_setting(old_unit, "ExecStart") or executable, old_pipe,
+                          unit_setting(old_unit, "CUDA_MPS_LOG_DIRECTORY") or log_dir)
+        if not active and daemon.running():
+            module.fail_json(msg="an MPS control daemon that %s did not start already answers on %s; stop it "
+                                 "(echo quit | nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose "
+                                 "another pipe_directory" % (unit, pipe_dir, pipe_dir))
+        running = active and live.running()
+    else:
+        running = daemon.running()
+    current = (None, dict((i, None) for i in indices), {}, [])
+    if running:
+        try:
+            current = live.read(indices)
+        except MpsError as e:
+            module.fail_json(msg=str(e))
+    servers = current[3]
+    clients = busy_clients(servers)
+    before = {"running": running}
+    before.update(limits_report(current[0], current[1]))
+    if systemd:
+        before["enabled"] = enabled
 
     # ---- plan ---------------------------------------------------------------------------------------------
     actions = []
     commands = []
     after = dict(before)
-    clients = busy_clients(servers)
+    write = False
     if state == "stopped":
-        if running:
+        if running or (systemd and active):
             if clients and not p["force"]:
                 module.fail_json(msg="not stopping the MPS control daemon on %s: %d client process(es) are "
                                      "connected (PIDs %s); stopping it would break them. Stop them first, or "
-                                     "set force=true" % (pipe_dir, len(clients), ", ".join(map(str, clients))),
-                                 servers=servers)
-            actions.append("stop %s" % (name + ".service" if systemd else "daemon (quit)"))
+                                     "set force=true" % (live.env["CUDA_MPS_PIPE_DIRECTORY"], len(clients),
+                                                         ", ".join(map(str, clients))), servers=servers)
+            actions.append("stop %s" % (unit if systemd else "daemon (quit)"))
         if systemd and enabled:
-            actions.append("disable %s.service" % name)
+            actions.append("disable %s" % unit)
         after = {"running": False, "active_thread_percentage": None, "pinned_device_mem_limit": {}}
         if systemd:
             after["enabled"] = False
     else:
-        unit_changed = systemd and old_unit != new_unit
-        if unit_changed:
-            actions.append("write %s" % unit_path)
-            actions.append("systemctl daemon-reload")
-        if systemd and p["enabled"] != enabled:
-            actions.append("%s %s.service" % ("enable" if p["enabled"] else "disable", name))
-        if not running:
-            actions.append("start %s" % (name + ".service" if systemd else "daemon (-d)"))
-            commands = default_commands(pct, limits)
+        # A restart is needed when the active unit runs with other paths than declared, or does not answer.
+        restart = systemd and active and (not running or restart_relevant(old_unit) != restart_relevant(new_unit))
+        if restart and clients and not p["force"]:
+            # Change nothing: the unit keeps describing the daemon in force, and the next run restarts it.
+            result["restart_pending"] = True
+            warnings.append("%s needs a restart (its directories or executable change) but %d client process(es) "
+                            "are connected (PIDs %s); nothing was changed. Run again when they are done, or with "
+                            "force=true" % (unit, len(clients), ", ".join(map(str, clients))))
         else:
-            if unit_changed and restart_relevant(old_unit) != restart_relevant(new_unit):
-                if clients and not p["force"]:
-                    result["restart_pending"] = True
-                    warnings.append("%s changed but was not restarted: %d client process(es) are connected (PIDs "
-                                    "%s). Restart it when they are done, or run again with force=true"
-                                    % (unit_path, len(clients), ", ".join(map(str, clients))))
-                else:
-                    actions.append("restart %s.service" % name)
-            commands = plan_defaults(pct, limits, current[0], current[1])
-            if commands and servers:
-                warnings.append("%d MPS server(s) already run (PIDs %s): they keep the limits they started with; "
-                                "new defaults apply to servers started after their clients exit"
-                                % (len(servers), ", ".join(str(s["pid"]) for s in servers)))
-        after["running"] = True
-        want_pct = pct if pct is not None else (current[0] if running else 100.0)
-        want_limits = dict(current[1])
-        want_limits.update(dict((i, int(v[:-1]) * (1024 if v.endswith("G") else 1)) for i, v in limits.items()))
-        after.update(limits_report(float(want_pct) if want_pct is not None else None, want_limits))
-        if systemd:
-            after["enabled"] = p["enabled"]
-    if any(a.startswith("restart") for a in actions):
-        commands = default_commands(pct, limits)  # ExecStartPost sets them; read back below
+            write = systemd and old_unit != new_unit
+            if write:
+                actions += ["write %s" % unit_path, "systemctl daemon-reload"]
+            if systemd and p["enabled"] != enabled:
+                actions.append("%s %s" % ("enable" if p["enabled"] else "disable", unit))
+            if restart:
+                actions.append("restart %s" % unit)
+                commands = default_commands(pct, limits)  # the unit's ExecStartPost sets them
+            elif not running:
+                actions.append("start %s" % (unit if systemd else "daemon (-d)"))
+                commands = default_commands(pct, limits)
+            else:
+                commands = plan_defaults(pct, limits, current[0], current[1])
+                if commands and servers:
+                    warnings.append("%d MPS server(s) already run (PIDs %s): they keep the limits they started "
+                                    "with; new defaults apply to servers started after their clients exit"
+                                    % (len(servers), ", ".join(str(s["pid"]) for s in servers)))
+            fresh = restart or not running
+            after["running"] = True
+            want_pct = pct if pct is not None else (100.0 if fresh else current[0])
+            want_limits = dict((i, None) for i in indices) if fresh else dict(current[1])
+            want_limits.update(dict((i, int(v[:-1]) * (1024 if v.endswith("G") else 1)) for i, v in limits.items()))
+            after.update(limits_report(float(want_pct) if want_pct is not None else None, want_limits))
+            if systemd:
+                after["enabled"] = p["enabled"]
     result["actions"] = actions
     result["commands"] = commands
     changed = bool(actions or commands)
     result["changed"] = changed
 
     diff = []
-    if systemd and state == "started" and old_unit != new_unit:
+    if write:
         diff.append({"before_header": unit_path, "after_header": unit_path,
                      "before": old_unit or "", "after": new_unit})
     if before != after:
@@ -436,8 +450,6 @@ def run(module):
         return result
 
     # ---- apply --------------------------------------------------------------------------------------------
-    unit = (name + ".service") if systemd else None
-
     def systemctl_do(*args):
         rc, out, err = module.run_command([systemctl] + list(args))
         if rc != 0:
@@ -445,27 +457,32 @@ def run(module):
                              actions=actions)
 
     if state == "stopped":
-        if running:
+        if running or (systemd and active):
             if systemd:
                 systemctl_do("stop", unit)
             else:
                 daemon.send("quit")
-            if not daemon.wait(False, p["timeout"]):
+            if not live.wait(False, p["timeout"]):
                 module.fail_json(msg="the MPS control daemon on %s still answers %d s after the stop"
-                                 % (pipe_dir, p["timeout"]), actions=actions)
+                                 % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
         if systemd and enabled:
             systemctl_do("disable", unit)
     else:
         if systemd:
-            if old_unit != new_unit:
+            restart = "restart %s" % unit in actions
+            if restart:
+                # Stop with the unit that started the daemon (its ExecStop knows the old pipe), then start anew.
+                systemctl_do("stop", unit)
+                if not live.wait(False, p["timeout"]):
+                    module.fail_json(msg="the MPS control daemon on %s still answers %d s after the stop"
+                                     % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
+            if write:
                 result["backup_file"] = write_unit(module, unit_path, new_unit, p["backup"])
                 systemctl_do("daemon-reload")
             if p["enabled"] != enabled:
                 systemctl_do("enable" if p["enabled"] else "disable", unit)
-            if not running:
+            if restart or not running:
                 systemctl_do("start", unit)
-            elif any(a.startswith("restart") for a in actions):
-                systemctl_do("restart", unit)
         elif not running:
             for d in (pipe_dir, log_dir):
                 if not os.path.isdir(d):
@@ -477,7 +494,7 @@ def run(module):
         if not daemon.wait(True, p["timeout"]):
             module.fail_json(msg="the MPS control daemon on %s does not answer %d s after the start; see %s"
                              % (pipe_dir, p["timeout"], log_dir), actions=actions)
-        # systemd's ExecStartPost has set the defaults on a start; setting again what already is set is skipped.
+        # On a systemd start the unit's ExecStartPost has set the defaults; only what differs is sent.
         try:
             now = daemon.read(indices)
         except MpsError as e:

@@ -229,18 +229,39 @@ def test_systemd_defaults_change_is_applied_live_without_restart(host):
 
 def test_systemd_path_change_restarts_only_when_idle(host, tmp_path):
     host.run(**LIMITS)
+    unit_file = os.path.join(host.units, "gpuops-mps-control.service")
+    with open(unit_file) as f:
+        first = f.read()
     host.edit_state(servers={"4242": [5000]})
     other_log = str(tmp_path / "log2")
     r = host.run(log_directory=other_log, **LIMITS)
-    assert r["restart_pending"] is True and "was not restarted" in r["_stderr"]
+    # busy: nothing changes, the unit keeps describing the daemon in force, the restart stays pending
+    assert r["restart_pending"] is True and r["changed"] is False and "nothing was changed" in r["_stderr"]
+    with open(unit_file) as f:
+        assert f.read() == first
     assert host.state()["call_log"].count("-d") == 1
-    host.edit_state(servers={})
+    host.edit_state(servers={"4242": []})  # the clients are gone: the next run restarts
     r = host.run(log_directory=other_log, **LIMITS)
-    assert r["changed"] is False  # unit already written; nothing left to do but the restart
-    host.edit_state(servers={"4242": []})
-    r = host.run(log_directory=str(tmp_path / "log3"), **LIMITS)
-    assert "restart gpuops-mps-control.service" in r["actions"]
-    assert host.state()["call_log"].count("-d") == 2
+    assert r["changed"] and "restart gpuops-mps-control.service" in r["actions"]
+    assert host.state()["call_log"].count("-d") == 2 and host.state()["log_dir"] == other_log
+    assert host.run(log_directory=other_log, **LIMITS)["changed"] is False
+
+
+def test_systemd_pipe_change_asks_the_daemon_in_force(host, tmp_path):
+    host.run(**LIMITS)
+    old_pipe = host.pipe
+    host.edit_state(servers={"4242": [5000]})
+    new_pipe = str(tmp_path / "pipe2")
+    r = host.run(pipe_directory=new_pipe, **LIMITS)
+    # the clients are found through the old pipe, where the running daemon answers
+    assert r["restart_pending"] is True and r["servers"] == [{"pid": 4242, "clients": [5000]}]
+    host.edit_state(servers={})
+    r = host.run(pipe_directory=new_pipe, **LIMITS)
+    assert "restart gpuops-mps-control.service" in r["actions"] and r["running"] is True
+    with open(os.path.join(old_pipe, ".fake-mps-state.json")) as f:
+        assert json.load(f)["running"] is False  # the old daemon was stopped by the restart
+    with open(os.path.join(new_pipe, ".fake-mps-state.json")) as f:
+        assert json.load(f)["limits"] == {"0": 8192, "1": 4096}
 
 
 def test_systemd_refuses_a_daemon_it_did_not_start(host):
