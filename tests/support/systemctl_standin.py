@@ -43,10 +43,10 @@ def run_lines(u, keys):
             k, v = line[len("Environment="):].split("=", 1)
             env[k] = v
     for line in u["loaded"].splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key in keys:
             argv = [a.replace("$$", "$").replace("%%", "%") for a in shlex.split(value)]
-            if subprocess.run(argv, env=env).returncode != 0:
+            if subprocess.run(argv, env=env, check=False).returncode != 0:
                 return False
     return True
 
