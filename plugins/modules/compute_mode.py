@@ -150,8 +150,8 @@ def main():
     p = module.params
     try:
         backend = get_backend()
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc))
+    except (GpuBackendError, NvmlError) as exc:
+        module.fail_json(msg="cannot reach the GPUs: %s" % exc)
     try:
         try:
             facts = backend.read_all()
@@ -211,7 +211,10 @@ def main():
                 exc.name, exc, ", ".join(undone) or "nothing was changed before",
                 (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes)
 
-        after = backend.read_all()
+        try:
+            after = backend.read_all()
+        except (GpuBackendError, NvmlError) as exc:
+            module.fail_json(msg="modes were set but the GPUs cannot be read back: %s" % exc, changes=changes)
         by_index = dict((g["index"], g) for g in after["gpus"])
         now = [by_index[g["index"]] for g in selected]
         wrong = [g for g in now if g.get("compute_mode") != todo["modes"][g["index"]]
