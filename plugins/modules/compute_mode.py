@@ -118,6 +118,12 @@ modes:
   description: Declared mode per selected GPU index.
   returned: always
   type: dict
+calls:
+  description: The NVML setter calls this run made, in order (empty in check mode and when nothing differs).
+  returned: always
+  type: list
+  elements: str
+  sample: ["set_persistence_mode(0, True)", "set_compute_mode(0, Exclusive_Process)"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,7 +181,7 @@ def main():
                     if c["persistence_mode"]:
                         g2["persistence_mode"] = c["persistence_mode"][1]
             planned.append(g2)
-        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes,
+        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes, "calls": [],
                   "modes": dict((str(k), v) for k, v in todo["modes"].items())}
         if module._diff:
             result["diff"] = {"before_header": "GPU modes", "after_header": "GPU modes",
@@ -191,15 +197,18 @@ def main():
             for c in changes:
                 # persistence first: with it on, the driver keeps the GPU initialised and the mode stays
                 if c["persistence_mode"]:
+                    result["calls"].append("set_persistence_mode(%d, %s)" % (c["index"], c["persistence_mode"][1]))
                     backend.set_persistence_mode(c["index"], c["persistence_mode"][1])
                     done.append((c["index"], "persistence_mode", c["persistence_mode"][0]))
                 if c["compute_mode"]:
+                    result["calls"].append("set_compute_mode(%d, %s)" % (c["index"], c["compute_mode"][1]))
                     backend.set_compute_mode(c["index"], c["compute_mode"][1])
                     done.append((c["index"], "compute_mode", c["compute_mode"][0]))
         except NvmlError as exc:
             undone, failed = [], []
             for index, what, old in reversed(done):
                 try:
+                    result["calls"].append("set_%s(%d, %s) [rollback]" % (what, index, old))
                     if what == "compute_mode":
                         backend.set_compute_mode(index, old)
                     else:
@@ -209,7 +218,8 @@ def main():
                     failed.append("GPU %d %s: %s" % (index, what, exc2))
             module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
                 exc.name, exc, ", ".join(undone) or "nothing was changed before",
-                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes)
+                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes,
+                calls=result["calls"])
 
         try:
             after = backend.read_all()

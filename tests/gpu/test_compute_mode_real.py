@@ -50,14 +50,15 @@ def test_current_mode_is_unchanged_and_check_mode_only_plans(capsys):
         plan = _run(collections, {"gpus": ["0"], "mode": OTHER[current]}, check=True)
         after = _gpu_modes()
         with capsys.disabled():
-            sys.stdout.write("\ncompute_mode on GPU 0 (%s):\n  declare current %s: rc=%s changed=%s changes=%s\n"
+            sys.stdout.write("\ncompute_mode on GPU 0 (%s):\n  declare current %s: rc=%s changed=%s changes=%s calls=%s\n"
                              "  check mode %s: rc=%s changed=%s changes=%s\n  modes before %s\n  modes after  %s\n"
                              % (before[0][1], current, same["_rc"], same.get("changed"), same.get("changes"),
-                                OTHER[current], plan["_rc"], plan.get("changed"), plan.get("changes"), before, after))
+                                same.get("calls"), OTHER[current], plan["_rc"], plan.get("changed"), plan.get("changes"), before, after))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert same["_rc"] == 0, same["_output"]
-    assert same["changed"] is False and same["changes"] == []
+    assert same["changed"] is False and same["changes"] == [] and same["calls"] == []  # no setter called
     assert plan["_rc"] == 0, plan["_output"]
     assert plan["changed"] is True and plan["changes"][0]["compute_mode"] == [current, OTHER[current]]
+    assert plan["calls"] == []
     assert after == before

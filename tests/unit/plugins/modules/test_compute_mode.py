@@ -36,14 +36,16 @@ def test_check_apply_again(tmp_path):
     assert r["diff"]["after"]["2"]["compute_mode"] == "Exclusive_Process"
     assert [g["compute_mode"] for g in r["gpus"]] == ["Exclusive_Process"] * 2  # as it would be
     assert calls(env) == [] and modes(backend) == ["Default"] * 5
+    assert r["calls"] == []
 
     r, _proc = run_module(MODULE, args, env=env, diff=True)
     assert r["changed"] is True
+    assert r["calls"] == ["set_compute_mode(2, Exclusive_Process)", "set_compute_mode(3, Exclusive_Process)"]
     assert modes(backend) == ["Default", "Default", "Exclusive_Process", "Exclusive_Process", "Default"]
     assert [(c["call"], c["args"]["index"]) for c in calls(env)] == [("set_compute_mode", 2), ("set_compute_mode", 3)]
 
     r, _proc = run_module(MODULE, args, env=env, diff=True)
-    assert r["changed"] is False and r["changes"] == []
+    assert r["changed"] is False and r["changes"] == [] and r["calls"] == []
     assert len(calls(env)) == 2  # no new mutating call
 
 
