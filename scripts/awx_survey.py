@@ -10,7 +10,8 @@ to /api/v2/job_templates/<id>/survey_spec/. docs/awx.md shows both.
     .venv/bin/python scripts/awx_survey.py roles/containerd_runtime --only containerd_runtime_set_as_default
 
 Mapping (AWX question types as its API validates them):
-    str / path / raw            -> text          (no_log -> password)
+    str / path                  -> text          (no_log -> password)
+    raw                         -> text, only when named with --only (the role takes any type; AWX sends a string)
     int                         -> integer
     float                       -> float
     bool                        -> multiplechoice "true"/"false"
@@ -43,6 +44,8 @@ import sys
 import yaml
 
 TEXT_TYPES = ("str", "path", "raw", "bytes", "bits")
+# types a survey answer (a string) fits without further thought; raw fits only when the user says so (--only)
+PLAIN_TEXT_TYPES = ("str", "path", "bytes", "bits")
 # ansible-doc markup that AWX would show verbatim: I(x) B(x) C(x) M(x) O(x) V(x) E(x) P(x) -> x; U(x) L(t,u) -> t
 _MARKUP = re.compile(r"\b([IBCMOVEPU])\(([^()]*)\)")
 _LINK = re.compile(r"\bL\(([^(),]*),[^()]*\)")
@@ -83,11 +86,15 @@ def _choice_text(value):
     return str(value)
 
 
-def question(variable, option, prefix="", with_default=False):
-    """One survey question for one argument-spec option, or raise ValueError saying why there is none."""
+def question(variable, option, prefix="", with_default=False, allow_raw=False):
+    """One survey question for one argument-spec option, or raise ValueError saying why there is none.
+    ``allow_raw``: ask for a ``type: raw`` option as text (a survey can only send it a string)."""
     if not isinstance(option, dict):
         raise ValueError("its specification is not a mapping")
     opt_type = option.get("type", "str")
+    if opt_type == "raw" and not allow_raw and not option.get("choices"):
+        raise ValueError("type raw takes any type but a survey sends a string; name it with --only to ask for it as "
+                         "text")
     choices = option.get("choices")
     if option.get("options"):
         raise ValueError("it has sub-options (type %s); set it in the inventory instead" % opt_type)
@@ -180,7 +187,7 @@ def build_survey(spec, role, only=None, exclude=None, with_defaults=False, name=
         if exclude and variable in exclude:
             continue
         try:
-            questions.append(question(variable, options[variable], prefix, with_defaults))
+            questions.append(question(variable, options[variable], prefix, with_defaults, allow_raw=bool(only)))
         except ValueError as exc:
             skipped.append((variable, str(exc)))
     if not questions:

@@ -105,6 +105,7 @@ SPEC = {
         "demo_argv": {"type": "list", "elements": "str", "default": [], "description": "An argv."},
         "demo_level": {"type": "int", "choices": [1, 2], "default": 1, "description": "A level."},
         "demo_nested": {"type": "dict", "options": {"x": {"type": "str"}}, "description": "Nested."},
+        "demo_anything": {"type": "raw", "default": None, "description": "Any value."},
     },
 }
 
@@ -130,7 +131,8 @@ def test_each_argument_type_maps_to_its_awx_question_type():
     assert survey["name"] == "gpuops.nvidia demo" and survey["description"] == "A role with one option of each kind"
     assert awx_spec_errors(survey) == []
     reasons = dict(skipped)
-    assert sorted(reasons) == ["demo_argv", "demo_labels", "demo_level", "demo_nested"]
+    assert sorted(reasons) == ["demo_anything", "demo_argv", "demo_labels", "demo_level", "demo_nested"]
+    assert "--only" in reasons["demo_anything"]
     assert "list (without choices)" in reasons["demo_argv"]
     assert "dict" in reasons["demo_labels"]
     assert "string" in reasons["demo_level"]
@@ -174,6 +176,9 @@ def test_with_defaults_each_default_is_what_awx_accepts():
 def test_only_and_exclude_pick_questions_and_unknown_names_are_refused():
     survey = awx_survey.build_survey(SPEC, "demo", only=["demo_mode", "demo_count"])[0]
     assert [i["variable"] for i in survey["spec"]] == ["demo_mode", "demo_count"]
+    # a raw option is asked for (as text) only when named
+    raw_item = by_variable(awx_survey.build_survey(SPEC, "demo", only=["demo_anything"])[0])["demo_anything"]
+    assert raw_item["type"] == "text" and "default" not in raw_item
     survey = awx_survey.build_survey(SPEC, "demo", exclude=["demo_path", "demo_token"])[0]
     assert "demo_path" not in by_variable(survey) and "demo_token" not in by_variable(survey)
     with pytest.raises(awx_survey.SurveyError, match="not options of demo: demo_typo"):
