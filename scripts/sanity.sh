@@ -27,6 +27,15 @@ if [ ! -e "$cache" ] || grep -q "Stand-in for get-pip.py" "$cache"; then
   cp scripts/ansible-test-get-pip.py "$cache"
 fi
 
+# Issue 7's rule: no ignore entry without a comment saying why.
+for ignore in tests/sanity/ignore-*.txt; do
+  [ -e "$ignore" ] || continue
+  if grep -nv ' # ..' "$ignore" >&2; then
+    echo "sanity: the lines above in $ignore have no comment (' # why') saying why they are ignored" >&2
+    exit 1
+  fi
+done
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpuops-sanity.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/gpuops/nvidia"
