@@ -1,0 +1,344 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The real backend: NVIDIA GPUs through pynvml (PyPI package `nvidia-ml-py`).
+
+Every pynvml error is converted into the collection's `NvmlError` classes (same code), so modules handle
+real and simulated GPUs through one error path. Reads never change anything on the GPU.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import subprocess
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+    COMPUTE_MODE_NAMES,
+    COMPUTE_MODES,
+    MIG_MODE_NAMES,
+    GpuBackend,
+    GpuBackendError,
+    NvmlError,
+    NvmlInUse,
+    NvmlNotSupported,
+    mig_devices,
+)
+
+try:
+    import pynvml
+    HAS_PYNVML = True
+    PYNVML_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised by a test that hides the package
+    pynvml = None
+    HAS_PYNVML = False
+    PYNVML_IMPORT_ERROR = _exc
+
+PYNVML_MISSING = (
+    "pynvml is not installed on this GPU host: install the Python package nvidia-ml-py "
+    "(for example `pip install nvidia-ml-py`) for the Python that runs Ansible modules here")
+
+_ARCH_NAMES = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
+_MAX_PLACEMENTS = 16   # more than any GPU offers for one profile (7 on 7-slice GPUs)
+_MAX_INSTANCES = 16
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+class NvmlBackend(GpuBackend):
+    kind = "nvml"
+
+    def __init__(self, nvml=None):
+        self.nvml = nvml if nvml is not None else pynvml
+        if self.nvml is None:
+            raise GpuBackendError(PYNVML_MISSING)
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (self.nvml.NVML_ERROR_LIBRARY_NOT_FOUND, self.nvml.NVML_ERROR_DRIVER_NOT_LOADED):
+                raise GpuBackendError(
+                    "no NVIDIA driver on this host: NVML could not start (%s). Install the NVIDIA driver "
+                    "(libnvidia-ml.so.1 must load), or set GPUOPS_SIMULATED_GPUS to run against simulated GPUs"
+                    % exc)
+            raise GpuBackendError("NVML could not start: %s" % exc)
+        self._closed = False
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            try:
+                self.nvml.nvmlShutdown()
+            except self.nvml.NVMLError:
+                pass
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            raise NvmlError.for_code(getattr(exc, "value", 999), str(exc))
+
+    def _try(self, fn, *args):
+        """A read that a GPU may legitimately not support: None on NOT_SUPPORTED/INVALID_ARGUMENT."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) in (self.nvml.NVML_ERROR_NOT_SUPPORTED,
+                                               self.nvml.NVML_ERROR_INVALID_ARGUMENT,
+                                               self.nvml.NVML_ERROR_NOT_FOUND):
+                return None
+            raise NvmlError.for_code(getattr(exc, "value", 999), str(exc))
+
+    def _handle(self, index):
+        return self._call(self.nvml.nvmlDeviceGetHandleByIndex, index)
+
+    # ------------------------------------------------------------------ reads
+    def read_all(self):
+        n = self._call(self.nvml.nvmlDeviceGetCount)
+        cuda = self._call(self.nvml.nvmlSystemGetCudaDriverVersion)
+        return {
+            "backend": self.kind,
+            "driver_version": _text(self._call(self.nvml.nvmlSystemGetDriverVersion)),
+            "cuda_driver_version": "%d.%d" % (cuda // 1000, (cuda % 1000) // 10),
+            "nvml_version": _text(self._call(self.nvml.nvmlSystemGetNVMLVersion)),
+            "gpus": [self.read_gpu(i) for i in range(n)],
+        }
+
+    def read_gpu(self, index):
+        nv = self.nvml
+        h = self._handle(index)
+        pci = self._call(nv.nvmlDeviceGetPciInfo, h)
+        mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
+        major, minor = self._call(nv.nvmlDeviceGetCudaComputeCapability, h)
+        mig = self._try(nv.nvmlDeviceGetMigMode, h)
+        arch = self._try(nv.nvmlDeviceGetArchitecture, h)
+        name = _text(self._call(nv.nvmlDeviceGetName, h))
+        facts = {
+            "index": index,
+            "uuid": _text(self._call(nv.nvmlDeviceGetUUID, h)),
+            "name": name,
+            "pci_bus_id": _text(pci.busId),
+            "pci_device_id": "0x%08X" % pci.pciDeviceId,
+            "memory_total_mib": mem.total // (1024 * 1024),
+            "memory_total_bytes": mem.total,
+            "compute_capability": "%d.%d" % (major, minor),
+            "architecture": _ARCH_NAMES.get(arch, "unknown"),
+            "compute_mode": COMPUTE_MODE_NAMES.get(self._call(nv.nvmlDeviceGetComputeMode, h), "unknown"),
+            "persistence_mode": self._try(nv.nvmlDeviceGetPersistenceMode, h) == 1,
+            "mig_supported": mig is not None,
+            "mig_mode_current": MIG_MODE_NAMES.get(mig[0]) if mig is not None else None,
+            "mig_mode_pending": MIG_MODE_NAMES.get(mig[1]) if mig is not None else None,
+            # Per-GPU reset is exposed when the PCI function has a reset file (mig-parted's passthrough test).
+            "reset_supported": os.path.exists("/sys/bus/pci/devices/%s/reset" % _sysfs_bus_id(_text(pci.busId))),
+            "gi_profiles": [],
+            "gpu_instances": [],
+            "processes": [],
+        }
+        if mig is not None:
+            facts["gi_profiles"] = self._gi_profiles(h, name)
+            if mig[0] == 1:
+                facts["gpu_instances"] = self._gpu_instances(h, facts["gi_profiles"])
+        facts["processes"] = self._processes(h)
+        self._attach_mig_processes(h, facts)
+        facts["mig_devices"] = mig_devices(facts)
+        return facts
+
+    def _gi_profiles(self, h, gpu_name):
+        nv = self.nvml
+        out = []
+        for index_name, nvml_index in sorted(catalog.GI_PROFILE_INDEX.items(), key=lambda kv: kv[1]):
+            info = self._try(nv.nvmlDeviceGetGpuInstanceProfileInfo, h, nvml_index)
+            if info is None:
+                continue
+            placements = self._placements(h, info.id)
+            mem_slices = placements[0]["size"] if placements else None
+            name = _text(info.name) if hasattr(info, "name") else ""
+            name = name[len("MIG "):] if name.startswith("MIG ") else name
+            row = (index_name, info.id, name, info.sliceCount, mem_slices, info.instanceCount,
+                   info.memorySizeMB, info.multiprocessorCount, [p["start"] for p in placements])
+            out.append({
+                "name": name,
+                "id": info.id,
+                "nvml_index": nvml_index,
+                "slices": info.sliceCount,
+                "memory_slices": mem_slices,
+                "max_instances": info.instanceCount,
+                "memory_mib": info.memorySizeMB,
+                "sms": info.multiprocessorCount,
+                "placements": placements,
+                # Compute-instance profiles can only be queried from an existing GPU instance; the table is
+                # derived by the same rule as the simulator's (see _gpu_catalog.ci_profiles_for).
+                "ci_profiles": catalog.ci_profiles_for(row),
+            })
+        return out
+
+    def _placements(self, h, profile_id):
+        nv = self.nvml
+        array = (nv.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+        count = nv.c_uint(_MAX_PLACEMENTS)
+        if self._try(nv.nvmlDeviceGetGpuInstancePossiblePlacements, h, profile_id, array, nv.byref(count)) is None:
+            return []
+        return [{"start": array[i].start, "size": array[i].size} for i in range(count.value)]
+
+    def _gpu_instances(self, h, profiles):
+        nv = self.nvml
+        out = []
+        for profile in profiles:
+            array = (nv.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
+            count = nv.c_uint(0)
+            if self._try(nv.nvmlDeviceGetGpuInstances, h, profile["id"], array, nv.byref(count)) is None:
+                continue
+            for i in range(count.value):
+                gi = array[i]
+                info = self._call(nv.nvmlGpuInstanceGetInfo, gi)
+                out.append({
+                    "id": info.id,
+                    "profile_id": info.profileId,
+                    "profile": profile["name"],
+                    "placement": {"start": info.placement.start, "size": info.placement.size},
+                    "compute_instances": self._compute_instances(gi, profile),
+                })
+        out.sort(key=lambda g: g["placement"]["start"])
+        return out
+
+    def _compute_instances(self, gi, gi_profile):
+        nv = self.nvml
+        out = []
+        names = dict((c["id"], c["name"]) for c in gi_profile["ci_profiles"])
+        for ci_index in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            info = self._try(nv.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, ci_index,
+                             nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            if info is None:
+                continue
+            array = (nv.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
+            count = nv.c_uint(0)
+            if self._try(nv.nvmlGpuInstanceGetComputeInstances, gi, info.id, array, nv.byref(count)) is None:
+                continue
+            for i in range(count.value):
+                ci = self._call(nv.nvmlComputeInstanceGetInfo, array[i])
+                out.append({
+                    "id": ci.id,
+                    "profile_id": ci.profileId,
+                    "profile": names.get(ci.profileId, "unknown"),
+                    "placement": {"start": ci.placement.start, "size": ci.placement.size},
+                    "mig_uuid": None,
+                    "processes": [],
+                })
+        out.sort(key=lambda c: c["placement"]["start"])
+        return out
+
+    def _processes(self, h):
+        nv = self.nvml
+        seen = {}
+        for fn in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+            for p in self._try(fn, h) or []:
+                used = getattr(p, "usedGpuMemory", None)
+                gi_id = getattr(p, "gpuInstanceId", None)
+                ci_id = getattr(p, "computeInstanceId", None)
+                invalid = 0xFFFFFFFF
+                seen[p.pid] = {
+                    "pid": p.pid,
+                    "name": self._process_name(p.pid),
+                    "used_memory_mib": used // (1024 * 1024) if isinstance(used, int) else None,
+                    "gi_id": None if gi_id in (None, invalid) else gi_id,
+                    "ci_id": None if ci_id in (None, invalid) else ci_id,
+                }
+        return sorted(seen.values(), key=lambda p: p["pid"])
+
+    def _process_name(self, pid):
+        try:
+            return _text(self.nvml.nvmlSystemGetProcessName(pid))
+        except self.nvml.NVMLError:
+            return None
+
+    def _attach_mig_processes(self, h, facts):
+        """Fill each compute instance's MIG device UUID and processes from the MIG device handles."""
+        nv = self.nvml
+        if facts["mig_mode_current"] != "Enabled":
+            return
+        by_ids = {}
+        for gi in facts["gpu_instances"]:
+            for ci in gi["compute_instances"]:
+                by_ids[(gi["id"], ci["id"])] = ci
+        count = self._try(nv.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        for i in range(count):
+            mh = self._try(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
+            if mh is None:
+                continue
+            key = (self._call(nv.nvmlDeviceGetGpuInstanceId, mh), self._call(nv.nvmlDeviceGetComputeInstanceId, mh))
+            ci = by_ids.get(key)
+            if ci is None:
+                continue
+            ci["mig_uuid"] = _text(self._call(nv.nvmlDeviceGetUUID, mh))
+            ci["processes"] = self._processes(mh)
+
+    # ------------------------------------------------------------------ mutations
+    def set_mig_mode(self, index, enabled):
+        nv = self.nvml
+        mode = nv.NVML_DEVICE_MIG_ENABLE if enabled else nv.NVML_DEVICE_MIG_DISABLE
+        return self._call(nv.nvmlDeviceSetMigMode, self._handle(index), mode)
+
+    def reset_gpu(self, index):
+        # NVML has no public GPU-reset call; nvidia-smi does it (as mig-parted does, per GPU here).
+        bus = self.read_gpu(index)["pci_bus_id"]
+        try:
+            proc = subprocess.Popen(["nvidia-smi", "--gpu-reset", "-i", bus],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise GpuBackendError("cannot run nvidia-smi to reset GPU %d: %s" % (index, exc))
+        out = _text(proc.communicate()[0]) or ""
+        if proc.returncode != 0:
+            if "in use" in out.lower():
+                raise NvmlInUse("GPU %d reset refused: %s" % (index, out.strip()))
+            if "not supported" in out.lower():
+                raise NvmlNotSupported("GPU %d reset not supported: %s" % (index, out.strip()))
+            raise NvmlError("GPU %d reset failed (rc %d): %s" % (index, proc.returncode, out.strip()))
+
+    def create_gpu_instance(self, index, profile_id, start):
+        nv = self.nvml
+        h = self._handle(index)
+        info = self._call(nv.nvmlDeviceGetGpuInstanceProfileInfoById, h, profile_id)
+        sizes = [p["size"] for p in self._placements(h, info.id)]
+        placement = nv.c_nvmlGpuInstancePlacement_t()
+        placement.start = start
+        placement.size = sizes[0] if sizes else 0
+        gi = self._call(nv.nvmlDeviceCreateGpuInstanceWithPlacement, h, profile_id, nv.byref(placement))
+        return self._call(nv.nvmlGpuInstanceGetInfo, gi).id
+
+    def _gi_handle(self, index, gi_id):
+        return self._call(self.nvml.nvmlDeviceGetGpuInstanceById, self._handle(index), gi_id)
+
+    def destroy_gpu_instance(self, index, gi_id):
+        self._call(self.nvml.nvmlGpuInstanceDestroy, self._gi_handle(index, gi_id))
+
+    def create_compute_instance(self, index, gi_id, ci_profile_id):
+        nv = self.nvml
+        ci = self._call(nv.nvmlGpuInstanceCreateComputeInstance, self._gi_handle(index, gi_id), ci_profile_id)
+        return self._call(nv.nvmlComputeInstanceGetInfo, ci).id
+
+    def destroy_compute_instance(self, index, gi_id, ci_id):
+        nv = self.nvml
+        ci = self._call(nv.nvmlGpuInstanceGetComputeInstanceById, self._gi_handle(index, gi_id), ci_id)
+        self._call(nv.nvmlComputeInstanceDestroy, ci)
+
+    def set_compute_mode(self, index, mode):
+        if mode not in COMPUTE_MODES:
+            raise GpuBackendError("unknown compute mode %r; valid: %s" % (mode, ", ".join(COMPUTE_MODES)))
+        self._call(self.nvml.nvmlDeviceSetComputeMode, self._handle(index), COMPUTE_MODES[mode])
+
+    def set_persistence_mode(self, index, enabled):
+        nv = self.nvml
+        self._call(nv.nvmlDeviceSetPersistenceMode, self._handle(index),
+                   nv.NVML_FEATURE_ENABLED if enabled else nv.NVML_FEATURE_DISABLED)
+
+
+def _sysfs_bus_id(nvml_bus_id):
+    """NVML's 00000000:07:00.0 -> sysfs's 0000:07:00.0 (lower case)."""
+    domain, rest = nvml_bus_id.split(":", 1)
+    return ("%04x:%s" % (int(domain, 16), rest)).lower()

@@ -1,0 +1,602 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Simulated NVIDIA GPUs, kept in a JSON state file so that they survive between module runs.
+
+The file is named by GPUOPS_SIMULATED_GPUS. When it does not exist and GPUOPS_SIMULATED_MACHINE names a
+machine shape (see _gpu_catalog.MACHINE_SHAPES), it is created from that shape. Every operation takes an
+exclusive lock on `<file>.lock`, reads the file, changes it in memory and replaces it atomically, so a
+failed or killed run never leaves a half-written state.
+
+Rules modelled (sources in ../shared/reference/mig.md; where a behaviour is not documented, the code says so):
+- GPU-instance profiles, ids, slice counts, max instances, memory, SMs and placements per model
+  (_gpu_catalog); compute-instance profiles inside each GI.
+- Ampere: a MIG-mode change stays pending until a GPU reset; the reset fails while any process holds the
+  GPU; the mode survives a reboot. Hopper and later: the change applies at once when the GPU is idle (with
+  processes it stays pending and SetMigMode reports IN_USE); the mode is lost on reboot.
+- GPU and compute instances never survive a reset or reboot; compute mode returns to Default and
+  persistence mode to Disabled on reboot.
+- Exclusive_Process is refused (NOT_SUPPORTED) on a MIG-enabled GPU.
+- Destroying a GI that still has CIs or processes fails IN_USE; destroying a CI with processes fails IN_USE;
+  creating on occupied slices (or beyond a profile's max instances) fails INSUFFICIENT_RESOURCES; a placement
+  NVML does not list for the profile fails INVALID_ARGUMENT.
+- Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
+- Test hooks: processes attached to a GPU or a MIG device, a fault injected into the Nth mutating call, a
+  reboot event, and a log of every mutating call (state["call_log"]).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import uuid
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+    COMPUTE_MODES,
+    NVML_ERROR_CODES,
+    GpuBackend,
+    GpuBackendError,
+    NvmlError,
+    NvmlInUse,
+    NvmlInsufficientResources,
+    NvmlInvalidArgument,
+    NvmlNotFound,
+    NvmlNotSupported,
+    mig_devices,
+)
+
+STATE_FORMAT = 1
+SIM_DRIVER_VERSION = "580.159.04"   # the driver of the real H200 reading
+SIM_CUDA_DRIVER_VERSION = 13000
+_UUID_NAMESPACE = uuid.UUID("6c1c0f9e-3f0e-4b3a-9a55-8d2b5c7e4a10")
+
+MUTATING_CALLS = (
+    "set_mig_mode", "reset_gpu", "create_gpu_instance", "destroy_gpu_instance",
+    "create_compute_instance", "destroy_compute_instance", "set_compute_mode", "set_persistence_mode",
+)
+
+
+def new_state(shape, seed):
+    """A fresh state for a machine shape. `seed` (usually the state file's path) makes UUIDs differ per node."""
+    if shape not in catalog.MACHINE_SHAPES:
+        raise GpuBackendError(
+            "unknown simulated machine shape %r; valid shapes: %s" % (shape, ", ".join(catalog.shape_names())))
+    gpus = []
+    for index, model_key in enumerate(catalog.MACHINE_SHAPES[shape]):
+        m = catalog.GPU_MODELS[model_key]
+        gpus.append({
+            "index": index,
+            "model": model_key,
+            "uuid": "GPU-%s" % uuid.uuid5(_UUID_NAMESPACE, "%s/%d" % (seed, index)),
+            "pci_bus_id": catalog.bus_id(index),
+            "compute_mode": "Default",
+            "persistence_mode": True,
+            "mig_current": False if m["mig"] else None,
+            "mig_pending": False if m["mig"] else None,
+            # False models a passthrough VM: no per-GPU reset is exposed (SetMigMode -> RESET_REQUIRED).
+            "reset_supported": True,
+            "gpu_instances": [],
+        })
+    return {
+        "format": STATE_FORMAT,
+        "shape": shape,
+        "driver_version": SIM_DRIVER_VERSION,
+        "cuda_driver_version": SIM_CUDA_DRIVER_VERSION,
+        "boot_id": 1,
+        "uuid_counter": 0,
+        "mutating_calls": 0,
+        "faults": [],
+        "call_log": [],
+        "processes": [],
+        "gpus": gpus,
+    }
+
+
+class SimulatedBackend(GpuBackend):
+    kind = "simulated"
+
+    def __init__(self, state_path, shape=None):
+        if not state_path:
+            raise GpuBackendError("GPUOPS_SIMULATED_GPUS is empty: set it to the path of a state file")
+        self.path = os.path.abspath(state_path)
+        self.shape = shape
+        if not os.path.exists(self.path):
+            if not shape:
+                raise GpuBackendError(
+                    "simulated GPU state file %s does not exist and GPUOPS_SIMULATED_MACHINE is not set; "
+                    "set it to one of: %s" % (self.path, ", ".join(catalog.shape_names())))
+            with self._locked(create_shape=shape):
+                pass
+
+    # ------------------------------------------------------------------ state file
+    @contextlib.contextmanager
+    def _locked(self, write=True, create_shape=None):
+        directory = os.path.dirname(self.path) or "."
+        if not os.path.isdir(directory):
+            try:
+                os.makedirs(directory)
+            except OSError as exc:
+                if exc.errno != errno.EEXIST:
+                    raise GpuBackendError("cannot create %s for the simulated GPU state: %s" % (directory, exc))
+        lock_path = self.path + ".lock"
+        try:
+            lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise GpuBackendError("cannot open lock file %s: %s" % (lock_path, exc))
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            if not os.path.exists(self.path) and create_shape:
+                state = new_state(create_shape, self.path)
+                self._save(state)
+            state = self._load()
+            before = json.dumps(state, sort_keys=True)
+            try:
+                yield state
+            except NvmlError:
+                # A failed NVML call still counts (call counter, fault consumed, call log): keep that.
+                if write and json.dumps(state, sort_keys=True) != before:
+                    self._save(state)
+                raise
+            if write and json.dumps(state, sort_keys=True) != before:
+                self._save(state)
+        finally:
+            os.close(lock_fd)
+
+    def _load(self):
+        try:
+            with open(self.path, "r") as handle:
+                text = handle.read()
+        except (IOError, OSError) as exc:
+            raise GpuBackendError("cannot read simulated GPU state file %s: %s" % (self.path, exc))
+        try:
+            state = json.loads(text)
+        except ValueError as exc:
+            raise GpuBackendError(
+                "simulated GPU state file %s is not valid JSON (%s); fix it, or delete it to recreate it "
+                "from GPUOPS_SIMULATED_MACHINE" % (self.path, exc))
+        problem = _state_problem(state)
+        if problem:
+            raise GpuBackendError(
+                "simulated GPU state file %s is not a gpuops simulator state: %s; delete it to recreate it "
+                "from GPUOPS_SIMULATED_MACHINE" % (self.path, problem))
+        return state
+
+    def _save(self, state):
+        directory = os.path.dirname(self.path) or "."
+        fd, tmp = tempfile.mkstemp(prefix=".gpuops-sim-", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(state, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.path)
+        except Exception:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    # ------------------------------------------------------------------ reads
+    def read_all(self):
+        with self._locked(write=False) as state:
+            return {
+                "backend": self.kind,
+                "driver_version": state["driver_version"],
+                "cuda_driver_version": _cuda_version_text(state["cuda_driver_version"]),
+                "nvml_version": "13.%s" % state["driver_version"],
+                "gpus": [_gpu_facts(state, g) for g in state["gpus"]],
+            }
+
+    def read_gpu(self, index):
+        with self._locked(write=False) as state:
+            return _gpu_facts(state, _gpu(state, index))
+
+    def raw_state(self):
+        """The whole state document (for tests and the simulator's own tools)."""
+        with self._locked(write=False) as state:
+            return state
+
+    # ------------------------------------------------------------------ mutations
+    @contextlib.contextmanager
+    def _mutation(self, call, args):
+        """Count the call, fire an injected fault if one is due, log it; the body changes state only if
+        no exception escapes (the state is saved only on success)."""
+        with self._locked() as state:
+            state["mutating_calls"] += 1
+            entry = {"n": state["mutating_calls"], "call": call, "args": args}
+            fault = _due_fault(state, call)
+            if fault is not None:
+                entry["error"] = fault["error"]
+                entry["injected"] = True
+                # Only the counters and the log are kept: the GPU state is left as it was.
+                state["call_log"].append(entry)
+                raise NvmlError.for_name(fault["error"], "injected fault on %s call #%d" % (call, entry["n"]))
+            work = json.loads(json.dumps(state))
+            try:
+                yield work
+            except NvmlError as exc:
+                entry["error"] = exc.name
+                state["call_log"].append(entry)
+                raise
+            work["call_log"].append(entry)
+            state.clear()
+            state.update(work)
+
+    def set_mig_mode(self, index, enabled):
+        with self._mutation("set_mig_mode", {"index": index, "enabled": bool(enabled)}) as state:
+            gpu = _gpu(state, index)
+            _require_mig_capable(gpu)
+            want = bool(enabled)
+            if not want and gpu["gpu_instances"]:
+                # Disabling MIG while GPU instances exist is refused: mig-parted clears all instances before
+                # SetMigMode for this reason (mig.md §1.5). NVML's exact code here is not documented; IN_USE
+                # is what the "In use by another client" message maps to.
+                raise NvmlInUse("GPU %d still has GPU instances; destroy them before disabling MIG" % index)
+            gpu["mig_pending"] = want
+            if gpu["mig_current"] == want:
+                return 0
+            rules = _rules(gpu)
+            busy = _processes_on(state, index)
+            if not gpu.get("reset_supported", True):
+                return NVML_ERROR_CODES["RESET_REQUIRED"]
+            if rules["mig_change_needs_reset"]:
+                # Ampere: pending until a GPU reset (the issue's rule and mig-parted's observed flow). Whether
+                # the driver's own reset attempt inside SetMigMode can activate it on an idle GPU is not
+                # modelled: the simulator takes the conservative path of always needing an explicit reset.
+                return NVML_ERROR_CODES["IN_USE"] if busy else 0
+            if busy:
+                return NVML_ERROR_CODES["IN_USE"]
+            gpu["mig_current"] = want
+            return 0
+
+    def reset_gpu(self, index):
+        with self._mutation("reset_gpu", {"index": index}) as state:
+            gpu = _gpu(state, index)
+            if not gpu.get("reset_supported", True):
+                raise NvmlNotSupported("GPU %d cannot be reset here (passthrough): a VM reboot is needed" % index)
+            busy = _processes_on(state, index)
+            if busy:
+                raise NvmlInUse("GPU %d is in use by %d process(es): %s" % (
+                    index, len(busy), ", ".join("%s (pid %d)" % (p["name"], p["pid"]) for p in busy)))
+            _apply_reset(gpu)
+
+    def create_gpu_instance(self, index, profile_id, start):
+        with self._mutation("create_gpu_instance",
+                            {"index": index, "profile_id": profile_id, "start": start}) as state:
+            gpu = _gpu(state, index)
+            _require_mig_enabled(gpu)
+            profile = _gi_profile(gpu, profile_id)
+            starts = [p["start"] for p in profile["placements"]]
+            if start not in starts:
+                raise NvmlInvalidArgument("profile %s (id %d) cannot be placed at %r; possible starts: %s" % (
+                    profile["name"], profile_id, start, starts))
+            same = [gi for gi in gpu["gpu_instances"] if gi["profile_id"] == profile_id]
+            if len(same) >= profile["max_instances"]:
+                raise NvmlInsufficientResources("profile %s allows at most %d instance(s)" % (
+                    profile["name"], profile["max_instances"]))
+            wanted = set(range(start, start + profile["memory_slices"]))
+            used = _used_memory_slices(gpu)
+            if wanted & used:
+                raise NvmlInsufficientResources("memory slices %s are occupied" % sorted(wanted & used))
+            m = catalog.GPU_MODELS[gpu["model"]]["mig"]
+            used_compute = sum(_gi_profile(gpu, gi["profile_id"])["slices"] for gi in gpu["gpu_instances"])
+            if used_compute + profile["slices"] > m["compute_slices"]:
+                raise NvmlInsufficientResources("not enough free compute slices")
+            gi_id = _lowest_free_id([gi["id"] for gi in gpu["gpu_instances"]], first=1)
+            gpu["gpu_instances"].append({
+                "id": gi_id, "profile_id": profile_id, "start": start, "compute_instances": []})
+            gpu["gpu_instances"].sort(key=lambda gi: gi["start"])
+            return gi_id
+
+    def destroy_gpu_instance(self, index, gi_id):
+        with self._mutation("destroy_gpu_instance", {"index": index, "gi_id": gi_id}) as state:
+            gpu = _gpu(state, index)
+            _require_mig_enabled(gpu)
+            gi = _gi(gpu, gi_id)
+            if gi["compute_instances"]:
+                raise NvmlInUse("GPU instance %d still has %d compute instance(s)" % (
+                    gi_id, len(gi["compute_instances"])))
+            if [p for p in state["processes"] if p["gpu"] == index and p.get("gi_id") == gi_id]:
+                raise NvmlInUse("GPU instance %d has processes" % gi_id)
+            gpu["gpu_instances"].remove(gi)
+
+    def create_compute_instance(self, index, gi_id, ci_profile_id):
+        with self._mutation("create_compute_instance",
+                            {"index": index, "gi_id": gi_id, "ci_profile_id": ci_profile_id}) as state:
+            gpu = _gpu(state, index)
+            _require_mig_enabled(gpu)
+            gi = _gi(gpu, gi_id)
+            gi_profile = _gi_profile(gpu, gi["profile_id"])
+            ci_profile = None
+            for cp in gi_profile["ci_profiles"]:
+                if cp["id"] == ci_profile_id:
+                    ci_profile = cp
+            if ci_profile is None:
+                raise NvmlNotSupported("compute-instance profile id %r is not offered in a %s GPU instance" % (
+                    ci_profile_id, gi_profile["name"]))
+            same = [ci for ci in gi["compute_instances"] if ci["profile_id"] == ci_profile_id]
+            if len(same) >= ci_profile["max_instances"]:
+                raise NvmlInsufficientResources("%s allows at most %d" % (
+                    ci_profile["name"], ci_profile["max_instances"]))
+            # Driver-chosen CI placement: the first aligned run of free compute slices. NVIDIA does not
+            # document how the driver picks; this first-fit rule is the simulator's own convention.
+            used = set()
+            for ci in gi["compute_instances"]:
+                used.update(range(ci["start"], ci["start"] + ci["slices"]))
+            size = ci_profile["slices"]
+            start = None
+            for candidate in range(0, gi_profile["slices"] - size + 1, size):
+                if not set(range(candidate, candidate + size)) & used:
+                    start = candidate
+                    break
+            if start is None:
+                raise NvmlInsufficientResources("no free compute slices for %s in GPU instance %d" % (
+                    ci_profile["name"], gi_id))
+            ci_id = _lowest_free_id([ci["id"] for ci in gi["compute_instances"]], first=0)
+            state["uuid_counter"] += 1
+            gi["compute_instances"].append({
+                "id": ci_id, "profile_id": ci_profile_id, "start": start, "slices": size,
+                "uuid": "MIG-%s" % uuid.uuid5(_UUID_NAMESPACE, "%s/%d/%d/%d" % (
+                    gpu["uuid"], gi_id, ci_id, state["uuid_counter"])),
+            })
+            gi["compute_instances"].sort(key=lambda ci: ci["start"])
+            return ci_id
+
+    def destroy_compute_instance(self, index, gi_id, ci_id):
+        with self._mutation("destroy_compute_instance",
+                            {"index": index, "gi_id": gi_id, "ci_id": ci_id}) as state:
+            gpu = _gpu(state, index)
+            _require_mig_enabled(gpu)
+            gi = _gi(gpu, gi_id)
+            ci = [c for c in gi["compute_instances"] if c["id"] == ci_id]
+            if not ci:
+                raise NvmlNotFound("GPU instance %d has no compute instance %d" % (gi_id, ci_id))
+            users = [p for p in state["processes"]
+                     if p["gpu"] == index and p.get("gi_id") == gi_id and p.get("ci_id") == ci_id]
+            if users:
+                raise NvmlInUse("compute instance %d/%d has %d process(es)" % (gi_id, ci_id, len(users)))
+            gi["compute_instances"].remove(ci[0])
+
+    def set_compute_mode(self, index, mode):
+        with self._mutation("set_compute_mode", {"index": index, "mode": mode}) as state:
+            gpu = _gpu(state, index)
+            if mode not in COMPUTE_MODES:
+                raise NvmlInvalidArgument("unknown compute mode %r; valid: %s" % (mode, ", ".join(COMPUTE_MODES)))
+            if mode == "Exclusive_Process" and gpu["mig_current"]:
+                raise NvmlNotSupported(
+                    "Setting compute mode to EXCLUSIVE_PROCESS is not supported on a MIG-enabled device")
+            gpu["compute_mode"] = mode
+
+    def set_persistence_mode(self, index, enabled):
+        with self._mutation("set_persistence_mode", {"index": index, "enabled": bool(enabled)}) as state:
+            _gpu(state, index)["persistence_mode"] = bool(enabled)
+
+    # ------------------------------------------------------------------ events and test hooks
+    def reboot(self):
+        """A host reboot: instances and processes are lost, compute mode returns to Default, persistence
+        mode to Disabled; Ampere keeps (and activates) its pending MIG mode, Hopper loses MIG mode."""
+        with self._locked() as state:
+            state["boot_id"] += 1
+            state["processes"] = []
+            for gpu in state["gpus"]:
+                gpu["gpu_instances"] = []
+                gpu["compute_mode"] = "Default"
+                gpu["persistence_mode"] = False
+                if gpu["mig_current"] is None:
+                    continue
+                if _rules(gpu)["mig_mode_survives_reboot"]:
+                    gpu["mig_current"] = gpu["mig_pending"]
+                else:
+                    gpu["mig_current"] = False
+                    gpu["mig_pending"] = False
+            state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
+            return state["boot_id"]
+
+    def add_process(self, index, pid, name, used_memory_mib=0, gi_id=None, ci_id=None):
+        with self._locked() as state:
+            gpu = _gpu(state, index)
+            if gpu["mig_current"]:
+                if gi_id is None or ci_id is None:
+                    raise GpuBackendError("GPU %d is MIG-enabled: a process must run on a MIG device "
+                                          "(give gi_id and ci_id)" % index)
+                gi = _gi(gpu, gi_id)
+                if not [c for c in gi["compute_instances"] if c["id"] == ci_id]:
+                    raise GpuBackendError("GPU %d GI %d has no compute instance %d" % (index, gi_id, ci_id))
+            elif gi_id is not None or ci_id is not None:
+                raise GpuBackendError("GPU %d is not MIG-enabled: a process cannot run on GI/CI ids" % index)
+            state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+            state["processes"].append({"pid": int(pid), "name": name, "gpu": index, "gi_id": gi_id,
+                                       "ci_id": ci_id, "used_memory_mib": int(used_memory_mib)})
+
+    def remove_process(self, pid):
+        with self._locked() as state:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+
+    def inject_fault(self, after_calls, error, call=None):
+        """Make the `after_calls`-th mutating call from now (1 = the next one), counting only calls named
+        `call` when given, fail with the NVML error named `error` (e.g. 'INSUFFICIENT_RESOURCES')."""
+        if error not in NVML_ERROR_CODES:
+            raise GpuBackendError("unknown NVML error %r; valid: %s" % (error, ", ".join(sorted(NVML_ERROR_CODES))))
+        if call is not None and call not in MUTATING_CALLS:
+            raise GpuBackendError("unknown mutating call %r; valid: %s" % (call, ", ".join(MUTATING_CALLS)))
+        if int(after_calls) < 1:
+            raise GpuBackendError("after_calls must be 1 or more")
+        with self._locked() as state:
+            state["faults"].append({"remaining": int(after_calls), "error": error, "call": call})
+
+    def set_reset_supported(self, index, supported):
+        """Model a passthrough VM (no per-GPU reset) when `supported` is False."""
+        with self._locked() as state:
+            _gpu(state, index)["reset_supported"] = bool(supported)
+
+    def clear_call_log(self):
+        with self._locked() as state:
+            state["call_log"] = []
+
+
+# ---------------------------------------------------------------------- helpers (pure, over state dicts)
+def _state_problem(state):
+    if not isinstance(state, dict):
+        return "top level is not an object"
+    if state.get("format") != STATE_FORMAT:
+        return "format is %r, expected %d" % (state.get("format"), STATE_FORMAT)
+    gpus = state.get("gpus")
+    if not isinstance(gpus, list):
+        return "'gpus' is not a list"
+    for key in ("processes", "faults", "call_log"):
+        if not isinstance(state.get(key), list):
+            return "%r is not a list" % key
+    for gpu in gpus:
+        if not isinstance(gpu, dict) or gpu.get("model") not in catalog.GPU_MODELS:
+            return "a GPU entry has an unknown model %r; known: %s" % (
+                gpu.get("model") if isinstance(gpu, dict) else gpu, ", ".join(sorted(catalog.GPU_MODELS)))
+        for key in ("index", "uuid", "gpu_instances"):
+            if key not in gpu:
+                return "GPU entry %r lacks %r" % (gpu.get("index"), key)
+    return None
+
+
+def _cuda_version_text(value):
+    return "%d.%d" % (value // 1000, (value % 1000) // 10)
+
+
+def _rules(gpu):
+    return catalog.ARCH_RULES[catalog.GPU_MODELS[gpu["model"]]["architecture"]]
+
+
+def _gpu(state, index):
+    for gpu in state["gpus"]:
+        if gpu["index"] == index:
+            return gpu
+    raise NvmlInvalidArgument("no GPU with index %r (this node has %d)" % (index, len(state["gpus"])))
+
+
+def _require_mig_capable(gpu):
+    if gpu["mig_current"] is None:
+        raise NvmlNotSupported("GPU %d (%s) does not support MIG" % (
+            gpu["index"], catalog.GPU_MODELS[gpu["model"]]["name"]))
+
+
+def _require_mig_enabled(gpu):
+    _require_mig_capable(gpu)
+    if not gpu["mig_current"]:
+        # The exact code NVML returns for instance calls with MIG disabled is not documented in the
+        # references; NOT_SUPPORTED is what the V-variant profile queries document for that case.
+        raise NvmlNotSupported("MIG mode is not enabled on GPU %d" % gpu["index"])
+
+
+def _gi_profile(gpu, profile_id):
+    for p in catalog.gi_profiles(gpu["model"]):
+        if p["id"] == profile_id:
+            return p
+    raise NvmlInvalidArgument("GPU-instance profile id %r does not exist on %s" % (
+        profile_id, catalog.GPU_MODELS[gpu["model"]]["name"]))
+
+
+def _gi(gpu, gi_id):
+    for gi in gpu["gpu_instances"]:
+        if gi["id"] == gi_id:
+            return gi
+    raise NvmlNotFound("GPU %d has no GPU instance %r" % (gpu["index"], gi_id))
+
+
+def _used_memory_slices(gpu):
+    used = set()
+    for gi in gpu["gpu_instances"]:
+        size = _gi_profile(gpu, gi["profile_id"])["memory_slices"]
+        used.update(range(gi["start"], gi["start"] + size))
+    return used
+
+
+def _lowest_free_id(taken, first):
+    # Real drivers choose GI ids by their own scheme (on A100 they follow the placement slot, UG "Instance
+    # Geometry"); the simulator hands out the lowest free id. Code must identify instances by
+    # (profile, placement), never by id across a reset.
+    candidate = first
+    taken = set(taken)
+    while candidate in taken:
+        candidate += 1
+    return candidate
+
+
+def _processes_on(state, index):
+    return [p for p in state["processes"] if p["gpu"] == index]
+
+
+def _apply_reset(gpu):
+    gpu["gpu_instances"] = []
+    if gpu["mig_current"] is not None:
+        gpu["mig_current"] = gpu["mig_pending"]
+    # Whether a GPU reset returns compute mode to Default is not documented (mig.md §2.6 leaves the cell
+    # empty); the simulator keeps it.
+
+
+def _due_fault(state, call):
+    for fault in state["faults"]:
+        if fault.get("call") not in (None, call):
+            continue
+        fault["remaining"] -= 1
+        if fault["remaining"] <= 0:
+            state["faults"].remove(fault)
+            return fault
+    return None
+
+
+def _process_facts(p):
+    return {"pid": p["pid"], "name": p["name"], "used_memory_mib": p["used_memory_mib"],
+            "gi_id": p.get("gi_id"), "ci_id": p.get("ci_id")}
+
+
+def _gpu_facts(state, gpu):
+    m = catalog.GPU_MODELS[gpu["model"]]
+    profiles = catalog.gi_profiles(gpu["model"])
+    by_id = dict((p["id"], p) for p in profiles)
+    procs = _processes_on(state, gpu["index"])
+    instances = []
+    for gi in gpu["gpu_instances"]:
+        gp = by_id[gi["profile_id"]]
+        cis = []
+        for ci in gi["compute_instances"]:
+            cp = [c for c in gp["ci_profiles"] if c["id"] == ci["profile_id"]][0]
+            cis.append({
+                "id": ci["id"], "profile_id": ci["profile_id"], "profile": cp["name"],
+                "placement": {"start": ci["start"], "size": ci["slices"]},
+                "mig_uuid": ci["uuid"],
+                "processes": [_process_facts(p) for p in procs
+                              if p.get("gi_id") == gi["id"] and p.get("ci_id") == ci["id"]],
+            })
+        instances.append({
+            "id": gi["id"], "profile_id": gi["profile_id"], "profile": gp["name"],
+            "placement": {"start": gi["start"], "size": gp["memory_slices"]},
+            "compute_instances": cis,
+        })
+    mig_supported = m["mig"] is not None
+    facts = {
+        "index": gpu["index"],
+        "uuid": gpu["uuid"],
+        "name": m["name"],
+        "pci_bus_id": gpu["pci_bus_id"],
+        "pci_device_id": "0x%08X" % m["pci_device_id"],
+        "memory_total_mib": m["memory_total_mib"],
+        "memory_total_bytes": m["memory_total_mib"] * 1024 * 1024,
+        "compute_capability": m["compute_capability"],
+        "architecture": m["architecture"],
+        "compute_mode": gpu["compute_mode"],
+        "persistence_mode": gpu["persistence_mode"],
+        "mig_supported": mig_supported,
+        "mig_mode_current": None if not mig_supported else ("Enabled" if gpu["mig_current"] else "Disabled"),
+        "mig_mode_pending": None if not mig_supported else ("Enabled" if gpu["mig_pending"] else "Disabled"),
+        "reset_supported": gpu.get("reset_supported", True),
+        "gi_profiles": profiles,
+        "gpu_instances": instances,
+        "processes": [_process_facts(p) for p in procs],
+    }
+    facts["mig_devices"] = mig_devices(facts)
+    return facts

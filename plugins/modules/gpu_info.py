@@ -1,0 +1,184 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_info
+short_description: Read the state of a host's NVIDIA GPUs, MIG instances and GPU processes
+version_added: 0.1.0
+description:
+  - Reads, for each NVIDIA GPU of the host, its identity (index, UUID, name, PCI bus and device id), memory,
+    compute capability, compute mode, persistence mode, MIG support and MIG mode (current and pending), the
+    GPU-instance profiles it offers (with their compute-instance profiles and possible placements), the
+    existing GPU and compute instances with their MIG device UUIDs, and the processes on each GPU and MIG
+    device; plus the driver and CUDA driver versions.
+  - Registers the result as the fact C(nvidia_gpus).
+  - Uses NVML through pynvml on a real host. When the environment variable C(GPUOPS_SIMULATED_GPUS) names a
+    state file, it reads simulated GPUs instead (see docs/simulator.md); C(GPUOPS_SIMULATED_MACHINE) names the
+    machine shape used to create that file when it does not exist.
+  - Changes nothing, in any mode.
+options:
+  gpus:
+    description:
+      - Which GPUs to report. C(all), or a list of GPU indices, UUIDs (C(GPU-...)) or model names
+        (C(NVIDIA H200) or C(H200)).
+      - A selector that matches no GPU is an error.
+    type: list
+    elements: str
+    default: [all]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+  facts:
+    support: full
+requirements:
+  - On a real GPU host, the Python package C(nvidia-ml-py) (module C(pynvml)) and the NVIDIA driver.
+notes:
+  - Compute-instance profiles can only be read from NVML through an existing GPU instance; for profiles with
+    no instance the module reports the table derived by the rule every published C(nvidia-smi mig -lcip)
+    listing follows.
+author:
+  - gpuops.nvidia developers
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs of this host
+  gpuops.nvidia.gpu_info:
+  register: gpu
+
+- name: Show each GPU's MIG mode
+  ansible.builtin.debug:
+    msg: "GPU {{ item.index }} {{ item.name }}: MIG {{ item.mig_mode_current }}"
+  loop: "{{ ansible_facts.nvidia_gpus.gpus }}"
+
+- name: Only the H200s
+  gpuops.nvidia.gpu_info:
+    gpus: [H200]
+"""
+
+RETURN = r"""
+backend:
+  description: C(nvml) for real GPUs, C(simulated) for the simulator.
+  returned: always
+  type: str
+  sample: nvml
+driver_version:
+  description: NVIDIA driver version.
+  returned: always
+  type: str
+  sample: "580.159.04"
+cuda_driver_version:
+  description: Highest CUDA version the driver supports.
+  returned: always
+  type: str
+  sample: "13.0"
+nvml_version:
+  description: NVML library version.
+  returned: always
+  type: str
+  sample: "13.580.159.04"
+gpus:
+  description: One entry per selected GPU, in NVML index order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: NVML index., type: int, returned: always}
+    uuid: {description: GPU UUID., type: str, returned: always, sample: GPU-d657c65c-0f2d-750f-1992-921db613127c}
+    name: {description: NVML product name., type: str, returned: always, sample: NVIDIA H200}
+    pci_bus_id: {description: PCI bus id as NVML writes it., type: str, returned: always, sample: "00000000:00:06.0"}
+    pci_device_id: {description: Packed PCI device and vendor id (mig-parted's device-filter form)., type: str,
+                    returned: always, sample: "0x233510DE"}
+    memory_total_mib: {description: Total memory in MiB., type: int, returned: always, sample: 143771}
+    memory_total_bytes: {description: Total memory in bytes., type: int, returned: always}
+    compute_capability: {description: CUDA compute capability., type: str, returned: always, sample: "9.0"}
+    architecture: {description: GPU architecture., type: str, returned: always, sample: hopper}
+    compute_mode: {description: "C(Default), C(Exclusive_Process) or C(Prohibited).", type: str, returned: always}
+    persistence_mode: {description: Whether persistence mode is on., type: bool, returned: always}
+    mig_supported: {description: Whether the GPU supports MIG., type: bool, returned: always}
+    mig_mode_current: {description: "C(Enabled), C(Disabled), or null without MIG support.", type: str, returned: always}
+    mig_mode_pending: {description: The MIG mode after the next reset or reboot., type: str, returned: always}
+    reset_supported: {description: Whether a per-GPU reset is exposed (false in passthrough VMs)., type: bool,
+                      returned: always}
+    gi_profiles:
+      description: GPU-instance profiles (name, id, slices, memory_slices, max_instances, memory_mib, sms,
+        placements, ci_profiles).
+      type: list
+      elements: dict
+      returned: always
+    gpu_instances:
+      description: Existing GPU instances (id, profile_id, profile, placement, compute_instances with id,
+        profile, placement, mig_uuid and processes).
+      type: list
+      elements: dict
+      returned: always
+    mig_devices:
+      description: The MIG devices CUDA sees, one per compute instance (uuid, gi_id, ci_id, profile, placement,
+        processes).
+      type: list
+      elements: dict
+      returned: always
+    processes:
+      description: Processes on the GPU (pid, name, used_memory_mib, gi_id, ci_id).
+      type: list
+      elements: dict
+      returned: always
+ansible_facts:
+  description: The same data as C(nvidia_gpus).
+  returned: always
+  type: dict
+  contains:
+    nvidia_gpus:
+      description: C(backend), C(driver_version), C(cuda_driver_version), C(nvml_version) and C(gpus).
+      type: dict
+      returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+    GpuBackendError,
+    NvmlError,
+    get_backend,
+    select_gpus,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(gpus=dict(type="list", elements="str", default=["all"])),
+        supports_check_mode=True,
+    )
+    try:
+        backend = get_backend()
+        try:
+            facts = backend.read_all()
+        finally:
+            backend.close()
+    except GpuBackendError as exc:
+        module.fail_json(msg=str(exc))
+    except NvmlError as exc:
+        module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
+
+    selector = module.params["gpus"]
+    chosen = select_gpus(facts["gpus"], selector)
+    if not chosen:
+        module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
+            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
+            or "no GPUs"))
+    facts["gpus"] = chosen
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
+
+
+if __name__ == "__main__":
+    main()
