@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import itertools
 import re
 from collections import Counter
 
@@ -493,9 +494,10 @@ def current_instances(gpu, cat=None):
                 if p.get("pid") not in seen:
                     seen.add(p.get("pid"))
                     uniq.append(p)
-            cis.append({"id": ci["id"], "name": name, "profile_id": ci.get("profile_id"),
-                        "slices": cat.devices[name][1].get("slices", 1) if name in cat.devices else 1,
-                        "mig_uuid": ci.get("mig_uuid"), "procs": uniq})
+            cpl = ci.get("placement") or {}
+            slices = cpl.get("size") or (cat.devices[name][1].get("slices", 1) if name in cat.devices else 1)
+            cis.append({"id": ci["id"], "name": name, "profile_id": ci.get("profile_id"), "slices": slices,
+                        "start": cpl.get("start", 0), "mig_uuid": ci.get("mig_uuid"), "procs": uniq})
         out.append({"id": gi["id"], "profile": prof["name"] if prof else gi.get("profile"),
                     "profile_id": gi.get("profile_id"), "start": pl.get("start", 0), "size": pl.get("size", 0),
                     "mask": _mask({"start": pl.get("start", 0), "size": pl.get("size", 0)}),
@@ -554,7 +556,7 @@ def validate_gpu_layout(gpu, spec, cat=None):
                                  % (label, name, hint, ", ".join(cat.valid_names())))
         canon = cat.canonical(name)
         devices[canon] = devices.get(canon, 0) + count
-    groups = _group_new(cat, devices, {})
+    groups = _group_new(cat, devices)
     if groups is None:
         raise MigLayoutError("%s: %s cannot fit: %s" % (label, _fmt_devices(devices), explain_unfit(cat, devices)))
     per_prof = Counter(g["profile"] for g in groups)
@@ -576,12 +578,9 @@ def _fmt_devices(devices):
 
 
 def explain_unfit(cat, devices):
-    groups = _group_new(cat, devices, {})
+    groups = _group_new(cat, devices)
     if groups is None:
-        for name in devices:
-            prof, ci, full = cat.devices[name]
-            return "compute-instance profile %s allows at most %s per %s GPU instance" % (
-                name, ci.get("max_instances"), prof["name"])
+        return "a compute instance is larger than its GPU instance"
     need = 0
     parts = []
     for pname, n in sorted(Counter(g["profile"] for g in groups).items(), key=lambda kv: _name_sort_key(kv[0])):
@@ -597,42 +596,70 @@ def explain_unfit(cat, devices):
 # Reconcile
 
 
-def _group_new(cat, demand, _unused):
-    """Group MIG devices into new GPU instances: full devices one per GI; sub-profiles packed
-    first-fit-decreasing by compute slices (and per-GI CI max_instances). None if a CI cannot fit any GI."""
-    groups = []
+def _ci_first_fit(gi_slices, occupied, size):
+    """Where the driver puts a new compute instance of ``size`` slices in a GI: the first run of free compute
+    slices aligned to its size (the simulator's rule; NVML's CreateComputeInstance without placement).
+    None if it does not fit."""
+    for cand in range(0, gi_slices - size + 1, size):
+        if not any(cand < s + n and s < cand + size for s, n in occupied):
+            return cand
+    return None
+
+
+def _try_add(slot, name, cat):
+    """Add MIG device ``name`` to a GI slot (kept or new) if the driver would fit it; True on success."""
+    prof, ci, full = cat.devices[name]
+    if slot["profile"] != prof["name"] or slot["full"]:
+        return False
+    if full and slot["occ"]:
+        return False
+    if slot["names"].count(name) + slot["add"].count(name) >= ci.get("max_instances", 99):
+        return False
+    start = _ci_first_fit(slot["slices"], slot["occ"], ci["slices"])
+    if start is None:
+        return False
+    slot["occ"].append((start, ci["slices"]))
+    slot["add"].append(name)
+    slot["full"] = full
+    return True
+
+
+def _device_items(cat, demand):
+    """Demanded devices, biggest GI first, full devices before sub-profiles, bigger CIs first: the order in
+    which they are created (as mig-parted's Flatten sorts, reference/mig.md 1.6)."""
     items = []
     for name, n in demand.items():
+        if n > 0:
+            items.extend([name] * n)
+    items.sort(key=lambda n: (-(cat.devices[n][0].get("slices") or 0), not cat.devices[n][2],
+                              -(cat.devices[n][1].get("slices") or 0), n))
+    return items
+
+
+def _group_new(cat, demand, slots=None):
+    """Put demanded MIG devices into GI slots: first the given (kept) slots, then new GIs packed first-fit.
+    Returns the list of new GI slots, or None if a compute instance fits no GI at all."""
+    slots = slots or []
+    groups = []
+    for name in _device_items(cat, demand):
         prof, ci, full = cat.devices[name]
-        items.extend([(name, prof, ci, full)] * n)
-    items.sort(key=lambda it: (-(it[1].get("slices") or 0), not it[3], -(it[2].get("slices") or 0), it[0]))
-    for name, prof, ci, full in items:
-        if full:
-            groups.append({"profile": prof["name"], "cis": [name], "used": prof.get("slices"), "full": True})
+        if any(_try_add(s, name, cat) for s in slots):
             continue
-        target = None
-        for g in groups:
-            if g["profile"] != prof["name"] or g["full"]:
-                continue
-            if g["used"] + ci["slices"] > prof["slices"]:
-                continue
-            if g["cis"].count(name) >= ci.get("max_instances", 99):
-                continue
-            target = g
-            break
-        if target is None:
-            if ci["slices"] > prof["slices"]:
-                return None
-            target = {"profile": prof["name"], "cis": [], "used": 0, "full": False}
-            groups.append(target)
-        target["cis"].append(name)
-        target["used"] += ci["slices"]
+        if any(_try_add(g, name, cat) for g in groups):
+            continue
+        g = {"profile": prof["name"], "slices": prof.get("slices"), "names": [], "add": [], "occ": [], "full": False}
+        if not _try_add(g, name, cat):
+            return None
+        groups.append(g)
     return groups
 
 
-def _place(cat, groups, occupied, counts=None):
+def _place(cat, groups, occupied, counts=None, compute_used=0):
     """Choose placements for new GI groups in free memory slices; list of placements or None."""
     counts = Counter(counts or {})
+    need = compute_used + sum(cat.gi_by_name[g["profile"]].get("slices") or 0 for g in groups)
+    if cat.compute_slices and need > cat.compute_slices:
+        return None
     order = sorted(range(len(groups)), key=lambda i: (-_psize(cat.gi_by_name[groups[i]["profile"]]), i))
     chosen = [None] * len(groups)
 
@@ -659,101 +686,86 @@ def _place(cat, groups, occupied, counts=None):
     return list(chosen) if rec(0, occupied) else None
 
 
-def _attempt(cat, insts, keep_mask, demand):
-    """Plan for keeping the GIs in ``keep_mask`` (bit i = insts[i]); None if infeasible."""
+def _attempt(cat, insts, choice, demand):
+    """Plan for one choice: per existing GI, None (destroy) or the tuple of its CI indexes to keep."""
     demand = Counter(demand)
-    kept = [insts[i] for i in range(len(insts)) if keep_mask >> i & 1]
-    kept_cis = {}
-    # Busy compute instances first, then the rest, each in GI order.
-    cands = [(not ci["procs"], gi_i, ci_i) for gi_i, gi in enumerate(kept) for ci_i, ci in enumerate(gi["cis"])]
-    cands.sort()
-    for _, gi_i, ci_i in cands:
-        ci = kept[gi_i]["cis"][ci_i]
-        if demand[ci["name"]] > 0:
-            demand[ci["name"]] -= 1
-            kept_cis.setdefault(gi_i, []).append(ci_i)
-    # Spare capacity of kept GIs
     slots = []
-    for gi_i, gi in enumerate(kept):
-        names = [gi["cis"][j]["name"] for j in kept_cis.get(gi_i, [])]
-        prof = cat.gi_by_name.get(gi["profile"])
-        if prof is None:
-            return None
-        used = sum(cat.devices[n][1]["slices"] for n in names)
-        full = any(cat.devices[n][2] for n in names)
-        slots.append({"profile": gi["profile"], "names": names, "add": [], "used": used, "full": full,
-                      "slices": prof.get("slices")})
-    rest = Counter()
-    items = []
-    for name, n in demand.items():
-        if n > 0:
-            items.extend([name] * n)
-    items.sort(key=lambda n: (-cat.devices[n][1]["slices"], n))
-    for name in items:
-        prof, ci, full = cat.devices[name]
-        placed = False
-        for s in slots:
-            if s["profile"] != prof["name"] or s["full"]:
-                continue
-            if full:
-                if s["names"] or s["add"]:
-                    continue
-            elif s["used"] + ci["slices"] > s["slices"] or \
-                    (s["names"] + s["add"]).count(name) >= ci.get("max_instances", 99):
-                continue
-            s["add"].append(name)
-            s["used"] += ci["slices"]
-            s["full"] = s["full"] or full
-            placed = True
-            break
-        if not placed:
-            rest[name] += 1
-    if any(not s["names"] and not s["add"] for s in slots):
-        return None     # a kept GI would end up empty: the plan without it is enumerated too
-    groups = _group_new(cat, rest, {})
+    occupied = 0
+    counts = Counter()
+    compute_used = 0
+    for i, ch in enumerate(choice):
+        if ch is None:
+            continue
+        gi = insts[i]
+        prof = cat.gi_by_name[gi["profile"]]
+        names = []
+        for j in ch:
+            name = gi["cis"][j]["name"]
+            demand[name] -= 1
+            if demand[name] < 0:
+                return None
+            names.append(name)
+        slots.append({"gi_i": i, "profile": gi["profile"], "slices": prof.get("slices"), "names": names, "add": [],
+                      "occ": [(gi["cis"][j]["start"], gi["cis"][j]["slices"]) for j in ch],
+                      "full": any(cat.devices[n][2] for n in names if n in cat.devices)})
+        occupied |= gi["mask"]
+        counts[gi["profile"]] += 1
+        compute_used += prof.get("slices") or 0
+    groups = _group_new(cat, demand, slots)
     if groups is None:
         return None
-    occupied = 0
-    for gi in kept:
-        occupied |= gi["mask"]
-    counts = Counter(gi["profile"] for gi in kept)
-    placements = _place(cat, groups, occupied, counts)
+    if any(not s["names"] and not s["add"] for s in slots):
+        return None     # a kept GI would end up empty: the choice that destroys it is enumerated too
+    placements = _place(cat, groups, occupied, counts, compute_used)
     if placements is None:
         return None
-    return {"kept": kept, "kept_cis": kept_cis, "slots": slots, "groups": groups, "placements": placements}
+    return {"choice": choice, "slots": slots, "groups": groups, "placements": placements}
 
 
-def _score(insts, keep_mask, att):
-    busy_kept = ci_kept = 0
-    for gi_i, idxs in att["kept_cis"].items():
-        for j in idxs:
-            ci_kept += 1
-            if att["kept"][gi_i]["cis"][j]["procs"]:
-                busy_kept += 1
-    gi_kept = bin(keep_mask).count("1")
-    ops = 0
-    for i, gi in enumerate(insts):
-        if keep_mask >> i & 1:
+def _score(insts, att):
+    busy_kept = ci_kept = gi_kept = ops = 0
+    for i, ch in enumerate(att["choice"]):
+        gi = insts[i]
+        if ch is None:
+            ops += 1 + len(gi["cis"])
             continue
-        ops += 1 + len(gi["cis"])
-    for gi_i, gi in enumerate(att["kept"]):
-        ops += len(gi["cis"]) - len(att["kept_cis"].get(gi_i, []))
-        ops += len(att["slots"][gi_i]["add"])
-    ops += sum(1 + len(g["cis"]) for g in att["groups"])
+        gi_kept += 1
+        ci_kept += len(ch)
+        busy_kept += sum(1 for j in ch if gi["cis"][j]["procs"])
+        ops += len(gi["cis"]) - len(ch)
+    ops += sum(len(s["add"]) for s in att["slots"])
+    ops += sum(1 + len(g["add"]) for g in att["groups"])
     return (busy_kept, ci_kept, gi_kept, -ops)
 
 
+def _subsets(items):
+    for r in range(len(items), -1, -1):
+        for combo in itertools.combinations(items, r):
+            yield combo
+
+
 def best_plan(cat, insts, demand):
-    """Exhaustive search over which existing GPU instances to keep (at most 2^8 subsets)."""
+    """Exhaustive search: for every existing GPU instance, destroy it or keep it with any subset of its
+    compute instances that the target also has. At most 7 compute slices per GPU bound this to a few
+    thousand candidates; each is completed (new CIs, new GIs at explicit placements) and scored."""
+    options = []
+    for gi in insts:
+        if gi["profile"] not in cat.gi_by_name:
+            options.append([None])
+            continue
+        eligible = [j for j, ci in enumerate(gi["cis"]) if demand.get(ci["name"], 0) > 0]
+        opts = [None]
+        if any(cat.devices.get(n, (None,))[0] is cat.gi_by_name[gi["profile"]] for n in demand):
+            opts.extend(_subsets(eligible))
+        options.append(opts)
     best = None
-    n = len(insts)
-    for keep_mask in range(1 << n):
-        att = _attempt(cat, insts, keep_mask, demand)
+    for choice in itertools.product(*options):
+        att = _attempt(cat, insts, choice, demand)
         if att is None:
             continue
-        sc = _score(insts, keep_mask, att)
+        sc = _score(insts, att)
         if best is None or sc > best[0]:
-            best = (sc, keep_mask, att)
+            best = (sc, att)
     return best
 
 
@@ -793,21 +805,19 @@ def plan_gpu(gpu, spec, force=False):
     found = best_plan(cat, insts, desired)
     if found is None:   # cannot happen after validation (keeping nothing always fits); be explicit anyway
         raise MigLayoutError("%s: no plan reaches %s" % (label, _fmt_devices(desired)))
-    score, keep_mask, att = found
+    score, att = found
     ops, kept, destroyed, created, busy = [], [], [], [], []
     destroy_cis, destroy_gis = [], []
     for i, gi in enumerate(insts):
-        if keep_mask >> i & 1:
+        ch = att["choice"][i]
+        if ch is None:
+            destroy_cis.extend((gi, ci) for ci in gi["cis"])
+            destroy_gis.append(gi)
             continue
-        for ci in gi["cis"]:
-            destroy_cis.append((gi, ci))
-        destroy_gis.append(gi)
-    for gi_i, gi in enumerate(att["kept"]):
-        keep_idx = set(att["kept_cis"].get(gi_i, []))
-        kept_entry = {"gi_id": gi["id"], "profile": gi["profile"], "placement": {"start": gi["start"], "size": gi["size"]},
-                      "compute_instances": []}
+        kept_entry = {"gi_id": gi["id"], "profile": gi["profile"],
+                      "placement": {"start": gi["start"], "size": gi["size"]}, "compute_instances": []}
         for j, ci in enumerate(gi["cis"]):
-            if j in keep_idx:
+            if j in ch:
                 kept_entry["compute_instances"].append({"ci_id": ci["id"], "profile": ci["name"],
                                                         "mig_uuid": ci["mig_uuid"]})
             else:
@@ -855,8 +865,8 @@ def plan_gpu(gpu, spec, force=False):
         created.append({"kind": "gpu_instance", "ref": ref, "profile": g["profile"],
                         "placement": {"start": pl["start"], "size": pl["size"]}})
     after_gis = []
-    for gi_i, gi in enumerate(att["kept"]):
-        slot = att["slots"][gi_i]
+    for slot in att["slots"]:
+        gi = insts[slot["gi_i"]]
         for name in slot["add"]:
             prof, ci, full = cat.devices[name]
             ops.append({"op": "create_compute_instance", "gi_id": gi["id"], "profile": name,
@@ -865,13 +875,13 @@ def plan_gpu(gpu, spec, force=False):
         after_gis.append(describe_gi(gi["profile"], gi["start"], gi["size"], slot["names"] + slot["add"]))
     for k in new_order:
         g = att["groups"][k]
-        for name in g["cis"]:
+        for name in g["add"]:
             prof, ci, full = cat.devices[name]
             ops.append({"op": "create_compute_instance", "ref": refs[k], "profile": name,
                         "ci_profile_id": ci.get("id"), "gi_profile": prof["name"]})
             created.append({"kind": "compute_instance", "ref": refs[k], "profile": name})
         pl = att["placements"][k]
-        after_gis.append(describe_gi(g["profile"], pl["start"], pl["size"], g["cis"]))
+        after_gis.append(describe_gi(g["profile"], pl["start"], pl["size"], g["add"]))
     base.update({
         "operations": ops, "kept": kept, "destroyed": destroyed, "created": created, "busy_destroyed": busy,
         "changed": bool(ops),

@@ -130,13 +130,20 @@ class SliceModel(object):
         if not ci:
             raise ModelError("INVALID_ARGUMENT")
         ci = ci[0]
-        by_id = {c["id"]: c for c in prof["ci_profiles"]}
-        used = sum(by_id[c["profile_id"]]["slices"] for c in gi["compute_instances"])
         same = sum(1 for c in gi["compute_instances"] if c["profile_id"] == ci_profile_id)
-        if used + ci["slices"] > prof["slices"] or same >= ci["max_instances"]:
+        if same >= ci["max_instances"]:
+            raise ModelError("INSUFFICIENT_RESOURCES")
+        # driver-chosen placement: first free run aligned to the CI's size (the simulator's convention)
+        size = ci["slices"]
+        taken = set()
+        for c in gi["compute_instances"]:
+            taken.update(range(c["placement"]["start"], c["placement"]["start"] + c["placement"]["size"]))
+        starts = [s for s in range(0, prof["slices"] - size + 1, size) if not taken & set(range(s, s + size))]
+        if not starts:
             raise ModelError("INSUFFICIENT_RESOURCES")
         ci_id = max([c["id"] for c in gi["compute_instances"]] + [-1]) + 1
         gi["compute_instances"].append({"id": ci_id, "profile_id": ci_profile_id, "profile": ci["name"],
+                                        "placement": {"start": starts[0], "size": size},
                                         "mig_uuid": "MIG-test-%d" % next(self._uuid), "processes": []})
         return ci_id
 

@@ -475,6 +475,49 @@ def brute_force_best(gpu, target):
             if ok:
                 yield [pl["start"] for pl in combo], occ | m
 
+    def fill(prof, fixed, names):
+        """Create ``names`` (biggest first) around CIs at ``fixed`` [(start, size, name)] like the driver:
+        first free run aligned to the size. True if all fit."""
+        occ = [(a, b) for a, b, _ in fixed]
+        have = Counter(n for _, _, n in fixed)
+        for n in sorted(names, key=lambda n: (-cat.devices[n][1]["slices"], n)):
+            ci = cat.devices[n][1]
+            if cat.devices[n][2] and occ:
+                return False
+            if have[n] >= ci.get("max_instances", 99):
+                return False
+            size = ci["slices"]
+            spot = [s for s in range(0, prof["slices"] - size + 1, size)
+                    if not any(s < a + b and a < s + size for a, b in occ)]
+            if not spot:
+                return False
+            occ.append((spot[0], size))
+            have[n] += 1
+        return True
+
+    def gi_best(prof, start, contents):
+        """Best (busy, kept) for one final GI; None if its contents cannot be created."""
+        gi = cur.get((prof["name"], start))
+        cands = []
+        if gi is not None:
+            eligible = [c for c in gi["cis"] if c["name"] in contents]
+            for r in range(len(eligible) + 1):
+                cands.extend(itertools.combinations(eligible, r))
+        else:
+            cands = [()]
+        res = None
+        for keep in cands:
+            rest = Counter(contents)
+            rest.subtract(Counter(c["name"] for c in keep))
+            if any(v < 0 for v in rest.values()):
+                continue
+            if not fill(prof, [(c["start"], c["slices"], c["name"]) for c in keep], list(rest.elements())):
+                continue
+            sc = (sum(1 for c in keep if c["procs"]), len(keep))
+            if res is None or sc > res:
+                res = sc
+        return res
+
     def score_assign(pname, starts, fulls, subs):
         """Best (busy, kept) for GIs of pname at starts hosting fulls + subs."""
         prof = cat.gi_by_name[pname]
@@ -486,34 +529,19 @@ def brute_force_best(gpu, target):
                 contents = {i: [] for i in range(len(starts))}
                 for i in full_sel:
                     contents[i].append(full_name[0][0])
-                okay = True
                 for it, i in zip(subs, assign):
                     contents[i].append(it[0])
-                for i in rest:
-                    c = contents[i]
-                    if not c or sum(cat.devices[n][1]["slices"] for n in c) > prof["slices"]:
-                        okay = False
-                        break
-                    for n in set(c):
-                        if c.count(n) > cat.devices[n][1].get("max_instances", 99):
-                            okay = False
-                    if not okay:
-                        break
-                if not okay:
+                if any(not c for c in contents.values()):
                     continue
-                busy = kept = 0
+                total = (0, 0)
                 for i, s in enumerate(starts):
-                    gi = cur.get((pname, s))
-                    if gi is None:
-                        continue
-                    want = Counter(contents[i])
-                    have_busy = Counter(c["name"] for c in gi["cis"] if c["procs"])
-                    have = Counter(c["name"] for c in gi["cis"])
-                    for n, w in want.items():
-                        kept += min(w, have[n])
-                        busy += min(w, have_busy[n])
-                if res is None or (busy, kept) > res:
-                    res = (busy, kept)
+                    sc = gi_best(prof, s, contents[i])
+                    if sc is None:
+                        total = None
+                        break
+                    total = (total[0] + sc[0], total[1] + sc[1])
+                if total is not None and (res is None or total > res):
+                    res = total
         return res
 
     def rec(pi, occ, acc):
