@@ -193,7 +193,12 @@ def gi_profiles(model_key):
             "placements": [{"start": s, "size": mem_slices} for s in starts],
             "ci_profiles": ci_profiles_for(row),
         })
-    return out
+    return sort_profiles(out)
+
+
+def sort_profiles(profiles):
+    """The order `nvidia-smi mig -lgip` prints: by compute slices, memory slices, then NVML index."""
+    return sorted(profiles, key=lambda p: (p["slices"], p["memory_slices"] or 0, p["nvml_index"]))
 
 
 def model(model_key):

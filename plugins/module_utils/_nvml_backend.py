@@ -176,7 +176,7 @@ class NvmlBackend(GpuBackend):
                 # derived by the same rule as the simulator's (see _gpu_catalog.ci_profiles_for).
                 "ci_profiles": catalog.ci_profiles_for(row),
             })
-        return out
+        return catalog.sort_profiles(out)
 
     def _placements(self, h, profile_id):
         nv = self.nvml

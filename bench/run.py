@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Run every benchmark in bench/ and print their tables (`make bench`)."""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCHES = ["gpu_info_bench.py"]
+
+if __name__ == "__main__":
+    status = 0
+    for name in BENCHES:
+        print("## %s" % name)
+        status |= subprocess.call([sys.executable, os.path.join(HERE, name)] + sys.argv[1:])
+    sys.exit(status)

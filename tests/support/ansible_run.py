@@ -1,0 +1,77 @@
+"""Run real ansible / ansible-playbook from the repository's .venv against this checkout's collection."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _bin_dir():
+    """Where ansible's commands are: beside this Python (the repository's .venv), else on PATH (a GPU host
+    where ansible-core was installed with pip --target)."""
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "ansible")):
+        return here
+    found = shutil.which("ansible")
+    return os.path.dirname(found) if found else here
+
+
+BIN = _bin_dir()
+
+
+def ansible_env(extra=None):
+    env = dict(os.environ)
+    env.pop("GPUOPS_SIMULATED_GPUS", None)
+    env.pop("GPUOPS_SIMULATED_MACHINE", None)
+    env.update({
+        "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(ROOT, ".collections"),
+        "ANSIBLE_STDOUT_CALLBACK": "json_results",
+        "ANSIBLE_CALLBACK_PLUGINS": os.path.join(ROOT, "tests", "support", "callback_plugins"),
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "0",
+        "PATH": BIN + os.pathsep + env.get("PATH", ""),
+    })
+    env.update(extra or {})
+    return env
+
+
+def run_module(module, args=None, env=None, check=False, diff=False, python=None):
+    """Run one module on localhost; returns (result dict, completed process)."""
+    cmd = [os.path.join(BIN, "ansible"), "localhost", "-m", module,
+           "-e", "ansible_python_interpreter=%s" % (python or sys.executable)]
+    if args is not None:
+        cmd += ["-a", json.dumps(args) if isinstance(args, dict) else args]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    result = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return result, proc
+
+
+def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=False, diff=False, args=()):
+    """Run a playbook; returns (parsed json callback output, completed process)."""
+    cmd = [os.path.join(BIN, "ansible-playbook"), playbook]
+    if inventory:
+        cmd += ["-i", inventory]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    cmd += list(args)
+    proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=900)
+    try:
+        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    except ValueError:
+        data = None
+    return data, proc

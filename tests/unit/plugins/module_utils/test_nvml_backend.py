@@ -1,0 +1,173 @@
+"""The real backend without a GPU: its error paths, and its reading logic over a pynvml stand-in that
+answers with the values of the real H200 reading (tests/fixtures/h200). The same backend ran on a real GPU:
+tests/gpu/test_gpu_info_real.py."""
+import json
+import os
+import re
+
+import pynvml
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvml_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlNotSupported
+from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200", "nvml_reading.json")
+
+
+def test_missing_pynvml_names_the_package(monkeypatch):
+    monkeypatch.setattr(_nvml_backend, "pynvml", None)
+    with pytest.raises(GpuBackendError, match="install the Python package nvidia-ml-py"):
+        NvmlBackend()
+
+
+def test_no_driver_is_a_clear_error():
+    # This machine has no NVIDIA driver: the real pynvml fails to load libnvidia-ml.so.1.
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:  # pragma: no cover - only on a GPU host
+        pynvml.nvmlShutdown()
+        pytest.skip("this host has an NVIDIA driver")
+    with pytest.raises(GpuBackendError, match="no NVIDIA driver on this host.*GPUOPS_SIMULATED_GPUS"):
+        NvmlBackend()
+
+
+class FakeNvml(object):
+    """Answers pynvml calls for one H200 from the real reading; everything it does not know raises
+    NOT_SUPPORTED, as NVML does. Uses pynvml's own structs and error classes."""
+
+    def __init__(self, reading):
+        self.r = reading
+        self.dev = reading["devices"][0]
+        self.calls = []
+        self.placements = {}
+        for line in reading["cmds"]["nvidia-smi mig -lgipp"]["out"].splitlines():
+            m = re.match(r"GPU\s+\d+\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]+)\}:(\d+)", line)
+            self.placements[int(m.group(1))] = ([int(x) for x in m.group(2).split(",")], int(m.group(3)))
+
+    def __getattr__(self, name):
+        value = getattr(pynvml, name)
+        if name.startswith("nvml") and callable(value):
+            def refuse(*args):
+                self.calls.append(name)
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return refuse
+        return value
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.r["driver"]
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self.r["cuda_driver_version"]
+
+    def nvmlSystemGetNVMLVersion(self):
+        return self.r["nvml_version"]
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return "h%d" % index
+
+    def nvmlDeviceGetName(self, h):
+        return self.dev["name"]
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.dev["uuid"]
+
+    def nvmlDeviceGetPciInfo(self, h):
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = self.dev["pci"]["busId"].encode()
+        info.pciDeviceId = self.dev["pci"]["pciDeviceId"]
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        info = pynvml.c_nvmlMemory_t()
+        info.total = self.dev["memory"]["total"]
+        return info
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return tuple(self.dev["cuda_cc"])
+
+    def nvmlDeviceGetMigMode(self, h):
+        return list(self.dev["mig_mode"])
+
+    def nvmlDeviceGetArchitecture(self, h):
+        return self.dev["arch"]
+
+    def nvmlDeviceGetComputeMode(self, h):
+        return self.dev["compute_mode"]
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return self.dev["persistence_mode"]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return []
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return []
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, h, index):
+        for name, answer in self.dev["gi_profiles"].items():
+            if getattr(pynvml, name) != index:
+                continue
+            v = answer["v"]
+            if "nvml_error" in v:
+                raise pynvml.NVMLError(v["code"])
+            info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+            for field in ("id", "sliceCount", "instanceCount", "multiprocessorCount", "memorySizeMB"):
+                setattr(info, field, v[field])
+            info.name = v["name"].encode()
+            return info
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h, profile_id, array, count_ref):
+        starts, size = self.placements[profile_id]
+        for i, s in enumerate(starts):
+            array[i].start = s
+            array[i].size = size
+        count_ref._obj.value = len(starts)
+        return 0
+
+
+@pytest.fixture
+def reading():
+    with open(FIXTURE) as handle:
+        return json.load(handle)
+
+
+def test_reads_the_h200_like_the_simulator_models_it(reading, tmp_path):
+    fake = FakeNvml(reading)
+    real = NvmlBackend(nvml=fake).read_all()
+    sim = SimulatedBackend(str(tmp_path / "s.json"), shape="h200-x1").read_all()
+    assert real["driver_version"] == "580.159.04" and real["cuda_driver_version"] == "13.0"
+    r, s = real["gpus"][0], sim["gpus"][0]
+    for key in ("name", "pci_device_id", "memory_total_mib", "memory_total_bytes", "compute_capability",
+                "architecture", "compute_mode", "persistence_mode", "mig_supported", "mig_mode_current",
+                "mig_mode_pending", "gpu_instances", "mig_devices", "processes"):
+        assert r[key] == s[key], key
+    assert r["uuid"] == reading["devices"][0]["uuid"]
+    assert r["pci_bus_id"] == "00000000:00:06.0"
+    assert r["gi_profiles"] == s["gi_profiles"]
+    assert set(r) == set(s), "both backends return the same fields"
+
+
+def test_reads_make_no_mutating_call(reading):
+    fake = FakeNvml(reading)
+    NvmlBackend(nvml=fake).read_all()
+    assert not [c for c in fake.calls if "Set" in c or "Create" in c or "Destroy" in c]
+
+
+def test_nvml_errors_become_the_collections_error_classes(reading):
+    backend = NvmlBackend(nvml=FakeNvml(reading))
+    with pytest.raises(NvmlNotSupported):
+        backend.set_compute_mode(0, "Prohibited")   # the stand-in refuses every setter

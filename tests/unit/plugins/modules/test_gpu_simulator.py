@@ -1,0 +1,51 @@
+"""gpu_simulator drives simulated GPUs from playbooks, and never acts on real ones."""
+import json
+
+from tests.support.ansible_run import run_module
+
+MODULE = "gpuops.nvidia.gpu_simulator"
+
+
+def _env(tmp_path, shape="hgx-h200"):
+    return {"GPUOPS_SIMULATED_GPUS": str(tmp_path / "s.json"), "GPUOPS_SIMULATED_MACHINE": shape}
+
+
+def _state(tmp_path):
+    return json.load(open(str(tmp_path / "s.json")))
+
+
+def test_refuses_without_simulated_gpus():
+    result, _ = run_module(MODULE, {"action": "reboot"})
+    assert result["failed"] is True and "acts only on simulated GPUs" in result["msg"]
+
+
+def test_reboot_in_check_mode_changes_nothing_then_reboots(tmp_path):
+    env = _env(tmp_path)
+    run_module(MODULE, {"action": "show"}, env=env)
+    result, _ = run_module(MODULE, {"action": "reboot"}, env=env, check=True)
+    assert result["changed"] is True and _state(tmp_path)["boot_id"] == 1
+    result, _ = run_module(MODULE, {"action": "reboot"}, env=env)
+    assert result["changed"] is True and result["boot_id"] == 2 and _state(tmp_path)["boot_id"] == 2
+
+
+def test_processes_and_faults(tmp_path):
+    env = _env(tmp_path, "a30-x4")
+    run_module(MODULE, {"action": "add_process", "index": 1, "pid": 42, "name": "dcgm"}, env=env)
+    run_module(MODULE, {"action": "inject_fault", "after_calls": 2, "error": "IN_USE"}, env=env)
+    state = _state(tmp_path)
+    assert state["processes"][0]["name"] == "dcgm" and state["faults"][0]["remaining"] == 2
+    run_module(MODULE, {"action": "remove_process", "pid": 42}, env=env)
+    assert _state(tmp_path)["processes"] == []
+
+
+def test_bad_input_is_refused_and_changes_nothing(tmp_path):
+    env = _env(tmp_path)
+    run_module(MODULE, {"action": "show"}, env=env)
+    before = _state(tmp_path)
+    result, _ = run_module(MODULE, {"action": "add_process", "pid": 1}, env=env)
+    assert result["failed"] is True and "needs index" in result["msg"]
+    result, _ = run_module(MODULE, {"action": "inject_fault", "error": "SOMETIMES"}, env=env)
+    assert result["failed"] is True and "unknown NVML error 'SOMETIMES'" in result["msg"]
+    result, _ = run_module(MODULE, {"action": "add_process", "index": 9, "pid": 1}, env=env)
+    assert result["failed"] is True and "no GPU with index 9" in result["msg"]
+    assert _state(tmp_path) == before
