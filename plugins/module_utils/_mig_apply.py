@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What mig_mode and mig_layout share on the target: reading a layout source, deciding the MIG-mode step
+per GPU (pure), and ending processes when the user forces destruction."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import signal
+import time
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import select_gpus
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    HAS_YAML = False
+
+
+def load_config_file(path):
+    """Read a mig-parted config file (YAML or JSON). Raises MigLayoutError with the reason."""
+    if not HAS_YAML:
+        raise mp.MigLayoutError("PyYAML is needed to read config_file")
+    try:
+        with open(path, "r") as handle:
+            return yaml.safe_load(handle)
+    except (IOError, OSError) as exc:
+        raise mp.MigLayoutError("cannot read config_file %s: %s" % (path, exc))
+    except yaml.YAMLError as exc:
+        raise mp.MigLayoutError("config_file %s is not valid YAML: %s" % (path, exc))
+
+
+def resolve_from_params(gpus, params):
+    """Per-GPU declared layouts from module parameters: layout | config_file (+config_name) | config_name
+    alone (a named layout), narrowed by ``gpus`` (indices, UUIDs, model names)."""
+    selector = params.get("gpus") or ["all"]
+    chosen = select_gpus(gpus, selector)
+    if not chosen:
+        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
+            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus) or "no GPUs"))
+    explicit = selector not in (["all"], "all", None)
+    if params.get("layout") is not None:
+        if params.get("config_file") or params.get("config_name"):
+            raise mp.MigLayoutError("give either layout, or config_file/config_name, not both")
+        res = mp.resolve_layout(chosen, layout=params["layout"])
+    elif params.get("config_file"):
+        res = mp.resolve_layout(chosen, config=load_config_file(params["config_file"]),
+                                config_name=params.get("config_name"))
+    elif params.get("config_name"):
+        res = mp.resolve_layout(chosen, named=params["config_name"],
+                                gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
+    else:
+        raise mp.MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
+                                "(a named layout: %s)" % ", ".join(mp.NAMED_LAYOUTS))
+    return res
+
+
+def mode_step(gpu, want, allow_reset):
+    """Decide what a GPU needs to reach MIG mode ``want`` (pure). Returns a dict:
+    set (call SetMigMode), clear (instances to destroy first), reset (call a GPU reset), reset_required,
+    reboot_required, reason, processes."""
+    cur = gpu.get("mig_mode_current") == "Enabled"
+    pend = gpu.get("mig_mode_pending") == "Enabled"
+    procs = [{"pid": p.get("pid"), "name": p.get("name")} for p in gpu.get("processes") or []]
+    out = {"set": False, "clear": [], "reset": False, "reset_required": False, "reboot_required": False,
+           "reason": None, "processes": procs, "activates_without_reset": gpu.get("architecture") != "ampere"}
+    if cur == want and pend == want:
+        return out
+    if pend != want:
+        out["set"] = True
+        if not want and gpu.get("gpu_instances"):
+            out["clear"] = [gi for gi in gpu["gpu_instances"]]
+    if cur == want:
+        return out      # only a stale pending request to undo
+    if out["activates_without_reset"]:
+        # Hopper and later: the change applies at SetMigMode when the GPU is idle; with processes it stays
+        # pending (reference/mig.md 3.9; simulator rule).
+        if procs:
+            out["reboot_required"] = True
+            out["reason"] = ("in use by %s: the change applies when they stop (re-run then), or after a reboot "
+                             "with the boot-time unit re-applying the mode" % (
+                                 ", ".join("pid %s (%s)" % (p["pid"], p["name"]) for p in procs)))
+        return out
+    # Ampere: pending until a GPU reset; the mode then survives reboots.
+    if not gpu.get("reset_supported", True):
+        out["reboot_required"] = True
+        out["reason"] = "this GPU exposes no reset (passthrough VM): a reboot activates the pending mode"
+    elif procs:
+        out["reset_required"] = True
+        out["reboot_required"] = True
+        out["reason"] = "reset blocked: in use by %s; stop them and reset, or reboot" % (
+            ", ".join("pid %s (%s)" % (p["pid"], p["name"]) for p in procs))
+    elif allow_reset:
+        out["reset"] = True
+    else:
+        out["reset_required"] = True
+        out["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
+    return out
+
+
+def terminate_processes(backend, pids, timeout=30):
+    """End processes that a forced change must remove. On the simulator, the simulated process goes away;
+    on a real host SIGTERM, then SIGKILL after ``timeout`` seconds. Returns the pids signalled."""
+    done = []
+    if getattr(backend, "kind", None) == "simulated":
+        for pid in pids:
+            backend.remove_process(pid)
+            done.append(pid)
+        return done
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+            done.append(pid)
+        except OSError:
+            pass
+    deadline = time.time() + timeout
+    alive = list(done)
+    while alive and time.time() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+    return done
+
+
+def _alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except OSError:
+        return False
