@@ -381,7 +381,7 @@ def named_layout_for(gpu, name):
             raise MigLayoutError("%s: %s has no %sg profile here; valid sizes on this GPU: %s"
                                  % (gpu_label(gpu), name, m.group(1), ", ".join(sizes)))
         return {"mig_enabled": True, "mig_devices": {prof["name"]: cat.max_fit(prof)}}
-    if name.startswith("all-"):
+    if name.startswith("all-") and DEVICE_NAME_RE.match(name[4:]) and not DEVICE_NAME_RE.match(name[4:]).group("c"):
         pname = name[4:]
         prof = cat.gi_by_name.get(pname)
         if prof is None:
