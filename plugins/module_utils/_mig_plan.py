@@ -430,8 +430,14 @@ def resolve_layout(gpus, layout=None, config=None, config_name=None, named=None,
         config_name, entries = parse_migparted_config(config, config_name)
     else:
         entries = parse_inline_layout(layout)
+    any_selected = False
     for entry in entries:
         chosen = _select(gpus, entry, entry["where"], True)
+        any_selected = any_selected or bool(chosen)
+        if not chosen and config is not None and entry.get("device_filter"):
+            # mig-parted files carry entries for many GPU models (config-default.yaml): an entry whose
+            # device-filter names another model is not an error, as in mig-parted itself.
+            continue
         if not chosen:
             raise MigLayoutError("%s selects no GPU (devices=%r, device_filter=%r, models=%r); GPUs here: %s" % (
                 entry["where"], entry.get("devices"), entry.get("device_filter"), entry.get("models"),
@@ -453,6 +459,10 @@ def resolve_layout(gpus, layout=None, config=None, config_name=None, named=None,
                 raise MigLayoutError("%s is selected by both %s and %s with different layouts; make the selectors "
                                      "disjoint" % (gpu_label(gpu), prev["source"], entry["where"]))
             result[gpu["index"]] = spec
+    if not any_selected:
+        raise MigLayoutError("%s selects no GPU on this host; GPUs here: %s" % (
+            "config %r" % config_name if config is not None else "the layout",
+            "; ".join("%s pci_device_id %s" % (gpu_label(g), g.get("pci_device_id")) for g in gpus)))
     if not result and not any(e["mig_enabled"] is False for e in entries):
         raise MigLayoutError("the layout selects no MIG-capable GPU")
     return {"gpus": result, "skipped": skipped, "config_name": config_name}
