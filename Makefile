@@ -20,7 +20,7 @@ lab: setup
 
 # The whole test suite.
 test: setup
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n 2 $(ARGS)
 
 bench: setup
 	$(BIN)/python bench/run.py $(ARGS)
