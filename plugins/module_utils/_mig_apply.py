@@ -13,7 +13,7 @@ import signal
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import select_gpus
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
 
 try:
     import yaml
@@ -137,3 +137,108 @@ def _alive(pid):
         return True
     except OSError:
         return False
+
+
+def _mode(flag):
+    return "Enabled" if flag else "Disabled"
+
+
+def predict_mode(gpu, want, step):
+    """Mode after ``step`` (check mode)."""
+    cur = gpu.get("mig_mode_current") == "Enabled"
+    pend = want if step["set"] else gpu.get("mig_mode_pending") == "Enabled"
+    if step["set"] and step["activates_without_reset"] and not step["processes"]:
+        cur = want
+    if step["reset"]:
+        cur = pend
+    return {"current": _mode(cur), "pending": _mode(pend)}
+
+
+def busy_clear_problem(gpu, step):
+    """Message if disabling MIG would destroy instances that processes use; else None."""
+    if not step["clear"]:
+        return None
+    busy = [p for p in gpu.get("processes") or [] if p.get("gi_id") is not None]
+    if not busy:
+        return None
+    return "%s: disabling MIG destroys its GPU instances, but processes run on them: %s; stop them first" % (
+        mp.gpu_label(gpu), ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy))
+
+
+def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
+    """Bring one GPU to MIG mode ``want`` (or predict it in check mode). Returns the per-GPU result entry.
+    NVML errors propagate (the caller reports them; a re-run continues from the state reached)."""
+    index = gpu["index"]
+    step = mode_step(gpu, want, allow_reset)
+    before = {"current": gpu.get("mig_mode_current"), "pending": gpu.get("mig_mode_pending")}
+    actions = []
+    if step["clear"]:
+        actions.append("destroy_instances")
+    if step["set"]:
+        actions.append("set_mig_mode")
+    if step["reset"]:
+        actions.append("reset_gpu")
+    entry = {"index": index, "uuid": gpu.get("uuid"), "name": gpu.get("name"),
+             "architecture": gpu.get("architecture"), "desired": _mode(want), "before": before,
+             "actions": actions, "activation_status": None, "processes": step["processes"]}
+    status = None
+    if check_mode:
+        after = predict_mode(gpu, want, step)
+        final = step
+    else:
+        for gi in step["clear"]:
+            for ci in gi.get("compute_instances") or []:
+                backend.destroy_compute_instance(index, gi["id"], ci["id"])
+            backend.destroy_gpu_instance(index, gi["id"])
+        if step["set"]:
+            status = backend.set_mig_mode(index, want)
+            entry["activation_status"] = "SUCCESS" if not status else NVML_ERROR_NAMES.get(status, str(status))
+        gpu_now = backend.read_gpu(index)
+        if step["reset"] and gpu_now.get("mig_mode_current") != _mode(want):
+            backend.reset_gpu(index)
+            gpu_now = backend.read_gpu(index)
+        elif step["reset"]:
+            actions.remove("reset_gpu")
+        after = {"current": gpu_now.get("mig_mode_current"), "pending": gpu_now.get("mig_mode_pending")}
+        final = mode_step(gpu_now, want, False)
+        if status == 16:   # RESET_REQUIRED: no reset exposed here (passthrough)
+            final["reboot_required"] = True
+            final["reason"] = "SetMigMode answered RESET_REQUIRED: this GPU exposes no reset; reboot"
+    pending = after["current"] != _mode(want)
+    entry.update({
+        "after": after, "changed": bool(actions), "pending": pending,
+        "reset_required": bool(pending and final["reset_required"]),
+        "reboot_required": bool(pending and final["reboot_required"]),
+        "reason": final["reason"] if pending else None,
+    })
+    if pending and not entry["reason"]:
+        entry["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
+        entry["reset_required"] = True
+    return entry
+
+
+def apply_layout_plans(backend, plans, force_timeout=30, on_gpu=None):
+    """Execute validated per-GPU plans (from _mig_plan.plan_layout) in order. Returns per-GPU entries with
+    the MIG devices after. Processes on instances that force destroys are ended first."""
+    out = []
+    for plan in plans:
+        index = plan["index"]
+        entry = dict(plan)
+        if plan["operations"]:
+            pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
+            if pids:
+                terminate_processes(backend, pids, force_timeout)
+            mp.execute_plan(backend, index, plan["operations"])
+            gpu_now = backend.read_gpu(index)
+            entry["after"] = mp.layout_view(gpu_now)
+            entry["mig_devices"] = devices_of(gpu_now)
+        out.append(entry)
+        if on_gpu:
+            on_gpu(entry)
+    return out
+
+
+def devices_of(gpu):
+    return [{"uuid": m.get("uuid"), "gi_id": m.get("gi_id"), "ci_id": m.get("ci_id"),
+             "gi_profile": m.get("gi_profile"), "profile": m.get("profile"), "placement": m.get("placement")}
+            for m in gpu.get("mig_devices") or []]

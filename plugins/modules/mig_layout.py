@@ -179,6 +179,11 @@ gpus:
       description: Check mode only; MIG is not enabled yet on this GPU, so the plan assumes an enabled, empty GPU.
       type: bool
       returned: always
+    planned_after_mode_change:
+      description: Check mode only; the GPU's MIG mode differs from the layout's, so the plan assumes
+        M(gpuops.nvidia.mig_mode) changed it first.
+      type: bool
+      returned: always
 skipped_gpus:
   description: GPUs the layout selected but that were left alone (no MIG support), and why.
   returned: always
@@ -232,10 +237,11 @@ def main():
         assumed = set()
         for gpu in gpus:
             spec = resolved["gpus"].get(gpu["index"])
-            if (module.check_mode and spec and spec["mig_enabled"] and gpu.get("mig_supported")
-                    and gpu.get("mig_mode_current") != "Enabled"):
+            want = "Enabled" if spec and spec["mig_enabled"] else "Disabled"
+            if (module.check_mode and spec and gpu.get("mig_supported") and gpu.get("mig_mode_current") != want):
+                # check mode of a whole flow: mig_mode would change the mode first; plan on that GPU
                 gpu = copy.deepcopy(gpu)
-                gpu.update({"mig_mode_current": "Enabled", "gpu_instances": [], "mig_devices": []})
+                gpu.update({"mig_mode_current": want, "gpu_instances": [], "mig_devices": []})
                 assumed.add(gpu["index"])
             planning.append(gpu)
         try:
@@ -245,14 +251,16 @@ def main():
         except mp.MigLayoutError as exc:
             module.fail_json(msg=str(exc), changed=False)
         if assumed:
-            module.warn("MIG mode is not enabled yet on GPU(s) %s: planned as if enabled and empty (check mode)"
+            module.warn("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had "
+                        "changed it (check mode)"
                         % ", ".join(str(i) for i in sorted(assumed)))
 
         by_index = dict((g["index"], g) for g in gpus)
         for plan in plans:
             index = plan["index"]
             entry = dict(plan)
-            entry["planned_as_enabled"] = index in assumed
+            entry["planned_as_enabled"] = index in assumed and plan["mig_enabled"]
+            entry["planned_after_mode_change"] = index in assumed
             if index in assumed:
                 entry["before"] = mp.layout_view(by_index[index])
             if not module.check_mode and plan["operations"]:

@@ -164,17 +164,17 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
-    NVML_ERROR_NAMES,
     GpuBackendError,
     NvmlError,
     get_backend,
     select_gpus,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import mode_step, resolve_from_params
-
-
-def _mode(flag):
-    return "Enabled" if flag else "Disabled"
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+    apply_mode,
+    busy_clear_problem,
+    mode_step,
+    resolve_from_params,
+)
 
 
 def _desired(module, gpus):
@@ -201,17 +201,6 @@ def _desired(module, gpus):
     if not want and p["enabled"]:
         raise mp.MigLayoutError("none of the selected GPUs supports MIG")
     return want, skipped
-
-
-def _predict(gpu, want, step):
-    """Mode after the step, for check mode."""
-    cur = gpu.get("mig_mode_current") == "Enabled"
-    pend = want if step["set"] else gpu.get("mig_mode_pending") == "Enabled"
-    if step["set"] and step["activates_without_reset"] and not step["processes"]:
-        cur = want
-    if step["reset"]:
-        cur = pend
-    return {"current": _mode(cur), "pending": _mode(pend)}
 
 
 def main():
@@ -241,67 +230,18 @@ def main():
             want, skipped = _desired(module, facts["gpus"])
         except mp.MigLayoutError as exc:
             module.fail_json(msg=str(exc))
-        steps = {}
         problems = []
         for index in sorted(want):
             gpu = by_index[index]
-            step = mode_step(gpu, want[index], module.params["allow_reset"])
-            steps[index] = step
-            busy = [p for p in gpu.get("processes") or [] if p.get("gi_id") is not None] if step["clear"] else []
-            if busy:
-                problems.append("%s: disabling MIG destroys its GPU instances, but processes run on them: %s; stop "
-                                "them first" % (mp.gpu_label(gpu), ", ".join(
-                                    "pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy)))
+            problem = busy_clear_problem(gpu, mode_step(gpu, want[index], module.params["allow_reset"]))
+            if problem:
+                problems.append(problem)
         if problems:
             module.fail_json(msg="; ".join(problems) + ". Nothing was changed.")
-
         for index in sorted(want):
-            gpu = by_index[index]
-            step = steps[index]
-            before = {"current": gpu.get("mig_mode_current"), "pending": gpu.get("mig_mode_pending")}
-            actions, status = [], None
-            if step["clear"]:
-                actions.append("destroy_instances")
-            if step["set"]:
-                actions.append("set_mig_mode")
-            if step["reset"]:
-                actions.append("reset_gpu")
-            entry = {"index": index, "uuid": gpu["uuid"], "name": gpu["name"],
-                     "architecture": gpu.get("architecture"), "desired": _mode(want[index]), "before": before,
-                     "actions": actions, "activation_status": None, "processes": step["processes"]}
-            if module.check_mode:
-                after = _predict(gpu, want[index], step)
-                final = step
-            else:
-                for gi in step["clear"]:
-                    for ci in gi.get("compute_instances") or []:
-                        backend.destroy_compute_instance(index, gi["id"], ci["id"])
-                    backend.destroy_gpu_instance(index, gi["id"])
-                if step["set"]:
-                    status = backend.set_mig_mode(index, want[index])
-                    entry["activation_status"] = "SUCCESS" if not status else NVML_ERROR_NAMES.get(status, str(status))
-                gpu_now = backend.read_gpu(index)
-                if step["reset"] and gpu_now.get("mig_mode_current") != _mode(want[index]):
-                    backend.reset_gpu(index)
-                    gpu_now = backend.read_gpu(index)
-                elif step["reset"]:
-                    actions.remove("reset_gpu")
-                after = {"current": gpu_now.get("mig_mode_current"), "pending": gpu_now.get("mig_mode_pending")}
-                final = mode_step(gpu_now, want[index], False)
-                if status == 16:   # RESET_REQUIRED: no reset exposed here (passthrough)
-                    final["reboot_required"] = True
-                    final["reason"] = "SetMigMode answered RESET_REQUIRED: this GPU exposes no reset; reboot"
-            pending = after["current"] != _mode(want[index])
-            entry.update({
-                "after": after, "changed": bool(actions), "pending": pending,
-                "reset_required": bool(pending and final["reset_required"]),
-                "reboot_required": bool(pending and final["reboot_required"]),
-                "reason": final["reason"] if pending else None,
-            })
-            if pending and not entry["reason"]:
-                entry["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
-                entry["reset_required"] = True
-            changed = changed or bool(actions)
+            entry = apply_mode(backend, by_index[index], want[index], module.params["allow_reset"],
+                               check_mode=module.check_mode)
+            changed = changed or entry["changed"]
             results.append(entry)
     except NvmlError as exc:
         module.fail_json(msg="NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
