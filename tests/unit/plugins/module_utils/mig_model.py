@@ -3,6 +3,9 @@ small in-test device model (the backend API of _gpu.py) that enforces placement 
 applied without the simulator. The H200 table is the real reading (gpu-readings.md)."""
 import copy
 import itertools
+from collections import Counter
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 
 # name pattern per model: (1g, 1g+me, 1g 2-memory-slice, 2g, 3g, 4g, 7g)
 MODELS = {
@@ -166,3 +169,126 @@ class SliceModel(object):
     def add_process(self, index, pid, name, gi_id=None, ci_id=None):
         self.gpus[index]["processes"].append({"pid": pid, "name": name, "used_memory_mib": 1,
                                               "gi_id": gi_id, "ci_id": ci_id})
+
+
+def brute_force_best(gpu, target):
+    """Max (busy kept, compute instances kept) over every final state that realises ``target``: every set
+    of non-overlapping GI placements, every distribution of the target's compute instances into them."""
+    cat = mp.Catalog(gpu)
+    insts = mp.current_instances(gpu, cat)
+    cur = {}
+    for gi in insts:
+        cur[(gi["profile"], gi["start"])] = gi
+    by_prof = {}
+    for name, n in target.items():
+        prof, ci, full = cat.devices[name]
+        by_prof.setdefault(prof["name"], []).extend([(name, full, ci["slices"], ci.get("max_instances", 99))] * n)
+    profs = sorted(by_prof)
+    best = [None]
+
+    def gi_options(pname):
+        items = by_prof[pname]
+        fulls = sum(1 for it in items if it[1])
+        subs = [it for it in items if not it[1]]
+        return fulls, subs, range(fulls + (1 if subs else 0), fulls + len(subs) + 1)
+
+    def placements_for(pname, k, occ):
+        prof = cat.gi_by_name[pname]
+        if k > prof["max_instances"]:
+            return
+        for combo in itertools.combinations(prof["placements"], k):
+            m = 0
+            ok = True
+            for pl in combo:
+                pm = ((1 << pl["size"]) - 1) << pl["start"]
+                if m & pm or occ & pm:
+                    ok = False
+                    break
+                m |= pm
+            if ok:
+                yield [pl["start"] for pl in combo], occ | m
+
+    def fill(prof, fixed, names):
+        """Create ``names`` (biggest first) around CIs at ``fixed`` [(start, size, name)] like the driver:
+        first free run aligned to the size. True if all fit."""
+        occ = [(a, b) for a, b, _ in fixed]
+        have = Counter(n for _, _, n in fixed)
+        for n in sorted(names, key=lambda n: (-cat.devices[n][1]["slices"], n)):
+            ci = cat.devices[n][1]
+            if cat.devices[n][2] and occ:
+                return False
+            if have[n] >= ci.get("max_instances", 99):
+                return False
+            size = ci["slices"]
+            spot = [s for s in range(0, prof["slices"] - size + 1, size)
+                    if not any(s < a + b and a < s + size for a, b in occ)]
+            if not spot:
+                return False
+            occ.append((spot[0], size))
+            have[n] += 1
+        return True
+
+    def gi_best(prof, start, contents):
+        """Best (busy, kept) for one final GI; None if its contents cannot be created."""
+        gi = cur.get((prof["name"], start))
+        cands = []
+        if gi is not None:
+            eligible = [c for c in gi["cis"] if c["name"] in contents]
+            for r in range(len(eligible) + 1):
+                cands.extend(itertools.combinations(eligible, r))
+        else:
+            cands = [()]
+        res = None
+        for keep in cands:
+            rest = Counter(contents)
+            rest.subtract(Counter(c["name"] for c in keep))
+            if any(v < 0 for v in rest.values()):
+                continue
+            if not fill(prof, [(c["start"], c["slices"], c["name"]) for c in keep], list(rest.elements())):
+                continue
+            sc = (sum(1 for c in keep if c["procs"]), len(keep))
+            if res is None or sc > res:
+                res = sc
+        return res
+
+    def score_assign(pname, starts, fulls, subs):
+        """Best (busy, kept) for GIs of pname at starts hosting fulls + subs."""
+        prof = cat.gi_by_name[pname]
+        res = None
+        full_name = [it for it in by_prof[pname] if it[1]]
+        for full_sel in itertools.combinations(range(len(starts)), fulls):
+            rest = [i for i in range(len(starts)) if i not in full_sel]
+            for assign in itertools.product(rest, repeat=len(subs)):
+                contents = {i: [] for i in range(len(starts))}
+                for i in full_sel:
+                    contents[i].append(full_name[0][0])
+                for it, i in zip(subs, assign):
+                    contents[i].append(it[0])
+                if any(not c for c in contents.values()):
+                    continue
+                total = (0, 0)
+                for i, s in enumerate(starts):
+                    sc = gi_best(prof, s, contents[i])
+                    if sc is None:
+                        total = None
+                        break
+                    total = (total[0] + sc[0], total[1] + sc[1])
+                if total is not None and (res is None or total > res):
+                    res = total
+        return res
+
+    def rec(pi, occ, acc):
+        if pi == len(profs):
+            if best[0] is None or acc > best[0]:
+                best[0] = acc
+            return
+        pname = profs[pi]
+        fulls, subs, ks = gi_options(pname)
+        for k in ks:
+            for starts, occ2 in placements_for(pname, k, occ):
+                sc = score_assign(pname, starts, fulls, subs)
+                if sc is None:
+                    continue
+                rec(pi + 1, occ2, (acc[0] + sc[0], acc[1] + sc[1]))
+    rec(0, 0, (0, 0))
+    return best[0]
