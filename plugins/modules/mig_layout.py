@@ -20,7 +20,7 @@ description:
   - Profile names are resolved against each GPU's own profile list, so C(1g.10gb) means the profile of that name
     on that GPU (it is a 1-slice profile on 80GB parts and a 2-memory-slice one on A100-40GB).
     Compute-instance sub-profiles (C(1c.3g.20gb)) are packed into shared GPU instances as mig-parted does.
-  - Validates everything before the first change: unknown profile names (the message lists the valid names on
+  - Validates everything before the first change - unknown profile names (the message lists the valid names on
     that GPU), counts that cannot fit (and why), selectors that match nothing, MIG mode off where the layout needs
     it on, GPUs without MIG. Errors on several GPUs are reported together; nothing is changed.
   - Reconciles with least disruption, unlike mig-parted (which destroys every instance of a GPU whose layout
@@ -53,7 +53,7 @@ options:
     elements: dict
   config_file:
     description:
-      - Path on the target of a mig-parted v1 config file (C(version: v1), C(mig-configs)), validated by
+      - Path on the target of a mig-parted v1 config file (top-level C(version) v1 and C(mig-configs)), validated by
         mig-parted's own rules.
     type: path
   config_name:
