@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run every benchmark in bench/ and print their tables (`make bench`)."""
 import os
 import subprocess

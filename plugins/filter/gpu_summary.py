@@ -20,7 +20,7 @@ options:
     type: dict
     required: true
 author:
-  - gpuops.nvidia developers
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import subprocess
 
@@ -39,6 +40,12 @@ except ImportError as _exc:  # pragma: no cover - exercised by a test that hides
 PYNVML_MISSING = (
     "pynvml is not installed on this GPU host: install the Python package nvidia-ml-py "
     "(for example `pip install nvidia-ml-py`) for the Python that runs Ansible modules here")
+
+# Safety net for hosts whose GPU settings must not change (the project's lent GPU, a rehearsal on a production
+# node): with GPUOPS_NVML_READ_ONLY=1 every mutating call is refused before it reaches NVML, and with
+# GPUOPS_NVML_CALL_LOG=/path each attempted mutating call is appended there as one JSON line.
+ENV_READ_ONLY = "GPUOPS_NVML_READ_ONLY"
+ENV_CALL_LOG = "GPUOPS_NVML_CALL_LOG"
 
 _ARCH_NAMES = {7: "ampere", 8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin"}
 _MAX_PLACEMENTS = 16   # more than any GPU offers for one profile (7 on 7-slice GPUs)
@@ -279,12 +286,24 @@ class NvmlBackend(GpuBackend):
             ci["processes"] = self._processes(mh)
 
     # ------------------------------------------------------------------ mutations
+    def _mutating(self, call, **args):
+        log = os.environ.get(ENV_CALL_LOG)
+        refused = os.environ.get(ENV_READ_ONLY) == "1"
+        if log:
+            with open(log, "a") as handle:
+                handle.write(json.dumps({"call": call, "args": args, "refused": refused}) + "\n")
+        if refused:
+            raise GpuBackendError("%s=1: refusing the mutating NVML call %s(%s)" % (
+                ENV_READ_ONLY, call, ", ".join("%s=%r" % kv for kv in sorted(args.items()))))
+
     def set_mig_mode(self, index, enabled):
+        self._mutating("set_mig_mode", index=index, enabled=bool(enabled))
         nv = self.nvml
         mode = nv.NVML_DEVICE_MIG_ENABLE if enabled else nv.NVML_DEVICE_MIG_DISABLE
         return self._call(nv.nvmlDeviceSetMigMode, self._handle(index), mode)
 
     def reset_gpu(self, index):
+        self._mutating("reset_gpu", index=index)
         # NVML has no public GPU-reset call; nvidia-smi does it (as mig-parted does, per GPU here).
         bus = self.read_gpu(index)["pci_bus_id"]
         try:
@@ -301,6 +320,7 @@ class NvmlBackend(GpuBackend):
             raise NvmlError("GPU %d reset failed (rc %d): %s" % (index, proc.returncode, out.strip()))
 
     def create_gpu_instance(self, index, profile_id, start):
+        self._mutating("create_gpu_instance", index=index, profile_id=profile_id, start=start)
         nv = self.nvml
         h = self._handle(index)
         info = self._call(nv.nvmlDeviceGetGpuInstanceProfileInfoById, h, profile_id)
@@ -315,24 +335,29 @@ class NvmlBackend(GpuBackend):
         return self._call(self.nvml.nvmlDeviceGetGpuInstanceById, self._handle(index), gi_id)
 
     def destroy_gpu_instance(self, index, gi_id):
+        self._mutating("destroy_gpu_instance", index=index, gi_id=gi_id)
         self._call(self.nvml.nvmlGpuInstanceDestroy, self._gi_handle(index, gi_id))
 
     def create_compute_instance(self, index, gi_id, ci_profile_id):
+        self._mutating("create_compute_instance", index=index, gi_id=gi_id, ci_profile_id=ci_profile_id)
         nv = self.nvml
         ci = self._call(nv.nvmlGpuInstanceCreateComputeInstance, self._gi_handle(index, gi_id), ci_profile_id)
         return self._call(nv.nvmlComputeInstanceGetInfo, ci).id
 
     def destroy_compute_instance(self, index, gi_id, ci_id):
+        self._mutating("destroy_compute_instance", index=index, gi_id=gi_id, ci_id=ci_id)
         nv = self.nvml
         ci = self._call(nv.nvmlGpuInstanceGetComputeInstanceById, self._gi_handle(index, gi_id), ci_id)
         self._call(nv.nvmlComputeInstanceDestroy, ci)
 
     def set_compute_mode(self, index, mode):
+        self._mutating("set_compute_mode", index=index, mode=mode)
         if mode not in COMPUTE_MODES:
             raise GpuBackendError("unknown compute mode %r; valid: %s" % (mode, ", ".join(COMPUTE_MODES)))
         self._call(self.nvml.nvmlDeviceSetComputeMode, self._handle(index), COMPUTE_MODES[mode])
 
     def set_persistence_mode(self, index, enabled):
+        self._mutating("set_persistence_mode", index=index, enabled=bool(enabled))
         nv = self.nvml
         self._call(nv.nvmlDeviceSetPersistenceMode, self._handle(index),
                    nv.NVML_FEATURE_ENABLED if enabled else nv.NVML_FEATURE_DISABLED)

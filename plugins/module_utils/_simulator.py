@@ -137,15 +137,17 @@ class SimulatedBackend(GpuBackend):
                 self._save(state)
             state = self._load()
             before = json.dumps(state, sort_keys=True)
+            keep = False
             try:
                 yield state
+                keep = True
             except NvmlError:
                 # A failed NVML call still counts (call counter, fault consumed, call log): keep that.
-                if write and json.dumps(state, sort_keys=True) != before:
-                    self._save(state)
+                keep = True
                 raise
-            if write and json.dumps(state, sort_keys=True) != before:
-                self._save(state)
+            finally:
+                if keep and write and json.dumps(state, sort_keys=True) != before:
+                    self._save(state)
         finally:
             os.close(lock_fd)
 

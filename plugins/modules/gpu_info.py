@@ -47,8 +47,11 @@ notes:
   - Compute-instance profiles can only be read from NVML through an existing GPU instance; for profiles with
     no instance the module reports the table derived by the rule every published C(nvidia-smi mig -lcip)
     listing follows.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.facts
 author:
-  - gpuops.nvidia developers
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""

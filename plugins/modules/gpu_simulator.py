@@ -65,8 +65,10 @@ attributes:
   idempotent:
     support: none
     details: Events such as a reboot happen each time they are asked for.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 author:
-  - gpuops.nvidia developers
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""
@@ -120,8 +122,9 @@ REQUIRED = {
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["reboot", "add_process", "remove_process",
-                                                             "inject_fault", "set_reset_supported", "show"]),
+            action=dict(type="str", required=True,
+                        choices=["reboot", "add_process", "remove_process", "inject_fault",
+                                 "set_reset_supported", "show"]),
             index=dict(type="int"), pid=dict(type="int"), name=dict(type="str", default="workload"),
             used_memory_mib=dict(type="int", default=0), gi_id=dict(type="int"), ci_id=dict(type="int"),
             after_calls=dict(type="int", default=1), error=dict(type="str"), call=dict(type="str"),

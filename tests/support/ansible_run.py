@@ -50,7 +50,7 @@ def run_module(module, args=None, env=None, check=False, diff=False, python=None
     if diff:
         cmd.append("--diff")
     proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300, check=False)
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
     result = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
     return result, proc
@@ -69,7 +69,7 @@ def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=Fals
         cmd.append("--diff")
     cmd += list(args)
     proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=900)
+                          universal_newlines=True, timeout=900, check=False)
     try:
         data = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:

@@ -171,3 +171,21 @@ def test_nvml_errors_become_the_collections_error_classes(reading):
     backend = NvmlBackend(nvml=FakeNvml(reading))
     with pytest.raises(NvmlNotSupported):
         backend.set_compute_mode(0, "Prohibited")   # the stand-in refuses every setter
+
+
+@pytest.mark.parametrize("call,args", [
+    ("set_mig_mode", (0, True)), ("reset_gpu", (0,)), ("create_gpu_instance", (0, 9, 0)),
+    ("destroy_gpu_instance", (0, 1)), ("create_compute_instance", (0, 1, 0)),
+    ("destroy_compute_instance", (0, 1, 0)), ("set_compute_mode", (0, "Default")),
+    ("set_persistence_mode", (0, True)),
+])
+def test_read_only_guard_refuses_and_logs_every_mutating_call(reading, tmp_path, monkeypatch, call, args):
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("GPUOPS_NVML_READ_ONLY", "1")
+    monkeypatch.setenv("GPUOPS_NVML_CALL_LOG", str(log))
+    fake = FakeNvml(reading)
+    backend = NvmlBackend(nvml=fake)
+    with pytest.raises(GpuBackendError, match="refusing the mutating NVML call %s" % call):
+        getattr(backend, call)(*args)
+    assert [json.loads(line)["call"] for line in log.read_text().splitlines()] == [call]
+    assert not [c for c in fake.calls if "Set" in c or "Create" in c or "Destroy" in c], "nothing reached NVML"

@@ -282,7 +282,7 @@ def test_compute_instance_profiles_are_limited_by_the_gi(make_sim):
     sim = make_sim("dgx-a100-40gb")
     _enable(sim, 0)
     gi = sim.create_gpu_instance(0, 9, 0)          # 3g.20gb
-    for _ in range(3):
+    for _slot in range(3):
         sim.create_compute_instance(0, gi, 0)      # 1c.3g.20gb x3
     with pytest.raises(NvmlInsufficientResources):
         sim.create_compute_instance(0, gi, 0)

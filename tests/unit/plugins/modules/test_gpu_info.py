@@ -2,11 +2,10 @@
 import hashlib
 import json
 import os
-import shutil
 
 import pytest
 
-from tests.support.ansible_run import ROOT, run_module, run_playbook
+from tests.support.ansible_run import run_module, run_playbook
 
 MODULE = "gpuops.nvidia.gpu_info"
 
@@ -45,7 +44,7 @@ def test_reports_instances_mig_devices_and_processes(tmp_path):
     ci = sim.create_compute_instance(1, gi, 2)
     sim.add_process(1, 4321, "vllm", used_memory_mib=30000, gi_id=gi, ci_id=ci)
     sim.add_process(0, 1234, "python", used_memory_mib=100)
-    result, _ = run_module(MODULE, {"gpus": ["0", "1"]}, env=env)
+    result = run_module(MODULE, {"gpus": ["0", "1"]}, env=env)[0]
     g0, g1 = result["gpus"]
     assert g0["processes"] == [{"pid": 1234, "name": "python", "used_memory_mib": 100, "gi_id": None, "ci_id": None}]
     assert g1["gpu_instances"][0]["profile"] == "3g.71gb"
@@ -59,7 +58,7 @@ def test_check_mode_changes_nothing(tmp_path):
     run_module(MODULE, env=env)
     path = env["GPUOPS_SIMULATED_GPUS"]
     before = _digest(path)
-    result, _ = run_module(MODULE, env=env, check=True)
+    result = run_module(MODULE, env=env, check=True)[0]
     assert result["changed"] is False and len(result["gpus"]) == 8
     assert _digest(path) == before
     assert json.load(open(path))["call_log"] == []
@@ -70,12 +69,12 @@ def test_check_mode_changes_nothing(tmp_path):
     (["NVIDIA H100 80GB HBM3", "4"], [2, 3, 4]),
 ])
 def test_selectors(tmp_path, selector, expected):
-    result, _ = run_module(MODULE, {"gpus": selector}, env=_sim_env(tmp_path, "mixed"))
+    result = run_module(MODULE, {"gpus": selector}, env=_sim_env(tmp_path, "mixed"))[0]
     assert [g["index"] for g in result["gpus"]] == expected
 
 
 def test_selector_matching_nothing_is_an_error(tmp_path):
-    result, _ = run_module(MODULE, {"gpus": ["B200"]}, env=_sim_env(tmp_path, "l40s-x2"))
+    result = run_module(MODULE, {"gpus": ["B200"]}, env=_sim_env(tmp_path, "l40s-x2"))[0]
     assert result["failed"] is True
     assert "matches no GPU" in result["msg"] and "NVIDIA L40S" in result["msg"]
 
@@ -83,12 +82,12 @@ def test_selector_matching_nothing_is_an_error(tmp_path):
 def test_selecting_by_uuid(tmp_path):
     env = _sim_env(tmp_path, "a30-x4")
     uuid = run_module(MODULE, env=env)[0]["gpus"][2]["uuid"]
-    result, _ = run_module(MODULE, {"gpus": [uuid]}, env=env)
+    result = run_module(MODULE, {"gpus": [uuid]}, env=env)[0]
     assert [g["index"] for g in result["gpus"]] == [2]
 
 
 def test_unknown_shape_fails_clearly(tmp_path):
-    result, _ = run_module(MODULE, env=_sim_env(tmp_path, "dgx-z"))
+    result = run_module(MODULE, env=_sim_env(tmp_path, "dgx-z"))[0]
     assert result["failed"] is True
     assert "unknown simulated machine shape 'dgx-z'" in result["msg"] and "hgx-h200" in result["msg"]
     assert not os.path.exists(str(tmp_path / "state.json"))
@@ -97,13 +96,13 @@ def test_unknown_shape_fails_clearly(tmp_path):
 def test_corrupt_state_fails_clearly_and_is_kept(tmp_path):
     path = tmp_path / "state.json"
     path.write_text("not json")
-    result, _ = run_module(MODULE, env=_sim_env(tmp_path))
+    result = run_module(MODULE, env=_sim_env(tmp_path))[0]
     assert result["failed"] is True and "is not valid JSON" in result["msg"]
     assert path.read_text() == "not json"
 
 
 def test_no_driver_on_a_real_host(tmp_path):
-    result, _ = run_module(MODULE)
+    result = run_module(MODULE)[0]
     assert result["failed"] is True
     assert "no NVIDIA driver on this host" in result["msg"]
 
@@ -113,7 +112,7 @@ def test_pynvml_missing_on_a_real_host(tmp_path):
     bare = tmp_path / "bare"
     import venv
     venv.EnvBuilder(with_pip=False).create(str(bare))
-    result, _ = run_module(MODULE, python=str(bare / "bin" / "python"))
+    result = run_module(MODULE, python=str(bare / "bin" / "python"))[0]
     assert result["failed"] is True
     assert "install the Python package nvidia-ml-py" in result["msg"]
 

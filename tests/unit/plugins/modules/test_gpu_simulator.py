@@ -15,16 +15,16 @@ def _state(tmp_path):
 
 
 def test_refuses_without_simulated_gpus():
-    result, _ = run_module(MODULE, {"action": "reboot"})
+    result = run_module(MODULE, {"action": "reboot"})[0]
     assert result["failed"] is True and "acts only on simulated GPUs" in result["msg"]
 
 
 def test_reboot_in_check_mode_changes_nothing_then_reboots(tmp_path):
     env = _env(tmp_path)
     run_module(MODULE, {"action": "show"}, env=env)
-    result, _ = run_module(MODULE, {"action": "reboot"}, env=env, check=True)
+    result = run_module(MODULE, {"action": "reboot"}, env=env, check=True)[0]
     assert result["changed"] is True and _state(tmp_path)["boot_id"] == 1
-    result, _ = run_module(MODULE, {"action": "reboot"}, env=env)
+    result = run_module(MODULE, {"action": "reboot"}, env=env)[0]
     assert result["changed"] is True and result["boot_id"] == 2 and _state(tmp_path)["boot_id"] == 2
 
 
@@ -42,10 +42,10 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path):
     env = _env(tmp_path)
     run_module(MODULE, {"action": "show"}, env=env)
     before = _state(tmp_path)
-    result, _ = run_module(MODULE, {"action": "add_process", "pid": 1}, env=env)
+    result = run_module(MODULE, {"action": "add_process", "pid": 1}, env=env)[0]
     assert result["failed"] is True and "needs index" in result["msg"]
-    result, _ = run_module(MODULE, {"action": "inject_fault", "error": "SOMETIMES"}, env=env)
+    result = run_module(MODULE, {"action": "inject_fault", "error": "SOMETIMES"}, env=env)[0]
     assert result["failed"] is True and "unknown NVML error 'SOMETIMES'" in result["msg"]
-    result, _ = run_module(MODULE, {"action": "add_process", "index": 9, "pid": 1}, env=env)
+    result = run_module(MODULE, {"action": "add_process", "index": 9, "pid": 1}, env=env)[0]
     assert result["failed"] is True and "no GPU with index 9" in result["msg"]
     assert _state(tmp_path) == before

@@ -1,0 +1,628 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""containerd's NVIDIA runtime, configured by nvidia-ctk on private copies (PRIVATE to gpuops.nvidia).
+
+nvidia-ctk (``nvidia-ctk runtime configure --runtime=containerd``) is the engine: NVIDIA keeps it in step with
+containerd. But it always rewrites its files, has no "changed" signal, strips comments, writes non-atomically,
+and its ``--dry-run`` output is not a diff (shared/reference/containerd.md 1.4, 1.6). So this module never lets
+it touch live files:
+
+1. read and check the live files (pure trap detection: ``analyse_source``);
+2. copy them into a private temporary directory that mirrors their absolute paths, run nvidia-ctk there
+   (``NvidiaCtkRunner.compute``), map the temporary import path back to the real one (``substitute``);
+3. validate the candidate with the containerd binary that will load it (``containerd --config FILE config
+   dump``) and check the merged result (``check_candidate_dump``, ``effective_changes``);
+4. compare with the live files (``plan_files``). Only the module writes, atomically, after all of that.
+
+Everything but ``NvidiaCtkRunner`` is pure (no I/O) and unit-tested directly.
+Target-side code: Python 3.9+. TOML is read with tomllib (3.11+), else tomli, else tomlkit.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import glob
+import io
+import os
+import re
+import shutil
+import tempfile
+
+DEFAULT_CONFIG = "/etc/containerd/config.toml"
+DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+DEFAULT_RUNTIME_PATH = "/usr/bin/nvidia-container-runtime"
+CTK_PACKAGE = "nvidia-container-toolkit"
+CONTAINERD_PACKAGE = "containerd"
+# nvidia-ctk 1.18.0's wrong default drop-in (NVIDIA/nvidia-container-toolkit#1404, fixed in 1.18.1).
+WRONG_DROP_IN_1180 = "/etc/containerd/config.d/99-nvidia.toml"
+EDIT_MODES = ("auto", "drop_in", "in_place")
+CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Characters that would need escaping inside a TOML string; refused in paths so that the
+# temporary-directory mapping below works on plain quoted strings.
+_UNSAFE_PATH_CHARS = re.compile(r"[\"'\\\x00-\x1f\x7f]")
+K3S_RKE2_MARKERS = ("/var/lib/rancher/k3s/", "/var/lib/rancher/rke2/")
+
+
+class ContainerdConfigError(Exception):
+    """Something the user must fix; the message says what is wrong and what is valid. Nothing was changed."""
+
+
+class TomlLibraryMissing(ContainerdConfigError):
+    """No TOML reader on the target (Python < 3.11 without tomli or tomlkit)."""
+
+
+# ------------------------------------------------------------------------------------------------------
+# TOML reading (never writing: the output is nvidia-ctk's)
+# ------------------------------------------------------------------------------------------------------
+def _toml_reader():
+    try:
+        import tomllib  # Python 3.11+
+
+        return tomllib.loads, tomllib.TOMLDecodeError, "tomllib"
+    except ImportError:
+        pass
+    try:
+        import tomli
+
+        return tomli.loads, tomli.TOMLDecodeError, "tomli"
+    except ImportError:
+        pass
+    try:
+        import tomlkit
+        from tomlkit.exceptions import TOMLKitError
+
+        return (lambda text: tomlkit.parse(text).unwrap()), TOMLKitError, "tomlkit"
+    except ImportError:
+        pass
+    return None, None, None
+
+
+def parse_toml(text, path):
+    """Parse ``text`` (the content of ``path``) into plain dicts, or raise ContainerdConfigError."""
+    loads, error, _name = _toml_reader()
+    if loads is None:
+        raise TomlLibraryMissing("reading %s needs a TOML parser: Python 3.11+ (tomllib) or the tomli package" % path)
+    try:
+        return loads(text)
+    except error as exc:
+        hint = ""
+        if "{{" in text:
+            hint = (" It looks like a Go template (k3s/rke2 config.toml.tmpl): nvidia-ctk cannot parse templates;"
+                    " see docs/containerd.md (k3s and rke2).")
+        raise ContainerdConfigError("%s is not valid TOML (%s); it is left untouched.%s" % (path, exc, hint))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Pure helpers
+# ------------------------------------------------------------------------------------------------------
+def cri_key(version):
+    """The CRI runtime plugin key nvidia-ctk and containerd use for a config ``version``."""
+    if version <= 1:
+        return "cri"
+    if version == 2:
+        return "io.containerd.grpc.v1.cri"
+    return "io.containerd.cri.v1.runtime"
+
+
+def config_version(tree, path="config"):
+    """nvidia-ctk's parseVersion: empty -> 2, keys but no ``version`` -> 1, else the integer."""
+    if not tree:
+        return 2
+    if "version" not in tree:
+        return 1
+    version = tree["version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ContainerdConfigError("%s: `version` must be an integer (2 for containerd 1.6/1.7, 3 or 4 for 2.x),"
+                                    " got %r" % (path, version))
+    return version
+
+
+def get_in(tree, keys, default=None):
+    node = tree
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def runtimes_of(tree, version):
+    runtimes = get_in(tree, ["plugins", cri_key(version), "containerd", "runtimes"], {})
+    return runtimes if isinstance(runtimes, dict) else {}
+
+
+def source_runtime_name(tree, version):
+    """Which runtime table nvidia-ctk deep-copies for the new runtime (engine.go GetDefaultRuntimeOptions).
+
+    The current ``default_runtime_name`` unless it starts with ``nvidia``, then ``runc``, then ``crun``;
+    None means nvidia-ctk's fallback (runc v2 options with no SystemdCgroup) is used.
+    """
+    runtimes = runtimes_of(tree, version)
+    default = get_in(tree, ["plugins", cri_key(version), "containerd", "default_runtime_name"])
+    names = []
+    if isinstance(default, str) and default and not default.startswith("nvidia"):
+        names.append(default)
+    names += ["runc", "crun"]
+    for name in names:
+        if isinstance(runtimes.get(name), dict):
+            return name
+    return None
+
+
+def systemd_cgroup_runtimes(tree, version):
+    """Names of runtimes with ``options.SystemdCgroup = true``."""
+    out = []
+    for name, table in sorted(runtimes_of(tree, version).items()):
+        if isinstance(table, dict) and get_in(table, ["options", "SystemdCgroup"]) is True:
+            out.append(name)
+    return out
+
+
+def disabled_cri(tree):
+    disabled = tree.get("disabled_plugins") or []
+    if not isinstance(disabled, list):
+        return []
+    return [p for p in disabled if p in CRI_PLUGIN_IDS]
+
+
+def validate_params(config_path, drop_in_path, edit_mode, runtime_name, runtime_path):
+    """Check the user's parameters before anything runs; raise ContainerdConfigError with what is valid."""
+    if edit_mode not in EDIT_MODES:
+        raise ContainerdConfigError("edit_mode must be one of %s, got %r" % (", ".join(EDIT_MODES), edit_mode))
+    paths = [("config_path", config_path), ("runtime_path", runtime_path)]
+    if edit_mode != "in_place":
+        paths.append(("drop_in_path", drop_in_path))
+    for name, value in paths:
+        if not value or not os.path.isabs(value):
+            raise ContainerdConfigError("%s must be an absolute path, got %r" % (name, value))
+        if _UNSAFE_PATH_CHARS.search(value):
+            raise ContainerdConfigError("%s must not contain quotes, backslashes or control characters, got %r"
+                                        % (name, value))
+        if value.endswith("/"):
+            raise ContainerdConfigError("%s must name a file, not a directory: %r" % (name, value))
+    if edit_mode != "in_place":
+        if os.path.normpath(drop_in_path) == os.path.normpath(config_path):
+            raise ContainerdConfigError("drop_in_path must differ from config_path (both are %r); use"
+                                        " edit_mode=in_place to edit config_path itself" % config_path)
+        if not drop_in_path.endswith(".toml"):
+            raise ContainerdConfigError("drop_in_path must end in .toml (nvidia-ctk imports <its directory>/*.toml),"
+                                        " got %r" % drop_in_path)
+    if not RUNTIME_NAME_RE.match(runtime_name or ""):
+        raise ContainerdConfigError("runtime_name must be letters, digits, '.', '_' or '-' (starting with a letter or"
+                                    " digit), got %r" % (runtime_name,))
+
+
+def analyse_source(tree, path, exists):
+    """Trap detection on the live top-level config. Returns (version, errors, warnings)."""
+    errors, warnings = [], []
+    version = config_version(tree, path)
+    cri_off = disabled_cri(tree)
+    if exists and tree and "version" not in tree:
+        msg = ("%s has no `version` key, so containerd and nvidia-ctk read it as a deprecated version 1 config;"
+               " nvidia-ctk would write a version 1 runtime that does not take effect"
+               " (NVIDIA/nvidia-container-toolkit#1430)." % path)
+        if cri_off:
+            msg += (" It also disables the CRI plugin (disabled_plugins = %s): this is Docker's containerd.io"
+                    " default, and Kubernetes cannot use this containerd." % _toml_list(cri_off))
+        msg += (" Replace it with a version 2 config (containerd 1.6/1.7: `containerd config default`) or version 3"
+                " (containerd 2.x) that keeps your settings, then run again.")
+        errors.append(msg)
+    elif cri_off:
+        errors.append("%s disables the CRI plugin (disabled_plugins = %s): Kubernetes cannot use this containerd and"
+                      " an nvidia runtime there would never take effect. Remove %s from disabled_plugins (after"
+                      " checking nothing else relies on it) and run again." % (path, _toml_list(cri_off),
+                                                                              _toml_list(cri_off)))
+    imports = tree.get("imports") or []
+    if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
+        errors.append("%s: `imports` must be a list of paths, got %r" % (path, imports))
+    if any(marker in path for marker in K3S_RKE2_MARKERS):
+        warnings.append("%s is under a k3s/rke2 data directory: k3s and rke2 regenerate config.toml at every start,"
+                        " so this change will be lost. Use k3s/rke2's own nvidia runtime detection or"
+                        " `default-runtime: nvidia` in their config.yaml (see docs/containerd.md)." % path)
+    if version > 4:
+        warnings.append("%s has version %d; the newest known containerd config version is 4 (containerd 2.3)"
+                        % (path, version))
+    return version, errors, warnings
+
+
+def _toml_list(items):
+    return "[" + ", ".join('"%s"' % i for i in items) + "]"
+
+
+def parse_ctk_version(text):
+    """(major, minor, patch) from ``nvidia-ctk --version`` output, or None."""
+    match = re.search(r"version\s+v?(\d+)\.(\d+)\.(\d+)", text or "")
+    if not match:
+        return None
+    return tuple(int(g) for g in match.groups())
+
+
+def parse_containerd_version(text):
+    """The version word of ``containerd --version`` ("containerd github.com/containerd/containerd 1.6.20~ds1 …")."""
+    match = re.search(r"\s(v?\d+\.\d+\.\d+\S*)", text or "")
+    return match.group(1) if match else None
+
+
+def version_string(version):
+    return ".".join(str(v) for v in version) if version else "unknown"
+
+
+def choose_edit_mode(requested, ctk_version):
+    """The edit mode to use with this nvidia-ctk, or ContainerdConfigError. Returns (mode, warnings)."""
+    warnings = []
+    drop_in_capable = ctk_version >= (1, 18, 0)
+    if ctk_version == (1, 18, 0):
+        warnings.append("nvidia-ctk 1.18.0 has two drop-in bugs fixed in 1.18.1: its default drop-in directory is the"
+                        " wrong /etc/containerd/config.d (NVIDIA/nvidia-container-toolkit#1404; this module always"
+                        " passes the drop-in path explicitly) and it drops existing `imports` (PR #1382; this module"
+                        " refuses such a result). Upgrade nvidia-container-toolkit to 1.18.1 or newer.")
+    if requested == "auto":
+        return ("drop_in" if drop_in_capable else "in_place"), warnings
+    if requested == "drop_in" and not drop_in_capable:
+        raise ContainerdConfigError("edit_mode=drop_in needs nvidia-ctk 1.18.1 or newer; nvidia-ctk %s only edits"
+                                    " config_path in place. Use edit_mode=in_place (or auto), or upgrade %s."
+                                    % (version_string(ctk_version), CTK_PACKAGE))
+    if requested == "in_place" and drop_in_capable:
+        raise ContainerdConfigError("edit_mode=in_place is broken in nvidia-ctk %s: --drop-in-config=\"\" writes a"
+                                    " config with no nvidia runtime and a self-glob import (1.18.0-1.20.0, see"
+                                    " docs/containerd.md). Use edit_mode=drop_in (or auto)."
+                                    % version_string(ctk_version))
+    return requested, warnings
+
+
+def wrong_drop_in_1180(drop_in_path):
+    """Where nvidia-ctk 1.18.0 would have put this drop-in: a sibling ``config.d`` instead of its directory
+    (its default was /etc/containerd/config.d/99-nvidia.toml, NVIDIA/nvidia-container-toolkit#1404)."""
+    directory = os.path.dirname(drop_in_path)
+    if os.path.basename(directory) == "config.d":
+        return None
+    return os.path.join(os.path.dirname(directory), "config.d", os.path.basename(drop_in_path))
+
+
+def import_pattern(drop_in_path):
+    """The ``imports`` entry nvidia-ctk adds for a drop-in file: ``<dir>/*.toml``."""
+    return os.path.join(os.path.dirname(drop_in_path), "*.toml")
+
+
+def configure_args(ctk_path, config_path, drop_in_path, mode, runtime_name, runtime_path, set_as_default,
+                   cdi_enabled):
+    """The argv of ``nvidia-ctk runtime configure`` (a list, never a shell string)."""
+    args = [ctk_path, "runtime", "configure", "--runtime=containerd", "--config=%s" % config_path]
+    if mode == "drop_in":
+        args.append("--drop-in-config=%s" % drop_in_path)
+    args += ["--nvidia-runtime-name=%s" % runtime_name, "--nvidia-runtime-path=%s" % runtime_path]
+    if set_as_default:
+        args.append("--nvidia-set-as-default")
+    if cdi_enabled:
+        args.append("--cdi.enabled")
+    return args
+
+
+def substitute(text, pairs, quotes=("\"", "'")):
+    """Replace quoted TOML strings: for each (old, new), ``"old"`` / ``'old'`` become ``"new"``.
+
+    Used to point the copy's imports at the temporary directory and the result back at the real paths.
+    Only whole quoted strings are replaced, so a path that merely starts with ``old`` is left alone.
+    """
+    if text is None:
+        return None
+    for old, new in pairs:
+        for quote in quotes:
+            text = text.replace(quote + old + quote, "\"" + new + "\"")
+    return text
+
+
+def lost_imports(before_tree, after_tree):
+    """Imports of the live config that the candidate no longer has (nvidia-ctk 1.18.0 drops them, PR #1382)."""
+    after = set(list_strings(after_tree or {}, "imports"))
+    return [i for i in list_strings(before_tree or {}, "imports") if i not in after]
+
+
+def list_strings(tree, key):
+    value = tree.get(key) or []
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def effective_cri_tree(top_tree, drop_tree, version):
+    """Approximate the merged config when containerd cannot be asked: the drop-in's CRI section replaces the
+    top-level one (containerd 1.x semantics; nvidia-ctk's drop-in holds a full copy, so 2.x gives the same)."""
+    merged = copy.deepcopy(top_tree or {})
+    key = cri_key(version)
+    section = get_in(drop_tree or {}, ["plugins", key])
+    if isinstance(section, dict):
+        merged.setdefault("plugins", {})[key] = copy.deepcopy(section)
+    return merged
+
+
+def check_candidate_dump(dump, runtime_name, runtime_path, set_as_default, cdi_enabled, containerd_version):
+    """What containerd's merged view of the candidate says. Returns (problems, warnings); a problem refuses it."""
+    problems, warnings = [], []
+    version = config_version(dump, "config dump")
+    if disabled_cri(dump):
+        problems.append("the merged config disables the CRI plugin (disabled_plugins = %s)"
+                        % _toml_list(disabled_cri(dump)))
+    section = get_in(dump, ["plugins", cri_key(version)])
+    if not isinstance(section, dict):
+        problems.append("containerd %s shows no CRI plugin section (%s) in the merged config"
+                        % (containerd_version or "", cri_key(version)))
+        return problems, warnings
+    runtimes = runtimes_of(dump, version)
+    runtime = runtimes.get(runtime_name)
+    if not isinstance(runtime, dict):
+        problems.append("containerd %s does not see runtime %r in the merged config (for example a version 3 config"
+                        " is silently dropped by containerd 1.6/1.7 before 1.6.32/1.7.17)"
+                        % (containerd_version or "", runtime_name))
+    elif get_in(runtime, ["options", "BinaryName"]) != runtime_path:
+        problems.append("containerd sees runtime %r with BinaryName %r, expected %r"
+                        % (runtime_name, get_in(runtime, ["options", "BinaryName"]), runtime_path))
+    default = get_in(section, ["containerd", "default_runtime_name"])
+    if set_as_default and default != runtime_name:
+        problems.append("the merged config's default_runtime_name is %r, expected %r" % (default, runtime_name))
+    if default and default not in runtimes:
+        problems.append("default_runtime_name %r names no configured runtime: containerd would fail to start"
+                        " (no corresponding runtime configured in containerd.runtimes)" % default)
+    if cdi_enabled and section.get("enable_cdi") is not True:
+        warnings.append("containerd %s does not know enable_cdi (CDI support needs containerd 1.7 or newer); the"
+                        " setting is written but ignored" % (containerd_version or ""))
+    return problems, warnings
+
+
+def _flatten(node, prefix, out):
+    if isinstance(node, dict):
+        for key in sorted(node):
+            _flatten(node[key], prefix + [key], out)
+    else:
+        out[".".join(prefix)] = node
+    return out
+
+
+def effective_changes(before, after, runtime_name, version_before, version_after):
+    """Settings of the merged config that change, other than the ones this module is asked to set.
+
+    ``before``/``after`` are merged views (config dumps). Returns a sorted list of "key: old -> new" strings.
+    """
+    if version_before != version_after:
+        return []
+    key = cri_key(version_after)
+    old = _flatten(get_in(before, ["plugins", key], {}), [], {})
+    new = _flatten(get_in(after, ["plugins", key], {}), [], {})
+    ours = ("containerd.runtimes.%s." % runtime_name, "containerd.runtimes.%s" % runtime_name)
+    own_keys = ("containerd.default_runtime_name", "enable_cdi")
+    out = []
+    for flat in sorted(set(old) | set(new)):
+        if flat.startswith(ours) or flat in own_keys:
+            continue
+        if old.get(flat) != new.get(flat):
+            out.append("plugins.%s.%s: %r -> %r" % (key, flat, old.get(flat), new.get(flat)))
+    return out
+
+
+def systemd_cgroup_findings(before, after, version, runtime_name, source_runtime):
+    """SystemdCgroup traps. ``before``/``after`` are merged views. Returns (errors, warnings)."""
+    errors, warnings = [], []
+    had = systemd_cgroup_runtimes(before, version) if before else []
+    has = systemd_cgroup_runtimes(after, version)
+    after_runtimes = runtimes_of(after, version)
+    for name in had:
+        if name not in has and (name == runtime_name or name in after_runtimes):
+            errors.append("runtime %r would lose SystemdCgroup = true (nvidia-ctk replaces the %r table with a copy of"
+                          " %s, and containerd 1.x replaces whole plugin sections from drop-ins). Set SystemdCgroup ="
+                          " true on the runtime nvidia-ctk copies (%s) in the config, then run again."
+                          % (name, runtime_name, source_runtime or "its fallback", source_runtime or "runc"))
+    if runtime_name not in has:
+        others = [n for n in has if n != runtime_name]
+        if others:
+            warnings.append("runtime %r gets no SystemdCgroup = true although %s %s it: nvidia-ctk copied %s. With"
+                            " kubelet's systemd cgroup driver, GPU pods can fail (NVIDIA/nvidia-docker#1788)."
+                            % (runtime_name, ", ".join(others), "has" if len(others) == 1 else "have",
+                               source_runtime or "its fallback"))
+        elif source_runtime is None:
+            warnings.append("the config defines no default, runc or crun runtime, so nvidia-ctk gives %r its fallback"
+                            " options without SystemdCgroup. If kubelet uses the systemd cgroup driver (kubeadm's"
+                            " default), define runc with SystemdCgroup = true in the config first"
+                            " (NVIDIA/nvidia-docker#1788)." % runtime_name)
+    return errors, warnings
+
+
+def plan_files(before, after):
+    """Compare live texts with candidate texts, per path (None = file absent).
+
+    Returns a list of {"path", "action": create|update|delete|none, "before", "after"} in write order
+    (drop-ins before the top-level file that imports them: the order of ``after``).
+    """
+    plan = []
+    for path, new in after.items():
+        old = before.get(path)
+        if new is None:
+            action = "none" if old is None else "delete"
+        elif old is None:
+            action = "create"
+        elif old != new:
+            action = "update"
+        else:
+            action = "none"
+        plan.append({"path": path, "action": action, "before": old, "after": new})
+    return plan
+
+
+def diff_entries(plan):
+    """Ansible diff dicts (one per changed file) for ``--diff``."""
+    out = []
+    for item in plan:
+        if item["action"] == "none":
+            continue
+        out.append({
+            "before_header": item["path"] if item["before"] is not None else "%s (absent)" % item["path"],
+            "after_header": item["path"] if item["after"] is not None else "%s (absent)" % item["path"],
+            "before": item["before"] or "",
+            "after": item["after"] or "",
+        })
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# The runner: nvidia-ctk and containerd on private copies (I/O, read-only on live files)
+# ------------------------------------------------------------------------------------------------------
+class Candidate(object):
+    """What nvidia-ctk produced, mapped back to the real paths, plus what containerd said about it."""
+
+    def __init__(self):
+        self.files = {}          # real path -> text (None: nvidia-ctk left no file)
+        self.trees = {}          # real path -> parsed tree
+        self.dump = None         # parsed `config dump` of the candidate, or None when not validated
+        self.stray = []          # files nvidia-ctk wrote outside the expected paths (real-path form)
+        self.ctk_stdout = ""
+        self.ctk_stderr = ""
+
+
+class NvidiaCtkRunner(object):
+    """Runs nvidia-ctk on copies in a private temporary directory, and containerd's ``config dump``.
+
+    ``run_command(argv) -> (rc, stdout, stderr)`` is AnsibleModule.run_command (argv lists only).
+    Live files are only read. The temporary directory (mode 0700) is removed afterwards.
+    """
+
+    def __init__(self, run_command, ctk_path, containerd_path=None, tmp_parent=None):
+        self.run_command = run_command
+        self.ctk_path = ctk_path
+        self.containerd_path = containerd_path
+        self.tmp_parent = tmp_parent
+
+    # -- versions -----------------------------------------------------------------------------------
+    def ctk_version(self):
+        rc, out, err = self.run_command([self.ctk_path, "--version"])
+        version = parse_ctk_version(out) or parse_ctk_version(err)
+        if rc != 0 or version is None:
+            raise ContainerdConfigError("`%s --version` did not report a version (rc=%s): %s"
+                                        % (self.ctk_path, rc, (err or out).strip()))
+        return version
+
+    def containerd_version(self):
+        if not self.containerd_path:
+            return None
+        rc, out, err = self.run_command([self.containerd_path, "--version"])
+        if rc != 0:
+            raise ContainerdConfigError("`%s --version` failed (rc=%s): %s" % (self.containerd_path, rc,
+                                                                                (err or out).strip()))
+        return parse_containerd_version(out) or out.strip()
+
+    # -- containerd ---------------------------------------------------------------------------------
+    def dump(self, config_path):
+        """``containerd --config FILE config dump`` -> (rc, stdout, stderr). The file must exist (2.x prints
+        defaults with rc 0 for a missing file, reference 4.1)."""
+        if not os.path.isfile(config_path):
+            raise ContainerdConfigError("internal: %s must exist before it is dumped" % config_path)
+        return self.run_command([self.containerd_path, "--config", config_path, "config", "dump"])
+
+    def dump_tree(self, config_path, what):
+        rc, out, err = self.dump(config_path)
+        if rc != 0:
+            raise ContainerdConfigError("%s: containerd cannot load it (`containerd --config %s config dump`"
+                                        " exit %s): %s" % (what, config_path, rc, (err or out).strip()))
+        return parse_toml(out, "containerd config dump of %s" % config_path)
+
+    # -- nvidia-ctk on copies -----------------------------------------------------------------------
+    def compute(self, config_path, drop_in_path, mode, runtime_name, runtime_path, set_as_default, cdi_enabled,
+                live_texts, validate=True):
+        """Run nvidia-ctk on copies of ``live_texts`` ({real path: text or None}) and return a Candidate."""
+        tmp = tempfile.mkdtemp(prefix="gpuops-containerd-", dir=self.tmp_parent)
+        try:
+            return self._compute(tmp, config_path, drop_in_path, mode, runtime_name, runtime_path, set_as_default,
+                                 cdi_enabled, live_texts, validate)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _compute(self, tmp, config_path, drop_in_path, mode, runtime_name, runtime_path, set_as_default,
+                 cdi_enabled, live_texts, validate):
+        root = os.path.join(tmp, "root")
+
+        def mirror(path):
+            return root + path
+
+        pairs_to_tmp, pairs_back = [], []
+        if mode == "drop_in":
+            real_pattern = import_pattern(drop_in_path)
+            pairs_to_tmp = [(real_pattern, mirror(real_pattern)), (drop_in_path, mirror(drop_in_path))]
+            pairs_back = [(mirror(real_pattern), real_pattern), (mirror(drop_in_path), drop_in_path)]
+        expected = {mirror(config_path)}
+        if mode == "drop_in":
+            expected.add(mirror(drop_in_path))
+        copied = set()
+
+        config_text = live_texts.get(config_path)
+        if config_text is not None:
+            _write_private(mirror(config_path), substitute(config_text, pairs_to_tmp))
+        # Other files of the drop-in directory, so that containerd validates the set it will really load.
+        if mode == "drop_in":
+            for other in sorted(glob.glob(import_pattern(drop_in_path))):
+                if os.path.normpath(other) == os.path.normpath(drop_in_path) or not os.path.isfile(other):
+                    continue
+                _copy_private(other, mirror(other))
+                copied.add(mirror(other))
+        # Relative imports resolve against the importing file's directory: mirror what they match.
+        if config_text is not None:
+            tree = parse_toml(config_text, config_path)
+            for entry in list_strings(tree, "imports"):
+                if os.path.isabs(entry):
+                    continue
+                pattern = os.path.join(os.path.dirname(config_path), entry)
+                for match in sorted(glob.glob(pattern)):
+                    if os.path.isfile(match) and mirror(match) not in expected:
+                        _copy_private(match, mirror(match))
+                        copied.add(mirror(match))
+
+        args = configure_args(self.ctk_path, mirror(config_path), mirror(drop_in_path), mode, runtime_name,
+                              runtime_path, set_as_default, cdi_enabled)
+        rc, out, err = self.run_command(args)
+        candidate = Candidate()
+        candidate.ctk_stdout, candidate.ctk_stderr = out, err
+        if rc != 0:
+            raise ContainerdConfigError("nvidia-ctk failed on a private copy (exit %s), nothing was changed: %s"
+                                        % (rc, (err or out).strip()))
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                if full not in expected and full not in copied:
+                    candidate.stray.append(full[len(root):])
+        for real in ([drop_in_path] if mode == "drop_in" else []) + [config_path]:
+            text = _read_optional(mirror(real))
+            mapped = substitute(text, pairs_back, quotes=("\"",))
+            if mapped is not None and tmp in mapped:
+                raise ContainerdConfigError("internal: the candidate %s still names the private directory %s"
+                                            % (real, tmp))
+            candidate.files[real] = mapped
+            if mapped is not None:
+                candidate.trees[real] = parse_toml(mapped, "nvidia-ctk's output for %s" % real)
+        if validate and self.containerd_path and os.path.isfile(mirror(config_path)):
+            candidate.dump = self.dump_tree(mirror(config_path), "the candidate config (refused, nothing changed)")
+        return candidate
+
+
+def _write_private(path, text):
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o700)
+    with io.open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _copy_private(src, dst):
+    parent = os.path.dirname(dst)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o700)
+    shutil.copyfile(src, dst)
+
+
+def _read_optional(path):
+    try:
+        with io.open(path, "r", encoding="utf-8") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        if os.path.exists(path):
+            raise
+        return None
+

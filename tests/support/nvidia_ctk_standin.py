@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""STAND-IN for ``nvidia-ctk`` -- NOT the real NVIDIA Container Toolkit CLI.
+
+The real nvidia-ctk (Go, NVIDIA/nvidia-container-toolkit) cannot be installed on the machines these tests run
+on. This script reproduces what ``nvidia-ctk runtime configure --runtime=containerd`` does, as documented in
+the project's reference (shared/reference/containerd.md sections 1.1-1.7, which record the real tool's exact
+outputs for v1.17.8, v1.18.0 and v1.20.0 on named inputs), so that the module can be tested end to end:
+
+* the algorithm of section 1.3 (source load, version pick, CRI key, runtime options copied from the default
+  runtime / runc / crun or the fallback, ``BinaryName``, default runtime, ``enable_cdi``, drop-in mode);
+* the go-toml v1.9.5 serialisation of section 1.4 (comments dropped, keys sorted with plain values before
+  tables, a blank line before every table, 2-space indent per level, double-quoted strings, empty parent
+  tables written out), a non-atomic truncate-and-write, new files 0644 and parent directories 0755;
+* the per-version behaviour of section 1.2/1.7, chosen with ``NVIDIA_CTK_STANDIN_VERSION`` (default 1.20.0):
+  1.17.x edits in place (no ``--drop-in-config`` flag); 1.18.0 defaults to ``/etc/containerd/config.d/…``
+  and drops existing ``imports``; 1.18.1+ uses ``conf.d`` and keeps imports; 1.20.0 fills in
+  ``runtime_type``; ``--drop-in-config=""`` on 1.18+ reproduces the documented broken result;
+  a config without ``version`` is treated as version 1.
+
+What it does NOT reproduce: go-toml's own parser (Python's tomllib parses here, so error messages differ),
+``--config-source=command``, hook mode, the crio/docker runtimes, and anything not documented in the reference.
+Golden-output tests (tests/unit/plugins/module_utils/test_containerd.py) compare this script's output with the
+reference's exact TOML; a mismatch there means the stand-in, not the module, is wrong.
+"""
+
+import copy
+import json
+import os
+import sys
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11 on the test machine
+    import tomli as tomllib
+
+VERSION_ENV = "NVIDIA_CTK_STANDIN_VERSION"
+DEFAULT_VERSION = "1.20.0"
+# Test hook: when set, every invocation's argv is appended (one JSON list per line) to this file.
+CALL_LOG_ENV = "NVIDIA_CTK_STANDIN_CALL_LOG"
+
+
+# --------------------------------------------------------------------------------------------------------
+# go-toml v1.9.5 Tree.Marshal look-alike
+# --------------------------------------------------------------------------------------------------------
+def _bare(key):
+    return key != "" and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+
+
+def _key(key):
+    return key if _bare(key) else _string(key)
+
+
+def _string(value):
+    out = ['"']
+    for ch in value:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\u%04X" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # only reached inside arrays
+        return "{" + ", ".join("%s = %s" % (_key(k), _value(v)) for k, v in sorted(value.items())) + "}"
+    return _string(str(value))
+
+
+def _is_table_array(value):
+    return isinstance(value, list) and value and all(isinstance(v, dict) for v in value)
+
+
+def _write_tree(tree, path, depth, lines):
+    simple = sorted(k for k, v in tree.items() if not isinstance(v, dict) and not _is_table_array(v))
+    complex_ = sorted(k for k in tree if k not in simple)
+    indent = "  " * depth
+    for k in simple:
+        lines.append("%s%s = %s" % (indent, _key(k), _value(tree[k])))
+    for k in complex_:
+        sub = path + [_key(k)]
+        header_indent = "  " * depth
+        if isinstance(tree[k], dict):
+            lines.append("")
+            lines.append("%s[%s]" % (header_indent, ".".join(sub)))
+            _write_tree(tree[k], sub, depth + 1, lines)
+        else:
+            for item in tree[k]:
+                lines.append("")
+                lines.append("%s[[%s]]" % (header_indent, ".".join(sub)))
+                _write_tree(item, sub, depth + 1, lines)
+
+
+def marshal(tree):
+    """Serialise ``tree`` the way go-toml v1.9.5 does (reference section 1.4)."""
+    lines = []
+    _write_tree(tree, [], 0, lines)
+    if not lines:
+        return ""
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------
+# runtime configure (reference section 1.3)
+# --------------------------------------------------------------------------------------------------------
+class CtkError(Exception):
+    pass
+
+
+def _version_tuple(text):
+    parts = []
+    for part in text.split("-")[0].split("."):
+        parts.append(int(part))
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts[:3])
+
+
+def _cri_key(version):
+    if version == 1:
+        return "cri"
+    if version == 2:
+        return "io.containerd.grpc.v1.cri"
+    return "io.containerd.cri.v1.runtime"
+
+
+def _get(tree, keys):
+    node = tree
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def _set(tree, keys, value):
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def _delete(tree, keys):
+    node = _get(tree, keys[:-1])
+    if isinstance(node, dict):
+        node.pop(keys[-1], None)
+
+
+def _load(path):
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CtkError("unable to load config: failed to load config: %s: %s" % (path, exc))
+
+
+def _parse_version(tree):
+    if not tree:
+        return 2
+    if "version" not in tree:
+        return 1
+    version = tree["version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CtkError("unable to load config: failed to parse config version: unsupported type for version field: %r"
+                       % (version,))
+    return version
+
+
+def _default_runtime_options(tree, cri):
+    runtimes = _get(tree, ["plugins", cri, "containerd", "runtimes"]) or {}
+    default = _get(tree, ["plugins", cri, "containerd", "default_runtime_name"])
+    candidates = []
+    if isinstance(default, str) and default and not default.startswith("nvidia"):
+        candidates.append(default)
+    candidates += ["runc", "crun"]
+    for name in candidates:
+        if isinstance(runtimes.get(name), dict):
+            return copy.deepcopy(runtimes[name])
+    return {
+        "runtime_type": "io.containerd.runc.v2",
+        "runtime_root": "",
+        "runtime_engine": "",
+        "privileged_without_host_devices": False,
+    }
+
+
+def _add_runtime(tree, version, opts, ctk_version):
+    cri = _cri_key(version)
+    tree["version"] = version
+    runtime = _default_runtime_options(tree, cri)
+    if ctk_version >= (1, 20, 0) and not runtime.get("runtime_type"):
+        runtime["runtime_type"] = "io.containerd.runc.v2"
+    options = runtime.get("options")
+    if not isinstance(options, dict):
+        options = {}
+        runtime["options"] = options
+    options["BinaryName"] = opts["runtime_path"]
+    if version == 1:
+        options["Runtime"] = opts["runtime_path"]
+    _set(tree, ["plugins", cri, "containerd", "runtimes", opts["name"]], runtime)
+    default_keys = ["plugins", cri, "containerd", "default_runtime_name"]
+    if opts["set_as_default"]:
+        _set(tree, default_keys, opts["name"])
+    elif _get(tree, default_keys) == opts["name"]:
+        _delete(tree, default_keys)
+    if opts["cdi"]:
+        _set(tree, ["plugins", cri, "enable_cdi"], True)
+
+
+def _write(path, text):
+    """os.Create + write: truncates in place (not atomic), keeps an existing file's mode; zero bytes delete."""
+    if text == "":
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def configure(opts, ctk_version):
+    source = _load(opts["config"])
+    version = _parse_version(source)
+    drop_in = opts["drop_in"]
+    outputs = []  # (path, text)
+    if ctk_version < (1, 18, 0) or version == 1:
+        tree = copy.deepcopy(source)
+        _add_runtime(tree, version, opts, ctk_version)
+        target = opts["config"] if ctk_version < (1, 18, 0) or not drop_in else drop_in
+        outputs.append((target, marshal(tree)))
+        return outputs
+    cri = _cri_key(version)
+    top = copy.deepcopy(source)
+    drop_tree = {"version": version}
+    section = _get(source, ["plugins", cri])
+    if isinstance(section, dict):
+        drop_tree["plugins"] = {cri: copy.deepcopy(section)}
+    # steps 5-7 on the drop-in copy; the default runtime options come from the source tree
+    runtime_source = copy.deepcopy(source)
+    _add_runtime(runtime_source, version, opts, ctk_version)
+    drop_tree.setdefault("plugins", {})[cri] = runtime_source["plugins"][cri]
+    if drop_in:
+        pattern = os.path.join(os.path.dirname(drop_in), "*.toml")
+        import_pattern = "/etc/containerd/conf.d/*.toml" if opts["dry_run"] else pattern
+        if ctk_version == (1, 18, 0):
+            imports = []  # v1.18.0 drops existing imports (PR #1382)
+        else:
+            imports = list(top.get("imports") or [])
+        if import_pattern not in imports:
+            imports.append(import_pattern)
+        if not top:
+            top["version"] = version
+        top["imports"] = imports
+        outputs.append((drop_in, marshal(drop_tree)))
+        outputs.append((opts["config"], marshal(top)))
+    else:
+        # --drop-in-config="" on 1.18+: the drop-in lands on config.toml and is then overwritten by the
+        # top-level content with a self-glob import (reference section 1.7): no nvidia runtime at all.
+        pattern = os.path.join(os.path.dirname(opts["config"]), "*.toml")
+        imports = [] if ctk_version == (1, 18, 0) else list(top.get("imports") or [])
+        if pattern not in imports:
+            imports.append(pattern)
+        if not top:
+            top["version"] = version
+        top["imports"] = imports
+        outputs.append((opts["config"], marshal(drop_tree)))
+        outputs.append((opts["config"], marshal(top)))
+    return outputs
+
+
+# --------------------------------------------------------------------------------------------------------
+# command line (urfave/cli style flags: --flag=value or --flag value; booleans as --flag or --flag=true)
+# --------------------------------------------------------------------------------------------------------
+STRING_FLAGS = {
+    "runtime": "runtime", "config": "config", "drop-in-config": "drop_in",
+    "nvidia-runtime-name": "name", "nvidia-runtime-path": "runtime_path", "runtime-path": "runtime_path",
+    "config-source": "config_source", "config-mode": "config_mode", "executable-path": "executable_path",
+}
+BOOL_FLAGS = {
+    "dry-run": "dry_run", "nvidia-set-as-default": "set_as_default", "set-as-default": "set_as_default",
+    "cdi.enabled": "cdi", "cdi.enable": "cdi", "enable-cdi": "cdi",
+}
+
+
+def parse_args(argv, ctk_version):
+    opts = {
+        "runtime": "docker", "config": "/etc/containerd/config.toml", "name": "nvidia",
+        "runtime_path": "nvidia-container-runtime", "dry_run": False, "set_as_default": False, "cdi": False,
+        "config_source": "file", "config_mode": "", "executable_path": "",
+        "drop_in": ("/etc/containerd/config.d/99-nvidia.toml" if ctk_version == (1, 18, 0)
+                    else "/etc/containerd/conf.d/99-nvidia.toml"),
+    }
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-"):
+            raise CtkError("unexpected argument %r" % arg)
+        name, has_value, value = arg.lstrip("-").partition("=")
+        if name == "drop-in-config" and ctk_version < (1, 18, 0):
+            raise CtkError("flag provided but not defined: -drop-in-config")
+        if name in STRING_FLAGS:
+            if not has_value:
+                i += 1
+                if i >= len(argv):
+                    raise CtkError("flag needs an argument: -%s" % name)
+                value = argv[i]
+            elif value == "" and ctk_version == (1, 18, 0):
+                raise CtkError("flag needs an argument: -%s" % name)
+            opts[STRING_FLAGS[name]] = value
+        elif name in BOOL_FLAGS:
+            opts[BOOL_FLAGS[name]] = (value.lower() in ("true", "1")) if has_value else True
+        else:
+            raise CtkError("flag provided but not defined: -%s" % name)
+        i += 1
+    if opts["runtime"] != "containerd":
+        raise CtkError("stand-in: only --runtime=containerd is reproduced, got %r" % opts["runtime"])
+    if opts["config_source"] != "file":
+        raise CtkError("stand-in: only --config-source=file is reproduced")
+    if opts["runtime_path"] == "nvidia-container-runtime":
+        opts["runtime_path"] = "/usr/bin/nvidia-container-runtime"
+    if not os.path.isabs(opts["runtime_path"]):
+        raise CtkError("the NVIDIA runtime path %q is not an absolute path" % opts["runtime_path"])
+    if opts["drop_in"] and not os.path.isabs(opts["drop_in"]):
+        raise CtkError("the drop-in-config path %q is not an absolute path" % opts["drop_in"])
+    return opts
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    log = os.environ.get(CALL_LOG_ENV)
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps(argv) + "\n")
+    version_text = os.environ.get(VERSION_ENV, DEFAULT_VERSION)
+    ctk_version = _version_tuple(version_text)
+    if argv[:1] in (["--version"], ["-v"], ["version"]):
+        sys.stdout.write("NVIDIA Container Toolkit CLI version %s\ncommit: stand-in (not the real nvidia-ctk)\n"
+                         % version_text)
+        return 0
+    if argv[:2] != ["runtime", "configure"]:
+        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure` and `--version` are reproduced\n")
+        return 1
+    try:
+        opts = parse_args(argv[2:], ctk_version)
+        outputs = configure(opts, ctk_version)
+    except CtkError as exc:
+        sys.stderr.write('level=error msg="%s"\n' % exc)
+        return 1
+    if opts["dry_run"]:
+        texts = [text for _, text in outputs]
+        sys.stdout.write("\n".join(texts))
+        return 0
+    for path, text in outputs:
+        _write(path, text)
+        sys.stderr.write('level=info msg="Wrote updated config to %s"\n' % path)
+    sys.stderr.write('level=info msg="It is recommended that containerd daemon be restarted."\n')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

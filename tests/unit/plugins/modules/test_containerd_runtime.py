@@ -1,0 +1,587 @@
+"""containerd_runtime module: main() in-process (patch_module_args) with the nvidia-ctk STAND-IN
+(tests/support/nvidia_ctk_standin.py, not NVIDIA's real nvidia-ctk) and Debian's REAL containerd binary,
+which validates every configuration the module produces (`containerd --config FILE config dump`).
+"""
+import builtins
+import json
+import os
+import pwd
+import stat
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.support import ctk_env  # noqa: E402
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.modules import containerd_runtime  # noqa: E402
+
+GOLDEN_INPUT = ctk_env.fixture_text("golden-input-v2.toml")
+GOLDEN_V2 = ctk_env.fixture_text("golden-v2-in-place-1.17.8.toml")
+GOLDEN_MISSING = ctk_env.fixture_text("golden-missing-set-default-cdi-drop-in-1.20.0.toml")
+INPUT_V3 = ctk_env.fixture_text("input-v3.toml")
+NVIDIA_HEADER = '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+RUNC_HEADER = '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
+
+
+class Env(object):
+    def __init__(self, tmp_path, capsys, ctk_version="1.20.0"):
+        self.tmp = tmp_path
+        self.capsys = capsys
+        self.etc = tmp_path / "etc" / "containerd"
+        self.etc.mkdir(parents=True)
+        self.config = self.etc / "config.toml"
+        self.drop_in = self.etc / "conf.d" / "99-nvidia.toml"
+        self.private = tmp_path / "private"
+        self.private.mkdir()
+        self.set_ctk(ctk_version)
+
+    def set_ctk(self, version):
+        self.ctk = ctk_env.ctk_wrapper(self.tmp / "bin" / version, version)
+
+    def args(self, **extra):
+        args = dict(config_path=str(self.config), drop_in_path=str(self.drop_in), nvidia_ctk_path=self.ctk,
+                    containerd_path=ctk_env.require_containerd())
+        args.update(extra)
+        return args
+
+    def run(self, check=False, diff=True, **extra):
+        args = self.args(**extra)
+        args.update(_ansible_check_mode=check, _ansible_diff=diff, _ansible_tmpdir=str(self.private),
+                     _ansible_keep_remote_files=False)
+        with patch_module_args(args):
+            with pytest.raises(SystemExit) as exc:
+                containerd_runtime.main()
+        result = json.loads(self.capsys.readouterr().out)
+        result["rc"] = exc.value.code
+        return result
+
+    def files(self):
+        return ctk_env.snapshot(self.etc)
+
+
+@pytest.fixture
+def env(tmp_path, capsys):
+    return Env(tmp_path, capsys)
+
+
+def assert_valid_live(config, runtime="nvidia"):
+    result = ctk_env.containerd_dump(config)
+    assert result.returncode == 0, result.stderr
+    dump = cd.parse_toml(result.stdout, "dump")
+    assert runtime in cd.runtimes_of(dump, 2)
+    return dump
+
+
+# ------------------------------------------------------------------------------------------------------
+# check mode, apply, idempotency, diff, backup, modes and owners
+# ------------------------------------------------------------------------------------------------------
+def test_check_mode_reports_change_and_touches_nothing(env):
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    result = env.run(check=True)
+    assert result["rc"] == 0 and result["changed"] is True and result["restart_required"] is True
+    assert result["files_changed"] == [str(env.drop_in), str(env.config)]
+    assert env.files() == before  # same bytes, mtimes, modes
+    assert not env.drop_in.parent.exists()
+    assert result["validated"] is True
+
+
+def test_apply_then_second_run_unchanged(env):
+    env.config.write_text(GOLDEN_INPUT)
+    first = env.run()
+    assert first["changed"] is True and first["restart_required"] is True
+    assert first["edit_mode"] == "drop_in" and first["nvidia_ctk_version"] == "1.20.0"
+    assert first["containerd_version"].startswith("1.6.20")
+    assert env.drop_in.read_text() == GOLDEN_V2
+    reserialised = GOLDEN_V2[:GOLDEN_V2.index(NVIDIA_HEADER)] + GOLDEN_V2[GOLDEN_V2.index(RUNC_HEADER):]
+    assert env.config.read_text() == 'imports = ["%s/*.toml"]\n' % env.drop_in.parent + reserialised
+    assert_valid_live(env.config)
+    snap = env.files()
+    second = env.run()
+    assert second["changed"] is False and second["restart_required"] is False
+    assert second["files_changed"] == [] and "diff" in second and second["diff"] == []
+    assert env.files() == snap  # not even rewritten: mtimes unchanged
+
+
+def test_diff_shows_comment_loss_and_import(env):
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(check=True)
+    diffs = {d["after_header"]: d for d in result["diff"]}
+    top = diffs[str(env.config)]
+    assert "# managed by hand: keep this comment" in top["before"]
+    assert "keep this comment" not in top["after"]
+    assert top["after"].startswith('imports = ["%s/*.toml"]\n' % env.drop_in.parent)
+    drop = diffs[str(env.drop_in)]
+    assert drop["before_header"].endswith("(absent)") and drop["before"] == "" and drop["after"] == GOLDEN_V2
+    assert "diff" not in env.run(check=True, diff=False)
+
+
+def test_backup_keeps_previous_files(env):
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(backup=True)
+    by_path = {f["path"]: f for f in result["files"]}
+    backup = by_path[str(env.config)]["backup_file"]
+    with open(backup) as handle:
+        assert handle.read() == GOLDEN_INPUT
+    assert "backup_file" not in by_path[str(env.drop_in)]  # created, nothing to back up
+    assert not backup.endswith(".toml")  # never picked up by an imports glob
+    result = env.run(backup=True, set_as_default=True)
+    by_path = {f["path"]: f for f in result["files"]}
+    with open(by_path[str(env.drop_in)]["backup_file"]) as handle:
+        assert handle.read() == GOLDEN_V2
+
+
+def test_mode_and_owner_kept_new_files_0644(env):
+    env.config.write_text(GOLDEN_INPUT)
+    os.chmod(str(env.config), 0o600)
+    nobody = pwd.getpwnam("nobody")
+    can_chown = os.geteuid() == 0
+    if can_chown:
+        os.chown(str(env.config), nobody.pw_uid, nobody.pw_gid)
+    old_umask = os.umask(0o022)
+    try:
+        env.run()
+    finally:
+        os.umask(old_umask)
+    st = os.stat(str(env.config))
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    if can_chown:
+        assert (st.st_uid, st.st_gid) == (nobody.pw_uid, nobody.pw_gid)
+    assert stat.S_IMODE(os.stat(str(env.drop_in)).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(str(env.drop_in.parent)).st_mode) == 0o755
+
+
+def test_symlinked_config_stays_a_symlink(env):
+    real = env.tmp / "real-config.toml"
+    real.write_text(GOLDEN_INPUT)
+    env.config.symlink_to(real)
+    assert env.run()["changed"] is True
+    assert env.config.is_symlink() and "imports" in real.read_text()
+
+
+def test_set_as_default_and_cdi_change_only_the_drop_in(env):
+    env.config.write_text(GOLDEN_INPUT)
+    env.run()
+    top = env.config.read_text()
+    result = env.run(set_as_default=True, cdi_enabled=True)
+    assert result["files_changed"] == [str(env.drop_in)]
+    assert env.config.read_text() == top
+    assert 'default_runtime_name = "nvidia"' in env.drop_in.read_text()
+    assert "enable_cdi = true" in env.drop_in.read_text()
+    assert any("does not know enable_cdi" in w for w in result["trap_warnings"])  # containerd 1.6
+    dump = assert_valid_live(env.config)
+    assert dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia"
+    assert env.run(set_as_default=True, cdi_enabled=True)["changed"] is False
+    # Back to not default: the drop-in is regenerated from config.toml, whose default is still runc.
+    result = env.run()
+    assert result["changed"] is True and 'default_runtime_name = "runc"' in env.drop_in.read_text()
+    assert_valid_live(env.config)
+
+
+def test_missing_config_is_created_with_systemd_cgroup_warning(env):
+    result = env.run(set_as_default=True, cdi_enabled=True)
+    assert result["changed"] is True
+    assert env.drop_in.read_text() == GOLDEN_MISSING
+    assert env.config.read_text() == 'imports = ["%s/*.toml"]\nversion = 2\n' % env.drop_in.parent
+    assert any("fallback options without SystemdCgroup" in w for w in result["trap_warnings"])
+    assert_valid_live(env.config)
+    assert env.run(set_as_default=True, cdi_enabled=True)["changed"] is False
+
+
+def test_in_place_with_nvidia_ctk_1_17(env):
+    env.set_ctk("1.17.8")
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run()
+    assert result["edit_mode"] == "in_place" and result["files_changed"] == [str(env.config)]
+    assert env.config.read_text() == GOLDEN_V2
+    assert not env.drop_in.exists()
+    assert_valid_live(env.config)
+    assert env.run(edit_mode="in_place")["changed"] is False
+
+
+def test_upgrade_1_17_to_1_20_moves_to_drop_in(env):
+    env.set_ctk("1.17.8")
+    env.config.write_text(GOLDEN_INPUT)
+    env.run()
+    env.set_ctk("1.20.0")
+    result = env.run()
+    assert result["changed"] is True and result["edit_mode"] == "drop_in"
+    assert_valid_live(env.config)
+    assert env.run()["changed"] is False
+
+
+def test_version_3_config_refused_by_containerd_1_6(env):
+    env.config.write_text(INPUT_V3)
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and result["changed"] is False
+    assert "would not run this candidate" in result["msg"] and "does not see runtime 'nvidia'" in result["msg"]
+    assert env.files() == before
+
+
+def test_existing_imports_kept_and_other_drop_ins_validated(env):
+    other = env.etc / "extra" / "registry.toml"
+    other.parent.mkdir()
+    other.write_text("version = 2\n")
+    env.config.write_text('imports = ["%s"]\n' % other + GOLDEN_INPUT)
+    env.run()
+    tree = cd.parse_toml(env.config.read_text(), "c")
+    assert tree["imports"] == [str(other), "%s/*.toml" % env.drop_in.parent]
+    assert env.run()["changed"] is False
+
+
+def test_k3s_path_accepted_with_warning(tmp_path, capsys):
+    env = Env(tmp_path / "var" / "lib" / "rancher" / "k3s" / "agent", capsys)
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(check=True)
+    assert result["changed"] is True and any("k3s/rke2" in w for w in result["trap_warnings"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# traps
+# ------------------------------------------------------------------------------------------------------
+def test_trap_docker_config_without_version(env):
+    env.config.write_text('disabled_plugins = ["cri"]\n')
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "no `version` key" in result["msg"] and "CRI plugin" in result["msg"]
+    assert env.files() == before and not env.drop_in.exists()
+
+
+def test_trap_cri_disabled(env):
+    env.config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "disables the CRI plugin" in result["msg"]
+    assert env.files() == before
+
+
+def test_trap_systemd_cgroup_lost_through_drop_in_on_containerd_1x(env):
+    """runc's SystemdCgroup lives in another drop-in; nvidia-ctk's copy of the top-level CRI section (loaded
+    later) replaces the whole section on containerd 1.x: real containerd's merged view shows the loss."""
+    env.config.write_text('version = 2\nimports = ["%s/*.toml"]\n' % env.drop_in.parent +
+                          '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                          'runtime_type = "io.containerd.runc.v2"\n')
+    env.drop_in.parent.mkdir()
+    (env.drop_in.parent / "10-systemd.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        'runtime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = true\n')
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "'runc' would lose SystemdCgroup" in result["msg"]
+    assert env.files() == before
+
+
+def test_trap_nvidia_runtime_would_lose_hand_set_systemd_cgroup(env):
+    env.config.write_text(GOLDEN_INPUT.replace(
+        "default_runtime_name", "default_runtime_name").replace("SystemdCgroup = true", "SystemdCgroup = false") +
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        '        runtime_type = "io.containerd.runc.v2"\n'
+        '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        '          BinaryName = "/usr/bin/nvidia-container-runtime"\n          SystemdCgroup = true\n')
+    env.set_ctk("1.17.8")
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "'nvidia' would lose SystemdCgroup" in result["msg"]
+    assert env.files() == before
+
+
+def test_trap_1_18_0_drops_imports_refused(env):
+    env.set_ctk("1.18.0")
+    env.config.write_text('imports = ["/foo/bar/*.toml"]\n' + GOLDEN_INPUT)
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "drop existing imports" in result["msg"] and "1.18.1" in result["msg"]
+    assert env.files() == before
+
+
+def test_trap_1_18_0_warns_and_reports_wrong_directory_leftover(env):
+    env.set_ctk("1.18.0")
+    env.config.write_text(GOLDEN_INPUT)
+    leftover = env.etc / "config.d" / "99-nvidia.toml"
+    leftover.parent.mkdir()
+    leftover.write_text(GOLDEN_V2)
+    result = env.run()
+    assert result["changed"] is True
+    assert any("#1404" in w and "1.18.1" in w for w in result["trap_warnings"])
+    assert any(str(leftover) in w for w in result["trap_warnings"])
+    assert env.drop_in.read_text() == GOLDEN_V2  # written where asked, not to config.d
+    assert leftover.read_text() == GOLDEN_V2  # the leftover is reported, not deleted
+
+
+def test_in_place_refused_on_1_20(env):
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(edit_mode="in_place")
+    assert result["rc"] == 1 and "in_place is broken" in result["msg"]
+    assert env.config.read_text() == GOLDEN_INPUT
+
+
+def test_drop_in_refused_on_1_17(env):
+    env.set_ctk("1.17.8")
+    result = env.run(edit_mode="drop_in")
+    assert result["rc"] == 1 and "needs nvidia-ctk 1.18.1" in result["msg"]
+
+
+# ------------------------------------------------------------------------------------------------------
+# bad input and missing tools: clear error, nothing changed
+# ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra,match", [
+    ({"config_path": "etc/containerd/config.toml"}, "config_path must be an absolute path"),
+    ({"drop_in_path": "conf.d/99-nvidia.toml"}, "drop_in_path must be an absolute path"),
+    ({"runtime_path": "nvidia-container-runtime"}, "runtime_path must be an absolute path"),
+    ({"runtime_name": "bad name"}, "runtime_name must be"),
+    ({"edit_mode": "sideways"}, "value of edit_mode must be one of"),
+])
+def test_bad_parameters(env, extra, match):
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    result = env.run(**extra)
+    assert result["rc"] == 1 and match in result["msg"]
+    assert env.files() == before
+
+
+def test_config_not_toml(env):
+    env.config.write_text("version = 2\n[plugins\n")
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "is not valid TOML" in result["msg"] and "left untouched" in result["msg"]
+    assert env.files() == before
+
+
+def test_k3s_template_explained(env):
+    env.config.write_text('{{ template "base" . }}\n')
+    result = env.run()
+    assert result["rc"] == 1 and "Go template" in result["msg"]
+
+
+def test_drop_in_not_toml_is_not_overwritten(env):
+    env.config.write_text(GOLDEN_INPUT)
+    env.drop_in.parent.mkdir()
+    env.drop_in.write_text("garbage = = =\n")
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and str(env.drop_in) in result["msg"]
+    assert env.files() == before
+
+
+def test_config_containerd_cannot_load_today(env):
+    # Valid TOML, but containerd 1.6 refuses it (a string where it wants an integer).
+    env.config.write_text('version = 2\n[grpc]\nmax_recv_message_size = "big"\n')
+    before = env.files()
+    result = env.run()
+    assert result["rc"] == 1 and "containerd cannot load it" in result["msg"]
+    assert "refusing to overwrite" in result["msg"]
+    assert env.files() == before
+
+
+def test_unreadable_config(env, monkeypatch):
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    real_open = builtins.open
+
+    def guarded(path, *args, **kwargs):
+        if str(path) == str(env.config):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    result = env.run()
+    monkeypatch.undo()
+    assert result["rc"] == 1 and "cannot read config_path" in result["msg"] and "Permission denied" in result["msg"]
+    assert env.files() == before
+
+
+def test_config_path_is_a_directory(env):
+    result = env.run(config_path=str(env.etc))
+    assert result["rc"] == 1 and "is a directory" in result["msg"]
+
+
+def test_not_utf8(env):
+    env.config.write_bytes(b"version = 2\n# \xff\xfe\n")
+    result = env.run()
+    assert result["rc"] == 1 and "not UTF-8" in result["msg"]
+
+
+def test_nvidia_ctk_missing_names_the_package(env, monkeypatch):
+    if os.path.exists("/usr/bin/nvidia-ctk") or os.path.exists("/usr/local/bin/nvidia-ctk"):
+        pytest.skip("a real nvidia-ctk is installed on this machine")
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    result = env.run(nvidia_ctk_path=None)
+    assert env.files() == before
+    assert result["rc"] == 1 and "nvidia-container-toolkit" in result["msg"] and "nvidia-ctk" in result["msg"]
+
+
+def test_nvidia_ctk_path_given_but_missing(env):
+    result = env.run(nvidia_ctk_path=str(env.tmp / "nope" / "nvidia-ctk"))
+    assert result["rc"] == 1 and "does not exist" in result["msg"]
+
+
+def test_containerd_path_given_but_missing(env):
+    result = env.run(containerd_path=str(env.tmp / "nope" / "containerd"))
+    assert result["rc"] == 1 and "containerd" in result["msg"] and "does not exist" in result["msg"]
+
+
+def test_without_containerd_binary_warns_and_still_works(env, monkeypatch):
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    if any(os.path.exists(os.path.join(d, "containerd")) for d in ("/usr/bin", "/usr/local/bin", "/usr/sbin")):
+        pytest.skip("a system containerd is installed on this machine")
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(containerd_path=None)
+    assert result["changed"] is True and result["validated"] is False
+    assert any("could not be validated" in w for w in result["trap_warnings"])
+    assert env.drop_in.read_text() == GOLDEN_V2
+    assert_valid_live(env.config)  # validated here, after the fact, by the test
+
+
+def test_candidate_rejected_by_containerd_leaves_live_files(env):
+    """A containerd that loads today's config but rejects the candidate (wrapper around the real binary that
+    fails on files in the module's private directory): refused, live files untouched."""
+    wrapper = env.tmp / "bin" / "picky-containerd"
+    wrapper.write_text('#!/bin/sh\ncase "$2" in *gpuops-containerd-*) echo "containerd: failed to load TOML:'
+                       ' candidate rejected" >&2; exit 1;; esac\nexec "%s" "$@"\n' % ctk_env.require_containerd())
+    wrapper.chmod(0o755)
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    result = env.run(containerd_path=str(wrapper))
+    assert result["rc"] == 1 and "candidate config (refused, nothing changed)" in result["msg"]
+    assert "candidate rejected" in result["msg"]
+    assert env.files() == before
+    assert os.listdir(str(env.private)) == []
+
+
+def test_nvidia_ctk_failure_reported(env):
+    broken = env.tmp / "bin" / "broken-ctk"
+    broken.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "NVIDIA Container Toolkit CLI version 1.20.0";'
+                      ' exit 0; fi\necho "level=error msg=boom" >&2\nexit 1\n')
+    broken.chmod(0o755)
+    env.config.write_text(GOLDEN_INPUT)
+    before = env.files()
+    result = env.run(nvidia_ctk_path=str(broken))
+    assert result["rc"] == 1 and "nvidia-ctk failed on a private copy" in result["msg"] and "boom" in result["msg"]
+    assert env.files() == before
+
+
+def test_documentation_matches_argument_spec(monkeypatch):
+    """What ansible-test's validate-modules checks (it cannot run offline here): options, types, defaults,
+    choices in DOCUMENTATION equal the argument_spec."""
+    import yaml
+    from ansible.module_utils import basic
+
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(self, argument_spec, **kwargs):
+        captured.update(argument_spec)
+        captured["__kwargs__"] = kwargs
+        raise Stop()
+
+    monkeypatch.setattr(basic.AnsibleModule, "__init__", fake_init)
+    with pytest.raises(Stop):
+        containerd_runtime.main()
+    kwargs = captured.pop("__kwargs__")
+    assert kwargs["supports_check_mode"] is True
+    doc = yaml.safe_load(containerd_runtime.DOCUMENTATION)
+    assert set(doc["options"]) == set(captured)
+    for name, spec in captured.items():
+        documented = doc["options"][name]
+        assert documented["type"] == spec["type"], name
+        assert documented.get("default") == spec.get("default"), name
+        assert documented.get("choices") == spec.get("choices"), name
+    assert {"check_mode", "diff_mode", "idempotent"} <= set(doc["attributes"])
+    yaml.safe_load(containerd_runtime.EXAMPLES)
+    returned = yaml.safe_load(containerd_runtime.RETURN)
+    assert {"files_changed", "restart_required", "trap_warnings"} <= set(returned)
+
+
+def test_non_ascii_content_round_trips(env):
+    env.config.write_text(GOLDEN_INPUT.replace("# managed by hand", "# géré à la main").replace(
+        'runtime_type = "io.containerd.runc.v2"', 'runtime_type = "io.containerd.runc.v2"\n'
+        '        pod_annotations = ["ünïcode.example/ß"]', 1), encoding="utf-8")
+    assert env.run()["changed"] is True
+    assert 'pod_annotations = ["ünïcode.example/ß"]' in env.drop_in.read_text(encoding="utf-8")
+    assert_valid_live(env.config)
+    assert env.run()["changed"] is False
+
+
+@pytest.mark.parametrize("config_version", [3, 4])
+def test_containerd_2x_configs_without_a_2x_binary(env, monkeypatch, config_version):
+    """Version 3 (containerd 2.0-2.2) and 4 (2.3) configs. Debian 12 has no containerd 2.x to validate them, so
+    this runs without a containerd binary: the module's own checks only, and it says so."""
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    if any(os.path.exists(os.path.join(d, "containerd")) for d in ("/usr/bin", "/usr/local/bin", "/usr/sbin")):
+        pytest.skip("a system containerd is installed on this machine")
+    env.config.write_text(INPUT_V3.replace("version = 3", "version = %d" % config_version))
+    result = env.run(containerd_path=None, set_as_default=True)
+    assert result["changed"] is True and result["validated"] is False and result["config_version"] == config_version
+    assert not any("SystemdCgroup" in w for w in result["trap_warnings"])
+    golden = ctk_env.fixture_text("golden-v3-set-default-drop-in-1.20.0.toml")
+    assert env.drop_in.read_text() == golden.replace("version = 3", "version = %d" % config_version)
+    assert env.run(containerd_path=None, set_as_default=True)["changed"] is False
+
+
+def test_systemd_cgroup_lost_detected_without_containerd(env, monkeypatch):
+    """Without containerd the module's own merged view (drop-in section replaces the top-level one) still sees a
+    hand-set SystemdCgroup on the nvidia runtime being replaced."""
+    monkeypatch.setenv("PATH", str(env.tmp / "empty"))
+    if any(os.path.exists(os.path.join(d, "containerd")) for d in ("/usr/bin", "/usr/local/bin", "/usr/sbin")):
+        pytest.skip("a system containerd is installed on this machine")
+    env.config.write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+        'runtime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n'
+        'BinaryName = "/usr/bin/nvidia-container-runtime"\nSystemdCgroup = true\n')
+    before = env.files()
+    result = env.run(containerd_path=None)
+    assert result["rc"] == 1 and "'nvidia' would lose SystemdCgroup" in result["msg"]
+    assert env.files() == before
+
+
+def test_relative_imports_are_mirrored_for_validation(env):
+    """containerd resolves a relative import against the importing file's directory; the private copy must
+    hold it too, or real containerd would refuse the candidate (missing import file)."""
+    (env.etc / "extra.toml").write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                                        'sandbox_image = "registry.k8s.io/pause:3.9"\n')
+    env.config.write_text('imports = ["extra.toml"]\n' + GOLDEN_INPUT)
+    result = env.run()
+    assert result["rc"] == 0 and result["changed"] is True and result["validated"] is True
+    assert cd.parse_toml(env.config.read_text(), "c")["imports"] == ["extra.toml", "%s/*.toml" % env.drop_in.parent]
+    assert_valid_live(env.config)
+
+
+def test_drop_in_regenerated_after_config_edit(env):
+    """The drop-in is a copy of the CRI section: an edit to config.toml is shadowed (real containerd 1.6 shows the
+    old value) until the module runs again, which regenerates the drop-in and asks for a restart."""
+    env.config.write_text(GOLDEN_INPUT)
+    env.run()
+    env.config.write_text(env.config.read_text().replace("pause:3.9", "pause:3.10"))
+    dump = assert_valid_live(env.config)
+    assert dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == "registry.k8s.io/pause:3.9"  # shadowed
+    result = env.run()
+    assert result["changed"] is True and result["files_changed"] == [str(env.drop_in)]
+    assert result["restart_required"] is True
+    dump = assert_valid_live(env.config)
+    assert dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] == "registry.k8s.io/pause:3.10"
+    assert result["effective_changes"] == [
+        "plugins.io.containerd.grpc.v1.cri.sandbox_image: 'registry.k8s.io/pause:3.9' -> 'registry.k8s.io/pause:3.10'"]
+
+
+def test_shadowing_another_drop_in_is_reported(env):
+    """On containerd 1.x nvidia-ctk's drop-in (whole CRI section, loaded last) replaces another drop-in's CRI
+    settings; real containerd's merged view shows it and the module warns."""
+    env.config.write_text('imports = ["%s/*.toml"]\n' % env.drop_in.parent + GOLDEN_INPUT)
+    env.drop_in.parent.mkdir()
+    (env.drop_in.parent / "10-registry.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "mirror.example/pause:3.9"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = true\n')
+    result = env.run(check=True)
+    assert result["rc"] == 0 and result["changed"] is True
+    assert ("plugins.io.containerd.grpc.v1.cri.sandbox_image: 'mirror.example/pause:3.9' ->"
+            " 'registry.k8s.io/pause:3.9'") in result["effective_changes"]
+    assert any("merged configuration also changes" in w for w in result["trap_warnings"])
