@@ -74,7 +74,7 @@ def mode_step(gpu, want, allow_reset):
     if pend != want:
         out["set"] = True
         if not want and gpu.get("gpu_instances"):
-            out["clear"] = [gi for gi in gpu["gpu_instances"]]
+            out["clear"] = list(gpu["gpu_instances"])
     if cur == want:
         return out      # only a stale pending request to undo
     if out["activates_without_reset"]:

@@ -749,9 +749,10 @@ def _score(insts, att):
 
 
 def _subsets(items):
+    out = []
     for r in range(len(items), -1, -1):
-        for combo in itertools.combinations(items, r):
-            yield combo
+        out.extend(itertools.combinations(items, r))
+    return out
 
 
 def best_plan(cat, insts, demand):

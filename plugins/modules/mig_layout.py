@@ -91,8 +91,10 @@ notes:
 seealso:
   - module: gpuops.nvidia.mig_mode
   - module: gpuops.nvidia.gpu_info
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 author:
-  - gpuops.nvidia developers
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""
@@ -136,11 +138,11 @@ gpus:
   type: list
   elements: dict
   contains:
-    index: {description: NVML index., type: int, returned: always}
-    uuid: {description: GPU UUID., type: str, returned: always}
-    name: {description: GPU model., type: str, returned: always}
-    changed: {description: Whether this GPU changed (would change in check mode)., type: bool, returned: always}
-    desired: {description: The declared MIG devices (profile -> count) in this GPU's names., type: dict, returned: always}
+    index: {description: "NVML index.", type: int, returned: always}
+    uuid: {description: "GPU UUID.", type: str, returned: always}
+    name: {description: "GPU model.", type: str, returned: always}
+    changed: {description: "Whether this GPU changed (would change in check mode).", type: bool, returned: always}
+    desired: {description: "The declared MIG devices (profile -> count) in this GPU's names.", type: dict, returned: always}
     kept:
       description: GPU instances kept (gi_id, profile, placement, compute_instances kept with their MIG UUIDs).
       type: list
@@ -173,8 +175,8 @@ gpus:
       type: list
       elements: dict
       returned: always
-    before: {description: Layout before (mig_mode, mig_devices, gpu_instances)., type: dict, returned: always}
-    after: {description: Layout after (planned in check mode)., type: dict, returned: always}
+    before: {description: "Layout before (mig_mode, mig_devices, gpu_instances).", type: dict, returned: always}
+    after: {description: "Layout after (planned in check mode).", type: dict, returned: always}
     planned_as_enabled:
       description: Check mode only; MIG is not enabled yet on this GPU, so the plan assumes an enabled, empty GPU.
       type: bool

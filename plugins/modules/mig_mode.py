@@ -78,8 +78,10 @@ notes:
 seealso:
   - module: gpuops.nvidia.mig_layout
   - module: gpuops.nvidia.gpu_info
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 author:
-  - gpuops.nvidia developers
+  - gpuops.nvidia developers (@gpuops)
 """
 
 EXAMPLES = r"""
@@ -116,11 +118,11 @@ gpus:
   type: list
   elements: dict
   contains:
-    index: {description: NVML index., type: int, returned: always}
-    uuid: {description: GPU UUID., type: str, returned: always}
-    name: {description: GPU model., type: str, returned: always}
-    architecture: {description: GPU architecture., type: str, returned: always}
-    desired: {description: C(Enabled) or C(Disabled)., type: str, returned: always}
+    index: {description: "NVML index.", type: int, returned: always}
+    uuid: {description: "GPU UUID.", type: str, returned: always}
+    name: {description: "GPU model.", type: str, returned: always}
+    architecture: {description: "GPU architecture.", type: str, returned: always}
+    desired: {description: "C(Enabled) or C(Disabled).", type: str, returned: always}
     before: {description: "C(current) and C(pending) mode before.", type: dict, returned: always}
     after: {description: "C(current) and C(pending) mode after (predicted in check mode).", type: dict, returned: always}
     actions:
@@ -132,12 +134,12 @@ gpus:
       description: NVML's activation status from SetMigMode (C(SUCCESS), C(IN_USE), C(RESET_REQUIRED)); null if not called.
       type: str
       returned: always
-    changed: {description: Whether this GPU changed., type: bool, returned: always}
-    pending: {description: The declared mode is not active yet., type: bool, returned: always}
-    reset_required: {description: A GPU reset would activate it (not done; see reason)., type: bool, returned: always}
-    reboot_required: {description: Only a reboot activates it here (no reset exposed, or the GPU is busy)., type: bool, returned: always}
-    reason: {description: Why the mode is not active yet., type: str, returned: always}
-    processes: {description: Processes holding the GPU (pid, name)., type: list, elements: dict, returned: always}
+    changed: {description: "Whether this GPU changed.", type: bool, returned: always}
+    pending: {description: "The declared mode is not active yet.", type: bool, returned: always}
+    reset_required: {description: "A GPU reset would activate it (not done; see reason).", type: bool, returned: always}
+    reboot_required: {description: "Only a reboot activates it here (no reset exposed, or the GPU is busy).", type: bool, returned: always}
+    reason: {description: "Why the mode is not active yet.", type: str, returned: always}
+    processes: {description: "Processes holding the GPU (pid, name).", type: list, elements: dict, returned: always}
 pending:
   description: Indices of GPUs whose declared mode is not active yet.
   returned: always
