@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How many running MIG devices a layout change destroys: our planner vs mig-parted's rule, vs the minimum.
 
 mig-parted destroys every instance of a GPU whose MIG-device multiset differs in any way from the wanted one
@@ -7,7 +6,7 @@ mig-parted destroys every instance of a GPU whose MIG-device multiset differs in
 mig-parted's rule and by our plan, how often ours equals the brute-force minimum (every final state that
 realises the target, every distribution of its compute instances), and the planner's time per GPU.
 
-Usage: bench/mig_disruption.py [--random N] [--seed S]
+Usage: python bench/mig_disruption.py [--random N] [--seed S]
 """
 import argparse
 import itertools
@@ -42,13 +41,13 @@ def random_state(model, rng):
     m = SliceModel([gpu])
     cat = mp.Catalog(gpu)
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
-    for _ in range(rng.randint(1, 7)):
+    for _attempt in range(rng.randint(1, 7)):
         prof = rng.choice(profs)
         try:
             gi_id = m.create_gpu_instance(0, prof["id"], rng.choice(prof["placements"])["start"])
         except ModelError:
             continue
-        for _ in range(rng.randint(1, 2)):
+        for _attempt in range(rng.randint(1, 2)):
             try:
                 m.create_compute_instance(0, gi_id, rng.choice(prof["ci_profiles"])["id"])
             except ModelError:
@@ -67,11 +66,11 @@ def random_pairs(model, rng, count, p_keep):
         gpu = random_state(model, rng)
         keep = {}
         for name, n in mp.current_devices(gpu).items():
-            k = sum(rng.random() < p_keep for _ in range(n))
+            k = sum(rng.random() < p_keep for _attempt in range(n))
             if k:
                 keep[name] = k
         names = mp.Catalog(gpu).valid_names()
-        for _ in range(rng.randint(0, 3)):
+        for _attempt in range(rng.randint(0, 3)):
             cand = dict(keep)
             name = rng.choice(names)
             cand[name] = cand.get(name, 0) + 1

@@ -211,8 +211,8 @@ def brute_force_best(gpu, target):
     def fill(prof, fixed, names):
         """Create ``names`` (biggest first) around CIs at ``fixed`` [(start, size, name)] like the driver:
         first free run aligned to the size. True if all fit."""
-        occ = [(a, b) for a, b, _ in fixed]
-        have = Counter(n for _, _, n in fixed)
+        occ = [(f[0], f[1]) for f in fixed]
+        have = Counter(f[2] for f in fixed)
         for n in sorted(names, key=lambda n: (-cat.devices[n][1]["slices"], n)):
             ci = cat.devices[n][1]
             if cat.devices[n][2] and occ:

@@ -343,7 +343,7 @@ def _random_state(draw, model, max_gis=7, with_procs=True):
     cat = mp.Catalog(gpu)
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
     n = draw(st.integers(0, max_gis))
-    for _ in range(n):
+    for _attempt in range(n):
         prof = draw(st.sampled_from(profs))
         pl = draw(st.sampled_from(prof["placements"]))
         try:
@@ -351,7 +351,7 @@ def _random_state(draw, model, max_gis=7, with_procs=True):
         except ModelError:
             continue
         cis = prof["ci_profiles"]
-        for _ in range(draw(st.integers(0, 3))):
+        for _attempt in range(draw(st.integers(0, 3))):
             ci = draw(st.sampled_from(cis))
             try:
                 m.create_compute_instance(0, gi_id, ci["id"])
@@ -381,7 +381,7 @@ def _mutated_target(draw, m):
                 if draw(st.integers(0, 3)) == 0:
                     t.destroy_compute_instance(0, gi["id"], ci["id"])
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
-    for _ in range(draw(st.integers(0, 4))):
+    for _attempt in range(draw(st.integers(0, 4))):
         prof = draw(st.sampled_from(profs))
         pl = draw(st.sampled_from(prof["placements"]))
         try:
@@ -393,7 +393,7 @@ def _mutated_target(draw, m):
 
 
 @st.composite
-def scenario(draw, models=ALL_MODELS, max_gis=7, with_procs=True):
+def scenario(draw, models=tuple(ALL_MODELS), max_gis=7, with_procs=True):
     model = draw(st.sampled_from(models))
     m = _random_state(draw, model, max_gis, with_procs)
     if draw(st.booleans()):

@@ -36,14 +36,14 @@ def sim_scenario(draw):
     gpu = sim.read_gpu(0)
     profs = sorted(gpu["gi_profiles"], key=lambda p: p["id"])
     pid = 100
-    for _ in range(draw(st.integers(0, 6))):
+    for _attempt in range(draw(st.integers(0, 6))):
         prof = draw(st.sampled_from(profs))
         pl = draw(st.sampled_from(prof["placements"]))
         try:
             gi_id = sim.create_gpu_instance(0, prof["id"], pl["start"])
         except NvmlError:
             continue
-        for _ in range(draw(st.integers(0, 3))):
+        for _attempt in range(draw(st.integers(0, 3))):
             ci = draw(st.sampled_from(prof["ci_profiles"]))
             try:
                 ci_id = sim.create_compute_instance(0, gi_id, ci["id"])
@@ -54,7 +54,7 @@ def sim_scenario(draw):
                 sim.add_process(0, pid, "train", gi_id=gi_id, ci_id=ci_id)
     # target: another random reachable layout on the same model (built on a scratch simulator)
     scratch = fresh_sim(SHAPES[model])
-    for _ in range(draw(st.integers(0, 6))):
+    for _attempt in range(draw(st.integers(0, 6))):
         prof = draw(st.sampled_from(profs))
         pl = draw(st.sampled_from(prof["placements"]))
         try:

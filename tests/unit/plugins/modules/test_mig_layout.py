@@ -51,7 +51,7 @@ def test_check_apply_idempotent_diff(tmp_path):
     check, proc = run_module(MODULE, args, env=env, check=True, diff=True)
     assert check["changed"] is True, proc.stdout
     assert _digest(sim) == before and _calls(sim) == []
-    applied, _ = run_module(MODULE, args, env=env, diff=True)
+    applied = run_module(MODULE, args, env=env, diff=True)[0]
     assert applied["changed"] is True
     for c, a in zip(check["gpus"], applied["gpus"]):
         assert c["operations"] == a["operations"]          # check mode showed exactly what ran
@@ -62,7 +62,7 @@ def test_check_apply_idempotent_diff(tmp_path):
     assert applied["diff"]["after"]["gpu 0"]["mig_devices"] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
     assert any(s.startswith("3g.20gb@") for s in applied["diff"]["after"]["gpu 0"]["gpu_instances"])
     n = len(_calls(sim))
-    again, _ = run_module(MODULE, args, env=env, diff=True)
+    again = run_module(MODULE, args, env=env, diff=True)[0]
     assert again["changed"] is False and len(_calls(sim)) == n
     assert again["diff"] == {"before": {}, "after": {}}
 
@@ -70,7 +70,7 @@ def test_check_apply_idempotent_diff(tmp_path):
 def test_bad_profile_lists_valid_names_and_changes_nothing(tmp_path):
     sim, env = _node(tmp_path, "hgx-h200", enable=(0,))
     before = _digest(sim)
-    result, _ = run_module(MODULE, {"layout": [{"devices": [0], "mig_devices": {"1g.10gb": 2}}]}, env=env)
+    result = run_module(MODULE, {"layout": [{"devices": [0], "mig_devices": {"1g.10gb": 2}}]}, env=env)[0]
     assert result["failed"] and "unknown MIG profile '1g.10gb'" in result["msg"]
     assert "1g.18gb" in result["msg"] and "1c.3g.71gb" in result["msg"]
     assert _digest(sim) == before

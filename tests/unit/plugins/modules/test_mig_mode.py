@@ -17,7 +17,7 @@ def inproc(monkeypatch):
     def _run(env, args, check=False, diff=False):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        return run_main(mig_mode.main, args, check=check, diff=diff), None
+        return run_main(mig_mode.main, args, check=check, diff=diff)
     return _run
 
 
@@ -49,21 +49,21 @@ def test_check_mode_reports_and_touches_nothing(tmp_path):
 
 def test_ampere_without_allow_reset_stays_pending_and_says_why(tmp_path):
     sim, env = _node(tmp_path, "a30-x4")
-    result, _ = run_module(MODULE, {"enabled": True, "gpus": ["0"]}, env=env)
+    result = run_module(MODULE, {"enabled": True, "gpus": ["0"]}, env=env)[0]
     gpu = result["gpus"][0]
     assert result["changed"] is True and result["pending"] == [0] and result["reset_required"] == [0]
     assert gpu["after"] == {"current": "Disabled", "pending": "Enabled"}
     assert "allow_reset is false" in gpu["reason"]
     assert _calls(sim) == [("set_mig_mode", 0)]
     # the second run with the reset allowed activates it, resetting only GPU 0
-    result, _ = run_module(MODULE, {"enabled": True, "gpus": ["0"], "allow_reset": True}, env=env)
+    result = run_module(MODULE, {"enabled": True, "gpus": ["0"], "allow_reset": True}, env=env)[0]
     assert result["gpus"][0]["actions"] == ["reset_gpu"] and result["pending"] == []
     assert _calls(sim)[-1] == ("reset_gpu", 0)
 
 
 def test_mixed_node_resets_only_ampere_and_is_idempotent(tmp_path):
     sim, env = _node(tmp_path, "mixed")
-    result, _ = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)
+    result = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)[0]
     assert result["changed"] is True and result["pending"] == []
     assert result["skipped_gpus"] == [{"index": 4, "reason": "GPU does not support MIG"}]
     resets = sorted(i for c, i in _calls(sim) if c == "reset_gpu")
@@ -71,14 +71,14 @@ def test_mixed_node_resets_only_ampere_and_is_idempotent(tmp_path):
     by_index = {g["index"]: g for g in result["gpus"]}
     assert by_index[2]["actions"] == ["set_mig_mode"] and by_index[2]["architecture"] == "hopper"
     sim.clear_call_log()
-    again, _ = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)
+    again = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)[0]
     assert again["changed"] is False and _calls(sim) == []
 
 
 def test_busy_ampere_gpu_not_reset_and_processes_named(tmp_path, inproc):
     sim, env = _node(tmp_path, "dgx-a100-80gb")
     sim.add_process(1, 777, "pytorch")
-    result, _ = inproc(env, {"enabled": True, "gpus": ["0", "1"], "allow_reset": True})
+    result = inproc(env, {"enabled": True, "gpus": ["0", "1"], "allow_reset": True})
     g0, g1 = result["gpus"]
     assert g0["pending"] is False
     assert g1["pending"] is True and g1["reset_required"] and g1["reboot_required"]
@@ -89,7 +89,7 @@ def test_busy_ampere_gpu_not_reset_and_processes_named(tmp_path, inproc):
 def test_passthrough_gpu_needs_reboot(tmp_path, inproc):
     sim, env = _node(tmp_path, "dgx-a100-80gb")
     sim.set_reset_supported(0, False)
-    result, _ = inproc(env, {"enabled": True, "gpus": ["0"], "allow_reset": True})
+    result = inproc(env, {"enabled": True, "gpus": ["0"], "allow_reset": True})
     gpu = result["gpus"][0]
     assert gpu["reboot_required"] and not gpu["reset_required"] and result["reboot_required"] == [0]
     assert "reboot" in gpu["reason"]
@@ -99,21 +99,21 @@ def test_passthrough_gpu_needs_reboot(tmp_path, inproc):
 def test_hopper_busy_gpu_waits_and_hopper_idle_applies_without_reset(tmp_path, inproc):
     sim, env = _node(tmp_path, "hgx-h200")
     sim.add_process(0, 55, "vllm")
-    result, _ = inproc(env, {"enabled": True, "gpus": ["0", "1"]})
+    result = inproc(env, {"enabled": True, "gpus": ["0", "1"]})
     g0, g1 = result["gpus"]
     assert g0["pending"] and g0["reboot_required"] and "pid 55 (vllm)" in g0["reason"]
     assert not g1["pending"] and g1["actions"] == ["set_mig_mode"]
-    assert "reset_gpu" not in [c for c, _ in _calls(sim)]
+    assert "reset_gpu" not in [call[0] for call in _calls(sim)]
 
 
 def test_bad_input_changes_nothing(tmp_path):
     sim, env = _node(tmp_path, "mixed")
     before = _digest(sim)
-    result, _ = run_module(MODULE, {"enabled": True, "gpus": ["9"]}, env=env)
+    result = run_module(MODULE, {"enabled": True, "gpus": ["9"]}, env=env)[0]
     assert result["failed"] and "matches no GPU" in result["msg"] and "0 (NVIDIA A100-SXM4-80GB" in result["msg"]
-    result, _ = run_module(MODULE, {"enabled": True, "gpus": ["4"]}, env=env)
+    result = run_module(MODULE, {"enabled": True, "gpus": ["4"]}, env=env)[0]
     assert result["failed"] and "does not support MIG" in result["msg"]
-    result, _ = run_module(MODULE, {"config_name": "all-nonsense"}, env=env)
+    result = run_module(MODULE, {"config_name": "all-nonsense"}, env=env)[0]
     assert result["failed"] and "all-balanced" in result["msg"]
     assert _digest(sim) == before
 
@@ -126,10 +126,10 @@ def test_disable_destroys_idle_instances_but_refuses_busy_ones(tmp_path, inproc)
         ci = sim.create_compute_instance(index, gi, 2)
     sim.add_process(1, 4242, "train", gi_id=gi, ci_id=ci)
     before = _digest(sim)
-    result, _ = inproc(env, {"config_name": "all-disabled", "gpus": ["0", "1"]})
+    result = inproc(env, {"config_name": "all-disabled", "gpus": ["0", "1"]})
     assert result["failed"] and "pid 4242 (train)" in result["msg"] and "Nothing was changed" in result["msg"]
     assert _digest(sim) == before
-    result, _ = inproc(env, {"config_name": "all-disabled", "gpus": ["0"]}, diff=True)
+    result = inproc(env, {"config_name": "all-disabled", "gpus": ["0"]}, diff=True)
     gpu = result["gpus"][0]
     assert gpu["actions"] == ["destroy_instances", "set_mig_mode"] and gpu["after"]["current"] == "Disabled"
     assert result["diff"]["after"]["gpu 0"] == {"current": "Disabled", "pending": "Disabled"}
@@ -140,7 +140,7 @@ def test_mode_from_migparted_file(tmp_path, inproc):
     cfg = tmp_path / "config.yaml"
     cfg.write_text("version: v1\nmig-configs:\n  half:\n    - devices: [0, 1]\n      mig-enabled: true\n"
                    "      mig-devices: {}\n    - devices: [2]\n      mig-enabled: false\n")
-    result, _ = inproc(env, {"config_file": str(cfg), "config_name": "half"})
+    result = inproc(env, {"config_file": str(cfg), "config_name": "half"})
     assert [(g["index"], g["desired"], g["changed"]) for g in result["gpus"]] == [
         (0, "Enabled", True), (1, "Enabled", True), (2, "Disabled", False)]
 
@@ -151,5 +151,5 @@ def test_mode_from_migparted_file(tmp_path, inproc):
 ])
 def test_argument_errors(tmp_path, inproc, args, msg):
     sim, env = _node(tmp_path, "hgx-h200")
-    result, _ = inproc(env, args)
+    result = inproc(env, args)
     assert result["failed"] and msg in result["msg"]
