@@ -153,3 +153,38 @@ def test_argument_errors(tmp_path, inproc, args, msg):
     sim, env = _node(tmp_path, "hgx-h200")
     result = inproc(env, args)
     assert result["failed"] and msg in result["msg"]
+
+
+@pytest.mark.parametrize("shape,setup,args,check", [
+    # disabling: destroy CIs, destroy GIs, then SetMigMode (Hopper applies at once)
+    ("hgx-h100-80gb", "instances", {"config_name": "all-disabled", "gpus": ["0"]},
+     lambda g: g["mig_mode_current"] == "Disabled" and not g["gpu_instances"]),
+    # enabling on Ampere: SetMigMode, then a reset of that GPU
+    ("dgx-a100-40gb", None, {"enabled": True, "gpus": ["0"], "allow_reset": True},
+     lambda g: g["mig_mode_current"] == "Enabled" and g["mig_mode_pending"] == "Enabled"),
+])
+def test_fault_at_each_mutating_call_then_rerun_converges(tmp_path, inproc, shape, setup, args, check):
+    def fresh(name):
+        d = tmp_path / name
+        d.mkdir()
+        sim, env = _node(d, shape)
+        if setup == "instances":
+            sim.set_mig_mode(0, True)
+            for start in (0, 4):
+                gi = sim.create_gpu_instance(0, 9, start)
+                sim.create_compute_instance(0, gi, 1)     # 2c first: CIs are placed aligned
+                sim.create_compute_instance(0, gi, 0)
+            sim.clear_call_log()
+        return sim, env
+    sim, env = fresh("probe")
+    assert not inproc(env, args).get("failed")
+    n = len(_calls(sim))
+    assert n >= 2 and check(sim.read_gpu(0))
+    for k in range(1, n + 1):
+        sim, env = fresh("k%d" % k)
+        sim.inject_fault(k, "UNKNOWN")
+        assert inproc(env, args)["failed"]
+        rerun = inproc(env, args)
+        assert not rerun.get("failed"), rerun.get("msg")
+        assert check(sim.read_gpu(0)), k
+        assert inproc(env, args)["changed"] is False
