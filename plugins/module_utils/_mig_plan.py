@@ -769,8 +769,22 @@ def best_plan(cat, insts, demand):
         if any(cat.devices.get(n, (None,))[0] is cat.gi_by_name[gi["profile"]] for n in demand):
             opts.extend(_subsets(eligible))
         options.append(opts)
+    def prefix(choice):
+        # (busy kept, compute instances kept, GPU instances kept): known before completing the choice
+        busy = kept = gis = 0
+        for i, ch in enumerate(choice):
+            if ch is None:
+                continue
+            gis += 1
+            kept += len(ch)
+            busy += sum(1 for j in ch if insts[i]["cis"][j]["procs"])
+        return (busy, kept, gis)
+
+    scored = sorted(((prefix(c), c) for c in itertools.product(*options)), key=lambda pc: pc[0], reverse=True)
     best = None
-    for choice in itertools.product(*options):
+    for pre, choice in scored:
+        if best is not None and pre < best[0][:3]:
+            break       # every remaining choice keeps less: the best is found
         att = _attempt(cat, insts, choice, demand)
         if att is None:
             continue
