@@ -47,10 +47,10 @@ def resolve_from_params(gpus, params):
     if params.get("layout") is not None:
         if params.get("config_file") or params.get("config_name"):
             raise mp.MigLayoutError("give either layout, or config_file/config_name, not both")
-        res = mp.resolve_layout(chosen, layout=params["layout"])
+        res = _narrow(mp.resolve_layout(gpus, layout=params["layout"]), chosen)
     elif params.get("config_file"):
-        res = mp.resolve_layout(chosen, config=load_config_file(params["config_file"]),
-                                config_name=params.get("config_name"))
+        res = _narrow(mp.resolve_layout(gpus, config=load_config_file(params["config_file"]),
+                                        config_name=params.get("config_name")), chosen)
     elif params.get("config_name"):
         res = mp.resolve_layout(chosen, named=params["config_name"],
                                 gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
@@ -58,6 +58,15 @@ def resolve_from_params(gpus, params):
         raise mp.MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
                                 "(a named layout: %s)" % ", ".join(mp.NAMED_LAYOUTS))
     return res
+
+
+def _narrow(resolved, chosen):
+    """Keep only the GPUs ``gpus`` selected (the layout itself is resolved against every GPU, so its own
+    selectors are checked against the whole node)."""
+    keep = set(g["index"] for g in chosen)
+    resolved["gpus"] = dict((i, s) for i, s in resolved["gpus"].items() if i in keep)
+    resolved["skipped"] = [s for s in resolved["skipped"] if s["index"] in keep]
+    return resolved
 
 
 def mode_step(gpu, want, allow_reset):

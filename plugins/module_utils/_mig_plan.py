@@ -252,6 +252,8 @@ def _select(gpus, entry, where, strict):
                         hit = gpu
                 elif str(sel) in (gpu.get("uuid"), gpu.get("pci_bus_id")):
                     hit = gpu
+            if hit is None and not strict:
+                continue    # mig-parted files are fleet-wide: an index this node lacks selects nothing
             if hit is None:
                 raise MigLayoutError("%s: devices entry %r matches no GPU; GPUs here: %s" % (
                     where, sel, ", ".join("%s (%s)" % (g.get("index"), g.get("uuid")) for g in gpus) or "none"))
@@ -432,7 +434,7 @@ def resolve_layout(gpus, layout=None, config=None, config_name=None, named=None,
         entries = parse_inline_layout(layout)
     any_selected = False
     for entry in entries:
-        chosen = _select(gpus, entry, entry["where"], True)
+        chosen = _select(gpus, entry, entry["where"], config is None)
         any_selected = any_selected or bool(chosen)
         if not chosen and config is not None and entry.get("device_filter"):
             # mig-parted files carry entries for many GPU models (config-default.yaml): an entry whose

@@ -449,3 +449,12 @@ def test_plan_keeps_as_much_as_brute_force(sc):
     busy_ids = {(p["gi_id"], p["ci_id"]) for p in gpu["processes"]}
     kept_busy = sum(1 for k in plan["kept"] for c in k["compute_instances"] if (k["gi_id"], c["ci_id"]) in busy_ids)
     assert (kept_busy, kept) == brute_force_best(gpu, target)
+
+
+def test_migparted_indices_missing_here_select_nothing_but_inline_ones_are_errors():
+    gpus = [gpu_facts("H200", 0), gpu_facts("H200", 1)]
+    cfg = {"version": "v1", "mig-configs": {"x": [
+        {"devices": [0, 5], "mig-enabled": True, "mig-devices": {"7g.141gb": 1}}]}}
+    assert list(mp.resolve_layout(gpus, config=cfg)["gpus"]) == [0]
+    with pytest.raises(mp.MigLayoutError, match="devices entry 5 matches no GPU"):
+        mp.resolve_layout(gpus, layout=[{"devices": [0, 5], "mig_devices": {"7g.141gb": 1}}])

@@ -212,3 +212,12 @@ def test_fault_at_each_mutating_call_then_rerun_converges(tmp_path, inproc, shap
         third = inproc(env, target)
         assert third["changed"] is False
     assert set(e["call"] for e in _calls(sim)) <= set(INSTANCE_CALLS) <= set(MUTATING_CALLS)
+
+
+def test_gpus_narrows_the_layout(tmp_path, inproc):
+    sim, env = _node(tmp_path, "hgx-h200", enable=(0, 1))
+    layout = [{"devices": [0], "mig_devices": {"7g.141gb": 1}}, {"devices": [1], "mig_devices": {"3g.71gb": 2}}]
+    result = inproc(env, {"layout": layout, "gpus": ["1"]})
+    assert [g["index"] for g in result["gpus"]] == [1]
+    assert mp.current_devices(sim.read_gpu(1)) == {"3g.71gb": 2}
+    assert mp.current_devices(sim.read_gpu(0)) == {}
