@@ -96,6 +96,12 @@ def test_busy_node_reset_refused_reboot_path_then_layout_and_no_second_reboot(tm
     msgs = failed_msgs(tasks)
     assert stats["failures"] == 1 and any("mig_allow_reboot" in m and "pid 4242 (train)" in m for m in msgs), msgs
     assert node.reboots() == []
+    # check mode with the reboot allowed: says it would reboot, reboots nothing, touches no GPU
+    before = node.digest()
+    stats, tasks, _ = node.converge(check=True, mig_config_name="all-balanced", mig_allow_reboot=True)
+    assert stats["failures"] == 0, failed_msgs(tasks)
+    assert any("Would reboot once" in r.get("msg", "") for r in tasks.get("Show the reboot a real run would do", []))
+    assert node.reboots() == [] and node.digest() == before
     # allowed: one reboot, the boot unit re-applies, the role confirms the mode and lays out
     stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_allow_reboot=True)
     assert stats["failures"] == 0, failed_msgs(tasks)
