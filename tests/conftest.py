@@ -17,3 +17,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+KUBE_TOKEN = "gpuops-test-token"
+KUBE_RO_TOKEN = "gpuops-readonly-token"
+
+
+@pytest.fixture
+def kube_api(tmp_path):
+    """A running fake Kubernetes API server (tests/support/fake_kube_api.py) with bearer-token auth.
+
+    ``kube_api.kubeconfig_path`` is a kubeconfig (context ``fake``) with a read-write token;
+    ``kube_api.token`` / ``kube_api.ro_token`` are the read-write and read-only tokens.
+    """
+    import yaml
+    from tests.support.fake_kube_api import FakeKubeApi
+
+    api = FakeKubeApi(tokens={KUBE_TOKEN: "rw", KUBE_RO_TOKEN: "ro"}).start()
+    api.token, api.ro_token = KUBE_TOKEN, KUBE_RO_TOKEN
+    api.kubeconfig_path = str(tmp_path / "kubeconfig")
+    with open(api.kubeconfig_path, "w") as handle:
+        yaml.safe_dump(api.kubeconfig(token=KUBE_TOKEN), handle)
+    try:
+        yield api
+    finally:
+        api.stop()

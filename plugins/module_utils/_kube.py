@@ -1,0 +1,444 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes API access for gpuops.nvidia modules (PRIVATE: do not use from other collections).
+
+Client construction follows kubernetes.core (plugins/module_utils/k8s/client.py): the same parameters, the same
+``K8S_AUTH_*`` environment fallbacks that AWX's "OpenShift or Kubernetes API Bearer Token" credential sets, and
+the same order: host + api_key (or client cert) need nothing else; else kubeconfig/context; else in-cluster config,
+then the default kubeconfig. One difference: the configuration is built into a private ``Configuration`` object
+instead of the client's process-wide default, so two clusters in one process do not leak into each other.
+
+Also here: Kubernetes label syntax checks (apimachinery's rules, checked before any API call), node lookup by
+node name, hostname or InternalIP, and API errors turned into messages that say what to do.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import socket
+
+try:
+    import kubernetes
+    from kubernetes.client.exceptions import ApiException
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised only where the library is missing
+    kubernetes = None
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = _exc
+
+    class ApiException(Exception):
+        status = None
+        body = None
+
+try:
+    from urllib3.exceptions import HTTPError as _Urllib3Error
+except ImportError:  # pragma: no cover
+    _Urllib3Error = OSError
+
+from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.six import string_types
+
+# Same names, types and env fallbacks as kubernetes.core's k8s_auth_options / helm_args_common.
+AUTH_ARG_SPEC = dict(
+    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"])),
+    context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
+    host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
+    api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
+    validate_certs=dict(type="bool", aliases=["verify_ssl"], fallback=(env_fallback, ["K8S_AUTH_VERIFY_SSL"])),
+    ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
+    client_cert=dict(type="path", aliases=["cert_file"], fallback=(env_fallback, ["K8S_AUTH_CERT_FILE"])),
+    client_key=dict(type="path", aliases=["key_file"], no_log=False,
+                    fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),
+    in_cluster=dict(type="bool", default=None),
+    request_timeout=dict(type="float", default=30.0),
+)
+
+# parameter -> attribute of kubernetes.client.Configuration (kubernetes.core's AUTH_ARG_MAP)
+_CONFIG_ATTR = dict(host="host", api_key="api_key", validate_certs="verify_ssl", ca_cert="ssl_ca_cert",
+                    client_cert="cert_file", client_key="key_file")
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+class KubeError(Exception):
+    """A Kubernetes problem, already worded for the user."""
+
+    def __init__(self, msg, status=None, reason=None, body=None):
+        super(KubeError, self).__init__(msg)
+        self.msg = msg
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
+def missing_library_message():
+    from ansible.module_utils.basic import missing_required_lib
+    return missing_required_lib("kubernetes")
+
+
+# ---- label syntax (k8s.io/apimachinery/pkg/util/validation) ---------------------------------------------------
+QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+DNS1123_SUBDOMAIN_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED_NAME = re.compile("^" + QUALIFIED_NAME_FMT + "$")
+_DNS1123_SUBDOMAIN = re.compile("^" + DNS1123_SUBDOMAIN_FMT + "$")
+_DNS1123_LABEL = re.compile("^" + DNS1123_LABEL_FMT + "$")
+
+NAME_RULE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+             "alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc', regex used for validation is '%s')"
+             % QUALIFIED_NAME_FMT)
+PREFIX_RULE = ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+               "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+               "validation is '%s')" % DNS1123_SUBDOMAIN_FMT)
+VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+              "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', regex "
+              "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
+
+
+def dns_subdomain_errors(value, what="value"):
+    if not value:
+        return ["%s must not be empty" % what]
+    errs = []
+    if len(value) > 253:
+        errs.append("%s %r must be no more than 253 characters" % (what, value))
+    if not _DNS1123_SUBDOMAIN.match(value):
+        errs.append("%s %r: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+                    "or '.', and must start and end with an alphanumeric character (regex used for validation is "
+                    "'%s')" % (what, value, DNS1123_SUBDOMAIN_FMT))
+    return errs
+
+
+def dns_label_errors(value, what="value"):
+    if not value or len(value) > 63 or not _DNS1123_LABEL.match(value):
+        return ["%s %r: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', must "
+                "start and end with an alphanumeric character and be at most 63 characters (regex used for "
+                "validation is '%s')" % (what, value, DNS1123_LABEL_FMT)]
+    return []
+
+
+def label_key_errors(key):
+    """Errors for a label key, worded like the API server's (IsQualifiedName)."""
+    if not isinstance(key, string_types) or not key:
+        return ["label key %r: name part must be non-empty" % (key,)]
+    errs = []
+    name = key
+    if "/" in key:
+        prefix, name = key.split("/", 1)
+        if not prefix:
+            errs.append("label key %r: prefix part must be non-empty" % key)
+        else:
+            if len(prefix) > 253:
+                errs.append("label key %r: prefix part must be no more than 253 characters" % key)
+            if not _DNS1123_SUBDOMAIN.match(prefix):
+                errs.append("label key %r: %s" % (key, PREFIX_RULE))
+    if not name:
+        errs.append("label key %r: name part must be non-empty" % key)
+        return errs
+    if len(name) > 63:
+        errs.append("label key %r: name part must be no more than 63 characters" % key)
+    if not _QUALIFIED_NAME.match(name):
+        errs.append("label key %r: %s" % (key, NAME_RULE))
+    return errs
+
+
+def label_value_errors(key, value):
+    if not isinstance(value, string_types):
+        return ["label %r: value %r must be a string" % (key, value)]
+    errs = []
+    if len(value) > 63:
+        errs.append("label %r: value %r must be no more than 63 characters" % (key, value))
+    if value and not _QUALIFIED_NAME.match(value):
+        errs.append("label %r: value %r: %s" % (key, value, VALUE_RULE))
+    return errs
+
+
+def normalize_label_value(value):
+    """YAML turns ``true`` and ``4`` into bool/int; Kubernetes labels are strings ("true", "4")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or isinstance(value, float):
+        return str(value)
+    return value
+
+
+def validate_labels(labels):
+    """Return a list of errors for a {key: value} dict (values may be None when removing)."""
+    errs = []
+    for key, value in (labels or {}).items():
+        errs.extend(label_key_errors(key))
+        if value is not None:
+            errs.extend(label_value_errors(key, value))
+    return errs
+
+
+# ---- client construction ----------------------------------------------------------------------------------------
+def _kubeconfig_from_param(kubeconfig):
+    """A kubeconfig parameter is a path, a dict, or YAML/JSON text (as AWX custom credentials may inject)."""
+    if kubeconfig is None:
+        return None, None
+    if isinstance(kubeconfig, dict):
+        return None, kubeconfig
+    if isinstance(kubeconfig, string_types):
+        text = kubeconfig.strip()
+        if "\n" in text or text.startswith("{"):
+            try:
+                import yaml
+                data = yaml.safe_load(text)
+            except Exception:
+                data = None
+            if isinstance(data, dict) and ("clusters" in data or "current-context" in data):
+                return None, data
+        return os.path.expanduser(kubeconfig), None
+    raise KubeError("kubeconfig must be a path, a dict or kubeconfig text, got %s" % type(kubeconfig).__name__)
+
+
+def kubeconfig_secrets(config):
+    """Secret values inside a kubeconfig dict, to add to module.no_log_values (as kubernetes.core does)."""
+    out = set()
+    for user in (config or {}).get("users") or []:
+        data = (user or {}).get("user") or {}
+        for key in ("token", "password", "client-key-data", "client-certificate-data"):
+            if data.get(key):
+                out.add(str(data[key]))
+        auth = (data.get("auth-provider") or {}).get("config") or {}
+        for key in ("access-token", "id-token", "refresh-token", "client-secret"):
+            if auth.get(key):
+                out.add(str(auth[key]))
+    return out
+
+
+def mask_kubeconfig_secrets(module):
+    """Add the secrets of a kubeconfig given as content (dict or text) to module.no_log_values."""
+    try:
+        content = _kubeconfig_from_param(module.params.get("kubeconfig"))[1]
+    except KubeError:
+        return
+    if content:
+        module.no_log_values.update(kubeconfig_secrets(content))
+
+
+def build_configuration(params, environ=None):
+    """Build a kubernetes.client.Configuration from module parameters (already env-fallback resolved)."""
+    if not HAS_KUBERNETES:
+        raise KubeError(missing_library_message())
+    environ = os.environ if environ is None else environ
+    cfg = kubernetes.client.Configuration()
+    host = params.get("host")
+    if host:
+        host = host.rstrip("/")
+    api_key = params.get("api_key")
+    kube_path, kube_dict = _kubeconfig_from_param(params.get("kubeconfig"))
+    context = params.get("context")
+    has_direct = bool(host and (api_key or (params.get("client_cert") and params.get("client_key"))))
+    in_cluster = params.get("in_cluster")
+    source = None
+    try:
+        if in_cluster:
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+            source = "in-cluster service account"
+        elif has_direct:
+            source = "host and credentials"
+        elif kube_dict is not None:
+            kubernetes.config.load_kube_config_from_dict(kube_dict, context=context, client_configuration=cfg,
+                                                         persist_config=False)
+            source = "kubeconfig content"
+        elif kube_path or context:
+            path = kube_path or environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
+            if not os.path.exists(path.split(os.pathsep)[0]):
+                raise KubeError("kubeconfig file %s does not exist: give kubeconfig (a path, or the file's content), "
+                                "or host and api_key (K8S_AUTH_HOST / K8S_AUTH_API_KEY)" % path)
+            kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
+                                               persist_config=False)
+            source = "kubeconfig %s" % path
+        else:
+            # kubernetes.core: in-cluster first, then the default kubeconfig.
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=cfg)
+                source = "in-cluster service account"
+            except kubernetes.config.ConfigException:
+                path = environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
+                if not os.path.exists(path.split(os.pathsep)[0]) and not host:
+                    raise KubeError(
+                        "no Kubernetes credentials found: not in a pod (no service account), no kubeconfig at %s. "
+                        "Give kubeconfig and context, or host and api_key (AWX: attach an 'OpenShift or Kubernetes "
+                        "API Bearer Token' credential, which sets K8S_AUTH_HOST and K8S_AUTH_API_KEY)" % path)
+                if os.path.exists(path.split(os.pathsep)[0]):
+                    kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg,
+                                                       persist_config=False)
+                    source = "kubeconfig %s" % path
+                else:
+                    source = "host"
+    except kubernetes.config.ConfigException as exc:
+        raise KubeError("cannot load Kubernetes configuration: %s" % exc)
+    except (IOError, OSError, ValueError) as exc:
+        raise KubeError("cannot load Kubernetes configuration: %s" % exc)
+    # Parameters override what the kubeconfig said (kubernetes.core does the same).
+    if host:
+        cfg.host = host
+    if api_key:
+        cfg.api_key = {"authorization": "Bearer %s" % api_key}
+        cfg.api_key_prefix = {}
+    if params.get("validate_certs") is not None:
+        cfg.verify_ssl = params["validate_certs"]
+    for name in ("ca_cert", "client_cert", "client_key"):
+        if params.get(name):
+            setattr(cfg, _CONFIG_ATTR[name], params[name])
+    if not cfg.host:
+        raise KubeError("no API server address: set host (K8S_AUTH_HOST) or a kubeconfig with a cluster server")
+    cfg.gpuops_source = source
+    return cfg
+
+
+class Kube(object):
+    """A small facade over the kubernetes client with user-worded errors."""
+
+    def __init__(self, configuration, timeout=30.0):
+        self.configuration = configuration
+        self.timeout = timeout
+        self.api_client = kubernetes.client.ApiClient(configuration)
+        self.core = kubernetes.client.CoreV1Api(self.api_client)
+        self.node_api = kubernetes.client.NodeV1Api(self.api_client)
+        self.apps = kubernetes.client.AppsV1Api(self.api_client)
+
+    @classmethod
+    def from_params(cls, params):
+        cfg = build_configuration(params)
+        return cls(cfg, timeout=params.get("request_timeout") or 30.0)
+
+    def call(self, what, func, *args, **kwargs):
+        kwargs.setdefault("_request_timeout", self.timeout)
+        try:
+            return func(*args, **kwargs)
+        except ApiException as exc:
+            raise api_error(exc, what, self.configuration.host)
+        except ValueError as exc:
+            # The client could not read the answer into its models (e.g. a field it requires is missing).
+            raise KubeError("the Kubernetes API at %s answered something the kubernetes client could not read while "
+                            "trying to %s: %s" % (self.configuration.host, what, exc))
+        except (_Urllib3Error, socket.error, OSError) as exc:
+            raise KubeError("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, "
+                            "the network path and that the API server is up." % (self.configuration.host, what, exc))
+
+    def to_dict(self, obj):
+        return self.api_client.sanitize_for_serialization(obj)
+
+
+def _status_message(exc):
+    try:
+        body = json.loads(exc.body)
+        return body.get("message") or exc.reason, body.get("reason"), body
+    except (TypeError, ValueError, AttributeError):
+        return exc.reason or str(exc), None, None
+
+
+def api_error(exc, what, host):
+    message, reason, body = _status_message(exc)
+    if exc.status == 401:
+        msg = ("the Kubernetes API at %s refused the credentials (401 Unauthorized) while trying to %s: the token or "
+               "client certificate is missing, wrong or expired. Check api_key / K8S_AUTH_API_KEY or the kubeconfig "
+               "user." % (host, what))
+    elif exc.status == 403:
+        msg = ("the Kubernetes API at %s denied access (403 Forbidden) while trying to %s: %s. The credentials work "
+               "but lack RBAC permission for this; grant it to the user or service account." % (host, what, message))
+    elif exc.status == 404:
+        msg = "not found (404) while trying to %s: %s" % (what, message)
+    elif exc.status == 409:
+        msg = "conflict (409) while trying to %s: %s" % (what, message)
+    elif exc.status == 422:
+        msg = "the Kubernetes API rejected the request as invalid (422) while trying to %s: %s" % (what, message)
+    else:
+        msg = "Kubernetes API error %s while trying to %s: %s" % (exc.status, what, message)
+    return KubeError(msg, status=exc.status, reason=reason, body=body)
+
+
+# ---- nodes ------------------------------------------------------------------------------------------------------
+def local_identity():
+    """This host's hostname, FQDN and IP addresses (used when the module runs on the node itself)."""
+    names = []
+    for name in (socket.gethostname(), socket.getfqdn()):
+        if name and name not in names:
+            names.append(name)
+    ips = []
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            addr = info[4][0]
+            if addr not in ips and not addr.startswith("127.") and addr != "::1":
+                ips.append(addr)
+    except socket.error:
+        pass
+    return names, ips
+
+
+def _node_addresses(node, kind):
+    return [a.get("address") for a in ((node.get("status") or {}).get("addresses") or []) if a.get("type") == kind]
+
+
+def find_node(nodes, node_name=None, hostnames=None, internal_ips=None, method="auto"):
+    """Pick this host's Node from a list of node dicts.
+
+    method: ``name`` (metadata.name == node_name), ``hostname`` (metadata.name, the Hostname address or the
+    kubernetes.io/hostname label equals a hostname or its short form), ``internal_ip`` (an InternalIP address
+    equals one of ours), or ``auto`` (those three in order). Returns (node, how). Raises KubeError when nothing or
+    more than one node matches.
+    """
+    hostnames = [h for h in (hostnames or []) if h]
+    short = []
+    for h in hostnames:
+        for cand in (h, h.split(".")[0]):
+            if cand not in short:
+                short.append(cand)
+    internal_ips = [ip for ip in (internal_ips or []) if ip]
+    order = ["name", "hostname", "internal_ip"] if method == "auto" else [method]
+    tried = []
+    for how in order:
+        if how == "name":
+            if not node_name:
+                continue
+            tried.append("node name %r" % node_name)
+            found = [n for n in nodes if n["metadata"]["name"] == node_name]
+        elif how == "hostname":
+            if not short:
+                continue
+            tried.append("hostname %s" % "/".join(short))
+            found = [n for n in nodes
+                     if n["metadata"]["name"] in short
+                     or set(_node_addresses(n, "Hostname")) & set(short)
+                     or ((n["metadata"].get("labels") or {}).get("kubernetes.io/hostname") in short)]
+        else:
+            if not internal_ips:
+                continue
+            tried.append("InternalIP %s" % ", ".join(internal_ips))
+            found = [n for n in nodes if set(_node_addresses(n, "InternalIP")) & set(internal_ips)]
+        if len(found) == 1:
+            return found[0], how
+        if len(found) > 1:
+            raise KubeError("%d nodes match %s (%s): give node_name to say which one is this host"
+                            % (len(found), tried[-1], ", ".join(sorted(n["metadata"]["name"] for n in found))))
+    if not tried:
+        raise KubeError("cannot look up this host's node: give node_name, hostname or internal_ips")
+    raise KubeError("no Kubernetes node matches %s; the cluster has %s. Give node_name (the name `kubectl get "
+                    "nodes` shows) if the node is registered under another name"
+                    % (" or ".join(tried), ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
+
+
+def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method="auto"):
+    """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
+    if node_name and method in ("auto", "name"):
+        try:
+            node = kube.call("read node %s" % node_name, kube.core.read_node, node_name)
+            return kube.to_dict(node), "name"
+        except KubeError as exc:
+            if exc.status != 404 or method == "name":
+                if exc.status == 404:
+                    raise KubeError("node %r does not exist in the cluster (404); check node_name" % node_name,
+                                    status=404)
+                raise
+    nodes = kube.call("list nodes", kube.core.list_node)
+    nodes = [kube.to_dict(n) for n in nodes.items]
+    return find_node(nodes, node_name=node_name, hostnames=hostnames, internal_ips=internal_ips, method=method)

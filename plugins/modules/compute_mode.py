@@ -1,0 +1,242 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: compute_mode
+short_description: Set the compute mode (and optionally persistence mode) of NVIDIA GPUs
+version_added: 0.1.0
+author:
+  - gpuops.nvidia developers (@gpuops)
+description:
+  - Sets C(Default), C(Exclusive_Process) or C(Prohibited) on the GPUs a selector picks, through NVML.
+  - Idempotent; GPUs already in the declared mode are not touched (no NVML setter is called).
+  - C(Exclusive_Process) on a MIG-enabled GPU is refused before any change (NVML refuses it too).
+  - Compute mode is not persistent. It returns to C(Default) on reboot, and when the driver de-initialises an
+    idle GPU because no client holds it and persistence mode is off. Set O(persistence_mode=true) and re-apply
+    at boot (the gpuops.nvidia.compute_mode role installs a systemd unit for that).
+  - With the environment variable C(GPUOPS_SIMULATED_GPUS) set, works on simulated GPUs.
+options:
+  mode:
+    description:
+      - The compute mode. Case does not matter. C(Exclusive_Thread) was removed from NVIDIA's drivers and
+        is refused.
+      - Required unless O(settings) is given.
+    type: str
+  settings:
+    description:
+      - Several selectors with their modes, applied as one declaration. Later entries win where selectors
+        overlap, so no GPU is switched back and forth within a run. Mutually exclusive with O(mode) and O(gpus).
+    type: list
+    elements: dict
+    suboptions:
+      gpus:
+        description: Selector, as O(gpus).
+        type: list
+        elements: str
+        default: [all]
+      mode:
+        description: Compute mode, as O(mode).
+        type: str
+        required: true
+  gpus:
+    description:
+      - Which GPUs. C(all), or a list of indices, UUIDs (C(GPU-...)) or model names (C(NVIDIA H200) or C(H200)).
+      - All GPUs when not given.
+    type: list
+    elements: str
+  persistence_mode:
+    description: Also set persistence mode on the selected GPUs; left as it is when not given.
+    type: bool
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - MPS does not need C(Exclusive_Process); it runs in C(Default) (measured on H200). NVIDIA's device plugin
+    sets C(Exclusive_Process) itself while its MPS daemon runs.
+  - If setting the mode fails on one GPU, the GPUs already changed in this run are set back to what they were.
+"""
+
+EXAMPLES = r"""
+- name: Exclusive_Process on every H100
+  gpuops.nvidia.compute_mode:
+    gpus: [H100]
+    mode: Exclusive_Process
+    persistence_mode: true
+
+- name: Default everywhere, Exclusive_Process on the H100s, in one declaration
+  gpuops.nvidia.compute_mode:
+    settings:
+      - {gpus: [all], mode: Default}
+      - {gpus: ["NVIDIA H100 80GB HBM3"], mode: Exclusive_Process}
+    persistence_mode: true
+
+- name: Back to Default on GPUs 0 and 1
+  gpuops.nvidia.compute_mode:
+    gpus: ["0", "1"]
+    mode: Default
+"""
+
+RETURN = r"""
+gpus:
+  description: The selected GPUs after the run (in check mode, as they would be).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: GPU index., type: int}
+    uuid: {description: GPU UUID., type: str}
+    name: {description: GPU model., type: str}
+    compute_mode: {description: Compute mode., type: str}
+    nvidia_smi_mode: {description: The same mode as C(nvidia-smi -c) takes it (for boot-time re-apply)., type: str}
+    persistence_mode: {description: Persistence mode., type: bool}
+  sample: [{"index": 0, "uuid": "GPU-...", "name": "NVIDIA H200", "compute_mode": "Exclusive_Process",
+            "nvidia_smi_mode": "EXCLUSIVE_PROCESS", "persistence_mode": true}]
+changes:
+  description: Per changed GPU, the compute mode and persistence mode before and after (null when unchanged).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": 0, "uuid": "GPU-...", "name": "NVIDIA H200", "compute_mode": ["Default", "Exclusive_Process"],
+            "persistence_mode": null}]
+mode:
+  description: The mode declared, in NVML's spelling (null when O(settings) give different modes).
+  returned: always
+  type: str
+modes:
+  description: Declared mode per selected GPU index.
+  returned: always
+  type: dict
+calls:
+  description: The NVML setter calls this run made, in order (empty in check mode and when nothing differs).
+  returned: always
+  type: list
+  elements: str
+  sample: ["set_persistence_mode(0, True)", "set_compute_mode(0, Exclusive_Process)"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
+    NVIDIA_SMI_MODE, ComputeModeError, plan_settings, state_view)
+
+
+def report(gpus):
+    return [{"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": g.get("compute_mode"),
+             "nvidia_smi_mode": NVIDIA_SMI_MODE.get(g.get("compute_mode")),
+             "persistence_mode": bool(g.get("persistence_mode"))} for g in gpus]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            mode=dict(type="str"),
+            gpus=dict(type="list", elements="str"),
+            settings=dict(type="list", elements="dict", options=dict(
+                gpus=dict(type="list", elements="str", default=["all"]),
+                mode=dict(type="str", required=True))),
+            persistence_mode=dict(type="bool"),
+        ),
+        mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
+        required_one_of=[("settings", "mode")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        backend = get_backend()
+    except (GpuBackendError, NvmlError) as exc:
+        module.fail_json(msg="cannot reach the GPUs: %s" % exc)
+    try:
+        try:
+            facts = backend.read_all()
+        except (GpuBackendError, NvmlError) as exc:
+            module.fail_json(msg="cannot read the GPUs: %s" % exc)
+        try:
+            settings = p["settings"] or [{"gpus": p["gpus"] or ["all"], "mode": p["mode"]}]
+            todo = plan_settings(facts["gpus"], settings, p["persistence_mode"])
+        except ComputeModeError as exc:
+            module.fail_json(msg=str(exc))
+        selected = todo["selected"]
+        changes = [dict(c) for c in todo["changes"]]
+        before = state_view(selected)
+        planned = []
+        for g in selected:
+            g2 = dict(g)
+            for c in changes:
+                if c["index"] == g["index"]:
+                    if c["compute_mode"]:
+                        g2["compute_mode"] = c["compute_mode"][1]
+                    if c["persistence_mode"]:
+                        g2["persistence_mode"] = c["persistence_mode"][1]
+            planned.append(g2)
+        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes, "calls": [],
+                  "modes": dict((str(k), v) for k, v in todo["modes"].items())}
+        if module._diff:
+            result["diff"] = {"before_header": "GPU modes", "after_header": "GPU modes",
+                              "before": before, "after": state_view(planned)}
+        for w in todo["warnings"]:
+            module.warn(w)
+        if module.check_mode or not changes:
+            result["gpus"] = report(planned)
+            module.exit_json(**result)
+
+        done = []  # (index, what, old value) for the rollback
+        try:
+            for c in changes:
+                # persistence first: with it on, the driver keeps the GPU initialised and the mode stays
+                if c["persistence_mode"]:
+                    result["calls"].append("set_persistence_mode(%d, %s)" % (c["index"], c["persistence_mode"][1]))
+                    backend.set_persistence_mode(c["index"], c["persistence_mode"][1])
+                    done.append((c["index"], "persistence_mode", c["persistence_mode"][0]))
+                if c["compute_mode"]:
+                    result["calls"].append("set_compute_mode(%d, %s)" % (c["index"], c["compute_mode"][1]))
+                    backend.set_compute_mode(c["index"], c["compute_mode"][1])
+                    done.append((c["index"], "compute_mode", c["compute_mode"][0]))
+        except NvmlError as exc:
+            undone, failed = [], []
+            for index, what, old in reversed(done):
+                try:
+                    result["calls"].append("set_%s(%d, %s) [rollback]" % (what, index, old))
+                    if what == "compute_mode":
+                        backend.set_compute_mode(index, old)
+                    else:
+                        backend.set_persistence_mode(index, old)
+                    undone.append("GPU %d %s back to %s" % (index, what, old))
+                except NvmlError as exc2:
+                    failed.append("GPU %d %s: %s" % (index, what, exc2))
+            module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
+                exc.name, exc, ", ".join(undone) or "nothing was changed before",
+                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes,
+                calls=result["calls"])
+
+        try:
+            after = backend.read_all()
+        except (GpuBackendError, NvmlError) as exc:
+            module.fail_json(msg="modes were set but the GPUs cannot be read back: %s" % exc, changes=changes)
+        by_index = dict((g["index"], g) for g in after["gpus"])
+        now = [by_index[g["index"]] for g in selected]
+        wrong = [g for g in now if g.get("compute_mode") != todo["modes"][g["index"]]
+                 or (p["persistence_mode"] is not None and bool(g.get("persistence_mode")) != p["persistence_mode"])]
+        if wrong:
+            module.fail_json(msg="after setting, GPU(s) %s do not report the declared modes: %s"
+                             % (", ".join(str(g["index"]) for g in wrong), state_view(wrong)), changes=changes)
+        result["gpus"] = report(now)
+        module.exit_json(**result)
+    finally:
+        backend.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,563 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: device_plugin
+short_description: Install or upgrade NVIDIA's device plugin chart with one config per sharing profile
+version_added: 0.1.0
+description:
+  - Builds the values of NVIDIA's C(nvidia-device-plugin) Helm chart from sharing profiles - one named config per
+    profile in C(config.map), C(config.default) for unlabelled nodes - and installs or upgrades the release with the
+    real C(helm) binary.
+  - Each node picks its profile through the label C(nvidia.com/device-plugin.config=<profile name>); set it with
+    M(gpuops.nvidia.node_labels) (the module returns the value for every node in O(nodes)).
+  - Validates with the device plugin's own rules before helm runs (a bad config makes the plugin exit and
+    crash-loop on every node) - replicas >= 2; MPS at most 48 replicas at compute capability >= 7.5 and 16 below;
+    no MPS with C(mig_strategy=mixed) or on MIG-enabled GPUs; resource-name syntax; C(devices) and a custom
+    C(rename), which the plugin silently ignores, refused; chart values that would override every per-node config
+    refused; MPS needs chart >= 0.15.0. Every error quotes the rule.
+  - Idempotent without the helm-diff plugin - the deployed chart version (C(helm list -o json)) and values
+    (C(helm get values -o json)) are compared with what would be applied. Upgrades pass the complete values with
+    C(--reset-values), so the comparison is exact.
+  - Check mode runs only read-only helm commands (C(list), C(get values), C(show chart), C(template)) and reports
+    the values diff.
+  - Before any change the chart is rendered with C(helm template), so chart-side checks fail before the cluster is
+    touched.
+  - A failed upgrade is rolled back to the previous revision (O(rollback_on_failure)).
+  - Optionally verifies the rollout - each node in O(nodes) must advertise GPUs x replicas under the expected
+    resource name (C(nvidia.com/gpu), C(nvidia.com/gpu.shared) or C(nvidia.com/mig-*)), and the MPS control daemon
+    pod must be ready on MPS nodes.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  state:
+    description: C(present) installs or upgrades; C(absent) uninstalls the release.
+    type: str
+    choices: [present, absent]
+    default: present
+  release_name:
+    description: Helm release name.
+    type: str
+    default: nvdp
+  namespace:
+    description: Namespace of the release. NVIDIA's chart refuses C(default).
+    type: str
+    default: nvidia-device-plugin
+  create_namespace:
+    description: Create the namespace when missing (C(--create-namespace)).
+    type: bool
+    default: true
+  chart_ref:
+    description: Chart name in the repository.
+    type: str
+    default: nvidia-device-plugin
+  chart_repo_url:
+    description: Helm repository URL (used unless O(chart_path) is given).
+    type: str
+    default: https://nvidia.github.io/k8s-device-plugin
+  chart_version:
+    description:
+      - Pinned chart version, required with a repository (an unpinned chart would change under you).
+      - With O(chart_path) the version is read from the chart and this, if given, must match.
+    type: str
+  chart_path:
+    description: Local chart directory or C(.tgz) for air-gapped sites (read where the module runs).
+    type: path
+  profiles:
+    description: Sharing profiles; each becomes one named config in C(config.map). Required with O(state=present).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Profile name - the C(config.map) key and the node label value. A valid label value.
+        type: str
+        required: true
+      sharing:
+        description: C(none), C(time-slicing) or C(mps) (MPS needs chart >= 0.15.0).
+        type: str
+        choices: [none, time-slicing, mps]
+        default: none
+      replicas:
+        description: Replicas per GPU for C(nvidia.com/gpu) (>= 2). Capacity is GPUs x replicas.
+        type: int
+      rename_by_default:
+        description: Advertise shared GPUs as C(<name>.shared), e.g. C(nvidia.com/gpu.shared).
+        type: bool
+        default: false
+      fail_requests_greater_than_one:
+        description:
+          - Refuse containers asking for more than one replica. Time-slicing default false; under MPS the plugin
+            forces true before v0.20.0, so C(false) with MPS needs chart >= 0.20.0.
+        type: bool
+      mig_strategy:
+        description: MIG strategy of nodes using this profile.
+        type: str
+        choices: [none, single, mixed]
+        default: none
+      resources:
+        description:
+          - Instead of O(profiles[].replicas) - resources to share, each C({name, replicas}); with
+            C(mig_strategy=mixed) time-slicing may share C(nvidia.com/mig-<profile>) resources.
+          - C(devices) and C(rename) are refused - the plugin resets C(devices) to C(all) and drops custom renames.
+        type: list
+        elements: dict
+      flags:
+        description: Extra device plugin flags for this profile (C(failOnInitError), C(nvidiaDriverRoot), C(plugin.*), ...).
+        type: dict
+  default_profile:
+    description: Profile used by nodes without the label (C(config.default)). Required with more than one profile
+      unless one is named C(default).
+    type: str
+  nodes:
+    description:
+      - Optional nodes and their profile, with their GPU facts from M(gpuops.nvidia.gpu_info) (C(gpus) may be the
+        whole facts dict or its C(gpus) list). Used for per-node checks (MPS replica limit by compute capability, MPS
+        refused on MIG-enabled GPUs), per-replica shares, and O(verify).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Kubernetes node name.
+        type: str
+        required: true
+      profile:
+        description: Profile of this node (default O(default_profile)).
+        type: str
+      gpus:
+        description: GPU facts of the node.
+        type: raw
+  gfd:
+    description:
+      - Enable GPU feature discovery (C(gfd.enabled)). Left unset it is enabled when a profile uses MPS (the MPS
+        daemon runs only on nodes GFD labelled C(nvidia.com/mps.capable=true)); C(false) with MPS is refused.
+    type: bool
+  values:
+    description:
+      - Other chart values (e.g. C(runtimeClassName), C(nfd.enabled), C(tolerations)). Values the chart renders as
+        environment variables on every node (C(migStrategy), C(deviceListStrategy), ...) are refused because they
+        override every per-node config; set them per profile under C(flags).
+    type: dict
+    default: {}
+  wait:
+    description: Wait for the rollout (C(helm --wait)).
+    type: bool
+    default: false
+  timeout:
+    description: Helm timeout (Go duration) with O(wait).
+    type: str
+    default: 5m0s
+  rollback_on_failure:
+    description: Roll back to the previous revision when an upgrade fails.
+    type: bool
+    default: true
+  render_check:
+    description: Render the chart with C(helm template) before any change (catches the chart's own checks).
+    type: bool
+    default: true
+  verify:
+    description: After a change, check every node in O(nodes) advertises the expected allocatable GPUs and, for MPS,
+      runs a ready MPS control daemon pod.
+    type: bool
+    default: false
+  verify_timeout:
+    description: Seconds to wait for O(verify) to pass.
+    type: int
+    default: 300
+  binary_path:
+    description: Path of the helm binary (default - C(helm) on PATH).
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details: Only read-only helm commands run; the values diff is reported.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Device plugin with a default config, 4-way time-slicing and 4-way MPS profiles
+  gpuops.nvidia.device_plugin:
+    chart_version: 0.17.0
+    default_profile: default
+    profiles:
+      - name: default
+      - name: ts-4
+        sharing: time-slicing
+        replicas: 4
+      - name: mps-4
+        sharing: mps
+        replicas: 4
+        rename_by_default: true
+    nodes:
+      - name: gpu-node-17
+        profile: mps-4
+        gpus: "{{ hostvars['gpu-node-17'].gpu_facts }}"
+    values:
+      runtimeClassName: nvidia
+    wait: true
+    verify: true
+  delegate_to: localhost
+  run_once: true
+  register: dp
+
+- name: Air-gapped - a chart tarball copied next to the playbook
+  gpuops.nvidia.device_plugin:
+    chart_path: /opt/charts/nvidia-device-plugin-0.17.0.tgz
+    profiles:
+      - name: default
+        sharing: time-slicing
+        replicas: 2
+"""
+
+RETURN = r"""
+chart_version:
+  description: Chart version applied (or that would be).
+  returned: always
+  type: str
+  sample: 0.17.0
+values:
+  description: The complete chart values applied.
+  returned: always
+  type: dict
+configs:
+  description: The device plugin config of each profile.
+  returned: always
+  type: dict
+node_labels:
+  description: For each node in O(nodes), the value of C(nvidia.com/device-plugin.config) that selects its profile.
+  returned: always
+  type: dict
+  sample: {"gpu-node-17": "mps-4"}
+shares:
+  description:
+    - Per node, what each replica gets - C(memory_per_replica_mib) and C(active_thread_percentage) per GPU, as the
+      MPS daemon computes them. C(enforced) is true for MPS; for time-slicing they are fair shares, not limits.
+  returned: always
+  type: dict
+expected_allocatable:
+  description: Per node, the resources and counts the node should advertise.
+  returned: always
+  type: dict
+  sample: {"gpu-node-17": {"nvidia.com/gpu.shared": 32}}
+release:
+  description: The release as C(helm list) shows it after the run (before it in check mode).
+  returned: always
+  type: dict
+commands:
+  description: Helm commands run (argument lists; credentials go through the environment, never here).
+  returned: always
+  type: list
+verified:
+  description: Per node, the allocatable resources found when O(verify) passed.
+  returned: when verify ran
+  type: dict
+rolled_back_to:
+  description:
+    - Revision restored after a failed upgrade - by C(helm rollback), or, when helm refuses that (objects left by
+      the failed revision that its manifest does not list), by C(helm upgrade) with that revision's chart and values.
+  returned: on failure with a rollback
+  type: int
+rollback_error:
+  description: Why C(helm rollback) failed, when the previous revision was re-applied with C(helm upgrade) instead.
+  returned: when helm rollback failed
+  type: str
+"""
+
+import json
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover
+    HAS_YAML = False
+
+PROFILE_OPTIONS = dict(
+    name=dict(type="str", required=True),
+    sharing=dict(type="str", default="none", choices=["none", "time-slicing", "mps"]),
+    replicas=dict(type="int"),
+    rename_by_default=dict(type="bool", default=False),
+    fail_requests_greater_than_one=dict(type="bool"),
+    mig_strategy=dict(type="str", default="none", choices=["none", "single", "mixed"]),
+    resources=dict(type="list", elements="dict"),
+    flags=dict(type="dict"),
+)
+NODE_OPTIONS = dict(name=dict(type="str", required=True), profile=dict(type="str"), gpus=dict(type="raw"))
+
+
+def _allocatable_int(value):
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, sleep=time.sleep):
+    """Poll until every node advertises what ``expected`` says and MPS nodes run a ready MPS daemon pod."""
+    deadline = time.time() + timeout
+    while True:
+        problems, found = [], {}
+        for node_name, want in sorted(expected.items()):
+            node = kube.to_dict(kube.call("read node %s" % node_name, kube.core.read_node, node_name))
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            found[node_name] = dict((k, v) for k, v in alloc.items() if k.startswith("nvidia.com/"))
+            for res, count in sorted(want.items()):
+                have = _allocatable_int(alloc.get(res, 0))
+                if have != count:
+                    problems.append("node %s advertises %s=%s, expected %d"
+                                    % (node_name, res, alloc.get(res, 0), count))
+        for node_name in sorted(mps_nodes):
+            pods = kube.call("list pods in %s" % namespace, kube.core.list_namespaced_pod, namespace,
+                             field_selector="spec.nodeName=%s" % node_name)
+            ready = False
+            seen = False
+            for pod in (kube.to_dict(p) for p in pods.items):
+                owners = pod["metadata"].get("ownerReferences") or []
+                if not any(o.get("kind") == "DaemonSet" and o.get("name", "").endswith("-mps-control-daemon")
+                           for o in owners):
+                    continue
+                seen = True
+                conds = (pod.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                    ready = True
+            if not ready:
+                problems.append("node %s: %s" % (node_name, "MPS control daemon pod is not ready" if seen else
+                                                 "no MPS control daemon pod (is nvidia.com/mps.capable=true set by "
+                                                 "GPU feature discovery?)"))
+        if not problems:
+            return found
+        if time.time() >= deadline:
+            raise _kube.KubeError("rollout verification failed after %ss: %s" % (timeout, "; ".join(problems)))
+        sleep(interval)
+
+
+def _restore_previous(helm, p, chart_ref, repo_url, chart_version, previous_version, previous_values, tmpdir):
+    """Re-apply the previous chart version and values; True, or a string saying why it could not."""
+    if previous_version != chart_version and not repo_url:
+        return ("the previous revision used chart %s, which the local chart_path (%s) no longer is; restore it with "
+                "helm rollback by hand" % (previous_version, chart_version))
+    fd, path = tempfile.mkstemp(prefix="gpuops-dp-previous-", suffix=".json", dir=tmpdir)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(previous_values or {}, handle, sort_keys=True)
+    try:
+        helm.upgrade(p["release_name"], p["namespace"], chart_ref, path,
+                     chart_version=previous_version if repo_url else None, repo_url=repo_url,
+                     create_namespace=False, wait=p["wait"], timeout=p["timeout"])
+    except _helm.HelmError as exc:
+        return "re-applying the previous values with helm upgrade failed too: %s" % exc.msg
+    finally:
+        os.unlink(path)
+    return True
+
+
+def main():
+    argument_spec = dict(
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        release_name=dict(type="str", default="nvdp"),
+        namespace=dict(type="str", default="nvidia-device-plugin"),
+        create_namespace=dict(type="bool", default=True),
+        chart_ref=dict(type="str", default="nvidia-device-plugin"),
+        chart_repo_url=dict(type="str", default="https://nvidia.github.io/k8s-device-plugin"),
+        chart_version=dict(type="str"),
+        chart_path=dict(type="path"),
+        profiles=dict(type="list", elements="dict", options=PROFILE_OPTIONS),
+        default_profile=dict(type="str"),
+        nodes=dict(type="list", elements="dict", options=NODE_OPTIONS),
+        gfd=dict(type="bool"),
+        values=dict(type="dict", default={}),
+        wait=dict(type="bool", default=False),
+        timeout=dict(type="str", default="5m0s"),
+        rollback_on_failure=dict(type="bool", default=True),
+        render_check=dict(type="bool", default=True),
+        verify=dict(type="bool", default=False),
+        verify_timeout=dict(type="int", default=300),
+        binary_path=dict(type="path"),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_if=[("state", "present", ["profiles"])])
+    p = module.params
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
+
+    errors = []
+    ns_errs = _kube.dns_label_errors(p["namespace"], "namespace")
+    errors.extend(ns_errs)
+    if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
+        errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "
+                      "recommended\"); use a dedicated namespace such as nvidia-device-plugin")
+    if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
+        errors.append("chart_version is required with a chart repository: pin it (e.g. 0.17.0) so the chart does "
+                      "not change under you between runs")
+    if p["chart_path"] and not os.path.exists(p["chart_path"]):
+        errors.append("chart_path %s does not exist" % p["chart_path"])
+    if p["verify"] and not p["nodes"]:
+        errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
+    if errors:
+        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+
+    _kube.mask_kubeconfig_secrets(module)
+    env, secrets, files = _helm.helm_env(p, tmpdir=module.tmpdir)
+    module.no_log_values.update(secrets)
+    for path in files:
+        module.add_cleanup_file(path)
+    binary = p["binary_path"] or module.get_bin_path("helm", required=False, opt_dirs=[
+        os.path.join(os.getcwd(), "tools", "bin")])
+    if not binary:
+        module.fail_json(msg="helm not found: install helm on the host that runs this task (the controller/EE when "
+                             "delegated to localhost) or give binary_path")
+
+    def run(argv, environ):
+        return module.run_command(argv, environ_update=environ)
+
+    helm = _helm.Helm(binary, run, env=env)
+    result = dict(changed=False, commands=helm.commands)
+    try:
+        if p["chart_path"]:
+            chart_ref, repo_url = p["chart_path"], None
+        else:
+            chart_ref, repo_url = p["chart_ref"], p["chart_repo_url"]
+
+        if p["state"] == "absent":
+            current = helm.release(p["release_name"], p["namespace"])
+            result["release"] = current or {}
+            if current:
+                result["changed"] = True
+                if module._diff:
+                    result["diff"] = dict(before={"release": current}, after={})
+                if not module.check_mode:
+                    helm.run(["uninstall", p["release_name"], "--namespace", p["namespace"]] +
+                             (["--wait", "--timeout", p["timeout"]] if p["wait"] else []), what="uninstall")
+            module.exit_json(**result)
+
+        chart_meta = helm.show_chart(chart_ref, p["chart_version"] if not p["chart_path"] else None, repo_url,
+                                     yaml_module=yaml)
+        chart_version = str(chart_meta.get("version") or "")
+        chart_name = chart_meta.get("name") or p["chart_ref"]
+        if p["chart_path"] and p["chart_version"] and p["chart_version"] != chart_version:
+            module.fail_json(msg="chart_version %s was given but the chart at %s is version %s; nothing changed"
+                                 % (p["chart_version"], p["chart_path"], chart_version), commands=helm.commands)
+        try:
+            built = dp.build([dict((k, v) for k, v in prof.items() if v is not None or k == "name")
+                              for prof in p["profiles"]],
+                             p["default_profile"], chart_version=chart_version, nodes=p["nodes"],
+                             extra_values=p["values"], gfd=p["gfd"], yaml_module=yaml)
+        except dp.DevicePluginConfigError as exc:
+            module.fail_json(msg="invalid device plugin configuration, nothing changed: " + "; ".join(exc.errors),
+                             errors=exc.errors, commands=helm.commands)
+        for warning in built["warnings"]:
+            module.warn(warning)
+        desired = _helm.normalize(built["values"])
+        result.update(chart_version=chart_version, values=desired, configs=built["configs"],
+                      node_labels=built["node_labels"], shares=built["shares"],
+                      expected_allocatable=built["expected"], node_label_key=built["label"])
+
+        fd, values_file = tempfile.mkstemp(prefix="gpuops-dp-values-", suffix=".json", dir=module.tmpdir)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(desired, handle, sort_keys=True)
+        module.add_cleanup_file(values_file)
+
+        if p["render_check"]:
+            helm.template(p["release_name"], p["namespace"], chart_ref, values_file,
+                          p["chart_version"] if not p["chart_path"] else None, repo_url)
+
+        current = helm.release(p["release_name"], p["namespace"])
+        current_values = helm.values(p["release_name"], p["namespace"]) if current else {}
+        current_version = _helm.chart_version_of(current, chart_name) if current else None
+        result["release"] = current or {}
+        reasons = []
+        if not current:
+            reasons.append("release %s is not installed in namespace %s" % (p["release_name"], p["namespace"]))
+        else:
+            if current.get("status") != "deployed":
+                reasons.append("release status is %s" % current.get("status"))
+            if current_version != chart_version:
+                reasons.append("chart version %s -> %s" % (current_version, chart_version))
+            changed_paths = _helm.values_diff(_helm.normalize(current_values), desired)
+            if changed_paths:
+                reasons.append("values differ at %s" % ", ".join(item[0] for item in changed_paths))
+        result["changes"] = reasons
+        if module._diff:
+            result["diff"] = dict(
+                before=dict(chart_version=current_version, values=_helm.normalize(current_values)) if current else {},
+                after=dict(chart_version=chart_version, values=desired),
+                before_header="helm release %s/%s" % (p["namespace"], p["release_name"]),
+                after_header="helm release %s/%s" % (p["namespace"], p["release_name"]))
+        if not reasons:
+            module.exit_json(**result)
+        result["changed"] = True
+        if module.check_mode:
+            module.exit_json(**result)
+
+        previous_revision = None
+        if current and current.get("status") == "deployed":
+            previous_revision = int(current.get("revision"))
+        try:
+            helm.upgrade(p["release_name"], p["namespace"], chart_ref, values_file,
+                         chart_version=p["chart_version"] if not p["chart_path"] else None, repo_url=repo_url,
+                         create_namespace=p["create_namespace"], wait=p["wait"], timeout=p["timeout"])
+        except _helm.HelmError as exc:
+            fail = dict(result, msg=exc.msg, stdout=exc.stdout, stderr=exc.stderr)
+            if p["rollback_on_failure"] and previous_revision:
+                try:
+                    helm.rollback(p["release_name"], p["namespace"], previous_revision, wait=p["wait"],
+                                  timeout=p["timeout"])
+                    fail["rolled_back_to"] = previous_revision
+                    fail["msg"] += "; rolled back to revision %d" % previous_revision
+                except _helm.HelmError as rb_exc:
+                    # helm rollback refuses when the failed revision left objects in the cluster that its own
+                    # manifest does not list ("original object ... not found"). Re-applying the previous
+                    # revision's chart and values with upgrade reaches the same state.
+                    fail["rollback_error"] = rb_exc.msg
+                    restore = _restore_previous(helm, p, chart_ref, repo_url, chart_version, current_version,
+                                                current_values, module.tmpdir)
+                    if restore is True:
+                        fail["rolled_back_to"] = previous_revision
+                        fail["msg"] += ("; helm rollback failed (%s), so revision %d's chart and values were "
+                                        "re-applied with helm upgrade" % (rb_exc.msg, previous_revision))
+                    else:
+                        fail["msg"] += "; ROLLBACK to revision %d ALSO FAILED: %s; %s" % (
+                            previous_revision, rb_exc.msg, restore)
+            elif not previous_revision:
+                fail["msg"] += "; there was no deployed revision to roll back to"
+            module.fail_json(**fail)
+        after = helm.release(p["release_name"], p["namespace"])
+        result["release"] = after or {}
+        after_values = _helm.normalize(helm.values(p["release_name"], p["namespace"]))
+        if after_values != desired:
+            module.fail_json(msg="helm reported success but the release's values differ from those applied at %s"
+                             % ", ".join(item[0] for item in _helm.values_diff(after_values, desired)), **result)
+        if p["verify"]:
+            kube = _kube.Kube.from_params(p)
+            mps_nodes = [n for n, prof in built["node_labels"].items()
+                         if built["configs"][prof].get("sharing", {}).get("mps")]
+            result["verified"] = verify_rollout(kube, built["expected"], mps_nodes, p["namespace"],
+                                                p["verify_timeout"])
+        module.exit_json(**result)
+    except _helm.HelmError as exc:
+        module.fail_json(msg=exc.msg, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **result)
+    except _kube.KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: runtime_class
+short_description: Manage the C(nvidia) RuntimeClass that lets pods select the NVIDIA container runtime
+version_added: 0.1.0
+description:
+  - Creates, updates or removes a Kubernetes RuntimeClass (C(node.k8s.io/v1)), by default C(nvidia) with handler
+    C(nvidia) - the containerd runtime that C(nvidia-ctk runtime configure --runtime=containerd) defines.
+  - Needed when the nvidia runtime is B(not) containerd's default runtime - pods (and the device plugin chart, through
+    its C(runtimeClassName) value) must then name it. NVIDIA's chart does not create the object itself. Give
+    O(containerd_default_runtime) and the module does nothing when nvidia already is the default.
+  - The handler of a RuntimeClass cannot be changed in place; a different handler is refused unless
+    O(recreate=true).
+  - Check mode uses the API's server-side dry run.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  name:
+    description: RuntimeClass name (what pods put in C(runtimeClassName)).
+    type: str
+    default: nvidia
+  handler:
+    description: The containerd runtime handler name (C(plugins."io.containerd.grpc.v1.cri".containerd.runtimes.<handler>)).
+    type: str
+    default: nvidia
+  state:
+    description: Whether the RuntimeClass must exist.
+    type: str
+    choices: [present, absent]
+    default: present
+  containerd_default_runtime:
+    description:
+      - containerd's default runtime name on the GPU nodes (for example C(runc), or C(nvidia) after
+        C(nvidia-ctk runtime configure --set-as-default)). When it equals O(handler), pods get the nvidia runtime
+        without a RuntimeClass, and O(state=present) changes nothing.
+    type: str
+  node_selector:
+    description: C(scheduling.nodeSelector) - pods using this class only land on nodes with these labels.
+    type: dict
+  recreate:
+    description: Delete and recreate the object when its handler differs (the API forbids changing it in place).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Server-side dry run.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: RuntimeClass nvidia, unless containerd already runs everything with nvidia
+  gpuops.nvidia.runtime_class:
+    containerd_default_runtime: "{{ containerd_result.default_runtime | default(omit) }}"
+    node_selector:
+      nvidia.com/gpu.present: "true"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+runtime_class:
+  description: The RuntimeClass after the run (as the dry run answered in check mode); empty when absent.
+  returned: always
+  type: dict
+  sample: {"name": "nvidia", "handler": "nvidia", "scheduling": null}
+skipped_reason:
+  description: Why nothing was needed.
+  returned: when containerd's default runtime already is the handler
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+
+def _view(obj):
+    if not obj:
+        return {}
+    return {"name": obj["metadata"]["name"], "handler": obj.get("handler"),
+            "scheduling": obj.get("scheduling") or None}
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type="str", default="nvidia"),
+        handler=dict(type="str", default="nvidia"),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        containerd_default_runtime=dict(type="str"),
+        node_selector=dict(type="dict"),
+        recreate=dict(type="bool", default=False),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["handler"], "handler")
+    selector = dict((k, _kube.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
+    errors += _kube.validate_labels(selector)
+    if errors:
+        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+    _kube.mask_kubeconfig_secrets(module)
+
+    if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
+        module.exit_json(changed=False, runtime_class={}, skipped_reason=(
+            "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
+
+    dry = {"dry_run": "All"} if module.check_mode else {}
+    try:
+        kube = _kube.Kube.from_params(p)
+        api = kube.node_api
+        try:
+            current = kube.to_dict(kube.call("read RuntimeClass %s" % p["name"], api.read_runtime_class, p["name"]))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            current = None
+        before = _view(current)
+        result = dict(changed=False)
+        if p["state"] == "absent":
+            after = {}
+            if current:
+                kube.call("delete RuntimeClass %s" % p["name"], api.delete_runtime_class, p["name"], **dry)
+                result["changed"] = True
+        else:
+            scheduling = {"nodeSelector": selector} if selector else None
+            body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": p["name"]},
+                    "handler": p["handler"]}
+            if scheduling:
+                body["scheduling"] = scheduling
+            want = {"name": p["name"], "handler": p["handler"], "scheduling": scheduling}
+            if current and current.get("handler") != p["handler"]:
+                if not p["recreate"]:
+                    module.fail_json(msg="RuntimeClass %s has handler %r, not %r; the API does not allow changing a "
+                                         "handler in place. Set recreate: true to delete and recreate it (pods "
+                                         "created in between cannot use it), nothing changed"
+                                         % (p["name"], current.get("handler"), p["handler"]))
+                kube.call("delete RuntimeClass %s" % p["name"], api.delete_runtime_class, p["name"], **dry)
+                current = None if not module.check_mode else current
+                answer = kube.call("create RuntimeClass %s" % p["name"], api.create_runtime_class, body, **dry) \
+                    if not module.check_mode else body
+                result["changed"] = True
+            elif not current:
+                answer = kube.call("create RuntimeClass %s" % p["name"], api.create_runtime_class, body, **dry)
+                result["changed"] = True
+            elif before != want:
+                patch = {"scheduling": scheduling}
+                answer = kube.call("patch RuntimeClass %s" % p["name"], api.patch_runtime_class, p["name"], patch,
+                                   _content_type="application/merge-patch+json", **dry)
+                result["changed"] = True
+            else:
+                answer = current
+            after = _view(answer if isinstance(answer, dict) else kube.to_dict(answer))
+            if result["changed"] and not module.check_mode:
+                after = _view(kube.to_dict(kube.call("read RuntimeClass %s" % p["name"], api.read_runtime_class,
+                                                     p["name"])))
+        result["runtime_class"] = after
+        if module._diff and result["changed"]:
+            result["diff"] = dict(before=before, after=after)
+        module.exit_json(**result)
+    except KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status)
+
+
+if __name__ == "__main__":
+    main()

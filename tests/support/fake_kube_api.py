@@ -1,0 +1,638 @@
+"""A stateful fake Kubernetes API server for tests.
+
+No real API server can be installed on the development machines, so tests run the real ``kubernetes`` Python
+client (and the real ``helm`` binary) over real HTTP against this server. It keeps objects in memory and answers
+in the API's own shapes:
+
+- discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``);
+- list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
+  configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects), label selectors
+  on lists, ``resourceVersion``, ``uid``, ``generation``;
+- patch types: ``application/merge-patch+json`` (RFC 7386), ``application/strategic-merge-patch+json`` (maps merge
+  and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; the list merge
+  keys of real strategic merge are not modelled: lists are replaced, and ``$patch: delete/replace`` on maps is
+  honoured), ``application/json-patch+json`` (RFC 6902 add/remove/replace/test), ``application/apply-patch+yaml``
+  (server-side apply modelled per field manager: create or merge, and fields the same manager applied before but
+  no longer applies are removed; no managedFields, no conflicts between managers);
+- protobuf request bodies for Secret and ConfigMap (what helm's release storage sends; tests/support/k8s_protobuf.py)
+  and a minimal OpenAPI v2 document (protobuf) / v3 index, so the real helm binary can install, upgrade, roll back
+  and uninstall releases here;
+- ``dryRun=All`` on every write: validated and answered exactly like a real write, never stored;
+- errors as ``Status`` objects: 401 Unauthorized, 403 Forbidden, 404 NotFound, 409 AlreadyExists / Conflict,
+  422 Invalid (label syntax, missing name, RuntimeClass handler), 500 (injected).
+
+Tests drive it through ``FakeKubeApi``: ``add_node()``, ``put()``, ``get()``, ``inject_failure()``, ``requests``
+(every request seen), and the ``tokens`` table for bearer-token auth (token -> "rw" or "ro").
+"""
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from . import k8s_protobuf
+
+# (group, version, plural, kind, namespaced, verbs)
+_ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
+RESOURCES = [
+    ("", "v1", "nodes", "Node", False),
+    ("", "v1", "namespaces", "Namespace", False),
+    ("", "v1", "configmaps", "ConfigMap", True),
+    ("", "v1", "secrets", "Secret", True),
+    ("", "v1", "pods", "Pod", True),
+    ("", "v1", "services", "Service", True),
+    ("", "v1", "serviceaccounts", "ServiceAccount", True),
+    ("apps", "v1", "daemonsets", "DaemonSet", True),
+    ("apps", "v1", "deployments", "Deployment", True),
+    ("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False),
+    ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+]
+_BY_PATH = {(g, v, p): (k, ns) for g, v, p, k, ns in RESOURCES}
+
+# Kubernetes' own label rules (apimachinery/pkg/util/validation), kept independent of the collection's code so
+# the fake server checks the module rather than agreeing with it by construction.
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _label_errors(labels, field="metadata.labels"):
+    causes = []
+    for key, value in (labels or {}).items():
+        name = key
+        if "/" in key:
+            prefix, name = key.split("/", 1)
+            if not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+                causes.append((field, key, "prefix part a lowercase RFC 1123 subdomain must consist of lower "
+                               "case alphanumeric characters, '-' or '.'"))
+        if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+            causes.append((field, key, "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                           "and must start and end with an alphanumeric character"))
+        if not isinstance(value, str):
+            causes.append((field + "." + key, value, "label values must be strings"))
+        elif value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+            causes.append((field, value, "a valid label must be an empty string or consist of alphanumeric "
+                           "characters, '-', '_' or '.', and must start and end with an alphanumeric character"))
+    return causes
+
+
+def status(code, reason, message, details=None):
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return code, body
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def strategic_merge_patch(target, patch):
+    """Strategic merge patch for maps (merge, null deletes, $patch: replace|delete); lists are replaced."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    directive = patch.get("$patch")
+    if directive == "delete":
+        return None
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            continue
+        if value is None:
+            out.pop(key, None)
+        else:
+            merged = strategic_merge_patch(out.get(key), value)
+            if merged is None:
+                out.pop(key, None)
+            else:
+                out[key] = merged
+    return out
+
+
+def _pointer(doc, path):
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+    for part in parts[:-1]:
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc, parts[-1]
+
+
+def json_patch(target, ops):
+    doc = copy.deepcopy(target)
+    for op in ops:
+        parent, key = _pointer(doc, op["path"])
+        kind = op["op"]
+        if kind in ("add", "replace"):
+            if isinstance(parent, list):
+                idx = len(parent) if key == "-" else int(key)
+                if kind == "add":
+                    parent.insert(idx, op["value"])
+                else:
+                    parent[idx] = op["value"]
+            else:
+                if kind == "replace" and key not in parent:
+                    raise KeyError(op["path"])
+                parent[key] = op["value"]
+        elif kind == "remove":
+            if isinstance(parent, list):
+                del parent[int(key)]
+            else:
+                del parent[key]
+        elif kind == "test":
+            value = parent[int(key)] if isinstance(parent, list) else parent.get(key)
+            if value != op["value"]:
+                raise ValueError("test failed at %s" % op["path"])
+        else:
+            raise ValueError("unsupported op %s" % kind)
+    return doc
+
+
+def _prune(obj, last, new):
+    """Drop from ``obj`` the fields present in ``last`` (a previous apply) but absent from ``new``."""
+    if not isinstance(obj, dict) or not isinstance(last, dict):
+        return obj
+    for key, value in last.items():
+        if not isinstance(new, dict) or key not in new:
+            obj.pop(key, None)
+        elif isinstance(value, dict) and isinstance(new.get(key), dict):
+            obj[key] = _prune(obj.get(key), value, new[key])
+    return obj
+
+
+def _match_selector(labels, selector):
+    labels = labels or {}
+    for term in [t.strip() for t in re.split(r",(?![^(]*\))", selector or "") if t.strip()]:
+        if " in " in term or " notin " in term:
+            m = re.match(r"(\S+)\s+(in|notin)\s+\((.*)\)", term)
+            vals = {x.strip() for x in m.group(3).split(",")}
+            if (labels.get(m.group(1)) in vals) != (m.group(2) == "in"):
+                return False
+        elif "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "==" in term or "=" in term:
+            k, v = re.split("==|=", term, maxsplit=1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _match_fields(obj, selector):
+    for term in [t.strip() for t in (selector or "").split(",") if t.strip()]:
+        k, v = re.split("==|=", term, maxsplit=1)
+        cur = obj
+        for part in k.split("."):
+            cur = (cur or {}).get(part)
+        if cur != v:
+            return False
+    return True
+
+
+def _pb_string(field, text):
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return bytes([(field << 3) | 2, len(data)]) + data
+
+
+def _openapi_v2_document(version):
+    info = _pb_string(1, "Kubernetes") + _pb_string(2, version)
+    return _pb_string(1, "2.0") + _pb_string(2, info)
+
+
+class _Failure(object):
+    def __init__(self, method, path_re, code, reason, message, times):
+        self.method, self.path_re, self.code = method, re.compile(path_re), code
+        self.reason, self.message, self.times = reason, message, times
+
+
+class FakeKubeApi(object):
+    """The server's state and controls; ``start()`` serves it on 127.0.0.1 at a free port."""
+
+    def __init__(self, tokens=None, server_version="v1.33.2"):
+        self.objects = {}          # (group, plural, namespace or "", name) -> object
+        self.applied = {}          # ((group, plural, namespace, name), field manager) -> last applied config
+        self.tokens = tokens       # None: no auth check; else {token: "rw"|"ro"}
+        self.server_version = server_version
+        self.requests = []         # dicts: method, path, query, content_type, body, user
+        self.failures = []
+        self._rv = 1000
+        self._lock = threading.RLock()
+        self._httpd = None
+        self._thread = None
+        self.url = None
+        self.ca_data = None
+
+    # ---- test controls ------------------------------------------------------------------------------
+    def start(self, tls_dir=None):
+        """Serve on 127.0.0.1 at a free port; with tls_dir, over HTTPS with a self-signed certificate made there
+        by openssl (client-go, hence helm, sends bearer tokens only over TLS)."""
+        api = self
+
+        class Handler(_Handler):
+            server_api = api
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        scheme = "http"
+        self.ca_data = None
+        if tls_dir:
+            import base64
+            import os
+            import ssl
+            import subprocess
+            cert, key = os.path.join(tls_dir, "apiserver.crt"), os.path.join(tls_dir, "apiserver.key")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                            "-days", "1", "-subj", "/CN=fake-kube-api", "-addext", "subjectAltName=IP:127.0.0.1"],
+                           check=True, capture_output=True)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            with open(cert, "rb") as handle:
+                self.ca_data = base64.b64encode(handle.read()).decode("ascii")
+            self.ca_file = cert
+            scheme = "https"
+        self.url = "%s://127.0.0.1:%d" % (scheme, self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-kube-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def inject_failure(self, method, path_re, code=500, reason="InternalError", message=None, times=1):
+        """Answer the next ``times`` matching requests (method or "*", regex on the path) with an error Status."""
+        self.failures.append(_Failure(method, path_re, code, reason,
+                                      message or "Internal error occurred: injected by test", times))
+
+    def writes(self, dry_run=None):
+        """Mutating requests seen so far; dry_run=True/False filters on dryRun=All."""
+        out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
+        if dry_run is not None:
+            out = [r for r in out if ("All" in r["query"].get("dryRun", [])) == dry_run]
+        return out
+
+    def _next_rv(self):
+        self._rv += 1
+        return str(self._rv)
+
+    def put(self, obj):
+        """Store an object directly (test setup), filling metadata like the API server would."""
+        group, version = obj["apiVersion"].rpartition("/")[::2]
+        plural = [p for g, v, p, k, n in RESOURCES if g == group and k == obj["kind"]][0]
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        meta.setdefault("generation", 1)
+        with self._lock:
+            meta["resourceVersion"] = self._next_rv()
+            self.objects[(group, plural, meta.get("namespace", ""), meta["name"])] = copy.deepcopy(obj)
+        return obj
+
+    def get(self, group, plural, name, namespace=""):
+        with self._lock:
+            obj = self.objects.get((group, plural, namespace, name))
+            return copy.deepcopy(obj)
+
+    def add_node(self, name, labels=None, hostname=None, internal_ip=None, allocatable=None, capacity=None):
+        addresses = []
+        if internal_ip:
+            addresses.append({"type": "InternalIP", "address": internal_ip})
+        addresses.append({"type": "Hostname", "address": hostname or name})
+        return self.put({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict({"kubernetes.io/hostname": hostname or name},
+                                                      **(labels or {}))},
+            "spec": {},
+            "status": {"addresses": addresses, "allocatable": dict(allocatable or {"cpu": "64", "pods": "110"}),
+                       "capacity": dict(capacity or allocatable or {"cpu": "64", "pods": "110"}),
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+
+    def node_labels(self, name):
+        return self.get("", "nodes", name)["metadata"].get("labels", {})
+
+    def kubeconfig(self, token=None, context="fake", namespace=None):
+        ctx = {"cluster": "fake", "user": "fake-user"}
+        if namespace:
+            ctx["namespace"] = namespace
+        return {
+            "apiVersion": "v1", "kind": "Config", "current-context": context,
+            "clusters": [{"name": "fake", "cluster": dict({"server": self.url}, **(
+                {"certificate-authority-data": self.ca_data} if self.ca_data else {}))}],
+            "contexts": [{"name": context, "context": ctx}],
+            "users": [{"name": "fake-user", "user": {"token": token} if token else {}}],
+        }
+
+    # ---- request handling ---------------------------------------------------------------------------
+    def handle(self, method, raw_path, headers, body_bytes):
+        parts = urlsplit(raw_path)
+        path = parts.path.rstrip("/") or "/"
+        query = parse_qs(parts.query)
+        ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
+        auth = headers.get("Authorization") or ""
+        record = {"method": method, "path": path, "query": query, "content_type": ctype, "body": None,
+                  "authorization": auth.split(" ")[0] if auth else None}
+        with self._lock:
+            self.requests.append(record)
+        body = None
+        if "protobuf" in ctype and body_bytes:
+            # helm (client-go) writes core/v1 objects as protobuf: decode the kinds it writes (Secret, ConfigMap).
+            try:
+                body = k8s_protobuf.decode(body_bytes)
+            except (ValueError, IndexError) as exc:
+                return status(415, "UnsupportedMediaType", "the body of the request was in an unknown format: %s"
+                              % exc)
+            record["body"] = body
+        elif body_bytes:
+            try:
+                body = yaml.safe_load(body_bytes.decode("utf-8")) if "yaml" in ctype else json.loads(body_bytes)
+            except ValueError as exc:
+                return status(400, "BadRequest", "error decoding request body: %s" % exc)
+            record["body"] = body
+        # authentication and authorisation
+        role = "rw"
+        if self.tokens is not None:
+            token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+            if token not in self.tokens:
+                return status(401, "Unauthorized", "Unauthorized")
+            role = self.tokens[token]
+        with self._lock:
+            for failure in self.failures:
+                if failure.times and failure.method in ("*", method) and failure.path_re.search(path):
+                    failure.times -= 1
+                    return status(failure.code, failure.reason, failure.message)
+        if path == "/version":
+            major, minor = self.server_version.lstrip("v").split(".")[:2]
+            return 200, {"major": major, "minor": minor, "gitVersion": self.server_version,
+                         "platform": "linux/amd64", "goVersion": "go1.24"}
+        if path == "/openapi/v2":
+            # A minimal OpenAPI v2 Document in protobuf (gnostic openapi_v2: swagger = 1, info = 2 {title, version})
+            # with no definitions: kubectl/helm client-side validation skips kinds it finds no schema for.
+            return 200, _openapi_v2_document(self.server_version)
+        if path == "/openapi/v3":
+            # OpenAPI v3 index and per-group-version documents with permissive schemas (object, unknown fields
+            # kept): enough for clients that validate manifests against the schema (helm) to find every kind.
+            return 200, {"paths": {("api/" if not g else "apis/%s/" % g) + v:
+                                   {"serverRelativeURL": "/openapi/v3/%s%s" % ("api/" if not g else "apis/%s/" % g, v)}
+                                   for g, v, *dummy in RESOURCES}}
+        m = re.match(r"^/openapi/v3/(?:api|apis/([^/]+))/([^/]+)$", path)
+        if m:
+            group, version = m.group(1) or "", m.group(2)
+            schemas = {}
+            for g, v, dummy, k, namespaced in RESOURCES:
+                if g == group and v == version:
+                    schemas["fake.%s.%s.%s" % (g or "core", v, k)] = {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                       "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        "x-kubernetes-group-version-kind": [{"group": g, "version": v, "kind": k}]}
+            return 200, {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": self.server_version},
+                         "paths": {}, "components": {"schemas": schemas}}
+        if path == "/api":
+            return 200, {"kind": "APIVersions", "versions": ["v1"],
+                         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        if path == "/apis":
+            groups = {}
+            for g, v, *dummy in RESOURCES:
+                if g:
+                    groups.setdefault(g, v)
+            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v}],
+                 "preferredVersion": {"groupVersion": "%s/%s" % (g, v), "version": v}} for g, v in groups.items()]}
+        m = re.match(r"^/api/(v1)(/.*)?$", path) or re.match(r"^/apis/([^/]+/[^/]+)(/.*)?$", path)
+        if not m:
+            return status(404, "NotFound", "the server could not find the requested resource")
+        group, version = m.group(1).rpartition("/")[::2]
+        rest = [p for p in (m.group(2) or "").split("/") if p]
+        if not rest:
+            res = [{"name": p, "singularName": k.lower(), "namespaced": n, "kind": k, "verbs": _ALL}
+                   for g, v, p, k, n in RESOURCES if g == group and v == version]
+            if not res:
+                return status(404, "NotFound", "the server could not find the requested resource")
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": m.group(1),
+                         "resources": res}
+        namespace = ""
+        if rest[0] == "namespaces" and len(rest) >= 3 and (group, version, rest[2]) in _BY_PATH:
+            namespace, rest = rest[1], rest[2:]
+        plural, name = rest[0], rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (group, version, plural) not in _BY_PATH:
+            return status(404, "NotFound", "the server could not find the requested resource")
+        kind, namespaced = _BY_PATH[(group, version, plural)]
+        api_version = "%s/%s" % (group, version) if group else version
+        if method != "GET" and role == "ro":
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+            where = "in the namespace \"%s\"" % namespace if namespace else "at the cluster scope"
+            return status(403, "Forbidden", "%s%s is forbidden: User \"system:serviceaccount:ci:readonly\" cannot "
+                          "%s resource \"%s\" in API group \"%s\" %s"
+                          % (plural, " \"%s\"" % name if name else "", verb, plural, group, where),
+                          {"name": name, "kind": plural})
+        dry_run = "All" in query.get("dryRun", [])
+        if query.get("dryRun") and query["dryRun"] != ["All"]:
+            return status(400, "BadRequest", "Invalid dry run value %s: the only valid value is All"
+                          % query["dryRun"])
+        with self._lock:
+            return self._crud(method, group, api_version, plural, kind, namespaced, namespace, name, sub,
+                              query, ctype, body, dry_run)
+
+    def _not_found(self, plural, name, group=""):
+        res = plural if not group else "%s.%s" % (plural, group)
+        return status(404, "NotFound", "%s \"%s\" not found" % (res, name),
+                      {"name": name, "group": group, "kind": plural})
+
+    def _validate(self, plural, kind, obj, name):
+        causes = []
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):
+            causes.append(("metadata.name", "", "name or generateName is required"))
+        causes += _label_errors(meta.get("labels"))
+        if plural == "runtimeclasses":
+            handler = obj.get("handler")
+            if not handler or not _DNS1123_LABEL.match(handler):
+                causes.append(("handler", handler, "a lowercase RFC 1123 label must consist of lower case "
+                               "alphanumeric characters or '-'"))
+        if not causes:
+            return None
+        msgs = ["%s: Invalid value: %s: %s" % (f, json.dumps(v), why) for f, v, why in causes]
+        return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (kind, name, "; ".join(msgs)),
+                      {"name": name, "kind": kind,
+                       "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: %s: %s"
+                                   % (json.dumps(v), why), "field": f} for f, v, why in causes]})
+
+    def _store(self, key, obj, old, dry_run):
+        meta = obj.setdefault("metadata", {})
+        if old is None:
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            meta["generation"] = 1
+        else:
+            meta["uid"] = old["metadata"]["uid"]
+            meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            gen = old["metadata"].get("generation", 1)
+            if obj.get("spec") != old.get("spec") or obj.get("data") != old.get("data"):
+                gen += 1
+            meta["generation"] = gen
+        if dry_run:
+            meta["resourceVersion"] = (old or {}).get("metadata", {}).get("resourceVersion", "")
+            return copy.deepcopy(obj)
+        meta["resourceVersion"] = self._next_rv()
+        self.objects[key] = copy.deepcopy(obj)
+        return copy.deepcopy(obj)
+
+    def _crud(self, method, group, api_version, plural, kind, namespaced, namespace, name, sub, query, ctype,
+              body, dry_run):
+        if namespaced and namespace and method in ("POST", "PUT", "PATCH") \
+                and ("", "namespaces", "", namespace) not in self.objects:
+            return self._not_found("namespaces", namespace)
+        if name is None:
+            if method == "GET":
+                items = [copy.deepcopy(o) for (g, p, ns, dummy), o in sorted(self.objects.items())
+                         if g == group and p == plural and (not namespace or ns == namespace)
+                         and _match_selector(o["metadata"].get("labels"), (query.get("labelSelector") or [""])[0])
+                         and _match_fields(o, (query.get("fieldSelector") or [""])[0])]
+                return 200, {"kind": kind + "List", "apiVersion": api_version,
+                             "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+            if method == "POST":
+                obj = copy.deepcopy(body or {})
+                obj["apiVersion"], obj["kind"] = api_version, kind
+                meta = obj.setdefault("metadata", {})
+                if namespaced:
+                    meta["namespace"] = namespace
+                new_name = meta.get("name")
+                invalid = self._validate(plural, kind, obj, new_name)
+                if invalid:
+                    return invalid
+                key = (group, plural, namespace, new_name)
+                if key in self.objects:
+                    return status(409, "AlreadyExists", "%s \"%s\" already exists"
+                                  % (plural if not group else plural + "." + group, new_name),
+                                  {"name": new_name, "group": group, "kind": plural})
+                return 201, self._store(key, obj, None, dry_run)
+            return status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        key = (group, plural, namespace, name)
+        old = self.objects.get(key)
+        if method == "GET":
+            return (200, copy.deepcopy(old)) if old else self._not_found(plural, name, group)
+        if method == "DELETE":
+            if not old:
+                return self._not_found(plural, name, group)
+            if not dry_run:
+                del self.objects[key]
+                for applied in [k for k in self.applied if k[0] == key]:
+                    del self.applied[applied]
+            return 200, copy.deepcopy(old)
+        if method == "PUT":
+            if not old:
+                return self._not_found(plural, name, group)
+            obj = copy.deepcopy(body or {})
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                return status(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": the object has been "
+                              "modified; please apply your changes to the latest version and try again"
+                              % (plural, name), {"name": name, "group": group, "kind": plural})
+            if sub == "status":
+                obj = dict(copy.deepcopy(old), status=obj.get("status"))
+            obj["apiVersion"], obj["kind"] = api_version, kind
+            if namespaced:
+                obj["metadata"]["namespace"] = namespace
+            invalid = self._validate(plural, kind, obj, name)
+            return invalid or (200, self._store(key, obj, old, dry_run))
+        if method == "PATCH":
+            if ctype == "application/apply-patch+yaml":
+                if not query.get("fieldManager"):
+                    return status(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: "
+                                  "Required value: is required for apply patch")
+                # Server-side apply, modelled per field manager: fields this manager applied last time and no
+                # longer applies are removed (as with managedFields), then the applied config is merged in.
+                manager = query["fieldManager"][0]
+                last = self.applied.get((key, manager)) or {}
+                obj = merge_patch(_prune(copy.deepcopy(old or {}), last, body or {}), body or {})
+                if not dry_run:
+                    self.applied[(key, manager)] = copy.deepcopy(body or {})
+            elif not old:
+                return self._not_found(plural, name, group)
+            elif ctype == "application/merge-patch+json":
+                obj = merge_patch(old, body)
+            elif ctype == "application/strategic-merge-patch+json":
+                obj = strategic_merge_patch(old, body)
+            elif ctype == "application/json-patch+json":
+                try:
+                    obj = json_patch(old, body)
+                except (KeyError, IndexError, ValueError) as exc:
+                    return status(422, "Invalid", "the server rejected our request due to an error in our "
+                                  "request: %s" % exc)
+            else:
+                return status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                              "accepted media types include: application/json-patch+json, "
+                              "application/merge-patch+json, application/apply-patch+yaml")
+            obj["apiVersion"], obj["kind"] = api_version, kind
+            obj.setdefault("metadata", {})["name"] = name
+            if namespaced:
+                obj["metadata"]["namespace"] = namespace
+            if old and obj["metadata"].get("resourceVersion") not in (None, old["metadata"]["resourceVersion"]):
+                return status(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": the object has been "
+                              "modified; please apply your changes to the latest version and try again"
+                              % (plural, name), {"name": name, "group": group, "kind": plural})
+            invalid = self._validate(plural, kind, obj, name)
+            if invalid:
+                return invalid
+            return (200 if old else 201), self._store(key, obj, old, dry_run)
+        return status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_api = None
+
+    def log_message(self, fmt, *args):  # keep pytest output clean
+        pass
+
+    def _serve(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else b""
+        try:
+            code, body = self.server_api.handle(self.command, self.path, self.headers, data)
+        except Exception as exc:  # a bug in the fake must show as a 500, not a hang
+            code, body = status(500, "InternalError", "fake API server error: %r" % (exc,))
+        if isinstance(body, bytes):
+            payload, ctype = body, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        else:
+            payload, ctype = json.dumps(body).encode("utf-8"), "application/json"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

@@ -1,0 +1,139 @@
+"""_kube: client construction like kubernetes.core, label syntax, node matching."""
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch, tmp_path):
+    for var in list(os.environ):
+        if var.startswith("K8S_AUTH_") or var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def params(**kw):
+    base = dict((k, None) for k in _kube.AUTH_ARG_SPEC)
+    base.update(kw)
+    return base
+
+
+def test_host_and_api_key_need_no_kubeconfig():
+    cfg = _kube.build_configuration(params(host="https://api.example.com:6443/", api_key="tok", validate_certs=False))
+    assert cfg.host == "https://api.example.com:6443"
+    assert cfg.api_key == {"authorization": "Bearer tok"}
+    assert cfg.verify_ssl is False
+    assert cfg.gpuops_source == "host and credentials"
+
+
+def test_kubeconfig_path_and_context(tmp_path):
+    kc = {"apiVersion": "v1", "kind": "Config", "current-context": "a",
+          "clusters": [{"name": "a", "cluster": {"server": "https://a:6443"}},
+                       {"name": "b", "cluster": {"server": "https://b:6443"}}],
+          "contexts": [{"name": "a", "context": {"cluster": "a", "user": "u"}},
+                       {"name": "b", "context": {"cluster": "b", "user": "u"}}],
+          "users": [{"name": "u", "user": {"token": "t"}}]}
+    path = tmp_path / "kc"
+    path.write_text(yaml.safe_dump(kc))
+    assert _kube.build_configuration(params(kubeconfig=str(path))).host == "https://a:6443"
+    cfg = _kube.build_configuration(params(kubeconfig=str(path), context="b"))
+    assert cfg.host == "https://b:6443"
+    # parameters override the kubeconfig, as in kubernetes.core
+    cfg = _kube.build_configuration(params(kubeconfig=str(path), context="b", api_key="other"))
+    assert cfg.api_key == {"authorization": "Bearer other"}
+    # kubeconfig as dict and as YAML text
+    assert _kube.build_configuration(params(kubeconfig=kc)).host == "https://a:6443"
+    assert _kube.build_configuration(params(kubeconfig=yaml.safe_dump(kc), context="b")).host == "https://b:6443"
+
+
+def test_default_kubeconfig_used_when_nothing_given(tmp_path, monkeypatch):
+    kc = {"current-context": "x", "clusters": [{"name": "x", "cluster": {"server": "https://home:6443"}}],
+          "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}], "users": [{"name": "u", "user": {}}]}
+    os.makedirs(str(tmp_path / ".kube"))
+    (tmp_path / ".kube" / "config").write_text(yaml.safe_dump(kc))
+    assert _kube.build_configuration(params()).host == "https://home:6443"
+
+
+def test_in_cluster_service_account(tmp_path, monkeypatch):
+    import kubernetes.config.incluster_config as ic
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("sa-token")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    monkeypatch.setattr(ic, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(ic, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    cfg = _kube.build_configuration(params())
+    assert cfg.host == "https://10.96.0.1:443" and cfg.gpuops_source == "in-cluster service account"
+    assert "sa-token" in cfg.api_key["BearerToken"]
+
+
+def test_missing_kubeconfig_file_is_a_clear_error():
+    with pytest.raises(_kube.KubeError, match="kubeconfig file /nope/kc does not exist"):
+        _kube.build_configuration(params(kubeconfig="/nope/kc"))
+
+
+def test_no_credentials_is_a_clear_error():
+    with pytest.raises(_kube.KubeError, match="no Kubernetes credentials found.*K8S_AUTH_HOST"):
+        _kube.build_configuration(params())
+
+
+def test_env_fallbacks_are_the_awx_variables():
+    spec = _kube.AUTH_ARG_SPEC
+    assert spec["host"]["fallback"][1] == ["K8S_AUTH_HOST"]
+    assert spec["api_key"]["fallback"][1] == ["K8S_AUTH_API_KEY"] and spec["api_key"]["no_log"] is True
+    assert spec["validate_certs"]["fallback"][1] == ["K8S_AUTH_VERIFY_SSL"]
+    assert spec["ca_cert"]["fallback"][1] == ["K8S_AUTH_SSL_CA_CERT"]
+    assert spec["kubeconfig"]["fallback"][1] == ["K8S_AUTH_KUBECONFIG"]
+    assert spec["context"]["fallback"][1] == ["K8S_AUTH_CONTEXT"]
+
+
+def test_kubeconfig_secrets_found():
+    kc = {"users": [{"name": "a", "user": {"token": "T1", "client-key-data": "K1"}},
+                    {"name": "b", "user": {"auth-provider": {"config": {"access-token": "A1"}}}}]}
+    assert _kube.kubeconfig_secrets(kc) == {"T1", "K1", "A1"}
+
+
+@pytest.mark.parametrize("key", ["app", "example.com/app", "nvidia.com/device-plugin.config", "a.b-c/x_y.z",
+                                 "k" * 63, "%s/x" % ("a" * 253)])
+def test_valid_label_keys(key):
+    assert _kube.label_key_errors(key) == []
+
+
+@pytest.mark.parametrize("value", ["", "true", "mps-4", "A_b.c-1", "v" * 63])
+def test_valid_label_values(value):
+    assert _kube.label_value_errors("k", value) == []
+
+
+def test_prefix_length_limit():
+    assert "no more than 253" in _kube.label_key_errors("%s/x" % ("a" * 254))[0]
+
+
+def test_normalize_label_value():
+    assert _kube.normalize_label_value(True) == "true"
+    assert _kube.normalize_label_value(False) == "false"
+    assert _kube.normalize_label_value(4) == "4"
+    assert _kube.normalize_label_value("x") == "x"
+
+
+def _node(name, hostname=None, ip=None, labels=None):
+    addrs = [{"type": "Hostname", "address": hostname or name}]
+    if ip:
+        addrs.append({"type": "InternalIP", "address": ip})
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"addresses": addrs}}
+
+
+def test_find_node_methods():
+    nodes = [_node("n1", "host-a", "10.0.0.1"),
+             _node("n2", "host-b", "10.0.0.2", labels={"kubernetes.io/hostname": "label-host"})]
+    assert _kube.find_node(nodes, node_name="n2")[1] == "name"
+    assert _kube.find_node(nodes, hostnames=["host-a.example.com"])[0]["metadata"]["name"] == "n1"
+    assert _kube.find_node(nodes, hostnames=["label-host"])[0]["metadata"]["name"] == "n2"
+    assert _kube.find_node(nodes, internal_ips=["10.0.0.2"])[1] == "internal_ip"
+    with pytest.raises(_kube.KubeError, match="no Kubernetes node matches"):
+        _kube.find_node(nodes, hostnames=["zzz"], method="hostname")
+    with pytest.raises(_kube.KubeError, match="give node_name, hostname or internal_ips"):
+        _kube.find_node(nodes)

@@ -1,0 +1,207 @@
+"""device_plugin with the REAL helm binary against the fake API server over real HTTP.
+
+helm stores its release in a Secret (sent as protobuf, decoded by tests/support/k8s_protobuf.py) and applies the
+chart's objects server-side; the fake API server keeps them, so these tests see what a cluster would hold.
+Plain HTTP: client-go only sends credentials over TLS, so this server runs without token checks (auth failures are
+tested with the Python client in test_node_labels.py).
+"""
+import json
+import os
+import shutil
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.nvidia.plugins.modules import device_plugin
+from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.modrun import run_main as run_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+HELM = os.path.join(ROOT, "tools", "bin", "helm")
+CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+NS = "nvidia-device-plugin"
+H200 = {"index": 0, "uuid": "GPU-h0", "name": "NVIDIA H200", "compute_capability": "9.0",
+        "memory_total_bytes": 150754820096, "memory_total_mib": 143771, "mig_mode_current": "Disabled"}
+
+pytestmark = pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")
+
+PROFILES = [{"name": "default"}, {"name": "ts-4", "sharing": "time-slicing", "replicas": 4},
+            {"name": "mps-4", "sharing": "mps", "replicas": 4, "rename_by_default": True}]
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    for var in list(os.environ):
+        if var.startswith("K8S_AUTH_") or var.startswith("HELM_") or var == "KUBECONFIG":
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    api = FakeKubeApi(tokens=None).start()
+    api.kubeconfig_path = str(tmp_path / "kubeconfig")
+    with open(api.kubeconfig_path, "w") as handle:
+        yaml.safe_dump(api.kubeconfig(), handle)
+    api.chart = str(tmp_path / "nvidia-device-plugin")
+    shutil.copytree(CHART, api.chart)
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def args(cluster, **kw):
+    base = dict(binary_path=HELM, chart_path=cluster.chart, profiles=PROFILES, default_profile="default",
+                kubeconfig=cluster.kubeconfig_path)
+    base.update(kw)
+    return base
+
+
+def configmap(cluster):
+    return cluster.get("", "configmaps", "nvdp-nvidia-device-plugin-configs", NS)
+
+
+def release_secrets(cluster):
+    return sorted(name for (g, plural, ns, name) in cluster.objects if plural == "secrets" and ns == NS)
+
+
+def test_check_mode_writes_nothing_to_the_cluster(cluster):
+    res = run_module(device_plugin.main, args(cluster), check_mode=True, diff=True)
+    assert res["changed"] is True, res
+    assert cluster.writes() == []
+    assert res["diff"]["before"] == {}
+
+
+def test_install_idempotent_upgrade(cluster):
+    first = run_module(device_plugin.main, args(cluster))
+    assert first["changed"] is True, first.get("msg")
+    assert first["release"]["status"] == "deployed" and first["release"]["revision"] == "1"
+    assert release_secrets(cluster) == ["sh.helm.release.v1.nvdp.v1"]
+    cm = configmap(cluster)
+    assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == first["configs"]
+    ds = sorted(name for (g, plural, ns, name) in cluster.objects if plural == "daemonsets")
+    assert ds == ["nvdp-nvidia-device-plugin", "nvdp-nvidia-device-plugin-gfd",
+                  "nvdp-nvidia-device-plugin-mps-control-daemon"]
+    writes = len(cluster.writes())
+    second = run_module(device_plugin.main, args(cluster))
+    assert second["changed"] is False, second["changes"]
+    assert len(cluster.writes()) == writes          # nothing written on the second run
+    third = run_module(device_plugin.main, args(cluster, profiles=PROFILES[:2]), diff=True)
+    assert third["changed"] is True and third["release"]["revision"] == "2"
+    assert sorted(configmap(cluster)["data"]) == ["default", "ts-4"]
+    assert "gfd" not in third["diff"]["after"]["values"]
+    assert third["diff"]["before"]["values"]["gfd"] == {"enabled": True}
+
+
+def _deny_next_configmap_patch(cluster):
+    # A refusal helm does not retry (it retries 500s): an admission webhook denying the new ConfigMap.
+    cluster.inject_failure("PATCH", "/configmaps/nvdp-nvidia-device-plugin-configs$", code=422, reason="Invalid",
+                           message="admission webhook \"policy.example.com\" denied the request")
+
+
+def test_failed_upgrade_is_rolled_back_with_helm_rollback(cluster):
+    run_module(device_plugin.main, args(cluster))
+    before = configmap(cluster)["data"]
+    _deny_next_configmap_patch(cluster)
+    profiles = [PROFILES[0], dict(PROFILES[1], replicas=8), PROFILES[2]]
+    res = run_module(device_plugin.main, args(cluster, profiles=profiles))
+    assert res["failed"] and "denied the request" in res["msg"]
+    assert res["rolled_back_to"] == 1 and "rollback_error" not in res
+    assert ["rollback", "nvdp", "1"] == res["commands"][-1][1:4]
+    assert configmap(cluster)["data"] == before
+    assert run_module(device_plugin.main, args(cluster), check_mode=True)["changed"] is False
+
+
+def test_rollback_refused_by_helm_falls_back_to_reapplying_previous_values(cluster):
+    # The failed upgrade would have removed GFD; it stopped before deleting it, so the cluster holds a DaemonSet
+    # the failed revision's manifest does not list, and `helm rollback` refuses ("original object ... not found").
+    run_module(device_plugin.main, args(cluster))
+    before = configmap(cluster)["data"]
+    _deny_next_configmap_patch(cluster)
+    res = run_module(device_plugin.main, args(cluster, profiles=[{"name": "default", "sharing": "time-slicing",
+                                                                  "replicas": 2}]))
+    assert res["failed"] and "denied the request" in res["msg"]
+    assert "original object DaemonSet" in res["rollback_error"]
+    assert res["rolled_back_to"] == 1 and "re-applied with helm upgrade" in res["msg"]
+    assert configmap(cluster)["data"] == before
+    after = run_module(device_plugin.main, args(cluster), check_mode=True)
+    assert after["changed"] is False, after["changes"]
+
+
+def test_verify_against_cluster_state(cluster):
+    cluster.add_node("gpu-1", allocatable={"cpu": "64", "nvidia.com/gpu.shared": "8"})
+    cluster.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    owner = {"kind": "DaemonSet", "name": "nvdp-nvidia-device-plugin-mps-control-daemon", "apiVersion": "apps/v1",
+             "uid": "u"}
+    cluster.put({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nvdp-nvidia-device-plugin-mps-control-daemon-abcde", "namespace": NS,
+                     "ownerReferences": [owner]},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "mps-control-daemon-ctr", "image": "x"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    res = run_module(device_plugin.main, args(cluster, verify=True, verify_timeout=1, nodes=[
+        {"name": "gpu-1", "profile": "mps-4", "gpus": [H200, dict(H200, index=1)]}]))
+    assert res["changed"] and res["verified"] == {"gpu-1": {"nvidia.com/gpu.shared": "8"}}, res.get("msg")
+
+
+def test_uninstall(cluster):
+    run_module(device_plugin.main, args(cluster))
+    res = run_module(device_plugin.main, dict(binary_path=HELM, kubeconfig=cluster.kubeconfig_path, state="absent"))
+    assert res["changed"] and not res.get("failed"), res.get("msg")
+    assert release_secrets(cluster) == [] and configmap(cluster) is None
+    assert not [k for k in cluster.objects if k[1] == "daemonsets"]
+
+
+def test_unreachable_api_is_a_clear_error(cluster, tmp_path):
+    kc = cluster.kubeconfig()
+    kc["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:9"
+    path = tmp_path / "dead-kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    res = run_module(device_plugin.main, args(cluster, kubeconfig=str(path)), check_mode=True)
+    assert res["failed"] and "helm cannot reach the Kubernetes API" in res["msg"], res["msg"]
+    assert "127.0.0.1:9" in res["msg"]
+
+
+needs_openssl = pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")
+
+
+@pytest.fixture
+def tls_cluster(tmp_path, monkeypatch):
+    for var in list(os.environ):
+        if var.startswith("K8S_AUTH_") or var.startswith("HELM_") or var == "KUBECONFIG":
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    api = FakeKubeApi(tokens={"rw-token": "rw", "ro-token": "ro"}).start(tls_dir=str(tmp_path))
+    api.chart = str(tmp_path / "nvidia-device-plugin")
+    shutil.copytree(CHART, api.chart)
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def tls_args(api, token, **kw):
+    base = dict(binary_path=HELM, chart_path=api.chart, profiles=PROFILES, default_profile="default",
+                host=api.url, api_key=token, ca_cert=api.ca_file)
+    base.update(kw)
+    return base
+
+
+@needs_openssl
+def test_https_with_token_installs(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "rw-token"))
+    assert res["changed"] and res["release"]["status"] == "deployed", res.get("msg")
+    assert all(r["authorization"] == "Bearer" for r in tls_cluster.requests if r["path"] != "/version")
+    assert "rw-token" not in json.dumps(res)
+
+
+@needs_openssl
+def test_bad_token_gives_401_hint(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "wrong-token"), check_mode=True)
+    assert res["failed"] and "refused the credentials (401)" in res["msg"], res["msg"]
+    assert "wrong-token" not in json.dumps(res)
+    assert tls_cluster.writes() == []
+
+
+@needs_openssl
+def test_readonly_token_gives_403_hint(tls_cluster):
+    res = run_module(device_plugin.main, tls_args(tls_cluster, "ro-token"))
+    assert res["failed"] and "lack RBAC permission (403)" in res["msg"], res["msg"]
+    assert "is forbidden" in res["msg"]

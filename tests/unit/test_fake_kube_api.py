@@ -1,0 +1,147 @@
+"""The fake API server itself, driven by the real kubernetes client: what the module tests rely on."""
+import json
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+
+@pytest.fixture
+def client(kube_api):
+    cfg = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=kube_api.kubeconfig_path, client_configuration=cfg)
+    api_client = kubernetes.client.ApiClient(cfg)
+    return (kubernetes.client.CoreV1Api(api_client), kubernetes.client.AppsV1Api(api_client),
+            kubernetes.client.NodeV1Api(api_client))
+
+
+def status_of(exc):
+    return json.loads(exc.value.body)
+
+
+def test_node_list_get_and_label_selector(kube_api, client):
+    core = client[0]
+    kube_api.add_node("a", labels={"pool": "gpu"})
+    kube_api.add_node("b", labels={"pool": "cpu"})
+    assert [n.metadata.name for n in core.list_node().items] == ["a", "b"]
+    assert [n.metadata.name for n in core.list_node(label_selector="pool=gpu").items] == ["a"]
+    assert [n.metadata.name for n in core.list_node(label_selector="pool!=gpu").items] == ["b"]
+    assert [n.metadata.name for n in core.list_node(label_selector="pool in (cpu,x)").items] == ["b"]
+    assert core.read_node("a").status.addresses[-1].type == "Hostname"
+
+
+@pytest.mark.parametrize("ctype", ["application/merge-patch+json", "application/strategic-merge-patch+json"])
+def test_label_patch_types_merge_and_null_deletes(kube_api, client, ctype):
+    core = client[0]
+    kube_api.add_node("a", labels={"x.io/keep": "1", "x.io/drop": "2"})
+    out = core.patch_node("a", {"metadata": {"labels": {"x.io/new": "3", "x.io/drop": None}}}, _content_type=ctype)
+    assert out.metadata.labels == {"kubernetes.io/hostname": "a", "x.io/keep": "1", "x.io/new": "3"}
+    assert kube_api.node_labels("a") == out.metadata.labels
+
+
+def test_json_patch(kube_api, client):
+    core = client[0]
+    kube_api.add_node("a")
+    core.patch_node("a", [{"op": "add", "path": "/metadata/labels/x.io~1j", "value": "p"}],
+                    _content_type="application/json-patch+json")
+    assert kube_api.node_labels("a")["x.io/j"] == "p"
+    with pytest.raises(ApiException) as exc:
+        core.patch_node("a", [{"op": "test", "path": "/metadata/labels/x.io~1j", "value": "other"}],
+                        _content_type="application/json-patch+json")
+    assert exc.value.status == 422
+
+
+def test_dry_run_validates_answers_and_stores_nothing(kube_api, client):
+    core = client[0]
+    kube_api.add_node("a")
+    rv = kube_api.get("", "nodes", "a")["metadata"]["resourceVersion"]
+    out = core.patch_node("a", {"metadata": {"labels": {"x.io/d": "1"}}}, dry_run="All",
+                          _content_type="application/merge-patch+json")
+    assert out.metadata.labels["x.io/d"] == "1"
+    assert "x.io/d" not in kube_api.node_labels("a")
+    assert kube_api.get("", "nodes", "a")["metadata"]["resourceVersion"] == rv
+    core.create_namespace({"metadata": {"name": "ns1"}}, dry_run="All")
+    assert kube_api.get("", "namespaces", "ns1") is None
+    with pytest.raises(ApiException) as exc:
+        core.patch_node("a", {"metadata": {"labels": {"x.io/d": "bad value"}}}, dry_run="All",
+                        _content_type="application/merge-patch+json")
+    assert exc.value.status == 422 and status_of(exc)["reason"] == "Invalid"
+    assert status_of(exc)["details"]["causes"][0]["field"] == "metadata.labels"
+
+
+def test_not_found_conflict_already_exists_shapes(kube_api, client):
+    core = client[0]
+    with pytest.raises(ApiException) as exc:
+        core.read_node("ghost")
+    assert exc.value.status == 404
+    assert status_of(exc) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "message": 'nodes "ghost" not found', "reason": "NotFound", "code": 404,
+                              "details": {"name": "ghost", "group": "", "kind": "nodes"}}
+    core.create_namespace({"metadata": {"name": "ns1"}})
+    with pytest.raises(ApiException) as exc:
+        core.create_namespace({"metadata": {"name": "ns1"}})
+    assert exc.value.status == 409 and status_of(exc)["reason"] == "AlreadyExists"
+    cm = core.create_namespaced_config_map("ns1", {"metadata": {"name": "c"}, "data": {"k": "v"}})
+    stale = cm.metadata.resource_version
+    core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion": stale},
+                                                    "data": {"k": "2"}})
+    with pytest.raises(ApiException) as exc:   # stale resourceVersion
+        core.replace_namespaced_config_map("c", "ns1", {"metadata": {"name": "c", "resourceVersion": stale},
+                                                        "data": {}})
+    assert exc.value.status == 409 and status_of(exc)["reason"] == "Conflict"
+    with pytest.raises(ApiException) as exc:   # namespace must exist
+        core.create_namespaced_config_map("nope", {"metadata": {"name": "c"}})
+    assert exc.value.status == 404
+
+
+def test_daemonset_with_status_and_runtimeclass(kube_api, client):
+    core, apps, node = client
+    core.create_namespace({"metadata": {"name": "gpu"}})
+    apps.create_namespaced_daemon_set("gpu", {"metadata": {"name": "dp"}, "spec": {
+        "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+    apps.replace_namespaced_daemon_set_status("dp", "gpu", {"metadata": {"name": "dp"}, "spec": {
+        "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        "status": {"desiredNumberScheduled": 2, "numberReady": 1, "currentNumberScheduled": 2,
+                   "numberMisscheduled": 0}})
+    ds = apps.read_namespaced_daemon_set("dp", "gpu")
+    assert ds.status.number_ready == 1 and ds.metadata.generation == 1
+    node.create_runtime_class({"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    assert node.read_runtime_class("nvidia").handler == "nvidia"
+    with pytest.raises(ApiException) as exc:
+        node.create_runtime_class({"metadata": {"name": "bad"}, "handler": "Not_A_Label"})
+    assert exc.value.status == 422
+
+
+def test_auth_401_403_and_injected_500(kube_api):
+    cfg = kubernetes.client.Configuration(host=kube_api.url)
+    core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
+    with pytest.raises(ApiException) as exc:
+        core.list_node()
+    assert exc.value.status == 401 and status_of(exc)["reason"] == "Unauthorized"
+    cfg.api_key = {"authorization": "Bearer " + kube_api.ro_token}
+    kube_api.add_node("a")
+    assert core.list_node().items[0].metadata.name == "a"
+    with pytest.raises(ApiException) as exc:
+        core.patch_node("a", {"metadata": {"labels": {"x.io/a": "b"}}}, _content_type="application/merge-patch+json")
+    assert exc.value.status == 403 and "cannot patch resource" in status_of(exc)["message"]
+    cfg.api_key = {"authorization": "Bearer " + kube_api.token}
+    kube_api.inject_failure("GET", "^/api/v1/nodes$", code=500, times=1)
+    with pytest.raises(ApiException) as exc:
+        core.list_node()
+    assert exc.value.status == 500
+    assert core.list_node().items                # only once
+
+
+def test_server_side_apply_prunes_fields_the_manager_stopped_applying(kube_api, client):
+    core = client[0]
+    core.create_namespace({"metadata": {"name": "ns"}})
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"},
+            "data": {"a": "1", "b": "2"}}
+    core.patch_namespaced_config_map("c", "ns", body, field_manager="helm",
+                                     _content_type="application/apply-patch+yaml")
+    body["data"] = {"a": "1"}
+    out = core.patch_namespaced_config_map("c", "ns", body, field_manager="helm",
+                                           _content_type="application/apply-patch+yaml")
+    assert out.data == {"a": "1"}
