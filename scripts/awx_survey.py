@@ -18,7 +18,8 @@ Mapping (AWX question types as its API validates them):
     any type with choices       -> multiplechoice (the choices as text)
     list with choices           -> multiselect
     required                    -> required
-    default                     -> default only with --defaults (see below); always quoted in the description
+    default                     -> default only with --defaults (see below); always quoted in the description;
+                                   a Jinja default ("{{ ... }}", computed per host by the role) never is
 Options no survey question can carry (dict, list without choices, nested options) are left out and named on
 stderr: a survey answer reaches the play as the exact value AWX sends (role argument validation checks types but
 does not convert), so a comma-separated string would stay a string where the role expects a list.
@@ -80,6 +81,13 @@ def _yaml_text(value):
     return json.dumps(value)
 
 
+def _is_template(value):
+    """A default the role computes with Jinja (argument-spec defaults are documentation; defaults/main.yml rules)."""
+    if isinstance(value, (list, tuple)):
+        return any(_is_template(item) for item in value)
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def _choice_text(value):
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -122,7 +130,7 @@ def question(variable, option, prefix="", with_default=False, allow_raw=False):
     elif opt_type == "bool":
         item["type"] = "multiplechoice"
         item["choices"] = ["true", "false"]
-        default_value = None if default is None else _choice_text(bool(default))
+        default_value = None if default is None or _is_template(default) else _choice_text(bool(default))
     elif opt_type == "int":
         item["type"] = "integer"
         default_value = default
@@ -137,8 +145,13 @@ def question(variable, option, prefix="", with_default=False, allow_raw=False):
             opt_type, " (without choices)" if opt_type == "list" else ""))
     if option.get("no_log") and item["type"] != "password":
         raise ValueError("it is a secret (no_log) of type %s, which a password question cannot carry" % opt_type)
+    computed = _is_template(default)
+    if computed:
+        # e.g. mig_simulated: "{{ 'GPUOPS_SIMULATED_GPUS' in ... }}": worked out per host by the role, so it is
+        # no survey default (a bool question would turn the expression into "true" for every host)
+        default_value = None
     if default is not None and item["type"] != "password":
-        note = "Role default: %s." % _yaml_text(default)
+        note = "Role default: %s%s." % ("computed per host from " if computed else "", _yaml_text(default))
         item["question_description"] = (item["question_description"] + " " + note).strip()
     if item["type"] == "multiplechoice" and opt_type == "bool":
         item["question_description"] += " (Sent as the string true/false.)"

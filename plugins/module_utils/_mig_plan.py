@@ -771,6 +771,7 @@ def best_plan(cat, insts, demand):
         if any(cat.devices.get(n, (None,))[0] is cat.gi_by_name[gi["profile"]] for n in demand):
             opts.extend(_subsets(eligible))
         options.append(opts)
+
     def prefix(choice):
         # (busy kept, compute instances kept, GPU instances kept): known before completing the choice
         busy = kept = gis = 0

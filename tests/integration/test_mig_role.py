@@ -61,10 +61,10 @@ def failed_msgs(tasks):
 def test_a100_node_enabled_with_reset_all_balanced_then_idempotent(tmp_path):
     node = Node(tmp_path, "dgx-a100-40gb")
     before = node.digest()
-    stats, tasks, _ = node.converge(check=True, mig_config_name="all-balanced")
+    stats, tasks, _data = node.converge(check=True, mig_config_name="all-balanced")
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert node.digest() == before                                   # check mode touched no GPU
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced")
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced")
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert sorted(set(e["args"]["index"] for e in node.calls("reset_gpu"))) == list(range(8))
     for i in range(8):
@@ -72,7 +72,7 @@ def test_a100_node_enabled_with_reset_all_balanced_then_idempotent(tmp_path):
     assert node.reboots() == []
     assert os.path.exists(os.path.join(node.root, "etc/systemd/system/gpuops-mig.service"))
     n = len(node.calls())
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced")
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced")
     assert stats["failures"] == 0 and stats["changed"] == 0, changed_tasks(tasks)
     assert len(node.calls()) == n and node.reboots() == []          # second converge touches no GPU
 
@@ -80,7 +80,7 @@ def test_a100_node_enabled_with_reset_all_balanced_then_idempotent(tmp_path):
 @pytest.mark.parametrize("shape,profile", [("hgx-h100-80gb", "3g.40gb"), ("hgx-h200", "3g.71gb")])
 def test_hopper_nodes_need_no_reset(tmp_path, shape, profile):
     node = Node(tmp_path, shape)
-    stats, tasks, _ = node.converge(mig_config_name="all-3g", mig_gpus=["0", "1"])
+    stats, tasks, _data = node.converge(mig_config_name="all-3g", mig_gpus=["0", "1"])
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert node.calls("reset_gpu") == [] and node.reboots() == []
     assert node.devices(0) == {profile: 2} and node.devices(1) == {profile: 2}
@@ -92,31 +92,31 @@ def test_busy_node_reset_refused_reboot_path_then_layout_and_no_second_reboot(tm
     node.sim.add_process(3, 4242, "train")
     node.sim.add_process(5, 4343, "serve")
     # without permission to reboot: a clear failure, nothing rebooted
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced")
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced")
     msgs = failed_msgs(tasks)
     assert stats["failures"] == 1 and any("mig_allow_reboot" in m and "pid 4242 (train)" in m for m in msgs), msgs
     assert node.reboots() == []
     # check mode with the reboot allowed: says it would reboot, reboots nothing, touches no GPU
     before = node.digest()
-    stats, tasks, _ = node.converge(check=True, mig_config_name="all-balanced", mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(check=True, mig_config_name="all-balanced", mig_allow_reboot=True)
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert any("Would reboot once" in r.get("msg", "") for r in tasks.get("Show the reboot a real run would do", []))
     assert node.reboots() == [] and node.digest() == before
     # allowed: one reboot, the boot unit re-applies, the role confirms the mode and lays out
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_allow_reboot=True)
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert len(node.reboots()) == 1
     for i in range(8):
         assert node.devices(i) == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     assert not os.path.exists(os.path.join(node.root, "var/lib/gpuops/mig-reboot-attempted"))
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_allow_reboot=True)
     assert stats["changed"] == 0 and len(node.reboots()) == 1
 
 
 def test_hopper_reboot_loses_mode_boot_unit_reapplies(tmp_path):
     node = Node(tmp_path, "hgx-h200")
     node.sim.add_process(0, 77, "vllm")
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert len(node.reboots()) == 1
     assert node.devices(0) == {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
@@ -129,7 +129,7 @@ def test_hopper_reboot_loses_mode_boot_unit_reapplies(tmp_path):
                 "--config", os.path.join(node.root, "etc/gpuops/mig.json")], env=env, capture_output=True, text=True, check=False)
     assert boot.returncode == 0, boot.stderr
     assert node.devices(0) == {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
     assert stats["changed"] == 0 and len(node.reboots()) == 2
 
 
@@ -140,7 +140,7 @@ def test_reboot_that_does_not_activate_fails_clearly_and_never_reboots_twice(tmp
     # fail. (The simulator stops counting down further faults on the call where one fires, so both say 2.)
     node.sim.inject_fault(2, "UNKNOWN", call="set_mig_mode")
     node.sim.inject_fault(2, "UNKNOWN", call="set_mig_mode")
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
     msgs = failed_msgs(tasks)
     assert stats["failures"] == 1 and any("did not activate MIG mode" in m for m in msgs), msgs
     assert len(node.reboots()) == 1
@@ -148,7 +148,7 @@ def test_reboot_that_does_not_activate_fails_clearly_and_never_reboots_twice(tmp
     assert os.path.exists(marker)
     # a new workload makes the mode pending again: the role refuses a second reboot
     node.sim.add_process(0, 78, "vllm2")
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_gpus=["0"], mig_allow_reboot=True)
     msgs = failed_msgs(tasks)
     assert any("Not rebooting again" in m for m in msgs), msgs
     assert len(node.reboots()) == 1
@@ -156,21 +156,21 @@ def test_reboot_that_does_not_activate_fails_clearly_and_never_reboots_twice(tmp
 
 def test_layout_change_keeps_in_use_instance_and_force_needed_to_remove_it(tmp_path):
     node = Node(tmp_path, "dgx-a100-80gb")
-    stats, tasks, _ = node.converge(mig_config_name="all-balanced", mig_gpus=["0"])
+    stats, tasks, _data = node.converge(mig_config_name="all-balanced", mig_gpus=["0"])
     assert stats["failures"] == 0, failed_msgs(tasks)
     three = [m for m in node.sim.read_gpu(0)["mig_devices"] if m["profile"] == "3g.40gb"][0]
     node.sim.add_process(0, 900, "train", gi_id=three["gi_id"], ci_id=three["ci_id"])
     layout = [{"devices": [0], "mig_devices": {"3g.40gb": 1, "1g.10gb": 4}}]
-    stats, tasks, _ = node.converge(mig_layout=layout)
+    stats, tasks, _data = node.converge(mig_layout=layout)
     assert stats["failures"] == 0, failed_msgs(tasks)
     assert three["uuid"] in [m["uuid"] for m in node.sim.read_gpu(0)["mig_devices"]]
     assert node.devices(0) == {"3g.40gb": 1, "1g.10gb": 4}
     before = node.digest()
-    stats, tasks, _ = node.converge(mig_layout=[{"devices": [0], "mig_devices": {"7g.80gb": 1}}])
+    stats, tasks, _data = node.converge(mig_layout=[{"devices": [0], "mig_devices": {"7g.80gb": 1}}])
     msgs = failed_msgs(tasks)
     assert stats["failures"] == 1 and any("pid 900 (train)" in m and "force" in m for m in msgs), msgs
     assert node.digest() == before
-    stats, tasks, _ = node.converge(mig_layout=[{"devices": [0], "mig_devices": {"7g.80gb": 1}}], mig_force=True)
+    stats, tasks, _data = node.converge(mig_layout=[{"devices": [0], "mig_devices": {"7g.80gb": 1}}], mig_force=True)
     assert stats["failures"] == 0, failed_msgs(tasks)
     layout_result = tasks["Lay out GPU and compute instances"][0]
     assert layout_result["gpus"][0]["busy_destroyed"][0]["processes"] == [{"pid": 900, "name": "train"}]
@@ -180,7 +180,7 @@ def test_layout_change_keeps_in_use_instance_and_force_needed_to_remove_it(tmp_p
 def test_bad_layout_fails_before_any_change(tmp_path):
     node = Node(tmp_path, "dgx-a100-40gb")
     before = node.digest()
-    stats, tasks, _ = node.converge(mig_layout=[{"mig_devices": {"4g.20gb": 2}}])
+    stats, tasks, _data = node.converge(mig_layout=[{"mig_devices": {"4g.20gb": 2}}])
     msgs = failed_msgs(tasks)
     assert stats["failures"] == 1 and any("at most 1 fits" in m for m in msgs), msgs
     assert node.digest() == before and node.calls() == []

@@ -106,6 +106,9 @@ SPEC = {
         "demo_level": {"type": "int", "choices": [1, 2], "default": 1, "description": "A level."},
         "demo_nested": {"type": "dict", "options": {"x": {"type": "str"}}, "description": "Nested."},
         "demo_anything": {"type": "raw", "default": None, "description": "Any value."},
+        "demo_simulated": {"type": "bool", "default": "{{ 'SIM' in (demo_env | default({})) }}",
+                           "description": "Computed."},
+        "demo_unit_dir": {"type": "str", "default": "{{ demo_root }}/etc/systemd/system", "description": "Computed."},
     },
 }
 
@@ -120,7 +123,7 @@ def test_each_argument_type_maps_to_its_awx_question_type():
     assert {v: i["type"] for v, i in items.items()} == {
         "demo_path": "text", "demo_name": "text", "demo_count": "integer", "demo_ratio": "float",
         "demo_enabled": "multiplechoice", "demo_mode": "multiplechoice", "demo_features": "multiselect",
-        "demo_token": "password"}
+        "demo_token": "password", "demo_simulated": "multiplechoice", "demo_unit_dir": "text"}
     assert items["demo_enabled"]["choices"] == ["true", "false"]
     assert items["demo_mode"]["choices"] == ["auto", "drop_in"]
     assert items["demo_features"]["choices"] == ["a", "b", "c"]
@@ -167,6 +170,9 @@ def test_with_defaults_each_default_is_what_awx_accepts():
     assert items["demo_features"]["default"] == "a\nc"
     assert "default" not in items["demo_token"]  # a password default would be stored by AWX: never generated
     assert "default" not in items["demo_name"]   # required, no default in the spec
+    # a default the role computes per host is never a survey default (bool("{{ ... }}") would be "true" everywhere)
+    assert "default" not in items["demo_simulated"] and "default" not in items["demo_unit_dir"]
+    assert "Role default: computed per host from {{ 'SIM' in" in items["demo_simulated"]["question_description"]
     assert awx_spec_errors(survey) == []
     for item in survey["spec"]:
         if "default" in item:
@@ -216,6 +222,10 @@ def test_survey_answers_pass_the_roles_own_argument_validation(tmp_path):
         spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
         with open(spec_file) as handle:
             argument_spec = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        # spec defaults are documentation for roles (values come from defaults/main.yml), and a Jinja default
+        # such as "{{ mig_root }}/etc" would be templated here as task arguments
+        argument_spec = {name: {k: v for k, v in option.items() if k != "default"}
+                         for name, option in argument_spec.items()}
         provided = sorted(v for v in answers if v.startswith(role + "_"))
         tasks.append({"name": "validate %s" % role, "ansible.builtin.validate_argument_spec": {
             "argument_spec": argument_spec,
