@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["gpu_info_bench.py"]
+BENCHES = ["gpu_info_bench.py", "mig_disruption.py"]
 
 if __name__ == "__main__":
     status = 0

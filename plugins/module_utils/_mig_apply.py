@@ -1,0 +1,253 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What mig_mode and mig_layout share on the target: reading a layout source, deciding the MIG-mode step
+per GPU (pure), and ending processes when the user forces destruction."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import signal
+import time
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    HAS_YAML = False
+
+
+def load_config_file(path):
+    """Read a mig-parted config file (YAML or JSON). Raises MigLayoutError with the reason."""
+    if not HAS_YAML:
+        raise mp.MigLayoutError("PyYAML is needed to read config_file")
+    try:
+        with open(path, "r") as handle:
+            return yaml.safe_load(handle)
+    except (IOError, OSError) as exc:
+        raise mp.MigLayoutError("cannot read config_file %s: %s" % (path, exc))
+    except yaml.YAMLError as exc:
+        raise mp.MigLayoutError("config_file %s is not valid YAML: %s" % (path, exc))
+
+
+def resolve_from_params(gpus, params):
+    """Per-GPU declared layouts from module parameters: layout | config_file (+config_name) | config_name
+    alone (a named layout), narrowed by ``gpus`` (indices, UUIDs, model names)."""
+    selector = params.get("gpus") or ["all"]
+    chosen = select_gpus(gpus, selector)
+    if not chosen:
+        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
+            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus) or "no GPUs"))
+    explicit = selector not in (["all"], "all", None)
+    if params.get("layout") is not None:
+        if params.get("config_file") or params.get("config_name"):
+            raise mp.MigLayoutError("give either layout, or config_file/config_name, not both")
+        res = _narrow(mp.resolve_layout(gpus, layout=params["layout"]), chosen)
+    elif params.get("config_file"):
+        res = _narrow(mp.resolve_layout(gpus, config=load_config_file(params["config_file"]),
+                                        config_name=params.get("config_name")), chosen)
+    elif params.get("config_name"):
+        res = mp.resolve_layout(chosen, named=params["config_name"],
+                                gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
+    else:
+        raise mp.MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
+                                "(a named layout: %s)" % ", ".join(mp.NAMED_LAYOUTS))
+    return res
+
+
+def _narrow(resolved, chosen):
+    """Keep only the GPUs ``gpus`` selected (the layout itself is resolved against every GPU, so its own
+    selectors are checked against the whole node)."""
+    keep = set(g["index"] for g in chosen)
+    resolved["gpus"] = dict((i, s) for i, s in resolved["gpus"].items() if i in keep)
+    resolved["skipped"] = [s for s in resolved["skipped"] if s["index"] in keep]
+    return resolved
+
+
+def mode_step(gpu, want, allow_reset):
+    """Decide what a GPU needs to reach MIG mode ``want`` (pure). Returns a dict:
+    set (call SetMigMode), clear (instances to destroy first), reset (call a GPU reset), reset_required,
+    reboot_required, reason, processes."""
+    cur = gpu.get("mig_mode_current") == "Enabled"
+    pend = gpu.get("mig_mode_pending") == "Enabled"
+    procs = [{"pid": p.get("pid"), "name": p.get("name")} for p in gpu.get("processes") or []]
+    out = {"set": False, "clear": [], "reset": False, "reset_required": False, "reboot_required": False,
+           "reason": None, "processes": procs, "activates_without_reset": gpu.get("architecture") != "ampere"}
+    if cur == want and pend == want:
+        return out
+    if pend != want:
+        out["set"] = True
+        if not want and gpu.get("gpu_instances"):
+            out["clear"] = list(gpu["gpu_instances"])
+    if cur == want:
+        return out      # only a stale pending request to undo
+    if out["activates_without_reset"]:
+        # Hopper and later: the change applies at SetMigMode when the GPU is idle; with processes it stays
+        # pending (reference/mig.md 3.9; simulator rule).
+        if procs:
+            out["reboot_required"] = True
+            out["reason"] = ("in use by %s: the change applies when they stop (re-run then), or after a reboot "
+                             "with the boot-time unit re-applying the mode" % (
+                                 ", ".join("pid %s (%s)" % (p["pid"], p["name"]) for p in procs)))
+        return out
+    # Ampere: pending until a GPU reset; the mode then survives reboots.
+    if not gpu.get("reset_supported", True):
+        out["reboot_required"] = True
+        out["reason"] = "this GPU exposes no reset (passthrough VM): a reboot activates the pending mode"
+    elif procs:
+        out["reset_required"] = True
+        out["reboot_required"] = True
+        out["reason"] = "reset blocked: in use by %s; stop them and reset, or reboot" % (
+            ", ".join("pid %s (%s)" % (p["pid"], p["name"]) for p in procs))
+    elif allow_reset:
+        out["reset"] = True
+    else:
+        out["reset_required"] = True
+        out["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
+    return out
+
+
+def terminate_processes(backend, pids, timeout=30):
+    """End processes that a forced change must remove. On the simulator, the simulated process goes away;
+    on a real host SIGTERM, then SIGKILL after ``timeout`` seconds. Returns the pids signalled."""
+    done = []
+    if getattr(backend, "kind", None) == "simulated":
+        for pid in pids:
+            backend.remove_process(pid)
+            done.append(pid)
+        return done
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+            done.append(pid)
+        except OSError:
+            pass
+    deadline = time.time() + timeout
+    alive = list(done)
+    while alive and time.time() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+    return done
+
+
+def _alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except OSError:
+        return False
+
+
+def _mode(flag):
+    return "Enabled" if flag else "Disabled"
+
+
+def predict_mode(gpu, want, step):
+    """Mode after ``step`` (check mode)."""
+    cur = gpu.get("mig_mode_current") == "Enabled"
+    pend = want if step["set"] else gpu.get("mig_mode_pending") == "Enabled"
+    if step["set"] and step["activates_without_reset"] and not step["processes"]:
+        cur = want
+    if step["reset"]:
+        cur = pend
+    return {"current": _mode(cur), "pending": _mode(pend)}
+
+
+def busy_clear_problem(gpu, step):
+    """Message if disabling MIG would destroy instances that processes use; else None."""
+    if not step["clear"]:
+        return None
+    busy = [p for p in gpu.get("processes") or [] if p.get("gi_id") is not None]
+    if not busy:
+        return None
+    return "%s: disabling MIG destroys its GPU instances, but processes run on them: %s; stop them first" % (
+        mp.gpu_label(gpu), ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy))
+
+
+def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
+    """Bring one GPU to MIG mode ``want`` (or predict it in check mode). Returns the per-GPU result entry.
+    NVML errors propagate (the caller reports them; a re-run continues from the state reached)."""
+    index = gpu["index"]
+    step = mode_step(gpu, want, allow_reset)
+    before = {"current": gpu.get("mig_mode_current"), "pending": gpu.get("mig_mode_pending")}
+    actions = []
+    if step["clear"]:
+        actions.append("destroy_instances")
+    if step["set"]:
+        actions.append("set_mig_mode")
+    if step["reset"]:
+        actions.append("reset_gpu")
+    entry = {"index": index, "uuid": gpu.get("uuid"), "name": gpu.get("name"),
+             "architecture": gpu.get("architecture"), "desired": _mode(want), "before": before,
+             "actions": actions, "activation_status": None, "processes": step["processes"]}
+    status = None
+    if check_mode:
+        after = predict_mode(gpu, want, step)
+        final = step
+    else:
+        for gi in step["clear"]:
+            for ci in gi.get("compute_instances") or []:
+                backend.destroy_compute_instance(index, gi["id"], ci["id"])
+            backend.destroy_gpu_instance(index, gi["id"])
+        if step["set"]:
+            status = backend.set_mig_mode(index, want)
+            entry["activation_status"] = "SUCCESS" if not status else NVML_ERROR_NAMES.get(status, str(status))
+        gpu_now = backend.read_gpu(index)
+        if step["reset"] and gpu_now.get("mig_mode_current") != _mode(want):
+            backend.reset_gpu(index)
+            gpu_now = backend.read_gpu(index)
+        elif step["reset"]:
+            actions.remove("reset_gpu")
+        after = {"current": gpu_now.get("mig_mode_current"), "pending": gpu_now.get("mig_mode_pending")}
+        final = mode_step(gpu_now, want, False)
+        if status == 16:   # RESET_REQUIRED: no reset exposed here (passthrough)
+            final["reboot_required"] = True
+            final["reason"] = "SetMigMode answered RESET_REQUIRED: this GPU exposes no reset; reboot"
+    pending = after["current"] != _mode(want)
+    entry.update({
+        "after": after, "changed": bool(actions), "pending": pending,
+        "reset_required": bool(pending and final["reset_required"]),
+        "reboot_required": bool(pending and final["reboot_required"]),
+        "reason": final["reason"] if pending else None,
+    })
+    if pending and not entry["reason"]:
+        entry["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
+        entry["reset_required"] = True
+    return entry
+
+
+def apply_layout_plans(backend, plans, force_timeout=30, on_gpu=None):
+    """Execute validated per-GPU plans (from _mig_plan.plan_layout) in order. Returns per-GPU entries with
+    the MIG devices after. Processes on instances that force destroys are ended first."""
+    out = []
+    for plan in plans:
+        index = plan["index"]
+        entry = dict(plan)
+        if plan["operations"]:
+            pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
+            if pids:
+                terminate_processes(backend, pids, force_timeout)
+            mp.execute_plan(backend, index, plan["operations"])
+            gpu_now = backend.read_gpu(index)
+            entry["after"] = mp.layout_view(gpu_now)
+            entry["mig_devices"] = devices_of(gpu_now)
+        out.append(entry)
+        if on_gpu:
+            on_gpu(entry)
+    return out
+
+
+def devices_of(gpu):
+    return [{"uuid": m.get("uuid"), "gi_id": m.get("gi_id"), "ci_id": m.get("ci_id"),
+             "gi_profile": m.get("gi_profile"), "profile": m.get("profile"), "placement": m.get("placement")}
+            for m in gpu.get("mig_devices") or []]

@@ -1,0 +1,305 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: mig_layout
+short_description: Lay out MIG GPU instances and compute instances declaratively, with least disruption
+version_added: 0.1.0
+description:
+  - Makes the MIG devices on the selected GPUs exactly what you declare, declared
+    inline (O(layout)), as a mig-parted v1 config file (O(config_file) + O(config_name)) that you bring unchanged,
+    or as a named layout in O(config_name) that works on every MIG GPU model (C(all-balanced), C(all-<size>)
+    such as C(all-1g) or C(all-3g), C(all-<profile>) such as C(all-1g.10gb), C(all-enabled), C(all-disabled)).
+  - Profile names are resolved against each GPU's own profile list, so C(1g.10gb) means the profile of that name
+    on that GPU (it is a 1-slice profile on 80GB parts and a 2-memory-slice one on A100-40GB).
+    Compute-instance sub-profiles (C(1c.3g.20gb)) are packed into shared GPU instances as mig-parted does.
+  - Validates everything before the first change - unknown profile names (the message lists the valid names on
+    that GPU), counts that cannot fit (and why), selectors that match nothing, MIG mode off where the layout needs
+    it on, GPUs without MIG. Errors on several GPUs are reported together; nothing is changed.
+  - Reconciles with least disruption, unlike mig-parted (which destroys every instance of a GPU whose layout
+    differs in any way). It keeps every existing GPU instance and compute instance that the declared layout also
+    contains whenever some valid placement of the whole layout keeps it (an exhaustive search over what to keep
+    and over placements), destroys only what must go, and creates the rest at explicit placements chosen so
+    that the whole layout fits.
+  - Never destroys an instance that a process runs on unless O(force=true); then the result names the processes,
+    which the module ends (SIGTERM, then SIGKILL after O(force_timeout) seconds) before destroying the instance.
+  - Does not change MIG mode (use M(gpuops.nvidia.mig_mode)). In check mode, a GPU whose MIG mode is not yet
+    enabled is planned as if it were enabled and empty, so a check run of the whole flow shows the layout.
+options:
+  gpus:
+    description:
+      - Which GPUs to manage. C(all), or a list of GPU indices, UUIDs (C(GPU-...)) or model names
+        (C(NVIDIA H200) or C(H200)). Narrows what the layout selects; a selector that matches no GPU is an error.
+    type: list
+    elements: str
+    default: [all]
+  layout:
+    description:
+      - Inline layout, a list of entries. Each entry selects GPUs with C(devices) (C(all) - the default - or a list
+        of indices or UUIDs), optional C(models) (a list of substrings of the GPU name, case-insensitive, e.g.
+        C(A100-SXM4-40GB)) and optional C(device_filter) (packed PCI ids as in mig-parted, e.g. C(0x20B010DE)),
+        and declares C(mig_devices) (profile name -> count; sub-profiles such as C(1c.3g.20gb) allowed) and
+        optionally C(mig_enabled) (default true).
+      - mig-parted's dashed key names (C(mig-devices), C(device-filter), C(mig-enabled)) are accepted too.
+      - A GPU selected by two entries with different layouts is an error. GPUs no entry selects are left alone.
+    type: list
+    elements: dict
+  config_file:
+    description:
+      - Path on the target of a mig-parted v1 config file (top-level C(version) v1 and C(mig-configs)), validated by
+        mig-parted's own rules.
+    type: path
+  config_name:
+    description:
+      - With O(config_file), the config to apply (optional when the file holds exactly one).
+      - Without O(config_file), a named layout (see the description).
+    type: str
+  force:
+    description:
+      - Allow destroying instances that processes run on. The processes are ended first and named in the result.
+    type: bool
+    default: false
+  force_timeout:
+    description: Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    support: full
+    details: Returns the same plan that a real run would execute, and makes no call that changes a GPU.
+  diff_mode:
+    support: full
+    details: Before/after per GPU, with the MIG devices and each GPU instance's profile, placement and compute instances.
+  idempotent:
+    support: full
+requirements:
+  - On a real GPU host, the Python package C(nvidia-ml-py) and the NVIDIA driver; root.
+  - PyYAML for O(config_file) (ships with ansible-core).
+notes:
+  - GPU and compute instances never survive a reboot or GPU reset; the M(gpuops.nvidia.mig) role installs a boot-time
+    unit that re-applies the layout.
+  - Compute instances are created without an explicit placement (the driver places them); the planner assumes
+    the driver puts each at the first free run of compute slices aligned to its size and creates bigger ones first.
+  - If a run is interrupted (an NVML error, a fault), a re-run re-reads the GPUs and plans from where it stopped.
+seealso:
+  - module: gpuops.nvidia.mig_mode
+  - module: gpuops.nvidia.gpu_info
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Balanced layout on every MIG GPU, whatever the model
+  gpuops.nvidia.mig_layout:
+    config_name: all-balanced
+
+- name: An existing mig-parted file, unchanged
+  gpuops.nvidia.mig_layout:
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    config_name: custom-config
+
+- name: Inline, per model, with compute-instance sub-profiles
+  gpuops.nvidia.mig_layout:
+    layout:
+      - models: [A100-SXM4-40GB]
+        mig_devices: {"1c.3g.20gb": 3, "4g.20gb": 1}
+      - devices: [GPU-5c32da19-d853-56e0-ab55-28828a3c2c58]
+        mig_devices: {"7g.80gb": 1}
+
+- name: Preview what would be destroyed and created
+  gpuops.nvidia.mig_layout:
+    config_name: all-1g
+  check_mode: true
+  diff: true
+  register: preview
+"""
+
+RETURN = r"""
+changed:
+  description: Whether any instance was created or destroyed.
+  returned: always
+  type: bool
+config_name:
+  description: The config or named layout applied.
+  returned: always
+  type: str
+gpus:
+  description: One entry per managed GPU.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: "NVML index.", type: int, returned: always}
+    uuid: {description: "GPU UUID.", type: str, returned: always}
+    name: {description: "GPU model.", type: str, returned: always}
+    changed: {description: "Whether this GPU changed (would change in check mode).", type: bool, returned: always}
+    desired: {description: "The declared MIG devices (profile -> count) in this GPU's names.", type: dict, returned: always}
+    kept:
+      description: GPU instances kept (gi_id, profile, placement, compute_instances kept with their MIG UUIDs).
+      type: list
+      elements: dict
+      returned: always
+    destroyed:
+      description: Compute and GPU instances destroyed, with the processes that ran on them (only with force).
+      type: list
+      elements: dict
+      returned: always
+    created:
+      description: GPU instances created (profile and explicit placement) and compute instances created.
+      type: list
+      elements: dict
+      returned: always
+    operations:
+      description: The ordered plan (destroy compute instances, destroy GPU instances, create GPU instances at
+        placements, create compute instances).
+      type: list
+      elements: dict
+      returned: always
+    busy_destroyed:
+      description: Instances with processes that force destroyed, and those processes (pid, name).
+      type: list
+      elements: dict
+      returned: always
+    mig_devices:
+      description: The MIG devices after the run (uuid, gi_id, ci_id, gi_profile, profile, placement); in check
+        mode, those that exist now.
+      type: list
+      elements: dict
+      returned: always
+    before: {description: "Layout before (mig_mode, mig_devices, gpu_instances).", type: dict, returned: always}
+    after: {description: "Layout after (planned in check mode).", type: dict, returned: always}
+    planned_as_enabled:
+      description: Check mode only; MIG is not enabled yet on this GPU, so the plan assumes an enabled, empty GPU.
+      type: bool
+      returned: always
+    planned_after_mode_change:
+      description: Check mode only; the GPU's MIG mode differs from the layout's, so the plan assumes
+        M(gpuops.nvidia.mig_mode) changed it first.
+      type: bool
+      returned: always
+skipped_gpus:
+  description: GPUs the layout selected but that were left alone (no MIG support), and why.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import copy
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import resolve_from_params, terminate_processes
+
+
+def _devices(gpu):
+    return [{"uuid": m.get("uuid"), "gi_id": m.get("gi_id"), "ci_id": m.get("ci_id"),
+             "gi_profile": m.get("gi_profile"), "profile": m.get("profile"), "placement": m.get("placement")}
+            for m in gpu.get("mig_devices") or []]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type="list", elements="str", default=["all"]),
+            layout=dict(type="list", elements="dict"),
+            config_file=dict(type="path"),
+            config_name=dict(type="str"),
+            force=dict(type="bool", default=False),
+            force_timeout=dict(type="int", default=30),
+        ),
+        mutually_exclusive=[("layout", "config_file"), ("layout", "config_name")],
+        required_one_of=[("layout", "config_file", "config_name")],
+        supports_check_mode=True,
+    )
+    try:
+        backend = get_backend()
+    except GpuBackendError as exc:
+        module.fail_json(msg=str(exc))
+
+    results, changed = [], False
+    try:
+        facts = backend.read_all()
+        gpus = facts["gpus"]
+        try:
+            resolved = resolve_from_params(gpus, module.params)
+        except mp.MigLayoutError as exc:
+            module.fail_json(msg=str(exc))
+        planning = []
+        assumed = set()
+        for gpu in gpus:
+            spec = resolved["gpus"].get(gpu["index"])
+            want = "Enabled" if spec and spec["mig_enabled"] else "Disabled"
+            if (module.check_mode and spec and gpu.get("mig_supported") and gpu.get("mig_mode_current") != want):
+                # check mode of a whole flow: mig_mode would change the mode first; plan on that GPU
+                gpu = copy.deepcopy(gpu)
+                gpu.update({"mig_mode_current": want, "gpu_instances": [], "mig_devices": []})
+                assumed.add(gpu["index"])
+            planning.append(gpu)
+        try:
+            plans = mp.plan_layout(planning, resolved, force=module.params["force"])
+        except mp.MigBusyError as exc:
+            module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
+        except mp.MigLayoutError as exc:
+            module.fail_json(msg=str(exc), changed=False)
+        if assumed:
+            module.warn("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had "
+                        "changed it (check mode)"
+                        % ", ".join(str(i) for i in sorted(assumed)))
+
+        by_index = dict((g["index"], g) for g in gpus)
+        for plan in plans:
+            index = plan["index"]
+            entry = dict(plan)
+            entry["planned_as_enabled"] = index in assumed and plan["mig_enabled"]
+            entry["planned_after_mode_change"] = index in assumed
+            if index in assumed:
+                entry["before"] = mp.layout_view(by_index[index])
+            if not module.check_mode and plan["operations"]:
+                pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
+                if pids:
+                    terminate_processes(backend, pids, module.params["force_timeout"])
+                entry["executed"] = []
+                try:
+                    mp.execute_plan(backend, index, plan["operations"],
+                                    on_step=lambda op, res, e=entry: e["executed"].append(op))
+                finally:
+                    changed = changed or bool(entry["executed"])
+                gpu_now = backend.read_gpu(index)
+                entry["after"] = mp.layout_view(gpu_now)
+                entry["mig_devices"] = _devices(gpu_now)
+                entry.pop("executed")
+            else:
+                entry["mig_devices"] = _devices(by_index[index])
+            changed = changed or plan["changed"]
+            results.append(entry)
+    except NvmlError as exc:
+        module.fail_json(msg="NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the current state."
+                         % (exc.name, exc), gpus=results, changed=changed)
+    except GpuBackendError as exc:
+        module.fail_json(msg=str(exc), gpus=results, changed=changed)
+    finally:
+        backend.close()
+
+    result = dict(changed=changed, gpus=results, config_name=resolved.get("config_name"),
+                  skipped_gpus=resolved["skipped"])
+    if module._diff:
+        result["diff"] = {
+            "before": dict(("gpu %d" % r["index"], r["before"]) for r in results if r["changed"]),
+            "after": dict(("gpu %d" % r["index"], r["after"]) for r in results if r["changed"]),
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

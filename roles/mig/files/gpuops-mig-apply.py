@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Boot-time re-apply of the declared MIG mode and layout (run by gpuops-mig.service).
+
+GPU instances never survive a reboot, and Hopper loses MIG mode too; this script re-applies both with the
+collection's own code (the module_utils the mig role copies next to it), writes a JSON summary to stdout
+(the journal) and exits 1 if any GPU is not in its declared state, so `systemctl status` shows the failure.
+
+Usage: gpuops-mig-apply.py --config /etc/gpuops/mig.json [--lib /usr/local/lib/gpuops]
+The config holds the mig role's declared parameters: gpus, layout | config_file + config_name | config_name,
+allow_reset.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--lib", default=os.path.dirname(os.path.abspath(__file__)))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, args.lib)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+        apply_layout_plans, apply_mode, busy_clear_problem, mode_step, resolve_from_params)
+
+    with open(args.config) as handle:
+        cfg = json.load(handle)
+    summary = {"mode": [], "layout": [], "errors": []}
+    try:
+        backend = get_backend()
+        gpus = backend.read_all()["gpus"]
+        resolved = resolve_from_params(gpus, cfg)
+        by_index = dict((g["index"], g) for g in gpus)
+        for index in sorted(resolved["gpus"]):
+            want = resolved["gpus"][index]["mig_enabled"]
+            problem = busy_clear_problem(by_index[index], mode_step(by_index[index], want, False))
+            if problem:
+                summary["errors"].append(problem)
+                continue
+            entry = apply_mode(backend, by_index[index], want, bool(cfg.get("allow_reset", True)))
+            summary["mode"].append({k: entry[k] for k in ("index", "desired", "actions", "after", "reason")})
+            if entry["pending"]:
+                summary["errors"].append("GPU %d: MIG mode %s not active: %s" % (index, entry["desired"], entry["reason"]))
+        gpus = backend.read_all()["gpus"]
+        ready = dict(resolved)
+        enabled_now = set(g["index"] for g in gpus if g.get("mig_mode_current") == "Enabled")
+        # lay out only GPUs whose mode is now what the layout declares (the others are reported above)
+        ready["gpus"] = dict((i, s) for i, s in resolved["gpus"].items() if s["mig_enabled"] == (i in enabled_now))
+        plans = mp.plan_layout(gpus, ready, force=False)
+        for entry in apply_layout_plans(backend, plans):
+            summary["layout"].append({"index": entry["index"], "created": len(entry["created"]),
+                                      "destroyed": len(entry["destroyed"]),
+                                      "mig_devices": entry["after"]["mig_devices"]})
+    except (mp.MigLayoutError, NvmlError, GpuBackendError, IOError, OSError, ValueError) as exc:
+        summary["errors"].append("%s: %s" % (type(exc).__name__, exc))
+    print(json.dumps(summary, sort_keys=True))
+    if summary["errors"]:
+        sys.stderr.write("gpuops-mig: %s\n" % "; ".join(summary["errors"]))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
