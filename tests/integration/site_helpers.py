@@ -80,3 +80,5 @@ class Result(object):
 
     def __str__(self):
         return "rc=%s stats=%s failures=%s\n%s" % (self.rc, self.stats, self.failures(), self.proc.stderr[-2000:])
+
+    __repr__ = __str__

@@ -5,8 +5,10 @@ a node already in its declared state is never cordoned, and the GPU Operator's m
 import os
 
 import pytest
+import yaml
 
 from tests.integration.site_helpers import HELM, Site
+from tests.support.fake_kube_api import FakeKubeApi
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")]
@@ -32,7 +34,21 @@ def _cordon_patches(api, node):
 
 
 @pytest.fixture
-def cluster(kube_api, tmp_path):
+def kube(tmp_path):
+    """The fake API server without tokens (the kubernetes client sends bearer tokens only over https)."""
+    api = FakeKubeApi(tokens=None).start()
+    api.kubeconfig_path = str(tmp_path / "kubeconfig")
+    with open(api.kubeconfig_path, "w") as handle:
+        yaml.safe_dump(api.kubeconfig(), handle)
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def cluster(kube, tmp_path):
+    kube_api = kube
     kube_api.add_node("lab-dgx-a100", internal_ip="10.0.0.11")
     kube_api.add_node("lab-hgx-h200", internal_ip="10.0.0.12")
     kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
