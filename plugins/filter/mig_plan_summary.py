@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Joins the C(gpus) of a M(gpuops.nvidia.mig_layout) result and of a M(gpuops.nvidia.mig_mode) result (check mode
     or not) into lines a person reads before a fleet change, for example
-    C(GPU0 A100-SXM4-40GB: MIG Disabled -> Enabled (set_mig_mode, reset_gpu); create 2g.10gb@0, 1g.5gb@2).
+    C(GPU0 A100-SXM4-40GB - MIG Disabled -> Enabled (set_mig_mode, reset_gpu); create 2g.10gb@0, 1g.5gb@2)
+    (with a colon after the GPU name).
   - GPUs that would not change are left out.
 positional: _input
 options:
