@@ -226,6 +226,9 @@ def main():
         required_one_of=[("layout", "config_file", "config_name")],
         supports_check_mode=True,
     )
+    if module.params["force_timeout"] < 0:
+        module.fail_json(msg="force_timeout must be >= 0 seconds (the wait between SIGTERM and SIGKILL for processes "
+                             "ended with force=true), got %d. Nothing was changed." % module.params["force_timeout"])
     with module_lock(module, "mig_layout"):
         _run(module)
 
