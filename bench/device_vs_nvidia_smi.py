@@ -85,10 +85,10 @@ def main():
         if argv is None:
             continue
         rows.append(("nvidia-smi " + label, median_time(lambda a=argv: smi(args.nvidia_smi, *a), args.repeat)))
-    rows.append(("nvidia-smi -q -x (everything, one call)", median_time(lambda: smi(args.nvidia_smi, "-q", "-x"),
-                                                                         args.repeat)))
-    print("GPUs: %d x %s, driver %s, MIG on: %s" % (len(facts["gpus"]), facts["gpus"][0]["name"] if facts["gpus"]
-                                                     else "-", facts.get("driver_version"), mig_on))
+    rows.append(("nvidia-smi -q -x (everything, one call)",
+                 median_time(lambda: smi(args.nvidia_smi, "-q", "-x"), args.repeat)))
+    name = facts["gpus"][0]["name"] if facts["gpus"] else "-"
+    print("GPUs: %d x %s, driver %s, MIG on: %s" % (len(facts["gpus"]), name, facts.get("driver_version"), mig_on))
     print("| read | median ms | min ms |")
     print("|---|---|---|")
     for label, (med, low) in rows:

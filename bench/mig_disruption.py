@@ -222,7 +222,7 @@ def node_transitions(rng, count):
         ("relayout two GPUs, no mode change", ["all-balanced"] * 8, ["all-1g"] * 2 + ["all-balanced"] * 6),
         ("everything back to disabled", ["all-balanced"] * 8, ["all-disabled"] * 8),
     ]
-    out = [(label, a, b) for label, a, b in fixed]
+    out = list(fixed)
     for _i in range(count):
         a = [rng.choice(NODE_STATES) for _g in range(8)]
         b = [x if rng.random() < 0.6 else rng.choice(NODE_STATES) for x in a]
@@ -270,7 +270,7 @@ def node_table(args):
             tot["our_r"] += our_r
             tot["t"] += dt
             if name != "random":
-                detail.append((label.split(" (")[0], name, mp_d, our_d, mp_r, our_r))
+                detail.append((label.split(" (", maxsplit=1)[0], name, mp_d, our_d, mp_r, our_r))
         print("| %s | %d | %d | %d | %d | %d | %d | %.2f |" % (label, tot["n"], tot["modes"], tot["mp_d"],
                                                                tot["our_d"], tot["mp_r"], tot["our_r"],
                                                                tot["t"] / max(1, tot["n"])))
