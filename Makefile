@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: setup lab test unit bench build clean
+.PHONY: setup lab test unit bench build clean molecule
 setup: .setup-done
 
 .setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh)
@@ -21,6 +21,10 @@ lab: setup
 # The whole test suite.
 test: setup
 	$(BIN)/python -m pytest -n 2 $(ARGS)
+
+# The molecule default scenario (simulated lab: converge, idempotence, verify); about 1 minute.
+molecule: setup
+	cd extensions && ../$(BIN)/molecule test -s default
 
 bench: setup
 	$(BIN)/python bench/run.py $(ARGS)

@@ -542,6 +542,13 @@ class FakeKubeApi(object):
             return status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         key = (group, plural, namespace, name)
         old = self.objects.get(key)
+        if method == "POST" and plural == "pods" and sub == "eviction":
+            # The Eviction subresource (policy/v1): no PodDisruptionBudgets modelled, the pod goes at once.
+            if not old:
+                return self._not_found(plural, name, group)
+            if not dry_run:
+                del self.objects[key]
+            return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
         if method == "GET":
             return (200, copy.deepcopy(old)) if old else self._not_found(plural, name, group)
         if method == "DELETE":

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: device_plugin_profiles
+short_description: Device plugin profiles for a fleet from each node's declared sharing strategy
+version_added: 0.1.0
+description:
+  - Takes the variables of every GPU node (C(gpu_node_sharing), C(gpu_node_replicas), C(gpu_node_mig_strategy);
+    the gpuops.nvidia.gpu_node role's defaults where a node does not set them) and returns the profiles for
+    M(gpuops.nvidia.device_plugin) (one per distinct strategy, named C(default), C(ts-<N>), C(mps-<N>),
+    C(mig-<strategy>)) and the profile each node selects with its C(nvidia.com/device-plugin.config) label.
+positional: _input
+options:
+  _input:
+    description: A mapping of node name to that node's variables (for example C(hostvars)), restricted by O(nodes).
+    type: dict
+    required: true
+  nodes:
+    description: The node names to include.
+    type: list
+    elements: str
+    required: true
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Profiles for the device plugin, and each node's choice
+  ansible.builtin.set_fact:
+    plan: "{{ hostvars | gpuops.nvidia.device_plugin_profiles(ansible_play_hosts_all) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C(profiles) (a list for M(gpuops.nvidia.device_plugin)'s O(gpuops.nvidia.device_plugin#module:profiles))
+    and C(nodes) (node name to profile name).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+STRATEGIES = ("mig", "mps", "time-slicing", "none")
+
+
+def profile_for(sharing, replicas=None, mig_strategy="mixed"):
+    """The device plugin profile for one declared strategy (raises ValueError on a bad declaration)."""
+    if sharing not in STRATEGIES:
+        raise ValueError("sharing strategy %r is not one of %s" % (sharing, ", ".join(STRATEGIES)))
+    if sharing == "none":
+        return {"name": "default"}
+    if sharing == "mig":
+        if mig_strategy not in ("single", "mixed"):
+            raise ValueError("MIG strategy %r is not one of single, mixed" % (mig_strategy,))
+        return {"name": "mig-%s" % mig_strategy, "mig_strategy": mig_strategy}
+    try:
+        count = int(replicas)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 2 or str(count) != str(replicas).strip():
+        raise ValueError("%s needs replicas, a whole number of 2 or more, got %r" % (sharing, replicas))
+    short = "ts" if sharing == "time-slicing" else "mps"
+    return {"name": "%s-%d" % (short, count), "sharing": sharing, "replicas": count}
+
+
+def device_plugin_profiles(hostvars, nodes):
+    profiles, chosen = {}, {}
+    for node in nodes:
+        hv = hostvars[node]
+        try:
+            profile = profile_for(hv.get("gpu_node_sharing", "none"), hv.get("gpu_node_replicas"),
+                                  hv.get("gpu_node_mig_strategy", "mixed"))
+        except ValueError as exc:
+            raise AnsibleFilterError("node %s: %s" % (node, exc))
+        profiles[profile["name"]] = profile
+        chosen[node] = profile["name"]
+    if "default" not in profiles:
+        profiles["default"] = {"name": "default"}
+    return {"profiles": [profiles[k] for k in sorted(profiles)], "nodes": chosen}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"device_plugin_profiles": device_plugin_profiles}

@@ -1,0 +1,256 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: node_cordon
+short_description: Cordon, drain the GPU pods of, uncordon or read this host's Kubernetes Node
+version_added: 0.1.0
+description:
+  - Finds the Kubernetes Node that is this host (as M(gpuops.nvidia.node_labels) does) and marks it unschedulable
+    (O(state=cordoned)), schedulable again (O(state=uncordoned)), or only reads it (O(state=query)).
+  - With O(drain=true) and O(state=cordoned), evicts the pods on the node that request or limit a GPU resource
+    (a resource name starting with O(drain_resource_prefix)) through the Eviction API, so PodDisruptionBudgets are
+    respected, and waits until they are gone. DaemonSet pods and finished pods are left alone.
+  - Used by the gpuops.nvidia.gpu_node role around disruptive steps (MIG mode or layout change, reboot).
+  - Check mode only reads; it reports what would change and which pods would be evicted.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  state:
+    description:
+      - V(cordoned) sets C(spec.unschedulable=true); V(uncordoned) sets it to false; V(query) changes nothing and
+        returns the node's labels and schedulability (the role reads MIG-ownership labels with it).
+    type: str
+    choices: [cordoned, uncordoned, query]
+    default: query
+  drain:
+    description: With O(state=cordoned), evict the node's GPU pods and wait until they are gone.
+    type: bool
+    default: false
+  drain_resource_prefix:
+    description: A pod is a GPU pod when one of its containers requests or limits a resource whose name starts with this.
+    type: str
+    default: nvidia.com/
+  drain_timeout:
+    description: Seconds to wait for the evicted pods to be gone (evictions refused by a PodDisruptionBudget are retried).
+    type: int
+    default: 300
+  node_name:
+    description: The Node's name as C(kubectl get nodes) shows it. Tried first when given.
+    type: str
+  hostname:
+    description: Host names to match (as in M(gpuops.nvidia.node_labels)); default the host the module runs on.
+    type: list
+    elements: str
+  internal_ips:
+    description: IP addresses to match against C(InternalIP) addresses; default the host the module runs on.
+    type: list
+    elements: str
+  node_lookup:
+    description: How to find the node (as in M(gpuops.nvidia.node_labels)).
+    type: str
+    choices: [auto, name, hostname, internal_ip]
+    default: auto
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; reports the change and the pods that would be evicted.
+  diff_mode:
+    support: full
+    details: Before and after C(unschedulable) of the node.
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Cordon the node and drain its GPU pods before changing its MIG layout
+  gpuops.nvidia.node_cordon:
+    node_name: gpu-node-17
+    state: cordoned
+    drain: true
+  delegate_to: localhost
+
+- name: Uncordon it afterwards
+  gpuops.nvidia.node_cordon:
+    node_name: gpu-node-17
+    state: uncordoned
+  delegate_to: localhost
+
+- name: Read the node's labels (who owns MIG?)
+  gpuops.nvidia.node_cordon:
+    node_name: gpu-node-17
+  register: node
+"""
+
+RETURN = r"""
+node:
+  description: Name of the Node that was matched.
+  returned: success
+  type: str
+  sample: gpu-node-17
+labels:
+  description: The node's labels.
+  returned: success
+  type: dict
+unschedulable_before:
+  description: Whether the node was cordoned before this task.
+  returned: success
+  type: bool
+unschedulable:
+  description: Whether the node is cordoned now (in check mode, would be).
+  returned: success
+  type: bool
+evicted:
+  description: C(namespace/name) of the GPU pods evicted (in check mode, that would be evicted).
+  returned: success
+  type: list
+  elements: str
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+try:
+    import kubernetes  # noqa: F401 pylint: disable=unused-import
+except ImportError:  # pragma: no cover - reported through _kube.HAS_KUBERNETES
+    pass
+
+
+def is_gpu_pod(pod, prefix):
+    """True when a running/pending pod (not a DaemonSet's) asks for a resource named prefix*."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "DaemonSet":
+            return False
+    spec = pod.get("spec") or {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            if any(str(k).startswith(prefix) for k in (resources.get(part) or {})):
+                return True
+    return False
+
+
+def gpu_pods(kube, node, prefix):
+    pods = kube.call("list pods on node %s" % node, kube.core.list_pod_for_all_namespaces,
+                     field_selector="spec.nodeName=%s" % node)
+    found = []
+    for pod in pods.items:
+        pod = kube.to_dict(pod)
+        if is_gpu_pod(pod, prefix):
+            found.append("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"]))
+    return sorted(found)
+
+
+def evict(kube, pod):
+    namespace, name = pod.split("/", 1)
+    body = kubernetes.client.V1Eviction(metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace))
+    kube.call("evict pod %s" % pod, kube.core.create_namespaced_pod_eviction, name, namespace, body)
+
+
+def drain(module, kube, node, prefix, timeout):
+    pending = gpu_pods(kube, node, prefix)
+    evicted = list(pending)
+    deadline = time.time() + timeout
+    asked = set()
+    while pending:
+        for pod in pending:
+            if pod in asked:
+                continue
+            try:
+                evict(kube, pod)
+                asked.add(pod)
+            except KubeError as exc:
+                if exc.status == 404:
+                    asked.add(pod)
+                elif exc.status != 429:  # 429: a PodDisruptionBudget refuses it for now; retry
+                    raise
+        pending = gpu_pods(kube, node, prefix)
+        if not pending:
+            break
+        if time.time() > deadline:
+            module.fail_json(msg="node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
+                             "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
+                             "Uncordon with state=uncordoned if you give up." % (node, timeout, ", ".join(pending)),
+                             node=node, unschedulable=True, pending=pending, changed=True)
+        time.sleep(1)
+        asked &= set(pending)
+    return evicted
+
+
+def main():
+    argument_spec = dict(
+        state=dict(type="str", default="query", choices=["cordoned", "uncordoned", "query"]),
+        drain=dict(type="bool", default=False),
+        drain_resource_prefix=dict(type="str", default="nvidia.com/"),
+        drain_timeout=dict(type="int", default=300),
+        node_name=dict(type="str"),
+        hostname=dict(type="list", elements="str"),
+        internal_ips=dict(type="list", elements="str"),
+        node_lookup=dict(type="str", default="auto", choices=["auto", "name", "hostname", "internal_ip"]),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    if p["drain"] and p["state"] != "cordoned":
+        module.fail_json(msg="drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
+                         "state=%s; nothing changed" % p["state"])
+    if p["drain_timeout"] < 0 or not p["drain_resource_prefix"]:
+        module.fail_json(msg="drain_timeout must be >= 0 and drain_resource_prefix non-empty; nothing changed")
+    _kube.mask_kubeconfig_secrets(module)
+
+    hostnames, ips = p["hostname"], p["internal_ips"]
+    if hostnames is None or ips is None:
+        local_names, local_ips = _kube.local_identity()
+        hostnames = local_names if hostnames is None else hostnames
+        ips = local_ips if ips is None else ips
+    try:
+        kube = _kube.Kube.from_params(p)
+        node, dummy = _kube.lookup_node(kube, node_name=p["node_name"], hostnames=hostnames, internal_ips=ips,
+                                        method=p["node_lookup"])
+        name = node["metadata"]["name"]
+        before = bool((node.get("spec") or {}).get("unschedulable"))
+        result = dict(changed=False, node=name, labels=dict(node["metadata"].get("labels") or {}),
+                      unschedulable_before=before, unschedulable=before, evicted=[])
+        if p["state"] == "query":
+            module.exit_json(**result)
+        want = p["state"] == "cordoned"
+        if want != before:
+            result.update(changed=True, unschedulable=want)
+            if not module.check_mode:
+                kube.call("%s node %s" % ("cordon" if want else "uncordon", name), kube.core.patch_node, name,
+                          {"spec": {"unschedulable": want}},
+                          _content_type="application/merge-patch+json")
+            if module._diff:
+                result["diff"] = dict(before={"unschedulable": before}, after={"unschedulable": want},
+                                      before_header="node/%s" % name, after_header="node/%s" % name)
+        if want and p["drain"]:
+            if module.check_mode:
+                result["evicted"] = gpu_pods(kube, name, p["drain_resource_prefix"])
+            else:
+                result["evicted"] = drain(module, kube, name, p["drain_resource_prefix"], p["drain_timeout"])
+            if result["evicted"]:
+                result["changed"] = True
+        module.exit_json(**result)
+    except KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Shared helpers for the site.yml tests: run the repository's site.yml against the lab inventory with every
+state and scratch file under a test's tmp_path (extra vars), and read the simulated GPUs back."""
+import json
+import os
+import shutil
+
+from tests.support.ansible_run import ROOT, run_playbook
+
+SITE = os.path.join(ROOT, "site.yml")
+LAB = os.path.join(ROOT, "inventories", "lab")
+HELM = os.path.join(ROOT, "tools", "bin", "helm")
+CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+NODES = ("lab-dgx-a100", "lab-hgx-h200")
+
+
+class Site(object):
+    def __init__(self, tmp_path, **extra):
+        self.tmp = tmp_path
+        self.state = tmp_path / "lab-state"
+        self.extra = dict(gpuops_lab_state_dir=str(self.state))
+        self.extra.update(extra)
+
+    def run(self, check=False, diff=False, **extra):
+        ev = dict(self.extra)
+        ev.update(extra)
+        env = {"HOME": str(self.tmp)}
+        for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "KUBECONFIG"):
+            env[var] = ""
+        data, proc = run_playbook(SITE, inventory=LAB, extra_vars=ev, check=check, diff=diff, env=env)
+        assert data is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return Result(data, proc)
+
+    def gpus(self, node):
+        with open(str(self.state / ("%s.json" % node))) as handle:
+            return json.load(handle)
+
+    def files(self, node):
+        root = self.state / node
+        out = {}
+        for dirpath, dummy, names in os.walk(str(root)):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as handle:
+                    out[os.path.relpath(path, str(root))] = handle.read()
+        return out
+
+    def chart(self):
+        dest = self.tmp / "chart"
+        if not dest.exists():
+            shutil.copytree(CHART, str(dest))
+        return str(dest)
+
+
+class Result(object):
+    def __init__(self, data, proc):
+        self.data, self.proc = data, proc
+        self.stats = data["stats"]
+        self.rc = proc.returncode
+
+    def changed(self, node):
+        return self.stats[node]["changed"]
+
+    def task(self, name, node):
+        """Results of every task whose name contains ``name`` on ``node`` (in order)."""
+        found = []
+        for play in self.data["plays"]:
+            for task in play["tasks"]:
+                if name in task["task"]["name"] and node in task["hosts"]:
+                    found.append(task["hosts"][node])
+        return found
+
+    def failures(self):
+        out = []
+        for play in self.data["plays"]:
+            for task in play["tasks"]:
+                for host, res in task["hosts"].items():
+                    if res.get("failed"):
+                        out.append((host, task["task"]["name"], res.get("msg", "")))
+        return out
+
+    def __str__(self):
+        return "rc=%s stats=%s failures=%s\n%s" % (self.rc, self.stats, self.failures(), self.proc.stderr[-2000:])
+
+    __repr__ = __str__

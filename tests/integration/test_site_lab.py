@@ -1,0 +1,75 @@
+"""site.yml on the lab inventory (simulated DGX A100 with MIG all-balanced, simulated HGX H200 with MPS x4), from
+scratch, through real ansible-playbook: check mode reports changes and touches nothing, apply converges, a second
+run changes nothing and makes no GPU call (no reset, no reboot); a bad declaration fails before any change."""
+import pytest
+
+from tests.integration.site_helpers import NODES, Site
+
+pytestmark = pytest.mark.slow
+
+
+def test_check_then_apply_then_nothing_to_do(tmp_path):
+    site = Site(tmp_path)
+
+    # --check --diff first: changes are reported, the simulated GPUs see no mutating call, no file is written.
+    res = site.run(check=True, diff=True)
+    assert res.rc == 0, res
+    for node in NODES:
+        assert res.changed(node) > 0, res
+        assert site.gpus(node)["call_log"] == [], node
+        assert site.files(node) == {}, node
+    plan = res.task("Show what MIG would change", "lab-dgx-a100")[0]["msg"]
+    assert len(plan) == 8 and plan[0].startswith("GPU0 A100-SXM4-40GB: MIG Disabled -> Enabled"), plan
+    assert "create 2g.10gb@0, 1g.5gb@2, 1g.5gb@3, 3g.20gb@4" in plan[0], plan
+    assert res.task("No cluster configured", "lab-dgx-a100")[0]["msg"].startswith("No Kubernetes cluster configured")
+
+    # Apply.
+    res = site.run()
+    assert res.rc == 0, res
+    a100 = site.gpus("lab-dgx-a100")
+    for gpu in a100["gpus"]:
+        assert gpu["mig_current"] is True, gpu
+        # all-balanced on an A100-40GB: 2g.10gb at 0, 1g.5gb at 2 and 3, 3g.20gb at 4, one compute instance each
+        assert sorted(gi["start"] for gi in gpu["gpu_instances"]) == [0, 2, 3, 4], gpu
+        assert all(len(gi["compute_instances"]) == 1 for gi in gpu["gpu_instances"]), gpu
+    h200 = site.gpus("lab-hgx-h200")
+    assert all(g["mig_current"] is False and not g["gpu_instances"] for g in h200["gpus"])
+    calls = dict((n, len(site.gpus(n)["call_log"])) for n in NODES)
+    assert calls["lab-dgx-a100"] > 0
+    for node in NODES:
+        files = site.files(node)
+        drop_in = files["etc/containerd/conf.d/99-nvidia.toml"].decode()
+        assert "nvidia-container-runtime" in drop_in and "runtimes.nvidia" in drop_in
+        assert b"conf.d/*.toml" in files["etc/containerd/config.toml"]
+        assert "etc/systemd/system/gpuops-compute-mode.service" in files
+    assert "etc/systemd/system/gpuops-mig.service" in site.files("lab-dgx-a100")
+    facts = res.task("Work out whether MIG is managed", "lab-hgx-h200")[0]["ansible_facts"]
+    assert facts["gpu_node_device_plugin_config"] == "mps-4"
+
+    # Re-run: nothing changes, no GPU call at all (no reset, no reboot), no file rewritten.
+    before = dict((n, site.files(n)) for n in NODES)
+    boot = site.gpus("lab-dgx-a100")["boot_id"]
+    res = site.run()
+    assert res.rc == 0, res
+    for node in NODES:
+        assert res.changed(node) == 0, res
+        assert len(site.gpus(node)["call_log"]) == calls[node], node
+        assert site.files(node) == before[node], node
+    assert site.gpus("lab-dgx-a100")["boot_id"] == boot
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"gpu_node_sharing": "mps-please"}, ['gpu_node_sharing="mps-please"', "valid: mig, mps, time-slicing, none"]),
+    ({"gpu_node_sharing": "time-slicing", "gpu_node_replicas": 1}, ["needs gpu_node_replicas", "got 1"]),
+])
+def test_bad_declaration_fails_before_any_change(tmp_path, extra, words):
+    site = Site(tmp_path)
+    res = site.run(**extra)
+    assert res.rc != 0
+    failures = res.failures()
+    assert sorted(h for h, dummy, dummy2 in failures) == sorted(NODES), res
+    for host, dummy, msg in failures:
+        assert msg.startswith("node %s:" % host), msg
+        for word in words:
+            assert word in msg, msg
+    assert not site.state.exists() or not any(site.state.iterdir()), list(site.state.iterdir())
