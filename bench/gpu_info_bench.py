@@ -65,7 +65,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=20, help="in-process repetitions")
     parser.add_argument("--module-repeat", type=int, default=5, help="ansible module repetitions")
     parser.add_argument("--out", help="also write the Markdown table here")
-    args = parser.parse_args()
+    args = parser.parse_known_args()[0]
 
     env = {}
     if args.real:

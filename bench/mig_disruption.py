@@ -6,13 +6,23 @@ mig-parted destroys every instance of a GPU whose MIG-device multiset differs in
 mig-parted's rule and by our plan, how often ours equals the brute-force minimum (every final state that
 realises the target, every distribution of its compute instances), and the planner's time per GPU.
 
-Usage: python bench/mig_disruption.py [--random N] [--seed S]
+A second table covers whole 8-GPU nodes whose MIG *mode* also changes: MIG devices destroyed and GPUs reset by our
+modules (mig_mode with allow_reset, then mig_layout, run for real against the simulator, counted from its call log)
+versus mig-parted's rules (reference/mig.md 1.5: when any GPU's mode differs, ApplyMigMode clears every instance on
+every MIG-enabled GPU, even those whose mode is right, and if any change is left pending it resets *all* GPUs;
+ApplyMigConfig then destroys everything on a GPU whose device multiset differs).
+
+Usage: python bench/mig_disruption.py [--random N] [--node-random N] [--seed S]
 """
 import argparse
+import contextlib
+import io
 import itertools
+import json
 import os
 import random
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,6 +32,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp  # noqa: E402
 from mig_model import ModelError, SliceModel, brute_force_best, gpu_facts  # noqa: E402
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
 
 MODELS = ["A100-SXM4-40GB", "H200"]
 NAMED = ["all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]
@@ -113,8 +126,10 @@ def measure(pairs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random", type=int, default=200, help="random transitions per model (default 200)")
+    parser.add_argument("--node-random", type=int, default=20,
+                        help="random whole-node transitions per machine for the mode/reset table (default 20)")
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    args = parser.parse_known_args()[0]
     rng = random.Random(args.seed)
     parts = []
     for model in MODELS:
@@ -135,6 +150,8 @@ def main():
                                              for k in r)
         print(_row(name, r))
     print(_row("all", total))
+    print()
+    node_table(args)
 
 
 def _row(name, r):
@@ -142,6 +159,127 @@ def _row(name, r):
         name, r["transitions"], r["changed"], r["cis_before"], r["baseline"], r["ours"], r["minimum"],
         r["ours_is_min"], 100.0 * r["ours_is_min"] / max(1, r["transitions"]), r["ours_zero_baseline_not"],
         1000.0 * r["plan_s"] / max(1, r["transitions"]), 1000.0 * r["plan_max_s"])
+
+
+# ------------------------------------------------------------------------------ whole nodes, MIG mode changes
+NODE_STATES = ["all-disabled", "all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]
+MACHINES = [("dgx-a100-40gb", "A100-40GB (Ampere: a mode change needs a reset)"),
+            ("hgx-h200", "H200 (Hopper: a mode change applies without a reset)")]
+
+
+def _run_module(main, args):
+    buf = io.StringIO()
+    with patch_module_args(dict(args, _ansible_check_mode=False, _ansible_diff=False)), \
+            contextlib.redirect_stdout(buf):
+        try:
+            main()
+        except SystemExit:
+            pass
+    text = buf.getvalue()
+    res = json.loads(text[text.index("{"):])
+    if res.get("failed"):
+        raise RuntimeError(res["msg"])
+    return res
+
+
+def _node_layout(gpus, names):
+    return [dict({"devices": [i]}, **mp.named_layout_for(gpus[i], n)) for i, n in enumerate(names)]
+
+
+def _converge(sim, names):
+    gpus = sim.read_all()["gpus"]
+    layout = _node_layout(gpus, names)
+    _run_module(mig_mode.main, {"layout": layout, "allow_reset": True})
+    _run_module(mig_layout.main, {"layout": layout})
+
+
+def mig_parted_cost(before_gpus, names, ampere):
+    """(MIG devices destroyed, GPUs reset) by mig-parted's ApplyMigMode + ApplyMigConfig (reference/mig.md 1.5)."""
+    want = [mp.named_layout_for(g, n) for g, n in zip(before_gpus, names)]
+    mode_differs = any((g["mig_mode_current"] == "Enabled") != w["mig_enabled"] for g, w in zip(before_gpus, want))
+    destroyed, cleared = 0, set()
+    if mode_differs:
+        for g in before_gpus:                      # ClearMigConfig on every GPU whose mode is not Disabled
+            if g["mig_mode_current"] == "Enabled":
+                destroyed += len(g["mig_devices"])
+                cleared.add(g["index"])
+    pending = ampere and any((g["mig_mode_current"] == "Enabled") != w["mig_enabled"]
+                             for g, w in zip(before_gpus, want))
+    resets = len(before_gpus) if pending else 0
+    for g, w in zip(before_gpus, want):            # ApplyMigConfig: destroy all where the multiset differs
+        if w["mig_enabled"] and g["index"] not in cleared and g["mig_mode_current"] == "Enabled":
+            have = dict(mp.current_devices(g))
+            if have != dict((k, v) for k, v in w["mig_devices"].items() if v):
+                destroyed += len(g["mig_devices"])
+    return destroyed, resets
+
+
+def node_transitions(rng, count):
+    fixed = [
+        ("first converge: all disabled -> all-balanced", ["all-disabled"] * 8, ["all-balanced"] * 8),
+        ("enable one more GPU", ["all-balanced"] * 7 + ["all-disabled"], ["all-balanced"] * 8),
+        ("disable one GPU", ["all-balanced"] * 8, ["all-balanced"] * 7 + ["all-disabled"]),
+        ("relayout two GPUs, no mode change", ["all-balanced"] * 8, ["all-1g"] * 2 + ["all-balanced"] * 6),
+        ("everything back to disabled", ["all-balanced"] * 8, ["all-disabled"] * 8),
+    ]
+    out = list(fixed)
+    for _i in range(count):
+        a = [rng.choice(NODE_STATES) for _g in range(8)]
+        b = [x if rng.random() < 0.6 else rng.choice(NODE_STATES) for x in a]
+        out.append(("random", a, b))
+    return out
+
+
+def node_table(args):
+    rng = random.Random(args.seed)
+    transitions = node_transitions(rng, args.node_random)
+    header = ("machine", "transitions", "mode changes", "MIG devices destroyed: mig-parted", "destroyed: ours",
+              "GPUs reset: mig-parted", "GPUs reset: ours", "s per transition (ours, both modules)")
+    detail = []
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    tmp = tempfile.mkdtemp(prefix="gpuops-disruption-")
+    for shape, label in MACHINES:
+        ampere = shape.startswith("dgx-a100")
+        tot = dict(n=0, modes=0, mp_d=0, our_d=0, mp_r=0, our_r=0, t=0.0)
+        for k, (name, start, target) in enumerate(transitions):
+            path = os.path.join(tmp, "%s-%d.json" % (shape, k))
+            os.environ["GPUOPS_SIMULATED_GPUS"] = path
+            sim = SimulatedBackend(path, shape=shape)
+            _converge(sim, start)
+            sim.clear_call_log()
+            before = sim.read_all()["gpus"]
+            mp_d, mp_r = mig_parted_cost(before, target, ampere)
+            t0 = time.perf_counter()
+            _converge(sim, target)
+            dt = time.perf_counter() - t0
+            calls = [e["call"] for e in sim.raw_state()["call_log"] if "call" in e]
+            our_d, our_r = calls.count("destroy_compute_instance"), calls.count("reset_gpu")
+            after = sim.read_all()["gpus"]
+            for g, n in zip(after, target):      # the benchmark is void unless ours reached the target
+                w = mp.named_layout_for(g, n)
+                assert (g["mig_mode_current"] == "Enabled") == w["mig_enabled"], (shape, name, g["index"])
+                assert dict(mp.current_devices(g)) == dict((a, b) for a, b in w["mig_devices"].items() if b)
+            modes = sum(1 for g, n in zip(before, target)
+                        if (g["mig_mode_current"] == "Enabled") != mp.named_layout_for(g, n)["mig_enabled"])
+            tot["n"] += 1
+            tot["modes"] += modes > 0
+            tot["mp_d"] += mp_d
+            tot["our_d"] += our_d
+            tot["mp_r"] += mp_r
+            tot["our_r"] += our_r
+            tot["t"] += dt
+            if name != "random":
+                detail.append((label.split(" (", maxsplit=1)[0], name, mp_d, our_d, mp_r, our_r))
+        print("| %s | %d | %d | %d | %d | %d | %d | %.2f |" % (label, tot["n"], tot["modes"], tot["mp_d"],
+                                                               tot["our_d"], tot["mp_r"], tot["our_r"],
+                                                               tot["t"] / max(1, tot["n"])))
+    os.environ.pop("GPUOPS_SIMULATED_GPUS", None)
+    print()
+    print("| machine | transition | destroyed: mig-parted | destroyed: ours | reset: mig-parted | reset: ours |")
+    print("|---|---|---|---|---|---|")
+    for row in detail:
+        print("| %s | %s | %d | %d | %d | %d |" % row)
 
 
 if __name__ == "__main__":

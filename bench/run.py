@@ -4,7 +4,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["gpu_info_bench.py", "mig_disruption.py"]
+# module_times: simulated 8-GPU nodes; device_vs_nvidia_smi: needs --real on a GPU host (skips otherwise);
+# fleet: a playbook over simulated nodes (--playbook PATH, --nodes 1,10,25,50,100, --forks 10).
+BENCHES = ["gpu_info_bench.py", "module_times.py", "mig_disruption.py", "device_vs_nvidia_smi.py", "fleet.py"]
 
 if __name__ == "__main__":
     status = 0

@@ -212,7 +212,7 @@ class SimulatedBackend(GpuBackend):
         no exception escapes (the state is saved only on success)."""
         with self._locked() as state:
             state["mutating_calls"] += 1
-            entry = {"n": state["mutating_calls"], "call": call, "args": args}
+            entry = {"n": state["mutating_calls"], "call": call, "args": args, "pid": os.getpid()}
             fault = _due_fault(state, call)
             if fault is not None:
                 entry["error"] = fault["error"]

@@ -55,6 +55,7 @@ options:
     type: bool
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.node_lock
 attributes:
   check_mode:
     support: full
@@ -128,6 +129,8 @@ calls:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     NVIDIA_SMI_MODE, ComputeModeError, plan_settings, state_view)
@@ -142,6 +145,7 @@ def report(gpus):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            lock_timeout=dict(type="int"),
             mode=dict(type="str"),
             gpus=dict(type="list", elements="str"),
             settings=dict(type="list", elements="dict", options=dict(
@@ -153,6 +157,11 @@ def main():
         required_one_of=[("settings", "mode")],
         supports_check_mode=True,
     )
+    with module_lock(module, "compute_mode"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         backend = get_backend()

@@ -93,6 +93,7 @@ seealso:
   - module: gpuops.nvidia.gpu_info
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.node_lock
 author:
   - gpuops.nvidia developers (@gpuops)
 """
@@ -197,6 +198,8 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import resolve_from_params, terminate_processes
@@ -211,6 +214,7 @@ def _devices(gpu):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            lock_timeout=dict(type="int"),
             gpus=dict(type="list", elements="str", default=["all"]),
             layout=dict(type="list", elements="dict"),
             config_file=dict(type="path"),
@@ -222,6 +226,14 @@ def main():
         required_one_of=[("layout", "config_file", "config_name")],
         supports_check_mode=True,
     )
+    if module.params["force_timeout"] < 0:
+        module.fail_json(msg="force_timeout must be >= 0 seconds (the wait between SIGTERM and SIGKILL for processes "
+                             "ended with force=true), got %d. Nothing was changed." % module.params["force_timeout"])
+    with module_lock(module, "mig_layout"):
+        _run(module)
+
+
+def _run(module):
     try:
         backend = get_backend()
     except GpuBackendError as exc:

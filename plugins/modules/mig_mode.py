@@ -80,6 +80,7 @@ seealso:
   - module: gpuops.nvidia.gpu_info
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.node_lock
 author:
   - gpuops.nvidia developers (@gpuops)
 """
@@ -164,6 +165,8 @@ skipped_gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     GpuBackendError,
@@ -208,6 +211,7 @@ def _desired(module, gpus):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            lock_timeout=dict(type="int"),
             gpus=dict(type="list", elements="str", default=["all"]),
             enabled=dict(type="bool"),
             layout=dict(type="list", elements="dict"),
@@ -220,6 +224,11 @@ def main():
         required_one_of=[("enabled", "layout", "config_file", "config_name")],
         supports_check_mode=True,
     )
+    with module_lock(module, "mig_mode"):
+        _run(module)
+
+
+def _run(module):
     try:
         backend = get_backend()
     except GpuBackendError as exc:

@@ -99,6 +99,7 @@ options:
     default: 30
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.node_lock
 attributes:
   check_mode:
     support: full
@@ -193,6 +194,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
     MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
@@ -532,6 +535,7 @@ def run(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            lock_timeout=dict(type="int"),
             state=dict(type="str", choices=["started", "stopped"], default="started"),
             service_manager=dict(type="str", choices=["systemd", "none"], default="systemd"),
             name=dict(type="str", default="gpuops-mps-control"),
@@ -548,6 +552,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with module_lock(module, "mps_control"):
+        _run(module)
+
+
+def _run(module):
     module.exit_json(**run(module))
 
 
