@@ -15,10 +15,7 @@ ApplyMigConfig then destroys everything on a GPU whose device multiset differs).
 Usage: python bench/mig_disruption.py [--random N] [--node-random N] [--seed S]
 """
 import argparse
-import contextlib
-import io
 import itertools
-import json
 import os
 import random
 import sys
@@ -28,13 +25,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp  # noqa: E402
 from mig_model import ModelError, SliceModel, brute_force_best, gpu_facts  # noqa: E402
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
+from tests.support.inproc import run_main_ok  # noqa: E402
 
 MODELS = ["A100-SXM4-40GB", "H200"]
 NAMED = ["all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]
@@ -167,21 +165,6 @@ MACHINES = [("dgx-a100-40gb", "A100-40GB (Ampere: a mode change needs a reset)")
             ("hgx-h200", "H200 (Hopper: a mode change applies without a reset)")]
 
 
-def _run_module(main, args):
-    buf = io.StringIO()
-    with patch_module_args(dict(args, _ansible_check_mode=False, _ansible_diff=False)), \
-            contextlib.redirect_stdout(buf):
-        try:
-            main()
-        except SystemExit:
-            pass
-    text = buf.getvalue()
-    res = json.loads(text[text.index("{"):])
-    if res.get("failed"):
-        raise RuntimeError(res["msg"])
-    return res
-
-
 def _node_layout(gpus, names):
     return [dict({"devices": [i]}, **mp.named_layout_for(gpus[i], n)) for i, n in enumerate(names)]
 
@@ -189,8 +172,8 @@ def _node_layout(gpus, names):
 def _converge(sim, names):
     gpus = sim.read_all()["gpus"]
     layout = _node_layout(gpus, names)
-    _run_module(mig_mode.main, {"layout": layout, "allow_reset": True})
-    _run_module(mig_layout.main, {"layout": layout})
+    run_main_ok(mig_mode.main, {"layout": layout, "allow_reset": True})
+    run_main_ok(mig_layout.main, {"layout": layout})
 
 
 def mig_parted_cost(before_gpus, names, ampere):

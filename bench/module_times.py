@@ -13,8 +13,6 @@ prepared state file. Prints a Markdown table.
 Usage: python bench/module_times.py [--repeat N] [--module-repeat M]
 """
 import argparse
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -28,27 +26,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 sys.path.insert(0, ROOT)
 
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, mig_layout  # noqa: E402
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
+from tests.support.inproc import run_main_ok  # noqa: E402
 
 MACHINES = ["dgx-a100-40gb", "hgx-h200"]
-
-
-def run_main(main, args):
-    buf = io.StringIO()
-    with patch_module_args(dict(args, _ansible_check_mode=False, _ansible_diff=False)), \
-            contextlib.redirect_stdout(buf):
-        try:
-            main()
-        except SystemExit:
-            pass
-    text = buf.getvalue()
-    res = json.loads(text[text.index("{"):])
-    if res.get("failed"):
-        raise RuntimeError(res["msg"])
-    return res
 
 
 def prepare(tmp, shape):
@@ -63,7 +46,7 @@ def prepare(tmp, shape):
     balanced = os.path.join(tmp, "%s-balanced.json" % shape)
     shutil.copyfile(empty, balanced)
     os.environ["GPUOPS_SIMULATED_GPUS"] = balanced
-    run_main(mig_layout.main, {"config_name": "all-balanced"})
+    run_main_ok(mig_layout.main, {"config_name": "all-balanced"})
     SimulatedBackend(balanced).clear_call_log()
     return {"empty": empty, "balanced": balanced}
 
@@ -74,7 +57,7 @@ def time_inproc(source, work, module, args, repeat):
         shutil.copyfile(source, work)
         os.environ["GPUOPS_SIMULATED_GPUS"] = work
         t0 = time.perf_counter()
-        res = run_main(module.main, args)
+        res = run_main_ok(module.main, args)
         samples.append(time.perf_counter() - t0)
     calls = [e for e in SimulatedBackend(work).raw_state()["call_log"] if "call" in e]
     return statistics.median(samples), len(calls), res

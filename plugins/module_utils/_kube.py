@@ -427,6 +427,18 @@ def find_node(nodes, node_name=None, hostnames=None, internal_ips=None, method="
                     % (" or ".join(tried), ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
 
 
+def find_this_node(kube, params):
+    """This host's Node, from the modules' node_name / hostname / internal_ips / node_lookup parameters;
+    hostnames and IPs not given default to those of the machine the module runs on. Returns (node, how)."""
+    hostnames, ips = params["hostname"], params["internal_ips"]
+    if hostnames is None or ips is None:
+        local_names, local_ips = local_identity()
+        hostnames = local_names if hostnames is None else hostnames
+        ips = local_ips if ips is None else ips
+    return lookup_node(kube, node_name=params["node_name"], hostnames=hostnames, internal_ips=ips,
+                       method=params["node_lookup"])
+
+
 def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method="auto"):
     """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
     if node_name and method in ("auto", "name"):

@@ -215,15 +215,9 @@ def main():
         module.fail_json(msg="drain_timeout must be >= 0 and drain_resource_prefix non-empty; nothing changed")
     _kube.mask_kubeconfig_secrets(module)
 
-    hostnames, ips = p["hostname"], p["internal_ips"]
-    if hostnames is None or ips is None:
-        local_names, local_ips = _kube.local_identity()
-        hostnames = local_names if hostnames is None else hostnames
-        ips = local_ips if ips is None else ips
     try:
         kube = _kube.Kube.from_params(p)
-        node, dummy = _kube.lookup_node(kube, node_name=p["node_name"], hostnames=hostnames, internal_ips=ips,
-                                        method=p["node_lookup"])
+        node, dummy = _kube.find_this_node(kube, p)
         name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
         result = dict(changed=False, node=name, labels=dict(node["metadata"].get("labels") or {}),

@@ -279,16 +279,9 @@ def main():
 
     _kube.mask_kubeconfig_secrets(module)
 
-    hostnames, ips = p["hostname"], p["internal_ips"]
-    if hostnames is None or ips is None:
-        local_names, local_ips = _kube.local_identity()
-        hostnames = local_names if hostnames is None else hostnames
-        ips = local_ips if ips is None else ips
-
     try:
         kube = _kube.Kube.from_params(p)
-        node, how = _kube.lookup_node(kube, node_name=p["node_name"], hostnames=hostnames, internal_ips=ips,
-                                      method=p["node_lookup"])
+        node, how = _kube.find_this_node(kube, p)
         name = node["metadata"]["name"]
         result = dict(changed=False, node=name, matched_by=how)
         for attempt in range(3):

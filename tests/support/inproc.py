@@ -19,3 +19,11 @@ def run_main(main, args, check=False, diff=False):
             except SystemExit:
                 pass
     return json.loads(buf.getvalue())
+
+
+def run_main_ok(main, args):
+    """run_main outside check mode, raising RuntimeError with the module's message when it failed."""
+    res = run_main(main, args)
+    if res.get("failed"):
+        raise RuntimeError(res["msg"])
+    return res
