@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
 .PHONY: setup lab test pytest check sanity lint changelog-lint unit bench build clean molecule
 setup: .setup-done
 
-.setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh)
+.setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh)
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 	touch $@
 
