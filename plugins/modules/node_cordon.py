@@ -18,6 +18,10 @@ description:
     (a resource name starting with O(drain_resource_prefix)) through the Eviction API, so PodDisruptionBudgets are
     respected, and waits until they are gone. DaemonSet pods and finished pods are left alone.
   - Used by the gpuops.nvidia.gpu_node role around disruptive steps (MIG mode or layout change, reboot).
+  - With O(owner), a cordon is marked with the annotation C(gpuops.nvidia/cordoned-by=OWNER), set in the same change
+    as C(spec.unschedulable), and O(state=uncordoned) releases only a cordon carrying that mark. A later run can so
+    release a cordon that an interrupted run (killed, or whose uncordon failed) left behind, and never uncordons a
+    node that an administrator or another tool cordoned.
   - Check mode only reads; it reports what would change and which pods would be evicted.
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -53,6 +57,15 @@ options:
     description: IP addresses to match against C(InternalIP) addresses; default the host the module runs on.
     type: list
     elements: str
+  owner:
+    description:
+      - Who cordons. With O(state=cordoned), a node this task cordons also gets the annotation
+        C(gpuops.nvidia/cordoned-by) set to this value; a node that was already cordoned is left as it is (its mark,
+        if any, is kept).
+      - With O(state=uncordoned), only a node whose C(gpuops.nvidia/cordoned-by) annotation equals this value is
+        uncordoned, and the annotation removed; a node cordoned by anyone else stays cordoned (reported in
+        RV(cordoned_by)). Without O(owner), O(state=uncordoned) uncordons the node whoever cordoned it.
+    type: str
   node_lookup:
     description: How to find the node (as in M(gpuops.nvidia.node_labels)).
     type: str
@@ -64,7 +77,7 @@ attributes:
     details: Reads only; reports the change and the pods that would be evicted.
   diff_mode:
     support: full
-    details: Before and after C(unschedulable) of the node.
+    details: Before and after C(unschedulable) of the node, and its C(gpuops.nvidia/cordoned-by) annotation.
   idempotent:
     support: full
 author:
@@ -83,6 +96,20 @@ EXAMPLES = r"""
   gpuops.nvidia.node_cordon:
     node_name: gpu-node-17
     state: uncordoned
+  delegate_to: localhost
+
+- name: Cordon marked as ours, so that a later run releases it even if this one is killed before it uncordons
+  gpuops.nvidia.node_cordon:
+    node_name: gpu-node-17
+    state: cordoned
+    owner: gpuops.nvidia.gpu_node
+  delegate_to: localhost
+
+- name: Release only a cordon we made (an administrator's cordon stays)
+  gpuops.nvidia.node_cordon:
+    node_name: gpu-node-17
+    state: uncordoned
+    owner: gpuops.nvidia.gpu_node
   delegate_to: localhost
 
 - name: Read the node's labels (who owns MIG?)
@@ -109,6 +136,11 @@ unschedulable:
   description: Whether the node is cordoned now (in check mode, would be).
   returned: success
   type: bool
+cordoned_by:
+  description: The node's C(gpuops.nvidia/cordoned-by) annotation before this task (null when absent).
+  returned: success
+  type: str
+  sample: gpuops.nvidia.gpu_node
 evicted:
   description: C(namespace/name) of the GPU pods evicted (in check mode, that would be evicted).
   returned: success
@@ -127,6 +159,29 @@ try:
     import kubernetes  # noqa: F401 pylint: disable=unused-import
 except ImportError:  # pragma: no cover - reported through _kube.HAS_KUBERNETES
     pass
+
+
+OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
+
+
+def cordon_patch(want, before, marked_by, owner):
+    """The merge patch that takes the node to ``want`` (True: cordoned), or None when nothing is to change.
+    ``before``: node is cordoned now; ``marked_by``: its cordoned-by annotation (or None)."""
+    if want:
+        if before:
+            return None       # already cordoned: by us (marked) or by someone else (theirs to release)
+        patch = {"spec": {"unschedulable": True}}
+        if owner:
+            patch["metadata"] = {"annotations": {OWNER_ANNOTATION: owner}}
+        return patch
+    if owner is None:
+        return {"spec": {"unschedulable": False}} if before else None
+    if marked_by != owner:
+        return None           # not our cordon (or none): leave it
+    patch = {"metadata": {"annotations": {OWNER_ANNOTATION: None}}}
+    if before:
+        patch["spec"] = {"unschedulable": False}
+    return patch
 
 
 def is_gpu_pod(pod, prefix):
@@ -202,6 +257,7 @@ def main():
         hostname=dict(type="list", elements="str"),
         internal_ips=dict(type="list", elements="str"),
         node_lookup=dict(type="str", default="auto", choices=["auto", "name", "hostname", "internal_ip"]),
+        owner=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
@@ -213,6 +269,9 @@ def main():
                          "state=%s; nothing changed" % p["state"])
     if p["drain_timeout"] < 0 or not p["drain_resource_prefix"]:
         module.fail_json(msg="drain_timeout must be >= 0 and drain_resource_prefix non-empty; nothing changed")
+    if p["owner"] is not None and not (0 < len(p["owner"]) <= 253):
+        module.fail_json(msg="owner must be 1 to 253 characters (it is stored as the value of the %s annotation), "
+                         "got %r; nothing changed" % (OWNER_ANNOTATION, p["owner"]))
     _kube.mask_kubeconfig_secrets(module)
 
     try:
@@ -220,19 +279,23 @@ def main():
         node, dummy = _kube.find_this_node(kube, p)
         name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
+        marked_by = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
         result = dict(changed=False, node=name, labels=dict(node["metadata"].get("labels") or {}),
-                      unschedulable_before=before, unschedulable=before, evicted=[])
+                      unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[])
         if p["state"] == "query":
             module.exit_json(**result)
         want = p["state"] == "cordoned"
-        if want != before:
-            result.update(changed=True, unschedulable=want)
+        patch = cordon_patch(want, before, marked_by, p["owner"])
+        if patch is not None:
+            after = patch.get("spec", {}).get("unschedulable", before)
+            result.update(changed=True, unschedulable=after)
             if not module.check_mode:
                 kube.call("%s node %s" % ("cordon" if want else "uncordon", name), kube.core.patch_node, name,
-                          {"spec": {"unschedulable": want}},
-                          _content_type="application/merge-patch+json")
+                          patch, _content_type="application/merge-patch+json")
             if module._diff:
-                result["diff"] = dict(before={"unschedulable": before}, after={"unschedulable": want},
+                mark_after = patch.get("metadata", {}).get("annotations", {}).get(OWNER_ANNOTATION, marked_by)
+                result["diff"] = dict(before={"unschedulable": before, OWNER_ANNOTATION: marked_by},
+                                      after={"unschedulable": after, OWNER_ANNOTATION: mark_after},
                                       before_header="node/%s" % name, after_header="node/%s" % name)
         if want and p["drain"]:
             if module.check_mode:

@@ -91,6 +91,20 @@ def test_converge_cordons_only_the_node_that_changes_then_nothing(cluster):
     assert [r for r in api.requests[seen:] if r["method"] != "GET" and not r["query"].get("dryRun")
             and r["path"].startswith("/api/v1/nodes")] == []
 
+    # A run killed between cordon and uncordon left the A100 cordoned with our mark; an administrator cordoned the
+    # H200 by hand. The next run releases our cordon (MIG needs nothing now) and leaves the administrator's.
+    mark = "gpuops.nvidia/cordoned-by"
+    for name, annotations in (("lab-dgx-a100", {mark: "gpuops.nvidia.gpu_node"}), ("lab-hgx-h200", {})):
+        node = api.get("", "nodes", name)
+        api.put(dict(node, spec=dict(node.get("spec") or {}, unschedulable=True),
+                     metadata=dict(node["metadata"], annotations=annotations)))
+    res = site.run(gpu_node_drain=True)
+    assert res.rc == 0, res
+    a100 = api.get("", "nodes", "lab-dgx-a100")
+    assert not a100["spec"].get("unschedulable") and mark not in (a100["metadata"].get("annotations") or {})
+    assert api.get("", "nodes", "lab-hgx-h200")["spec"]["unschedulable"] is True
+    assert res.changed("lab-dgx-a100") == 1 and res.changed("lab-hgx-h200") == 0, res
+
 
 def test_gpu_operator_mig_manager_is_not_fought(cluster):
     api, site = cluster

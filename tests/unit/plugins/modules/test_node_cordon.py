@@ -63,7 +63,8 @@ def test_check_mode_reports_cordon_and_pods_and_touches_nothing(kube_api, node):
     res = run_module(node_cordon.main, args(kube_api, state="cordoned", drain=True), check_mode=True, diff=True)
     assert res["changed"] is True and res["unschedulable"] is True
     assert res["evicted"] == ["jobs/mig", "jobs/train"]
-    assert res["diff"] == {"before": {"unschedulable": False}, "after": {"unschedulable": True},
+    mark = node_cordon.OWNER_ANNOTATION
+    assert res["diff"] == {"before": {"unschedulable": False, mark: None}, "after": {"unschedulable": True, mark: None},
                            "before_header": "node/gpu-node-1", "after_header": "node/gpu-node-1"}
     assert kube_api.writes() == [] and not _unschedulable(kube_api, node)
     assert "train" in _pods(kube_api)
@@ -92,4 +93,50 @@ def test_bad_input_changes_nothing(kube_api, node):
     assert res["failed"] and "drain=true needs state=cordoned" in res["msg"]
     res = run_module(node_cordon.main, args(kube_api, state="cordoned", node_name="nope"))
     assert res["failed"] and "nope" in res["msg"]
+    assert kube_api.writes() == []
+
+
+def _mark(kube_api, name):
+    return (kube_api.get("", "nodes", name)["metadata"].get("annotations") or {}).get(node_cordon.OWNER_ANNOTATION)
+
+
+def test_owner_marks_its_cordon_and_releases_only_its_own(kube_api, node):
+    mine = dict(owner="gpuops.nvidia.gpu_node")
+    res = run_module(node_cordon.main, args(kube_api, state="cordoned", **mine), diff=True)
+    assert res["changed"] is True and res["cordoned_by"] is None
+    assert res["diff"]["after"] == {"unschedulable": True, node_cordon.OWNER_ANNOTATION: "gpuops.nvidia.gpu_node"}
+    # one PATCH sets both, so no kill can leave an unmarked cordon of ours
+    patches = [r["body"] for r in kube_api.writes() if r["method"] == "PATCH"]
+    assert patches == [{"spec": {"unschedulable": True},
+                        "metadata": {"annotations": {node_cordon.OWNER_ANNOTATION: "gpuops.nvidia.gpu_node"}}}]
+    assert _unschedulable(kube_api, node) and _mark(kube_api, node) == "gpuops.nvidia.gpu_node"
+
+    # a later run (the first one was killed before it uncordoned) finds the mark: cordon is a no-op...
+    res = run_module(node_cordon.main, args(kube_api, state="cordoned", **mine))
+    assert res["changed"] is False and res["cordoned_by"] == "gpuops.nvidia.gpu_node"
+    # ...another owner's release leaves it alone...
+    res = run_module(node_cordon.main, args(kube_api, state="uncordoned", owner="someone-else"))
+    assert res["changed"] is False and _unschedulable(kube_api, node)
+    # ...and ours releases it, mark and all, once (check mode first: nothing touched)
+    seen = len(kube_api.writes())
+    res = run_module(node_cordon.main, args(kube_api, state="uncordoned", **mine), check_mode=True)
+    assert res["changed"] is True and res["unschedulable"] is False and len(kube_api.writes()) == seen
+    res = run_module(node_cordon.main, args(kube_api, state="uncordoned", **mine))
+    assert res["changed"] is True and not _unschedulable(kube_api, node) and _mark(kube_api, node) is None
+    res = run_module(node_cordon.main, args(kube_api, state="uncordoned", **mine))
+    assert res["changed"] is False
+
+
+def test_owner_never_releases_an_administrators_cordon(kube_api, node):
+    run_module(node_cordon.main, args(kube_api, state="cordoned"))          # the admin's, unmarked
+    mine = dict(owner="gpuops.nvidia.gpu_node")
+    res = run_module(node_cordon.main, args(kube_api, state="cordoned", **mine))
+    assert res["changed"] is False and res["unschedulable_before"] is True and _mark(kube_api, node) is None
+    res = run_module(node_cordon.main, args(kube_api, state="uncordoned", **mine))
+    assert res["changed"] is False and res["unschedulable"] is True and _unschedulable(kube_api, node)
+
+
+def test_owner_must_fit_an_annotation_value(kube_api, node):
+    res = run_module(node_cordon.main, args(kube_api, state="cordoned", owner=""))
+    assert res["failed"] and "owner must be 1 to 253 characters" in res["msg"]
     assert kube_api.writes() == []
