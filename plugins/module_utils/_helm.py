@@ -16,10 +16,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
+import fcntl
 import json
 import os
 import re
+import socket
 import tempfile
+import time
 
 
 class HelmError(Exception):
@@ -150,6 +154,18 @@ class Helm(object):
     def upgrade(self, *a, **kw):
         return self.run(self.upgrade_args(*a, **kw), what="upgrade --install")
 
+    def history(self, name, namespace):
+        """The release's revisions (``helm history -o json``), oldest first."""
+        out = self.run_output(["history", name, "--namespace", namespace, "--max", "256", "--output", "json"],
+                              what="history")
+        return json.loads(out or "[]") or []
+
+    def uninstall(self, name, namespace, wait=False, timeout=None):
+        args = ["uninstall", name, "--namespace", namespace]
+        if wait:
+            args += ["--wait", "--timeout", timeout] if timeout else ["--wait"]
+        return self.run(args, what="uninstall")
+
     def rollback(self, name, namespace, revision, wait=False, timeout=None):
         args = ["rollback", name, str(revision), "--namespace", namespace]
         if wait:
@@ -157,6 +173,86 @@ class Helm(object):
             if timeout:
                 args += ["--timeout", timeout]
         return self.run(args, what="rollback")
+
+
+def is_pending(release_item):
+    """pending-install, pending-upgrade, pending-rollback: a helm operation started and has not finished (or died)."""
+    return str((release_item or {}).get("status") or "").startswith("pending")
+
+
+def pending_recovery(history):
+    """How to clear a release a dead helm operation left pending: ("rollback", revision) to the newest revision
+    that finished deploying (status deployed or superseded), or ("uninstall", None) when none ever did (a first
+    install that died; there is nothing to go back to)."""
+    done = [int(h["revision"]) for h in history if h.get("status") in ("deployed", "superseded")]
+    if done:
+        return "rollback", max(done)
+    return "uninstall", None
+
+
+def release_age(release_item, now=None):
+    """Seconds since the release was last updated, from helm's "updated" field
+    ("2026-11-22 02:31:37.884857 +0000 UTC"); None when it cannot be read."""
+    text = str((release_item or {}).get("updated") or "")
+    match = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? ([+-])(\d\d)(\d\d)", text)
+    if not match:
+        return None
+    stamp = calendar.timegm(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+    offset = (int(match.group(3)) * 3600 + int(match.group(4)) * 60) * (1 if match.group(2) == "+" else -1)
+    return (time.time() if now is None else now) - (stamp - offset)
+
+
+class OperationRecord(object):
+    """A controller-local record of the helm operation in progress on one release, so that a later run can tell a
+    release left pending by a run of its own that died (killed, lost power) from one another run is still working
+    on. The record is a file held under ``flock`` while helm runs: the kernel drops the lock when the holder dies,
+    so "content written, lock free" means the operation died; "lock held" means it is still running."""
+
+    def __init__(self, directory, namespace, name):
+        self.path = os.path.join(directory, "helm-%s-%s.json" % (namespace, name))
+        self._handle = None
+
+    def probe(self):
+        """'running' (another live process holds it), 'died' (an operation started and never finished), or None."""
+        try:
+            handle = open(self.path, "r+")
+        except (IOError, OSError):
+            return None
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except (IOError, OSError):
+                return "running"
+            return "died" if handle.read().strip() else None
+
+    def describe(self):
+        try:
+            with open(self.path) as handle:
+                return json.load(handle)
+        except (IOError, OSError, ValueError):
+            return {}
+
+    def begin(self, operation):
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o700)
+        self._handle = open(self.path, "a+")
+        fcntl.flock(self._handle, fcntl.LOCK_EX)
+        self._handle.seek(0)
+        self._handle.truncate()
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "operation": operation,
+                   "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, self._handle)
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def end(self):
+        """The operation finished (whatever helm answered): the release is no longer left pending by us."""
+        if self._handle is not None:
+            self._handle.seek(0)
+            self._handle.truncate()
+            self._handle.flush()
+            self._handle.close()
+            self._handle = None
 
 
 def chart_version_of(release_item, chart_name):

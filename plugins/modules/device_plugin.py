@@ -30,6 +30,11 @@ description:
   - Before any change the chart is rendered with C(helm template), so chart-side checks fail before the cluster is
     touched.
   - A failed upgrade is rolled back to the previous revision (O(rollback_on_failure)).
+  - A release left C(pending-install), C(pending-upgrade) or C(pending-rollback) by a helm operation that died (helm
+    itself refuses every later operation on it) is recovered first - rolled back to its newest deployed revision, or
+    uninstalled when it never deployed - but only when that operation is known to be dead (it was started by this
+    module on this controller and its process is gone, see O(record_dir)) or the release has been pending for
+    longer than O(pending_timeout). Otherwise the module fails, names the release and changes nothing.
   - Optionally verifies the rollout - each node in O(nodes) must advertise GPUs x replicas under the expected
     resource name (C(nvidia.com/gpu), C(nvidia.com/gpu.shared) or C(nvidia.com/mig-*)), and the MPS control daemon
     pod must be ready on MPS nodes.
@@ -157,6 +162,19 @@ options:
     description: Roll back to the previous revision when an upgrade fails.
     type: bool
     default: true
+  pending_timeout:
+    description:
+      - Seconds after which a release still C(pending-*) is taken as abandoned by whoever started the operation
+        and recovered. A pending release that this controller's own dead run left is recovered at once.
+    type: int
+    default: 900
+  record_dir:
+    description:
+      - Directory on the host running this module (the controller when delegated to localhost) where the helm
+        operation in progress is recorded, held under a lock while helm runs, so a later run can tell that a
+        pending release was left by a run that died. Keep it on persistent storage in execution environments.
+    type: path
+    default: ~/.ansible/gpuops
   render_check:
     description: Render the chart with C(helm template) before any change (catches the chart's own checks).
     type: bool
@@ -369,6 +387,40 @@ def _restore_previous(helm, p, chart_ref, repo_url, chart_version, previous_vers
     return True
 
 
+def recover_pending(module, helm, p, current, record):
+    """Clear a release left pending by a dead helm operation (helm refuses any other operation on it): roll back to
+    its newest deployed revision or uninstall it. Fails, changing nothing, when the operation may still be running.
+    Returns what was (in check mode: would be) done."""
+    name, namespace, status = p["release_name"], p["namespace"], current.get("status")
+    age = _helm.release_age(current)
+    seen = record.probe()
+    if seen == "running":
+        module.fail_json(msg="release %s/%s is %s and a helm operation on it is running now from this controller "
+                         "(%s); nothing changed. Let it finish." % (namespace, name, status, record.describe()))
+    if seen != "died" and (age is None or age < p["pending_timeout"]):
+        module.fail_json(msg="release %s/%s is %s (updated %s, %s s ago): another helm operation may still be "
+                         "running on it, so it is not touched and nothing changed. If nothing is running, it is "
+                         "recovered (rolled back, or uninstalled if it never deployed) by a run after "
+                         "pending_timeout=%d s, or lower pending_timeout." % (
+                             namespace, name, status, current.get("updated"),
+                             "?" if age is None else int(age), p["pending_timeout"]))
+    action, revision = _helm.pending_recovery(helm.history(name, namespace))
+    why = "its helm operation died (%s)" % record.describe() if seen == "died" else "pending for %d s" % age
+    done = ("release was %s, %s: %s" % (status, why, "rolled back to revision %d" % revision
+                                        if action == "rollback" else "uninstalled (it never deployed)"))
+    if module.check_mode:
+        return "would be " + done.replace(": rolled", ": would roll").replace(": uninstalled", ": would uninstall")
+    record.begin("recover %s: %s" % (status, action))
+    try:
+        if action == "rollback":
+            helm.rollback(name, namespace, revision, wait=p["wait"], timeout=p["timeout"])
+        else:
+            helm.uninstall(name, namespace, wait=p["wait"], timeout=p["timeout"])
+    finally:
+        record.end()
+    return done
+
+
 def main():
     argument_spec = dict(
         state=dict(type="str", default="present", choices=["present", "absent"]),
@@ -387,6 +439,8 @@ def main():
         wait=dict(type="bool", default=False),
         timeout=dict(type="str", default="5m0s"),
         rollback_on_failure=dict(type="bool", default=True),
+        pending_timeout=dict(type="int", default=900),
+        record_dir=dict(type="path", default="~/.ansible/gpuops"),
         render_check=dict(type="bool", default=True),
         verify=dict(type="bool", default=False),
         verify_timeout=dict(type="int", default=300),
@@ -410,6 +464,8 @@ def main():
                       "not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
+    if p["pending_timeout"] < 0:
+        errors.append("pending_timeout must be 0 or more seconds, got %d" % p["pending_timeout"])
     if p["verify"] and not p["nodes"]:
         errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
     if errors:
@@ -430,6 +486,7 @@ def main():
         return module.run_command(argv, environ_update=environ)
 
     helm = _helm.Helm(binary, run, env=env)
+    record = _helm.OperationRecord(p["record_dir"], p["namespace"], p["release_name"])
     result = dict(changed=False, commands=helm.commands)
     try:
         if p["chart_path"]:
@@ -445,8 +502,11 @@ def main():
                 if module._diff:
                     result["diff"] = dict(before={"release": current}, after={})
                 if not module.check_mode:
-                    helm.run(["uninstall", p["release_name"], "--namespace", p["namespace"]] +
-                             (["--wait", "--timeout", p["timeout"]] if p["wait"] else []), what="uninstall")
+                    record.begin("uninstall")
+                    try:
+                        helm.uninstall(p["release_name"], p["namespace"], wait=p["wait"], timeout=p["timeout"])
+                    finally:
+                        record.end()
             module.exit_json(**result)
 
         chart_meta = helm.show_chart(chart_ref, p["chart_version"] if not p["chart_path"] else None, repo_url,
@@ -481,10 +541,16 @@ def main():
                           p["chart_version"] if not p["chart_path"] else None, repo_url)
 
         current = helm.release(p["release_name"], p["namespace"])
+        recovered = None
+        if _helm.is_pending(current):
+            recovered = recover_pending(module, helm, p, current, record)
+            result["recovered"] = recovered
+            if not module.check_mode:
+                current = helm.release(p["release_name"], p["namespace"])
         current_values = helm.values(p["release_name"], p["namespace"]) if current else {}
         current_version = _helm.chart_version_of(current, chart_name) if current else None
         result["release"] = current or {}
-        reasons = []
+        reasons = [recovered] if recovered else []
         if not current:
             reasons.append("release %s is not installed in namespace %s" % (p["release_name"], p["namespace"]))
         else:
@@ -505,12 +571,15 @@ def main():
         if not reasons:
             module.exit_json(**result)
         result["changed"] = True
+        if recovered and not module.check_mode and len(reasons) == 1:
+            module.exit_json(**result)     # the rollback itself restored the declared release
         if module.check_mode:
             module.exit_json(**result)
 
         previous_revision = None
         if current and current.get("status") == "deployed":
             previous_revision = int(current.get("revision"))
+        record.begin("upgrade --install")
         try:
             helm.upgrade(p["release_name"], p["namespace"], chart_ref, values_file,
                          chart_version=p["chart_version"] if not p["chart_path"] else None, repo_url=repo_url,
@@ -539,7 +608,9 @@ def main():
                             previous_revision, rb_exc.msg, restore)
             elif not previous_revision:
                 fail["msg"] += "; there was no deployed revision to roll back to"
+            record.end()
             module.fail_json(**fail)
+        record.end()
         after = helm.release(p["release_name"], p["namespace"])
         result["release"] = after or {}
         after_values = _helm.normalize(helm.values(p["release_name"], p["namespace"]))

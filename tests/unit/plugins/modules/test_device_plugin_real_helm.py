@@ -5,9 +5,13 @@ chart's objects server-side; the fake API server keeps them, so these tests see 
 Plain HTTP: client-go only sends credentials over TLS, so this server runs without token checks (auth failures are
 tested with the Python client in test_node_labels.py).
 """
+import base64
+import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -205,3 +209,84 @@ def test_readonly_token_gives_403_hint(tls_cluster):
     res = run_module(device_plugin.main, tls_args(tls_cluster, "ro-token"))
     assert res["failed"] and "lack RBAC permission (403)" in res["msg"], res["msg"]
     assert "is forbidden" in res["msg"]
+
+
+def _set_status(cluster, revision, status):
+    """Rewrite a release record as a helm process killed mid-operation leaves it (status pending-*): helm keeps the
+    status both in the Secret's label and in the gzipped release document inside it."""
+    key = ("", "secrets", NS, "sh.helm.release.v1.nvdp.v%d" % revision)
+    secret = cluster.objects[key]
+    doc = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(secret["data"]["release"]))))
+    doc["info"]["status"] = status
+    packed = base64.b64encode(gzip.compress(json.dumps(doc).encode()))
+    secret["data"]["release"] = base64.b64encode(packed).decode()
+    secret["metadata"]["labels"]["status"] = status
+
+
+def test_pending_release_left_by_a_dead_run_of_ours_is_rolled_back_then_upgraded(cluster):
+    assert run_module(device_plugin.main, args(cluster))["changed"] is True
+    record = device_plugin._helm.OperationRecord(os.path.expanduser("~/.ansible/gpuops"), NS, "nvdp")
+    # a second run started `helm upgrade` (new values) and was SIGKILLed: record written, lock gone, release pending
+    record.begin("upgrade --install")
+    record._handle.close()
+    assert run_module(device_plugin.main, args(cluster, values={"image": {"pullPolicy": "Always"}}),
+                      )["changed"] is True
+    _set_status(cluster, 2, "pending-upgrade")
+    assert record.probe() is None       # finished runs clear the record
+    record.begin("upgrade --install")
+    record._handle.close()               # the killed process: its lock is gone, its record is not
+    assert record.probe() == "died"
+
+    check = run_module(device_plugin.main, args(cluster), check_mode=True)
+    assert check["changed"] is True and check["recovered"].startswith("would be release was pending-upgrade")
+    assert release_secrets(cluster)[-1] == "sh.helm.release.v1.nvdp.v2"            # check mode: nothing done
+
+    res = run_module(device_plugin.main, args(cluster))
+    assert res["changed"] is True, res.get("msg")
+    assert "rolled back to revision 1" in res["recovered"]
+    assert res["release"]["status"] == "deployed"
+    assert any(c[1] == "rollback" for c in res["commands"])
+    assert run_module(device_plugin.main, args(cluster))["changed"] is False
+
+
+def test_pending_first_install_left_by_a_dead_run_is_uninstalled_then_installed(cluster):
+    assert run_module(device_plugin.main, args(cluster))["changed"] is True
+    _set_status(cluster, 1, "pending-install")
+    record = device_plugin._helm.OperationRecord(os.path.expanduser("~/.ansible/gpuops"), NS, "nvdp")
+    record.begin("upgrade --install")
+    record._handle.close()
+    res = run_module(device_plugin.main, args(cluster))
+    assert res["changed"] is True, res.get("msg")
+    assert "uninstalled (it never deployed)" in res["recovered"]
+    assert res["release"]["status"] == "deployed"
+    assert run_module(device_plugin.main, args(cluster))["changed"] is False
+
+
+def test_pending_release_of_unknown_origin_is_left_alone_until_pending_timeout(cluster):
+    assert run_module(device_plugin.main, args(cluster))["changed"] is True
+    _set_status(cluster, 1, "pending-upgrade")
+    seen = len(cluster.writes(dry_run=False))
+    res = run_module(device_plugin.main, args(cluster))
+    assert res["failed"] and "is pending-upgrade" in res["msg"] and "pending_timeout=900" in res["msg"], res
+    assert len(cluster.writes(dry_run=False)) == seen                         # nothing touched
+    res = run_module(device_plugin.main, args(cluster, pending_timeout=0))
+    assert res["changed"] is True and "pending for" in res["recovered"], res.get("msg")
+    assert res["release"]["status"] == "deployed"
+
+
+def test_pending_release_while_our_own_operation_runs_is_refused(cluster):
+    assert run_module(device_plugin.main, args(cluster))["changed"] is True
+    _set_status(cluster, 1, "pending-upgrade")
+    record = device_plugin._helm.OperationRecord(os.path.expanduser("~/.ansible/gpuops"), NS, "nvdp")
+    os.makedirs(os.path.dirname(record.path), exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; h=open(sys.argv[1],'a+'); "
+                               "fcntl.flock(h, fcntl.LOCK_EX); h.write('{\"pid\": 1}'); h.flush(); "
+                               "print('held', flush=True); time.sleep(60)", record.path],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = run_module(device_plugin.main, args(cluster, pending_timeout=0))
+        assert res["failed"] and "is running now from this controller" in res["msg"], res
+    finally:
+        holder.kill()
+        holder.wait()
