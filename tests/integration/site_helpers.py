@@ -4,7 +4,7 @@ import json
 import os
 import shutil
 
-from tests.support.ansible_run import ROOT, run_playbook
+from tests.support.ansible_run import ROOT, playbook_command, run_playbook
 
 SITE = os.path.join(ROOT, "site.yml")
 LAB = os.path.join(ROOT, "inventories", "lab")
@@ -19,16 +19,25 @@ class Site(object):
         self.state = tmp_path / "lab-state"
         self.extra = dict(gpuops_lab_state_dir=str(self.state))
         self.extra.update(extra)
+        self.env = {}        # more environment for ansible-playbook
 
-    def run(self, check=False, diff=False, **extra):
+    def _call(self, check, diff, args, extra):
         ev = dict(self.extra)
         ev.update(extra)
         env = {"HOME": str(self.tmp)}
         for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "KUBECONFIG"):
             env[var] = ""
-        data, proc = run_playbook(SITE, inventory=LAB, extra_vars=ev, check=check, diff=diff, env=env)
+        env.update(self.env)
+        return dict(playbook=SITE, inventory=LAB, extra_vars=ev, check=check, diff=diff, env=env, args=args)
+
+    def run(self, check=False, diff=False, args=(), **extra):
+        data, proc = run_playbook(**self._call(check, diff, args, extra))
         assert data is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
         return Result(data, proc)
+
+    def command(self, args=(), **extra):
+        """(command line, environment) of run(): for tests that start and kill ansible-playbook themselves."""
+        return playbook_command(**self._call(False, False, args, extra))
 
     def gpus(self, node):
         with open(str(self.state / ("%s.json" % node))) as handle:

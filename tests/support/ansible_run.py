@@ -56,8 +56,8 @@ def run_module(module, args=None, env=None, check=False, diff=False, python=None
     return result, proc
 
 
-def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=False, diff=False, args=()):
-    """Run a playbook; returns (parsed json callback output, completed process)."""
+def playbook_command(playbook, inventory=None, extra_vars=None, env=None, check=False, diff=False, args=()):
+    """The ansible-playbook command line and environment that run_playbook runs (for tests that start it)."""
     cmd = [os.path.join(BIN, "ansible-playbook"), playbook]
     if inventory:
         cmd += ["-i", inventory]
@@ -68,10 +68,20 @@ def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=Fals
     if diff:
         cmd.append("--diff")
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=900, check=False)
+    return cmd, ansible_env(env)
+
+
+def parse_output(stdout):
+    """The json_results callback's document in ansible-playbook's stdout, or None when there is none."""
     try:
-        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        return json.loads(stdout[stdout.index("{"):])
     except ValueError:
-        data = None
-    return data, proc
+        return None
+
+
+def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=False, diff=False, args=()):
+    """Run a playbook; returns (parsed json callback output, completed process)."""
+    cmd, full_env = playbook_command(playbook, inventory, extra_vars, env, check, diff, args)
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=900, check=False)
+    return parse_output(proc.stdout), proc

@@ -243,6 +243,7 @@ class FakeKubeApi(object):
         self.server_version = server_version
         self.requests = []         # dicts: method, path, query, content_type, body, user
         self.failures = []
+        self._write_fault = None   # [writes still to let through, code] for fail_nth_write
         self._rv = 1000
         self._lock = threading.RLock()
         self._httpd = None
@@ -294,6 +295,14 @@ class FakeKubeApi(object):
         """Answer the next ``times`` matching requests (method or "*", regex on the path) with an error Status."""
         self.failures.append(_Failure(method, path_re, code, reason,
                                       message or "Internal error occurred: injected by test", times))
+
+    def fail_nth_write(self, n, code=500):
+        """Answer the ``n``-th mutating request from now (1 = the next one; dry runs not counted) with an error
+        Status, as an API server that falls over in the middle of a run. The failed request is recorded with
+        ``injected: True`` and changes nothing."""
+        if n < 1:
+            raise ValueError("n must be 1 or more")
+        self._write_fault = [n, code]
 
     def writes(self, dry_run=None):
         """Mutating requests seen so far; dry_run=True/False filters on dryRun=All."""
@@ -388,6 +397,13 @@ class FakeKubeApi(object):
                 return status(401, "Unauthorized", "Unauthorized")
             role = self.tokens[token]
         with self._lock:
+            if (self._write_fault and method in ("POST", "PUT", "PATCH", "DELETE")
+                    and "All" not in query.get("dryRun", [])):
+                self._write_fault[0] -= 1
+                if self._write_fault[0] == 0:
+                    code, self._write_fault = self._write_fault[1], None
+                    record["injected"] = True
+                    return status(code, "InternalError", "Internal error occurred: injected by test (write fault)")
             for failure in self.failures:
                 if failure.times and failure.method in ("*", method) and failure.path_re.search(path):
                     failure.times -= 1
