@@ -10,8 +10,10 @@ are MIG nodes, the rest MPS nodes (--mig-share). Every node has the GPUs of --sh
 Per fleet it runs, with --forks:
 1. the playbook (first converge): no host may fail;
 2. the playbook again (idempotent re-run): every host must report changed=0, else the bench stops with an error;
-3. an "empty" playbook with the same plays, the same serial batches and, per host, as many tasks run and skipped
-   as in the re-run (ansible.builtin.ping, or a skipped task): Ansible's own cost for that many tasks.
+3. an "empty" playbook that mirrors the re-run task by task: the same plays and serial batches, each task replaced
+   by ansible.builtin.ping where it ran a module and by ansible.builtin.debug where it ran only on the controller
+   (set_fact, assert, include_*), run and skipped on the same hosts, with the same loops and run_once: Ansible's own
+   cost for that run, with no work of ours in it.
 Each run records wall seconds, CPU seconds of the ansible-playbook process tree (user + system, getrusage of the
 children around the run) and the 1-minute load average before it. On a shared machine the CPU seconds are the
 figure to compare; wall seconds depend on what else runs.
@@ -82,8 +84,8 @@ class BenchError(Exception):
 class Run(object):
     """One ansible-playbook run: wall and CPU seconds, load before, the JSON callback's output."""
 
-    def __init__(self, playbook, inv, forks, env):
-        cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)]
+    def __init__(self, playbook, inv, forks, env, args=()):
+        cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)] + list(args)
         self.load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
@@ -177,15 +179,16 @@ def empty_playbook(tmp, shape):
     return path
 
 
-def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None):
-    """First converge, re-run (must change nothing) and optionally the empty play, on a fresh fleet."""
+def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, args=()):
+    """First converge, re-run (must change nothing) and optionally the empty play, on a fresh fleet; `args`:
+    more ansible-playbook arguments for the playbook's two runs."""
     tmp = tempfile.mkdtemp(prefix="gpuops-fleet-")
     env = {"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
     try:
         inv, mig = inventory(tmp, nodes, shape, mig_share, extra)
         row = {"nodes": nodes, "shape": shape, "gpus": GPUS_PER_SHAPE.get(shape, 0), "mig": mig, "forks": forks}
-        row["first"] = Run(playbook, inv, forks, env).figures()
-        again = Run(playbook, inv, forks, env)
+        row["first"] = Run(playbook, inv, forks, env, args).figures()
+        again = Run(playbook, inv, forks, env, args)
         row["again"] = again.figures()
         if again.changed_hosts():
             raise BenchError("NOT IDEMPOTENT: the re-run of %s changed %d host(s) %s; tasks: %s" % (
@@ -282,9 +285,9 @@ def _commit():
 def report(rows, args, note=""):
     out = ["%s UTC, commit %s, %d CPU(s) on this machine, load average %s at the start." % (
         args.started, args.commit, os.cpu_count() or 0, args.load),
-           "playbook: %s; forks %d; nodes: the first half (rounded up) MIG all-balanced "
+           "playbook: %s; forks %d; serial %s; nodes: the first half (rounded up) MIG all-balanced "
            "(group mig_nodes), the rest MPS x4 (mps_nodes), lab group_vars; simulated GPUs." % (
-               os.path.relpath(args.playbook, ROOT), args.forks),
+               os.path.relpath(args.playbook, ROOT), args.forks, args.serial or "site.yml's own (25%)"),
            "CPU s = user + system seconds of the ansible-playbook process tree (comparable on a shared machine); "
            "wall s depends on the load.", "",
            "### First converge and idempotent re-run (totals for the fleet)", "",
@@ -327,17 +330,19 @@ def main(argv=None):
     parser.add_argument("--gpus-nodes", type=int, default=10, help="nodes in the --gpus-per-node series (10)")
     parser.add_argument("--empty-at", default=None, help="fleet sizes that also get the empty play (default: all)")
     parser.add_argument("--mig-share", type=float, default=0.5, help="share of MIG nodes, rounded up (default 0.5)")
+    parser.add_argument("--serial", help="batch size for site.yml (-e gpuops_serial=...; default: its own 25%%)")
     parser.add_argument("--out", help="directory for the report (fleet.md) and the growth plot (fleet.svg)")
     parser.add_argument("--issue8", action="store_true",
                         help="nodes 1,50,10,25,100 (empty play at 1 and 50), 1/2/4/8 GPUs per node at 10 nodes")
-    parser.add_argument("--quick", action="store_true", help="2 single-GPU nodes (one MIG, one MPS), forks 2")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 single-GPU nodes (one MIG, one MPS), forks 2, one batch (the test runs this)")
     parser.add_argument("--replot", metavar="FLEET_JSON", help="the report and plot again from a run's fleet.json")
     parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE group var for every node")
     args = parser.parse_known_args(argv)[0]
     if args.issue8:
         args.nodes, args.empty_at, args.gpus_per_node, args.gpus_nodes = "1,50,10,25", "1,50", "1,2,4,8", 10
     if args.quick:
-        args.nodes, args.shape, args.forks, args.gpus_per_node = "2", "h200-x1", 2, ""
+        args.nodes, args.shape, args.forks, args.gpus_per_node, args.serial = "2", "h200-x1", 2, "", "2"
     extra = dict(kv.split("=", 1) for kv in args.extra)
     runs = plan(args)
     if args.issue8:
@@ -351,7 +356,7 @@ def main(argv=None):
     if args.replot:
         with open(args.replot) as handle:
             saved = json.load(handle)
-        for key in ("started", "load", "commit", "playbook", "forks"):
+        for key in ("started", "load", "commit", "playbook", "forks", "serial"):
             setattr(args, key, saved[key])
         rows, errors, runs = saved["rows"], saved["errors"], []
     for nodes, shape, empty in runs:
@@ -360,7 +365,8 @@ def main(argv=None):
             os.getloadavg()[0]), file=sys.stderr)
         sys.stderr.flush()
         try:
-            rows.append(measure(args.playbook, nodes, shape, args.forks, empty, args.mig_share, extra))
+            rows.append(measure(args.playbook, nodes, shape, args.forks, empty, args.mig_share, extra,
+                                ["-e", "gpuops_serial=%s" % args.serial] if args.serial else []))
         except BenchError as exc:  # an error, not a figure: say so, and go on with the other fleets
             errors.append("ERROR (%d nodes of %s): %s" % (nodes, shape, exc))
             print(errors[-1], file=sys.stderr)
@@ -369,7 +375,8 @@ def main(argv=None):
                 handle.write(report(rows, args, "\n\n".join(errors)))
             with open(os.path.join(args.out, "fleet.json"), "w") as handle:
                 json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
-                           "playbook": args.playbook, "rows": rows, "errors": errors}, handle, indent=1)
+                           "serial": args.serial, "playbook": args.playbook, "rows": rows, "errors": errors},
+                          handle, indent=1)
     notes = list(errors)
     if args.out and len(rows) > 1:
         notes.append(plot(rows, os.path.join(args.out, "fleet.svg")))
