@@ -42,15 +42,16 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_catalog import MACHINE_SHAPES  # noqa: E402
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 
 SITE = os.path.join(ROOT, "site.yml")
 LAB = os.path.join(ROOT, "inventories", "lab")
 CONTAINERD_INITIAL = os.path.join(ROOT, "inventories", "lab-files", "containerd-config.toml")
-H200_SHAPES = {1: "h200-x1", 2: "h200-x2", 4: "h200-x4", 8: "hgx-h200"}
-GPUS_PER_SHAPE = {"h200-x1": 1, "h200-x2": 2, "h200-x4": 4, "hgx-h200": 8, "dgx-a100-40gb": 8, "dgx-a100-80gb": 8,
-                  "hgx-h100-80gb": 8, "a30-x4": 4, "l40s-x2": 2}
+# GPUs per node -> the simulator's all-H200 shape (1: h200-x1, 2: h200-x2, 4: h200-x4, 8: hgx-h200)
+H200_SHAPES = dict((len(models), shape) for shape, models in MACHINE_SHAPES.items() if set(models) == {"H200"})
 
 
 def inventory(tmp, nodes, shape, mig_share=0.5, extra=None):
@@ -186,7 +187,7 @@ def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, arg
     env = {"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
     try:
         inv, mig = inventory(tmp, nodes, shape, mig_share, extra)
-        row = {"nodes": nodes, "shape": shape, "gpus": GPUS_PER_SHAPE.get(shape, 0), "mig": mig, "forks": forks}
+        row = {"nodes": nodes, "shape": shape, "gpus": len(MACHINE_SHAPES[shape]), "mig": mig, "forks": forks}
         row["first"] = Run(playbook, inv, forks, env, args).figures()
         again = Run(playbook, inv, forks, env, args)
         row["again"] = again.figures()
@@ -303,6 +304,8 @@ def report(rows, args, note=""):
 
 def plan(args):
     """The (nodes, shape, empty play?) runs to make, in order, without repeats."""
+    if args.shape not in MACHINE_SHAPES:
+        raise SystemExit("--shape %s: unknown; valid: %s" % (args.shape, ", ".join(sorted(MACHINE_SHAPES))))
     empty_at = None if args.empty_at is None else set(int(n) for n in args.empty_at.split(",") if n)
     runs = []
     for n in [int(n) for n in args.nodes.split(",") if n]:
