@@ -33,6 +33,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -249,18 +250,15 @@ def plot(rows, path):
     except ImportError as exc:
         return "plot skipped: matplotlib does not import (%s)" % exc
     by_nodes = sorted((r for r in rows if r["gpus"] == 8), key=lambda r: r["nodes"])
-    by_gpus = {}
-    for r in rows:
-        by_gpus.setdefault(r["nodes"], []).append(r)
-    series_n = max(by_gpus, key=lambda n: len(set(r["gpus"] for r in by_gpus[n])))
-    by_gpus = sorted(by_gpus[series_n], key=lambda r: r["gpus"])
+    series_n, by_gpus = _gpu_series(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, series, key, label in ((axes[0], by_nodes, "nodes", "nodes (8 x H200 each)"),
                                    (axes[1], by_gpus, "gpus", "H200 GPUs per node (%d nodes)" % series_n)):
         xs = [r[key] for r in series]
-        for run, style, name in (("first", "o-", "first converge"), ("again", "s-", "re-run")):
-            ax.plot(xs, [r[run]["cpu"] for r in series], style, label=name + ", CPU s")
-            ax.plot(xs, [r[run]["wall"] for r in series], style, alpha=0.35, label=name + ", wall s")
+        for run, marker, color, name in (("first", "o", "C0", "first converge"), ("again", "s", "C2", "re-run")):
+            ax.plot(xs, [r[run]["cpu"] for r in series], marker + "-", color=color, label=name + ", CPU s")
+            ax.plot(xs, [r[run]["wall"] for r in series], marker + "--", color=color, alpha=0.5,
+                    label=name + ", wall s")
         ax.set_xlabel(label)
         ax.set_ylabel("seconds (whole fleet)")
         ax.set_xticks(xs)
@@ -275,6 +273,12 @@ def plot(rows, path):
     return "plot: %s" % path
 
 
+def _shown(path):
+    """A path relative to the repository when it is inside it."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
 def _commit():
     if os.environ.get("GPUOPS_BENCH_COMMIT"):  # a run from an exported copy of the tree (no .git)
         return os.environ["GPUOPS_BENCH_COMMIT"]
@@ -283,12 +287,39 @@ def _commit():
     return proc.stdout.strip() or "unknown"
 
 
+def _gpu_series(rows):
+    """The rows of the GPUs-per-node series: the fleet size with the most GPU counts."""
+    by_nodes = {}
+    for r in rows:
+        by_nodes.setdefault(r["nodes"], []).append(r)
+    if not by_nodes:
+        return 0, []
+    nodes = max(by_nodes, key=lambda n: (len(set(r["gpus"] for r in by_nodes[n])), n))
+    return nodes, sorted(by_nodes[nodes], key=lambda r: r["gpus"])
+
+
+def growth(rows):
+    """Least-squares lines through the fleet's total CPU seconds: against nodes (8-GPU fleets of 2 nodes or more,
+    half MIG, half MPS) and against GPUs per node."""
+    out = []
+    fleets = [r for r in rows if r["gpus"] == 8 and r["nodes"] > 1]
+    nodes, by_gpus = _gpu_series(rows)
+    for series, key, unit in ((fleets, "nodes", "node"), (by_gpus, "gpus", "GPU per node (%d nodes)" % nodes)):
+        if len(set(r[key] for r in series)) < 3:
+            continue
+        for run, name in (("first", "first converge"), ("again", "re-run")):
+            fit = statistics.linear_regression([r[key] for r in series], [r[run]["cpu"] for r in series])
+            out.append("- %s: total CPU s = %.1f + %.2f per %s (least squares over %s = %s)" % (
+                name, fit.intercept, fit.slope, unit, key, ", ".join(str(r[key]) for r in series)))
+    return out
+
+
 def report(rows, args, note=""):
     out = ["%s UTC, commit %s, %d CPU(s) on this machine, load average %s at the start." % (
         args.started, args.commit, os.cpu_count() or 0, args.load),
            "playbook: %s; forks %d; serial %s; nodes: the first half (rounded up) MIG all-balanced "
            "(group mig_nodes), the rest MPS x4 (mps_nodes), lab group_vars; simulated GPUs." % (
-               os.path.relpath(args.playbook, ROOT), args.forks, args.serial or "site.yml's own (25%)"),
+               _shown(args.playbook), args.forks, args.serial or "site.yml's own (25%)"),
            "CPU s = user + system seconds of the ansible-playbook process tree (comparable on a shared machine); "
            "wall s depends on the load.", "",
            "### First converge and idempotent re-run (totals for the fleet)", "",
@@ -297,6 +328,9 @@ def report(rows, args, note=""):
     if with_empty:
         out += ["", "### Ansible's own overhead: an empty play with the same plays, batches and tasks per host",
                 "", overhead_table(sorted(with_empty, key=lambda r: (r["gpus"], r["nodes"])))]
+    lines = growth(rows)
+    if lines:
+        out += ["", "### Growth", ""] + lines
     if note:
         out += ["", note]
     return "\n".join(out) + "\n"
@@ -360,7 +394,8 @@ def main(argv=None):
         with open(args.replot) as handle:
             saved = json.load(handle)
         for key in ("started", "load", "commit", "playbook", "forks", "serial"):
-            setattr(args, key, saved[key])
+            setattr(args, key, saved.get(key))
+        args.playbook = os.path.join(ROOT, args.playbook)  # (an absolute path stays as it is)
         rows, errors, runs = saved["rows"], saved["errors"], []
     for nodes, shape, empty in runs:
         print("# %s: %d node(s) of %s, forks %d%s (load %.1f)" % (
@@ -378,7 +413,7 @@ def main(argv=None):
                 handle.write(report(rows, args, "\n\n".join(errors)))
             with open(os.path.join(args.out, "fleet.json"), "w") as handle:
                 json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
-                           "serial": args.serial, "playbook": args.playbook, "rows": rows, "errors": errors},
+                           "serial": args.serial, "playbook": _shown(args.playbook), "rows": rows, "errors": errors},
                           handle, indent=1)
     notes = list(errors)
     if args.out and len(rows) > 1:

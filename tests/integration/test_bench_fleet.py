@@ -13,11 +13,15 @@ from tests.support.ansible_run import ROOT
 pytestmark = pytest.mark.slow
 
 
+def _bench(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fleet.py")] + list(args), cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600,
+                          check=False)
+
+
 def test_quick_fleet_bench_reports_real_figures(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fleet.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=600, check=False)
+    proc = _bench("--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     # the printed table: one fleet of 2 nodes (1 MIG, 1 MPS), 1 GPU each, numbers in every timing cell
@@ -40,15 +44,18 @@ def test_quick_fleet_bench_reports_real_figures(tmp_path):
         assert row[run]["wall"] > 1 and row[run]["cpu"] > 1, row
     assert (out / "fleet.md").read_text() in proc.stdout
 
+    # the report again from the saved figures, without running anything
+    again = _bench("--replot", str(out / "fleet.json"))
+    assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
+
 
 def test_an_error_is_not_a_figure(tmp_path):
     # a declaration site.yml refuses: the bench reports the error and exits 1, no row is written
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fleet.py"), "--nodes", "1", "--shape",
-                           "h200-x1", "--empty-at", "", "--out", str(out), "-e", "gpu_node_compute_mode=Sometimes"],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _bench("--nodes", "1", "--shape", "h200-x1", "--empty-at", "", "--out", str(out),
+                  "-e", "gpu_node_compute_mode=Sometimes")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ERROR (1 nodes of h200-x1)" in proc.stdout
     saved = json.loads((out / "fleet.json").read_text())
     assert saved["rows"] == [] and len(saved["errors"]) == 1
     assert "failed" in saved["errors"][0] and "Sometimes" in saved["errors"][0], saved["errors"]
