@@ -302,15 +302,16 @@ def growth(rows):
     """Least-squares lines through the fleet's total CPU seconds: against nodes (8-GPU fleets of 2 nodes or more,
     half MIG, half MPS) and against GPUs per node."""
     out = []
-    fleets = [r for r in rows if r["gpus"] == 8 and r["nodes"] > 1]
+    fleets = sorted((r for r in rows if r["gpus"] == 8 and r["nodes"] > 1), key=lambda r: r["nodes"])
     nodes, by_gpus = _gpu_series(rows)
     for series, key, unit in ((fleets, "nodes", "node"), (by_gpus, "gpus", "GPU per node (%d nodes)" % nodes)):
         if len(set(r[key] for r in series)) < 3:
             continue
         for run, name in (("first", "first converge"), ("again", "re-run")):
             fit = statistics.linear_regression([r[key] for r in series], [r[run]["cpu"] for r in series])
-            out.append("- %s: total CPU s = %.1f + %.2f per %s (least squares over %s = %s)" % (
-                name, fit.intercept, fit.slope, unit, key, ", ".join(str(r[key]) for r in series)))
+            out.append("- %s: total CPU s = %.1f %s %.2f per %s (least squares over %s = %s)" % (
+                name, fit.intercept, "-" if fit.slope < 0 else "+", abs(fit.slope), unit, key,
+                ", ".join(str(r[key]) for r in series)))
     return out
 
 
