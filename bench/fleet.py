@@ -9,12 +9,13 @@ are MIG nodes, the rest MPS nodes (--mig-share). Every node has the GPUs of --sh
 
 Per fleet it runs, with --forks:
 1. the playbook (first converge): no host may fail;
-2. the playbook again (idempotent re-run): every host must report changed=0, else the bench stops with an error;
+2. the playbook again (idempotent re-run): every host must report changed=0;
 3. an "empty" playbook that mirrors the re-run task by task: the same plays and serial batches, each task replaced
    by ansible.builtin.ping where it ran a module and by ansible.builtin.debug where it ran only on the controller
    (set_fact, assert, include_*), run and skipped on the same hosts, with the same loops and run_once: Ansible's own
    cost for that run, with no work of ours in it.
-Each run records wall seconds, CPU seconds of the ansible-playbook process tree (user + system, getrusage of the
+A failed host or a change on the re-run is an error, not a figure: the bench reports it (naming the hosts and
+tasks), goes on with the next fleet and exits 1. Each run records wall seconds, CPU seconds of the ansible-playbook process tree (user + system, getrusage of the
 children around the run) and the 1-minute load average before it. On a shared machine the CPU seconds are the
 figure to compare; wall seconds depend on what else runs.
 
