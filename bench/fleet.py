@@ -1,21 +1,40 @@
-"""Benchmark: a converge playbook over a fleet of simulated GPU nodes: first converge, idempotent re-run, and how
-much of the re-run is Ansible's own overhead.
+"""Benchmark: site.yml (or another playbook) over a fleet of simulated GPU nodes: first converge, idempotent re-run,
+and how much of the re-run is Ansible's own overhead; how the cost grows with nodes and with GPUs per node.
 
-For each fleet size (--nodes, e.g. 1,10,25,50,100) it builds an inventory of that many simulated nodes (local
-connection, one simulator state file and one scratch root per node, --shape), then runs with --forks:
-1. the playbook (first converge), 2. the playbook again (must report 0 changed), 3. an "empty" play with the same
-number of tasks per host as the re-run executed (ansible.builtin.ping for each task that ran, a `when: false` task
-for each skipped one): the cost of Ansible alone. Times are wall-clock on this machine; per node = total / nodes.
+The fleet is an inventory directory in a temporary directory, shaped like inventories/lab: group gpu_nodes with
+children mig_nodes (MIG, all-balanced) and mps_nodes (MPS, 4 replicas per GPU), a copy of the lab's group_vars
+(local connection, simulated GPUs, scratch files, the nvidia-ctk stand-in, the real containerd for validation, no
+cluster), every node's state and files under the temporary directory. The first half of the nodes (rounded up)
+are MIG nodes, the rest MPS nodes (--mig-share). Every node has the GPUs of --shape (default hgx-h200: 8 x H200).
 
-The playbook is an argument (--playbook), so the same bench runs site.yml once it exists; the default is
-bench/playbooks/roles_converge.yml (gpu_info + the mig role with all-balanced + the compute_mode role).
+Per fleet it runs, with --forks:
+1. the playbook (first converge): no host may fail;
+2. the playbook again (idempotent re-run): every host must report changed=0;
+3. an "empty" playbook that mirrors the re-run task by task: the same plays and serial batches, each task replaced
+   by ansible.builtin.ping where it ran a module and by ansible.builtin.debug where it ran only on the controller
+   (set_fact, assert, include_*), run and skipped on the same hosts, with the same loops and run_once: Ansible's own
+   cost for that run, with no work of ours in it.
+A failed host or a change on the re-run is an error, not a figure: the bench reports it (naming the hosts and
+tasks), goes on with the next fleet and exits 1. Each run records wall seconds, CPU seconds of the ansible-playbook process tree (user + system, getrusage of the
+children around the run) and the 1-minute load average before it. On a shared machine the CPU seconds are the
+figure to compare; wall seconds depend on what else runs.
 
-Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10,25,50] [--forks 10] [--shape hgx-h200]
+--gpus-per-node 1,2,4,8 adds a series at --gpus-nodes nodes (default 10) with 1/2/4/8 x H200 per node
+(shapes h200-x1, h200-x2, h200-x4, hgx-h200). --out DIR writes the report (markdown) there, and a plot of the
+growth (SVG) when matplotlib imports. --issue8 is the whole measurement of issue 8.
+
+Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--shape hgx-h200]
+                             [--gpus-per-node 1,2,4,8 --gpus-nodes 10] [--empty-at 1,50] [--out DIR]
+       python bench/fleet.py --issue8 --out docs/readings/fleet   # 1 and 50 nodes with the empty play,
+                             # growth 10/25/50/100 nodes, 1/2/4/8 GPUs per node at 10 nodes
+       python bench/fleet.py --quick                              # 2 single-GPU nodes (the test runs this)
 """
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,106 +44,389 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_catalog import MACHINE_SHAPES  # noqa: E402
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 
-DEFAULT_PLAYBOOK = os.path.join(ROOT, "bench", "playbooks", "roles_converge.yml")
+SITE = os.path.join(ROOT, "site.yml")
+LAB = os.path.join(ROOT, "inventories", "lab")
+CONTAINERD_INITIAL = os.path.join(ROOT, "inventories", "lab-files", "containerd-config.toml")
+# GPUs per node -> the simulator's all-H200 shape (1: h200-x1, 2: h200-x2, 4: h200-x4, 8: hgx-h200)
+H200_SHAPES = dict((len(models), shape) for shape, models in MACHINE_SHAPES.items() if set(models) == {"H200"})
 
 
-def inventory(tmp, nodes, shape, extra_vars):
-    hosts = {}
-    for i in range(nodes):
-        name = "node-%03d" % i
-        d = os.path.join(tmp, name)
-        os.makedirs(os.path.join(d, "units"))
-        hv = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-              "gpuops_environment": {"GPUOPS_SIMULATED_GPUS": os.path.join(d, "state.json"),
-                                     "GPUOPS_SIMULATED_MACHINE": shape},
-              "mig_config_name": "all-balanced", "mig_root": os.path.join(d, "root"), "mig_manage_systemd": False,
-              "mig_manage_services": False, "mig_boot_python": sys.executable, "mig_allow_reset": True,
-              "compute_mode_unit_directory": os.path.join(d, "units"), "compute_mode_manage_systemd": False}
-        hv.update(extra_vars)
-        hosts[name] = hv
-    path = os.path.join(tmp, "inventory.yml")
+def inventory(tmp, nodes, shape, mig_share=0.5, extra=None):
+    """An inventory directory like inventories/lab with `nodes` nodes of `shape`; returns its path."""
+    inv = os.path.join(tmp, "inventory")
+    shutil.copytree(os.path.join(LAB, "group_vars"), os.path.join(inv, "group_vars"))
+    # The lab's gpu_nodes.yml finds the repository and the containerd seed config from inventory_dir: point them
+    # at this checkout, and every node's state and files at the temporary directory.
+    path = os.path.join(inv, "group_vars", "gpu_nodes.yml")
+    with open(path) as handle:
+        group = yaml.safe_load(handle)
+    group.update({"gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": CONTAINERD_INITIAL,
+                  "gpuops_lab_state_dir": os.path.join(tmp, "state")})
+    group.update(extra or {})
     with open(path, "w") as handle:
-        yaml.safe_dump({"all": {"hosts": hosts}}, handle)
-    return path
+        yaml.safe_dump(group, handle)
+    mig = nodes - int(nodes * (1 - mig_share))
+    hosts = dict(("node-%03d" % i, {"gpuops_simulated_machine": shape}) for i in range(nodes))
+    names = sorted(hosts)
+    groups = {"mig_nodes": {"hosts": dict((n, hosts[n]) for n in names[:mig])},
+              "mps_nodes": {"hosts": dict((n, hosts[n]) for n in names[mig:])}}
+    with open(os.path.join(inv, "hosts.yml"), "w") as handle:
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": groups}}}}, handle)
+    return inv, mig
 
 
-def play(playbook, inv, forks):
-    cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
-    dt = time.perf_counter() - t0
-    try:
-        data = json.loads(proc.stdout[proc.stdout.index("{"):])
-    except ValueError:
-        raise SystemExit("%s: no JSON output (rc %d): %s %s" % (playbook, proc.returncode, proc.stdout[-2000:],
-                                                                proc.stderr[-2000:]))
-    failed = dict((h, s) for h, s in data["stats"].items() if s.get("failures") or s.get("unreachable"))
-    if failed:
-        msgs = [r.get("msg") for p in data["plays"] for t in p["tasks"] for h, r in t["hosts"].items()
-                if h in failed and r.get("failed")]
-        raise SystemExit("%s failed on %d host(s): %s: %s" % (playbook, len(failed), sorted(failed)[:5], msgs[:2]))
-    return dt, data
+class BenchError(Exception):
+    """A run that is an error, not a figure: a failed host, no output, changes on the re-run."""
 
 
-def task_counts(data, host):
-    ran = skipped = 0
+class Run(object):
+    """One ansible-playbook run: wall and CPU seconds, load before, the JSON callback's output."""
+
+    def __init__(self, playbook, inv, forks, env, args=()):
+        cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)] + list(args)
+        self.load = os.getloadavg()[0]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+        self.wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        try:
+            self.data = json.loads(proc.stdout[proc.stdout.index("{"):])
+        except ValueError:
+            raise BenchError("%s: no JSON output (rc %d): %s %s" % (playbook, proc.returncode, proc.stdout[-2000:],
+                                                                    proc.stderr[-2000:]))
+        self.stats = self.data["stats"]
+        failed = sorted(h for h, s in self.stats.items() if s.get("failures") or s.get("unreachable"))
+        if failed or proc.returncode != 0:
+            msgs = [(h, t["task"]["name"], r.get("msg")) for p in self.data["plays"] for t in p["tasks"]
+                    for h, r in t["hosts"].items() if r.get("failed")]
+            raise BenchError("%s failed (rc %d) on %d host(s) %s: %s %s" % (
+                playbook, proc.returncode, len(failed), failed[:5], msgs[:3], proc.stderr[-1000:]))
+
+    def figures(self):
+        return {"wall": self.wall, "cpu": self.cpu, "load": self.load,
+                "changed": sum(s.get("changed", 0) for s in self.stats.values())}
+
+    def changed_hosts(self):
+        return sorted(h for h, s in self.stats.items() if s.get("changed"))
+
+    def changed_tasks(self):
+        return sorted(set((t["task"]["name"], h) for p in self.data["plays"] for t in p["tasks"]
+                          for h, r in t["hosts"].items() if r.get("changed")))
+
+
+def _skipped(res):
+    return bool(res.get("skipped") or "skip_reason" in res)
+
+
+def batches(data):
+    """The run's shape, per play and serial batch: its hosts, and per task whether it ran a module (a result with
+    `invocation`) or only controller-side code (set_fact, debug, assert, include_*), its loop length, and the
+    hosts it ran on and skipped."""
+    out = []
     for p in data["plays"]:
+        batch = {"name": p["play"]["name"], "hosts": set(), "tasks": []}
         for t in p["tasks"]:
-            r = t["hosts"].get(host)
-            if r is None:
+            results = t["hosts"]
+            batch["hosts"].update(results)
+            ran = sorted(h for h, r in results.items() if not _skipped(r))
+            items = max([len(results[h].get("results", [])) for h in ran] or [0])
+            module = any("invocation" in r or any("invocation" in i for i in r.get("results", []))
+                         for r in results.values())
+            batch["tasks"].append({"name": t["task"]["name"], "module": module, "loop": items, "ran": ran,
+                                   "skipped": sorted(h for h, r in results.items() if _skipped(r))})
+        batch["hosts"] = sorted(batch["hosts"])
+        out.append(batch)
+    return out
+
+
+def task_counts(shape, host):
+    """(tasks run, tasks skipped) on one host."""
+    ran = sum(1 for b in shape for t in b["tasks"] if host in t["ran"])
+    return ran, sum(1 for b in shape for t in b["tasks"] if host in t["skipped"])
+
+
+def empty_playbook(tmp, shape):
+    """The same batches and tasks, each task replaced by ansible.builtin.ping (where it ran a module) or an
+    ansible.builtin.debug (controller-side code), run on the same hosts, skipped on the same hosts, with the same
+    loop lengths and run_once: what Ansible itself costs for that run."""
+    plays = []
+    for batch in shape:
+        tasks = []
+        for i, t in enumerate(batch["tasks"]):
+            hosts = sorted(set(t["ran"]) | set(t["skipped"]))
+            if not hosts:  # meta tasks (flush_handlers) report no host result
                 continue
-            if r.get("skipped"):
-                skipped += 1
-            else:
-                ran += 1
-    return ran, skipped
-
-
-def empty_play(tmp, ran, skipped):
-    tasks = [{"name": "Task %d" % i, "ansible.builtin.ping": None} for i in range(ran)]
-    tasks += [{"name": "Skipped %d" % i, "ansible.builtin.ping": None, "when": False} for i in range(skipped)]
+            task = {"name": "Task %d" % i}
+            task.update({"ansible.builtin.ping": None} if t["module"] else {"ansible.builtin.debug": {"msg": ""}})
+            if t["loop"]:
+                task["loop"] = list(range(t["loop"]))
+            if len(hosts) == 1 and len(batch["hosts"]) > 1:
+                task["run_once"] = True
+            if t["skipped"]:
+                task["vars"] = {"__on": t["ran"]}
+                task["when"] = "inventory_hostname in __on"
+            tasks.append(task)
+        plays.append({"name": "Empty: " + batch["name"], "hosts": ",".join(batch["hosts"]), "gather_facts": False,
+                      "tasks": tasks})
     path = os.path.join(tmp, "empty.yml")
     with open(path, "w") as handle:
-        yaml.safe_dump([{"name": "Empty play, same task count", "hosts": "all", "gather_facts": False,
-                         "tasks": tasks}], handle, sort_keys=False)
+        yaml.safe_dump(plays, handle, sort_keys=False)
     return path
 
 
-def main():
+def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, args=()):
+    """First converge, re-run (must change nothing) and optionally the empty play, on a fresh fleet; `args`:
+    more ansible-playbook arguments for the playbook's two runs."""
+    tmp = tempfile.mkdtemp(prefix="gpuops-fleet-")
+    env = {"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
+    try:
+        inv, mig = inventory(tmp, nodes, shape, mig_share, extra)
+        row = {"nodes": nodes, "shape": shape, "gpus": len(MACHINE_SHAPES[shape]), "mig": mig, "forks": forks}
+        row["first"] = Run(playbook, inv, forks, env, args).figures()
+        again = Run(playbook, inv, forks, env, args)
+        row["again"] = again.figures()
+        if again.changed_hosts():
+            raise BenchError("NOT IDEMPOTENT: the re-run of %s changed %d host(s) %s; tasks: %s" % (
+                playbook, len(again.changed_hosts()), again.changed_hosts()[:5], again.changed_tasks()[:10]))
+        shape_run = batches(again.data)
+        counts = dict((h, task_counts(shape_run, h)) for h in again.stats)
+        row["tasks"] = ", ".join("%d/%d" % c for c in sorted(set(counts.values())))
+        if empty:
+            empty_run = Run(empty_playbook(tmp, shape_run), inv, forks, env)
+            row["empty"] = empty_run.figures()
+            empty_counts = dict((h, task_counts(batches(empty_run.data), h)) for h in empty_run.stats)
+            assert empty_counts == counts, (counts, empty_counts)
+        return row
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _table(header, lines):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join(out)
+
+
+def converge_table(rows):
+    header = ("nodes (MIG/MPS)", "GPUs per node", "first converge: wall s", "CPU s", "CPU s per node",
+              "load before", "re-run: wall s", "CPU s", "CPU s per node", "load before", "changed on re-run",
+              "tasks per host on re-run (ran/skipped)")
+    lines = []
+    for r in rows:
+        f, a = r["first"], r["again"]
+        n = r["nodes"]
+        lines.append(["%d (%d/%d)" % (n, r["mig"], n - r["mig"]), str(r["gpus"]),
+                      "%.1f" % f["wall"], "%.1f" % f["cpu"], "%.2f" % (f["cpu"] / n), "%.1f" % f["load"],
+                      "%.1f" % a["wall"], "%.1f" % a["cpu"], "%.2f" % (a["cpu"] / n), "%.1f" % a["load"],
+                      str(a["changed"]), r["tasks"]])
+    return _table(header, lines)
+
+
+def overhead_table(rows):
+    header = ("nodes", "GPUs per node", "re-run: wall s", "CPU s", "empty play: wall s", "CPU s", "load before",
+              "Ansible's own share of the re-run (CPU)", "(wall)")
+    lines = []
+    for r in rows:
+        a, e = r["again"], r["empty"]
+        lines.append([str(r["nodes"]), str(r["gpus"]), "%.1f" % a["wall"], "%.1f" % a["cpu"], "%.1f" % e["wall"],
+                      "%.1f" % e["cpu"], "%.1f" % e["load"], "%.0f%%" % (100.0 * e["cpu"] / a["cpu"]),
+                      "%.0f%%" % (100.0 * e["wall"] / a["wall"])])
+    return _table(header, lines)
+
+
+def plot(rows, path):
+    """Total CPU and wall seconds against nodes and against GPUs per node; returns a note on what was written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return "plot skipped: matplotlib does not import (%s)" % exc
+    by_nodes = sorted((r for r in rows if r["gpus"] == 8), key=lambda r: r["nodes"])
+    series_n, by_gpus = _gpu_series(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, series, key, label in ((axes[0], by_nodes, "nodes", "nodes (8 x H200 each)"),
+                                   (axes[1], by_gpus, "gpus", "H200 GPUs per node (%d nodes)" % series_n)):
+        xs = [r[key] for r in series]
+        for run, marker, color, name in (("first", "o", "C0", "first converge"), ("again", "s", "C2", "re-run")):
+            ax.plot(xs, [r[run]["cpu"] for r in series], marker + "-", color=color, label=name + ", CPU s")
+            ax.plot(xs, [r[run]["wall"] for r in series], marker + "--", color=color, alpha=0.5,
+                    label=name + ", wall s")
+        ax.set_xlabel(label)
+        ax.set_ylabel("seconds (whole fleet)")
+        ax.set_xticks(xs)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title("site.yml: growth with nodes")
+    axes[1].set_title("site.yml: growth with GPUs per node")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return "plot: %s" % path
+
+
+def _shown(path):
+    """A path relative to the repository when it is inside it."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def _commit():
+    if os.environ.get("GPUOPS_BENCH_COMMIT"):  # a run from an exported copy of the tree (no .git)
+        return os.environ["GPUOPS_BENCH_COMMIT"]
+    proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
+    return proc.stdout.strip() or "unknown"
+
+
+def _gpu_series(rows):
+    """The rows of the GPUs-per-node series: the fleet size with the most GPU counts."""
+    by_nodes = {}
+    for r in rows:
+        by_nodes.setdefault(r["nodes"], []).append(r)
+    if not by_nodes:
+        return 0, []
+    nodes = max(by_nodes, key=lambda n: (len(set(r["gpus"] for r in by_nodes[n])), n))
+    return nodes, sorted(by_nodes[nodes], key=lambda r: r["gpus"])
+
+
+def growth(rows):
+    """Least-squares lines through the fleet's total CPU seconds: against nodes (8-GPU fleets of 2 nodes or more,
+    half MIG, half MPS) and against GPUs per node."""
+    out = []
+    fleets = sorted((r for r in rows if r["gpus"] == 8 and r["nodes"] > 1), key=lambda r: r["nodes"])
+    nodes, by_gpus = _gpu_series(rows)
+    for series, key, unit in ((fleets, "nodes", "node"), (by_gpus, "gpus", "GPU per node (%d nodes)" % nodes)):
+        if len(set(r[key] for r in series)) < 3:
+            continue
+        for run, name in (("first", "first converge"), ("again", "re-run")):
+            fit = statistics.linear_regression([r[key] for r in series], [r[run]["cpu"] for r in series])
+            out.append("- %s: total CPU s = %.1f %s %.2f per %s (least squares over %s = %s)" % (
+                name, fit.intercept, "-" if fit.slope < 0 else "+", abs(fit.slope), unit, key,
+                ", ".join(str(r[key]) for r in series)))
+    return out
+
+
+def report(rows, args, note=""):
+    out = ["%s UTC, commit %s, %d CPU(s) on this machine, load average %s at the start." % (
+        args.started, args.commit, os.cpu_count() or 0, args.load),
+           "playbook: %s; forks %d; serial %s; nodes: the first half (rounded up) MIG all-balanced "
+           "(group mig_nodes), the rest MPS x4 (mps_nodes), lab group_vars; simulated GPUs." % (
+               _shown(args.playbook), args.forks, args.serial or "site.yml's own (25%)"),
+           "CPU s = user + system seconds of the ansible-playbook process tree (comparable on a shared machine); "
+           "wall s depends on the load.", "",
+           "### First converge and idempotent re-run (totals for the fleet)", "",
+           converge_table(sorted(rows, key=lambda r: (r["gpus"], r["nodes"])))]
+    with_empty = [r for r in rows if "empty" in r]
+    if with_empty:
+        out += ["", "### Ansible's own overhead: an empty play with the same plays, batches and tasks per host",
+                "", overhead_table(sorted(with_empty, key=lambda r: (r["gpus"], r["nodes"])))]
+    lines = growth(rows)
+    if lines:
+        out += ["", "### Growth", ""] + lines
+    if note:
+        out += ["", note]
+    return "\n".join(out) + "\n"
+
+
+def plan(args):
+    """The (nodes, shape, empty play?) runs to make, in order, without repeats."""
+    if args.shape not in MACHINE_SHAPES:
+        raise SystemExit("--shape %s: unknown; valid: %s" % (args.shape, ", ".join(sorted(MACHINE_SHAPES))))
+    empty_at = None if args.empty_at is None else set(int(n) for n in args.empty_at.split(",") if n)
+    runs = []
+    for n in [int(n) for n in args.nodes.split(",") if n]:
+        runs.append((n, args.shape, empty_at is None or n in empty_at))
+    for g in [int(g) for g in (args.gpus_per_node or "").split(",") if g]:
+        if g not in H200_SHAPES:
+            raise SystemExit("--gpus-per-node: %d has no H200 shape; valid: %s" % (g, sorted(H200_SHAPES)))
+        runs.append((args.gpus_nodes, H200_SHAPES[g], empty_at is not None and args.gpus_nodes in empty_at
+                     and H200_SHAPES[g] == args.shape))
+    seen, out = set(), []
+    for run in runs:
+        if run[:2] not in seen:
+            seen.add(run[:2])
+            out.append(run)
+    return out
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--playbook", default=DEFAULT_PLAYBOOK)
-    parser.add_argument("--nodes", default="1,10", help="comma-separated fleet sizes (default 1,10)")
+    parser.add_argument("--playbook", default=SITE, help="default: site.yml")
+    parser.add_argument("--nodes", default="1,10", help="comma-separated fleet sizes, run in this order (default 1,10)")
     parser.add_argument("--forks", type=int, default=10)
-    parser.add_argument("--shape", default="hgx-h200")
-    parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE host var for every node")
-    args = parser.parse_known_args()[0]
+    parser.add_argument("--shape", default="hgx-h200", help="simulated machine of every node (default hgx-h200)")
+    parser.add_argument("--gpus-per-node", default="", help="e.g. 1,2,4,8: a series of 1/2/4/8 x H200 nodes")
+    parser.add_argument("--gpus-nodes", type=int, default=10, help="nodes in the --gpus-per-node series (10)")
+    parser.add_argument("--empty-at", default=None, help="fleet sizes that also get the empty play (default: all)")
+    parser.add_argument("--mig-share", type=float, default=0.5, help="share of MIG nodes, rounded up (default 0.5)")
+    parser.add_argument("--serial", help="batch size for site.yml (-e gpuops_serial=...; default: its own 25%%)")
+    parser.add_argument("--out", help="directory for the report (fleet.md) and the growth plot (fleet.svg)")
+    parser.add_argument("--issue8", action="store_true",
+                        help="nodes 1,50,10,25,100 (empty play at 1 and 50), 1/2/4/8 GPUs per node at 10 nodes")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 single-GPU nodes (one MIG, one MPS), forks 2, one batch (the test runs this)")
+    parser.add_argument("--replot", metavar="FLEET_JSON", help="the report and plot again from a run's fleet.json")
+    parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE group var for every node")
+    args = parser.parse_known_args(argv)[0]
+    if args.issue8:
+        args.nodes, args.empty_at, args.gpus_per_node, args.gpus_nodes = "1,50,10,25", "1,50", "1,2,4,8", 10
+    if args.quick:
+        args.nodes, args.shape, args.forks, args.gpus_per_node, args.serial = "2", "h200-x1", 2, "", "2"
     extra = dict(kv.split("=", 1) for kv in args.extra)
-    print("playbook: %s; forks %d; shape %s; %d CPU(s) on this machine" % (
-        os.path.relpath(args.playbook, ROOT), args.forks, args.shape, os.cpu_count() or 0))
-    header = ("nodes", "first converge s", "per node s", "re-run s", "per node s", "changed on re-run",
-              "tasks per host (ran/skipped)", "empty play s", "Ansible overhead of the re-run")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for nodes in [int(n) for n in args.nodes.split(",")]:
-        tmp = tempfile.mkdtemp(prefix="gpuops-fleet-")
+    runs = plan(args)
+    if args.issue8:
+        runs.append((100, args.shape, False))  # last: the longest, after everything else is in the report
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    args.started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    args.load = "%.1f/%.1f/%.1f" % os.getloadavg()
+    args.commit = _commit()
+    rows, errors = [], []
+    if args.replot:
+        with open(args.replot) as handle:
+            saved = json.load(handle)
+        for key in ("started", "load", "commit", "playbook", "forks", "serial"):
+            setattr(args, key, saved.get(key))
+        args.playbook = os.path.join(ROOT, args.playbook)  # (an absolute path stays as it is)
+        rows, errors, runs = saved["rows"], saved["errors"], []
+    for nodes, shape, empty in runs:
+        print("# %s: %d node(s) of %s, forks %d%s (load %.1f)" % (
+            time.strftime("%H:%M:%S"), nodes, shape, args.forks, ", with the empty play" if empty else "",
+            os.getloadavg()[0]), file=sys.stderr)
+        sys.stderr.flush()
         try:
-            inv = inventory(tmp, nodes, args.shape, extra)
-            first, _data = play(args.playbook, inv, args.forks)
-            again, data = play(args.playbook, inv, args.forks)
-            changed = sum(s.get("changed", 0) for s in data["stats"].values())
-            ran, skipped = task_counts(data, "node-000")
-            empty, _data = play(empty_play(tmp, ran, skipped), inv, args.forks)
-            print("| %d | %.1f | %.2f | %.1f | %.2f | %d | %d/%d | %.1f | %.0f%% |" % (
-                nodes, first, first / nodes, again, again / nodes, changed, ran, skipped, empty,
-                100.0 * empty / again))
-            sys.stdout.flush()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            rows.append(measure(args.playbook, nodes, shape, args.forks, empty, args.mig_share, extra,
+                                ["-e", "gpuops_serial=%s" % args.serial] if args.serial else []))
+        except BenchError as exc:  # an error, not a figure: say so, and go on with the other fleets
+            errors.append("ERROR (%d nodes of %s): %s" % (nodes, shape, exc))
+            print(errors[-1], file=sys.stderr)
+        if args.out:  # after every fleet, so an interrupted run keeps what it measured
+            with open(os.path.join(args.out, "fleet.md"), "w") as handle:
+                handle.write(report(rows, args, "\n\n".join(errors)))
+            with open(os.path.join(args.out, "fleet.json"), "w") as handle:
+                json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
+                           "serial": args.serial, "playbook": _shown(args.playbook), "rows": rows, "errors": errors},
+                          handle, indent=1)
+    notes = list(errors)
+    if args.out and len(rows) > 1:
+        notes.append(plot(rows, os.path.join(args.out, "fleet.svg")))
+    text = report(rows, args, "\n\n".join(notes))
+    if args.out:
+        with open(os.path.join(args.out, "fleet.md"), "w") as handle:
+            handle.write(text)
+    print(text)
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

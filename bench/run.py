@@ -5,7 +5,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # module_times: simulated 8-GPU nodes; device_vs_nvidia_smi: needs --real on a GPU host (skips otherwise);
-# fleet: a playbook over simulated nodes (--playbook PATH, --nodes 1,10,25,50,100, --forks 10).
+# fleet: site.yml over simulated nodes, 1 and 10 by default (--nodes, --gpus-per-node 1,2,4,8, --issue8, --out DIR).
 BENCHES = ["gpu_info_bench.py", "module_times.py", "mig_disruption.py", "device_vs_nvidia_smi.py", "fleet.py"]
 
 if __name__ == "__main__":

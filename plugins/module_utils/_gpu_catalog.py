@@ -131,6 +131,10 @@ MACHINE_SHAPES = {
     "mixed": ["A100-SXM4-80GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-80GB", "L40S"],
     # The lent machine of this project: one H200, as read in gpu-readings.md.
     "h200-x1": ["H200"],
+    # Smaller H200 nodes, so that a GPUs-per-node series (1, 2, 4, 8 H200: h200-x1, h200-x2, h200-x4, hgx-h200)
+    # keeps one GPU model (bench/fleet.py --gpus-per-node).
+    "h200-x2": ["H200"] * 2,
+    "h200-x4": ["H200"] * 4,
 }
 
 

@@ -118,5 +118,6 @@ def test_every_shape_uses_known_models_and_distinct_bus_ids():
         assert all(m in catalog.GPU_MODELS for m in models), shape
         buses = [catalog.bus_id(i) for i in range(len(models))]
         assert len(set(buses)) == len(buses)
-    for needed in ("dgx-a100-40gb", "dgx-a100-80gb", "hgx-h100-80gb", "hgx-h200", "a30-x4", "l40s-x2", "mixed"):
+    for needed in ("dgx-a100-40gb", "dgx-a100-80gb", "hgx-h100-80gb", "hgx-h200", "a30-x4", "l40s-x2", "mixed",
+                   "h200-x1", "h200-x2", "h200-x4"):
         assert needed in catalog.MACHINE_SHAPES

@@ -34,6 +34,7 @@ def _layout(gpu):
     ("dgx-a100-40gb", 8, "NVIDIA A100-SXM4-40GB"), ("dgx-a100-80gb", 8, "NVIDIA A100-SXM4-80GB"),
     ("hgx-h100-80gb", 8, "NVIDIA H100 80GB HBM3"), ("hgx-h200", 8, "NVIDIA H200"),
     ("a30-x4", 4, "NVIDIA A30"), ("l40s-x2", 2, "NVIDIA L40S"),
+    ("h200-x1", 1, "NVIDIA H200"), ("h200-x2", 2, "NVIDIA H200"), ("h200-x4", 4, "NVIDIA H200"),
 ])
 def test_shapes_create_the_named_machine(make_sim, shape, count, name):
     facts = make_sim(shape).read_all()

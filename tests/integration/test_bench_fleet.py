@@ -1,0 +1,61 @@
+"""bench/fleet.py --quick: site.yml over 2 single-GPU simulated nodes (one MIG, one MPS) through real
+ansible-playbook; the report has measured figures, the re-run changed nothing, the empty play ran."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.ansible_run import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _bench(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fleet.py")] + list(args), cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600,
+                          check=False)
+
+
+def test_quick_fleet_bench_reports_real_figures(tmp_path):
+    out = tmp_path / "out"
+    proc = _bench("--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    # the printed table: one fleet of 2 nodes (1 MIG, 1 MPS), 1 GPU each, numbers in every timing cell
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 2 (1/1) |")]
+    assert len(rows) == 1, proc.stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[1] == "1"
+    for cell in cells[2:10]:
+        assert re.match(r"^\d+\.\d+$", cell), (cell, rows[0])
+    assert cells[10] == "0", rows[0]  # changed on the re-run
+    assert re.match(r"^\d+/\d+, \d+/\d+$", cells[11]), cells[11]  # tasks of the MPS node, of the MIG node
+    assert "Ansible's own share of the re-run" in proc.stdout
+
+    saved = json.loads((out / "fleet.json").read_text())
+    assert saved["errors"] == []
+    (row,) = saved["rows"]
+    assert (row["nodes"], row["mig"], row["gpus"], row["shape"]) == (2, 1, 1, "h200-x1")
+    assert row["first"]["changed"] > 0 and row["again"]["changed"] == 0
+    for run in ("first", "again", "empty"):
+        assert row[run]["wall"] > 1 and row[run]["cpu"] > 1, row
+    assert (out / "fleet.md").read_text() in proc.stdout
+
+    # the report again from the saved figures, without running anything
+    again = _bench("--replot", str(out / "fleet.json"))
+    assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr
+
+
+def test_an_error_is_not_a_figure(tmp_path):
+    # a declaration site.yml refuses: the bench reports the error and exits 1, no row is written
+    out = tmp_path / "out"
+    proc = _bench("--nodes", "1", "--shape", "h200-x1", "--empty-at", "", "--out", str(out),
+                  "-e", "gpu_node_compute_mode=Sometimes")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ERROR (1 nodes of h200-x1)" in proc.stdout
+    saved = json.loads((out / "fleet.json").read_text())
+    assert saved["rows"] == [] and len(saved["errors"]) == 1
+    assert "failed" in saved["errors"][0] and "Sometimes" in saved["errors"][0], saved["errors"]
