@@ -15,8 +15,8 @@ Per fleet it runs, with --forks:
    (set_fact, assert, include_*), run and skipped on the same hosts, with the same loops and run_once: Ansible's own
    cost for that run, with no work of ours in it.
 A failed host or a change on the re-run is an error, not a figure: the bench reports it (naming the hosts and
-tasks), goes on with the next fleet and exits 1. Each run records wall seconds, CPU seconds of the ansible-playbook process tree (user + system, getrusage of the
-children around the run) and the 1-minute load average before it. On a shared machine the CPU seconds are the
+tasks), goes on with the next fleet and exits 1. Each run records wall seconds, CPU seconds of the ansible-playbook
+process tree (user + system, getrusage of the children around the run) and the 1-minute load average before it. On a shared machine the CPU seconds are the
 figure to compare; wall seconds depend on what else runs.
 
 --gpus-per-node 1,2,4,8 adds a series at --gpus-nodes nodes (default 10) with 1/2/4/8 x H200 per node
@@ -318,7 +318,7 @@ def growth(rows):
 
 def report(rows, args, note=""):
     out = ["%s UTC, commit %s, %d CPU(s) on this machine, load average %s at the start." % (
-        args.started, args.commit, os.cpu_count() or 0, args.load),
+           args.started, args.commit, os.cpu_count() or 0, args.load),
            "playbook: %s; forks %d; serial %s; nodes: the first half (rounded up) MIG all-balanced "
            "(group mig_nodes), the rest MPS x4 (mps_nodes), lab group_vars; simulated GPUs." % (
                _shown(args.playbook), args.forks, args.serial or "site.yml's own (25%)"),
