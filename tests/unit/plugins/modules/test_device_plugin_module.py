@@ -161,6 +161,12 @@ def test_bad_profile_refused_before_any_helm_mutation(rig):
     assert not MUTATING & set(rig.verbs())
 
 
+def test_negative_pending_timeout_refused_before_helm_runs(rig):
+    res = run_module(device_plugin.main, args(rig, pending_timeout=-1))
+    assert res["failed"] and "pending_timeout must be 0 or more seconds, got -1" in res["msg"]
+    assert "nothing changed" in res["msg"] and "commands" not in res     # refused before helm ran at all
+
+
 def test_mps_refused_on_old_chart(rig):
     rig.set_chart_version("0.14.5")
     res = run_module(device_plugin.main, args(rig))
