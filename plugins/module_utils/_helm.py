@@ -254,6 +254,22 @@ class OperationRecord(object):
             self._handle.close()
             self._handle = None
 
+    def keep(self):
+        """The operation returned but left the release pending: keep the record and let go of the lock, so that a
+        later run sees an operation of ours that died and recovers the release at once."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def close(self, release_item):
+        """After helm returned: end the record, or keep it when ``release_item`` (read after the operation) is
+        still pending. Returns True when the release is settled (not pending)."""
+        if is_pending(release_item):
+            self.keep()
+            return False
+        self.end()
+        return True
+
 
 def chart_version_of(release_item, chart_name):
     """'nvidia-device-plugin-0.17.0' -> '0.17.0' (chart names may contain '-')."""

@@ -416,9 +416,33 @@ def recover_pending(module, helm, p, current, record):
             helm.rollback(name, namespace, revision, wait=p["wait"], timeout=p["timeout"])
         else:
             helm.uninstall(name, namespace, wait=p["wait"], timeout=p["timeout"])
-    finally:
+    except _helm.HelmError:
         record.end()
+        raise
+    left = settle(helm, p, record, "the recovery (%s)" % action)[1]
+    if left:
+        module.fail_json(msg="release %s/%s was %s, %s; %s" % (namespace, name, status, why, left))
     return done
+
+
+LEFT_PENDING = ("helm reported that %s finished, but release %s/%s is left %s: helm could not save the release's "
+                "final status (it only logs that and still exits 0; an API error or timeout while writing the release "
+                "secret does this). Nothing more was done; the next run recovers the release at once (rollback to its "
+                "newest deployed revision, or uninstall if it never deployed) and then converges")
+
+
+def settle(helm, p, record, what):
+    """Read the release after a helm operation returned and close the operation's record: ended when the release
+    settled, kept when it is still pending (the next run then recovers it at once). Returns (release item, None) or
+    (release item, why it is not settled)."""
+    try:
+        after = helm.release(p["release_name"], p["namespace"])
+    except _helm.HelmError:
+        record.keep()       # outcome unknown: a later run recovers the release only if it really is pending
+        raise
+    if record.close(after):
+        return after, None
+    return after, LEFT_PENDING % (what, p["namespace"], p["release_name"], after.get("status"))
 
 
 def main():
@@ -608,11 +632,18 @@ def main():
                             previous_revision, rb_exc.msg, restore)
             elif not previous_revision:
                 fail["msg"] += "; there was no deployed revision to roll back to"
-            record.end()
+            try:
+                left = settle(helm, p, record, "the failed upgrade" + (
+                    " and its rollback" if previous_revision and p["rollback_on_failure"] else ""))[1]
+            except _helm.HelmError as read_exc:
+                left = "the release could not be read afterwards: %s" % read_exc.msg
+            if left:
+                fail["msg"] += "; " + left
             module.fail_json(**fail)
-        record.end()
-        after = helm.release(p["release_name"], p["namespace"])
+        after, left = settle(helm, p, record, "helm upgrade --install")
         result["release"] = after or {}
+        if left:
+            module.fail_json(msg=left, **result)
         after_values = _helm.normalize(helm.values(p["release_name"], p["namespace"]))
         if after_values != desired:
             module.fail_json(msg="helm reported success but the release's values differ from those applied at %s"
