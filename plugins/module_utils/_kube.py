@@ -21,9 +21,11 @@ import json
 import os
 import re
 import socket
+from urllib.parse import quote, urlencode
 
 try:
     import kubernetes
+    import kubernetes.client.rest
     from kubernetes.client.exceptions import ApiException
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -296,65 +298,118 @@ def build_configuration(params, environ=None):
 
 
 class Kube(object):
-    """A small facade over the kubernetes client with user-worded errors."""
+    """The API calls the modules make, as plain REST over the kubernetes client's own HTTP layer: its Configuration
+    (kubeconfig, in-cluster account, TLS, proxy, token refresh) and its RESTClientObject. Objects are the JSON dicts
+    the API server sends. The client's typed API classes are not used: with kubernetes 37 building CoreV1Api alone
+    costs about 2.5 s of CPU per module run (pydantic models), more than everything else a module does; older
+    clients import every model at once instead. Their models also refuse answers they cannot read."""
 
     def __init__(self, configuration, timeout=30.0):
         self.configuration = configuration
         self.timeout = timeout
-        self.api_client = kubernetes.client.ApiClient(configuration)
-        self.core = kubernetes.client.CoreV1Api(self.api_client)
-        self.node_api = kubernetes.client.NodeV1Api(self.api_client)
-        self.apps = kubernetes.client.AppsV1Api(self.api_client)
+        self.rest = kubernetes.client.rest.RESTClientObject(configuration)
 
     @classmethod
     def from_params(cls, params):
         cfg = build_configuration(params)
         return cls(cfg, timeout=params.get("request_timeout") or 30.0)
 
-    def call(self, what, func, *args, **kwargs):
-        kwargs.setdefault("_request_timeout", self.timeout)
+    def request(self, what, method, path, query=None, body=None, content_type="application/json"):
+        """One API request; returns the decoded JSON answer (a dict) or raises KubeError worded with ``what``."""
+        host = self.configuration.host
+        url = host + path + ("?" + urlencode(query) if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "gpuops.nvidia"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        for auth in (self.configuration.auth_settings() or {}).values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
         try:
-            return func(*args, **kwargs)
+            answer = self.rest.request(method, url, headers=headers, body=body, _request_timeout=self.timeout)
+            status, reason = answer.status, answer.reason
+            data = answer.data if getattr(answer, "data", None) is not None else answer.read()
         except ApiException as exc:
-            raise api_error(exc, what, self.configuration.host)
-        except ValueError as exc:
-            # The client could not read the answer into its models (e.g. a field it requires is missing).
-            raise KubeError("the Kubernetes API at %s answered something the kubernetes client could not read while "
-                            "trying to %s: %s" % (self.configuration.host, what, exc))
+            # clients before 35 raise for every answer that is not 2xx; all raise status 0 when no answer came
+            status, reason, data = exc.status, exc.reason, exc.body
+            if not status:
+                raise KubeError(_UNREACHABLE % (host, what, reason))
         except (_Urllib3Error, socket.error, OSError) as exc:
-            raise KubeError("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, "
-                            "the network path and that the API server is up." % (self.configuration.host, what, exc))
+            raise KubeError(_UNREACHABLE % (host, what, exc))
+        if isinstance(data, bytes):
+            data = data.decode("utf-8", "replace")
+        if not 200 <= int(status) < 300:
+            raise api_error(int(status), reason, data, what, host)
+        try:
+            return json.loads(data) if data else {}
+        except ValueError:
+            raise KubeError("the Kubernetes API at %s answered something that is not JSON while trying to %s: %.200s"
+                            % (host, what, data))
 
-    def to_dict(self, obj):
-        return self.api_client.sanitize_for_serialization(obj)
+    def get(self, what, path, **query):
+        return self.request(what, "GET", path, query=query or None)
+
+    def create(self, what, path, body, dry_run=False):
+        return self.request(what, "POST", path, query=_dry(dry_run), body=body)
+
+    def patch(self, what, path, patch, dry_run=False):
+        """A JSON merge patch (RFC 7386): maps merge, null deletes a key."""
+        return self.request(what, "PATCH", path, query=_dry(dry_run), body=patch,
+                            content_type="application/merge-patch+json")
+
+    def delete(self, what, path, dry_run=False):
+        return self.request(what, "DELETE", path, query=_dry(dry_run))
 
 
-def _status_message(exc):
+_UNREACHABLE = ("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, the network path "
+                "and that the API server is up.")
+
+
+def _dry(dry_run):
+    return {"dryRun": "All"} if dry_run else None
+
+
+def node_path(name):
+    return "/api/v1/nodes/%s" % quote(name, safe="")
+
+
+def runtime_class_path(name=None):
+    return "/apis/node.k8s.io/v1/runtimeclasses" + ("/%s" % quote(name, safe="") if name else "")
+
+
+def pods_path(namespace=None, name=None, sub=None):
+    path = "/api/v1/namespaces/%s/pods" % quote(namespace, safe="") if namespace else "/api/v1/pods"
+    if name:
+        path += "/%s" % quote(name, safe="")
+    return path + ("/" + sub if sub else "")
+
+
+def _status_message(body, reason):
     try:
-        body = json.loads(exc.body)
-        return body.get("message") or exc.reason, body.get("reason"), body
+        doc = json.loads(body)
+        return doc.get("message") or reason, doc.get("reason"), doc
     except (TypeError, ValueError, AttributeError):
-        return exc.reason or str(exc), None, None
+        return reason or body or "", None, None
 
 
-def api_error(exc, what, host):
-    message, reason, body = _status_message(exc)
-    if exc.status == 401:
+def api_error(status, reason, body, what, host):
+    """A KubeError for an API answer that is not 2xx, worded after its status code."""
+    message, reason, doc = _status_message(body, reason)
+    if status == 401:
         msg = ("the Kubernetes API at %s refused the credentials (401 Unauthorized) while trying to %s: the token or "
                "client certificate is missing, wrong or expired. Check api_key / K8S_AUTH_API_KEY or the kubeconfig "
                "user." % (host, what))
-    elif exc.status == 403:
+    elif status == 403:
         msg = ("the Kubernetes API at %s denied access (403 Forbidden) while trying to %s: %s. The credentials work "
                "but lack RBAC permission for this; grant it to the user or service account." % (host, what, message))
-    elif exc.status == 404:
+    elif status == 404:
         msg = "not found (404) while trying to %s: %s" % (what, message)
-    elif exc.status == 409:
+    elif status == 409:
         msg = "conflict (409) while trying to %s: %s" % (what, message)
-    elif exc.status == 422:
+    elif status == 422:
         msg = "the Kubernetes API rejected the request as invalid (422) while trying to %s: %s" % (what, message)
     else:
-        msg = "Kubernetes API error %s while trying to %s: %s" % (exc.status, what, message)
-    return KubeError(msg, status=exc.status, reason=reason, body=body)
+        msg = "Kubernetes API error %s while trying to %s: %s" % (status, what, message)
+    return KubeError(msg, status=status, reason=reason, body=doc)
 
 
 # ---- nodes ------------------------------------------------------------------------------------------------------
@@ -443,14 +498,12 @@ def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method=
     """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
     if node_name and method in ("auto", "name"):
         try:
-            node = kube.call("read node %s" % node_name, kube.core.read_node, node_name)
-            return kube.to_dict(node), "name"
+            return kube.get("read node %s" % node_name, node_path(node_name)), "name"
         except KubeError as exc:
             if exc.status != 404 or method == "name":
                 if exc.status == 404:
                     raise KubeError("node %r does not exist in the cluster (404); check node_name" % node_name,
                                     status=404)
                 raise
-    nodes = kube.call("list nodes", kube.core.list_node)
-    nodes = [kube.to_dict(n) for n in nodes.items]
+    nodes = kube.get("list nodes", "/api/v1/nodes").get("items") or []
     return find_node(nodes, node_name=node_name, hostnames=hostnames, internal_ips=internal_ips, method=method)

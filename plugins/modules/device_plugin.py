@@ -335,7 +335,7 @@ def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, 
     while True:
         problems, found = [], {}
         for node_name, want in sorted(expected.items()):
-            node = kube.to_dict(kube.call("read node %s" % node_name, kube.core.read_node, node_name))
+            node = kube.get("read node %s" % node_name, _kube.node_path(node_name))
             alloc = (node.get("status") or {}).get("allocatable") or {}
             found[node_name] = dict((k, v) for k, v in alloc.items() if k.startswith("nvidia.com/"))
             for res, count in sorted(want.items()):
@@ -344,11 +344,11 @@ def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, 
                     problems.append("node %s advertises %s=%s, expected %d"
                                     % (node_name, res, alloc.get(res, 0), count))
         for node_name in sorted(mps_nodes):
-            pods = kube.call("list pods in %s" % namespace, kube.core.list_namespaced_pod, namespace,
-                             field_selector="spec.nodeName=%s" % node_name)
+            pods = kube.get("list pods in %s" % namespace, _kube.pods_path(namespace),
+                            fieldSelector="spec.nodeName=%s" % node_name)
             ready = False
             seen = False
-            for pod in (kube.to_dict(p) for p in pods.items):
+            for pod in pods.get("items") or []:
                 owners = pod["metadata"].get("ownerReferences") or []
                 if not any(o.get("kind") == "DaemonSet" and o.get("name", "").endswith("-mps-control-daemon")
                            for o in owners):

@@ -155,11 +155,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
-try:
-    import kubernetes  # noqa: F401 pylint: disable=unused-import
-except ImportError:  # pragma: no cover - reported through _kube.HAS_KUBERNETES
-    pass
-
 
 OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
 
@@ -201,11 +196,9 @@ def is_gpu_pod(pod, prefix):
 
 
 def gpu_pods(kube, node, prefix):
-    pods = kube.call("list pods on node %s" % node, kube.core.list_pod_for_all_namespaces,
-                     field_selector="spec.nodeName=%s" % node)
+    pods = kube.get("list pods on node %s" % node, _kube.pods_path(), fieldSelector="spec.nodeName=%s" % node)
     found = []
-    for pod in pods.items:
-        pod = kube.to_dict(pod)
+    for pod in pods.get("items") or []:
         if is_gpu_pod(pod, prefix):
             found.append("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"]))
     return sorted(found)
@@ -213,8 +206,9 @@ def gpu_pods(kube, node, prefix):
 
 def evict(kube, pod):
     namespace, name = pod.split("/", 1)
-    body = kubernetes.client.V1Eviction(metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace))
-    kube.call("evict pod %s" % pod, kube.core.create_namespaced_pod_eviction, name, namespace, body)
+    # no apiVersion: the API server reads the body as its eviction endpoint's version (policy/v1 or v1beta1)
+    kube.create("evict pod %s" % pod, _kube.pods_path(namespace, name, "eviction"),
+                {"metadata": {"name": name, "namespace": namespace}})
 
 
 def drain(module, kube, node, prefix, timeout):
@@ -290,8 +284,7 @@ def main():
             after = patch.get("spec", {}).get("unschedulable", before)
             result.update(changed=True, unschedulable=after)
             if not module.check_mode:
-                kube.call("%s node %s" % ("cordon" if want else "uncordon", name), kube.core.patch_node, name,
-                          patch, _content_type="application/merge-patch+json")
+                kube.patch("%s node %s" % ("cordon" if want else "uncordon", name), _kube.node_path(name), patch)
             if module._diff:
                 mark_after = patch.get("metadata", {}).get("annotations", {}).get(OWNER_ANNOTATION, marked_by)
                 result["diff"] = dict(before={"unschedulable": before, OWNER_ANNOTATION: marked_by},

@@ -296,21 +296,18 @@ def main():
                 module.exit_json(**result)
             patch = {"metadata": {"labels": dict(to_set, **dict((k, None) for k in to_remove)),
                                   "resourceVersion": node["metadata"].get("resourceVersion")}}
-            kwargs = dict(_content_type="application/merge-patch+json")
-            if module.check_mode:
-                kwargs["dry_run"] = "All"
             try:
-                answer = kube.call("patch labels of node %s" % name, kube.core.patch_node, name, patch, **kwargs)
+                answer = kube.patch("patch labels of node %s" % name, _kube.node_path(name), patch,
+                                    dry_run=module.check_mode)
                 break
             except KubeError as exc:
                 if exc.status != 409 or attempt == 2:
                     raise
                 # Someone else changed the node between our read and our patch: read again and recompute.
-                node = kube.to_dict(kube.call("read node %s" % name, kube.core.read_node, name))
-        after = dict(kube.to_dict(answer)["metadata"].get("labels") or {})
+                node = kube.get("read node %s" % name, _kube.node_path(name))
+        after = dict(answer["metadata"].get("labels") or {})
         if not module.check_mode:
-            after = dict(kube.to_dict(kube.call("read node %s" % name, kube.core.read_node, name))
-                         ["metadata"].get("labels") or {})
+            after = dict(kube.get("read node %s" % name, _kube.node_path(name))["metadata"].get("labels") or {})
         result.update(changed=True, labels=after, set=to_set, removed=to_remove)
         if module._diff:
             result["diff"] = dict(before={"labels": before}, after={"labels": after},

@@ -122,12 +122,12 @@ def main():
         module.exit_json(changed=False, runtime_class={}, skipped_reason=(
             "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
 
-    dry = {"dry_run": "All"} if module.check_mode else {}
+    dry = module.check_mode
+    path = _kube.runtime_class_path(p["name"])
     try:
         kube = _kube.Kube.from_params(p)
-        api = kube.node_api
         try:
-            current = kube.to_dict(kube.call("read RuntimeClass %s" % p["name"], api.read_runtime_class, p["name"]))
+            current = kube.get("read RuntimeClass %s" % p["name"], path)
         except KubeError as exc:
             if exc.status != 404:
                 raise
@@ -137,7 +137,7 @@ def main():
         if p["state"] == "absent":
             after = {}
             if current:
-                kube.call("delete RuntimeClass %s" % p["name"], api.delete_runtime_class, p["name"], **dry)
+                kube.delete("delete RuntimeClass %s" % p["name"], path, dry_run=dry)
                 result["changed"] = True
         else:
             scheduling = {"nodeSelector": selector} if selector else None
@@ -152,25 +152,24 @@ def main():
                                          "handler in place. Set recreate: true to delete and recreate it (pods "
                                          "created in between cannot use it), nothing changed"
                                          % (p["name"], current.get("handler"), p["handler"]))
-                kube.call("delete RuntimeClass %s" % p["name"], api.delete_runtime_class, p["name"], **dry)
+                kube.delete("delete RuntimeClass %s" % p["name"], path, dry_run=dry)
                 current = None if not module.check_mode else current
-                answer = kube.call("create RuntimeClass %s" % p["name"], api.create_runtime_class, body, **dry) \
+                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), body) \
                     if not module.check_mode else body
                 result["changed"] = True
             elif not current:
-                answer = kube.call("create RuntimeClass %s" % p["name"], api.create_runtime_class, body, **dry)
+                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), body,
+                                     dry_run=dry)
                 result["changed"] = True
             elif before != want:
                 patch = {"scheduling": scheduling}
-                answer = kube.call("patch RuntimeClass %s" % p["name"], api.patch_runtime_class, p["name"], patch,
-                                   _content_type="application/merge-patch+json", **dry)
+                answer = kube.patch("patch RuntimeClass %s" % p["name"], path, patch, dry_run=dry)
                 result["changed"] = True
             else:
                 answer = current
-            after = _view(answer if isinstance(answer, dict) else kube.to_dict(answer))
+            after = _view(answer)
             if result["changed"] and not module.check_mode:
-                after = _view(kube.to_dict(kube.call("read RuntimeClass %s" % p["name"], api.read_runtime_class,
-                                                     p["name"])))
+                after = _view(kube.get("read RuntimeClass %s" % p["name"], path))
         result["runtime_class"] = after
         if module._diff and result["changed"]:
             result["diff"] = dict(before=before, after=after)

@@ -1,5 +1,6 @@
 """_kube: client construction like kubernetes.core, label syntax, node matching."""
 import os
+import shutil
 
 import pytest
 import yaml
@@ -68,7 +69,8 @@ def test_in_cluster_service_account(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cfg = _kube.build_configuration(params())
     assert cfg.host == "https://10.96.0.1:443" and cfg.gpuops_source == "in-cluster service account"
-    assert "sa-token" in cfg.api_key["BearerToken"]
+    # the header every request carries (kubernetes 24 keeps the token under "authorization", 37 "BearerToken")
+    assert cfg.auth_settings()["BearerToken"]["value"].lower() == "bearer sa-token"
 
 
 def test_missing_kubeconfig_file_is_a_clear_error():
@@ -137,3 +139,32 @@ def test_find_node_methods():
         _kube.find_node(nodes, hostnames=["zzz"], method="hostname")
     with pytest.raises(_kube.KubeError, match="give node_name, hostname or internal_ips"):
         _kube.find_node(nodes)
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")
+def test_requests_over_https_carry_the_token_and_check_the_certificate(tmp_path):
+    from tests.support.fake_kube_api import FakeKubeApi
+    api = FakeKubeApi(tokens={"rw-token": "rw"}).start(tls_dir=str(tmp_path))
+    try:
+        api.add_node("gpu-1")
+        kube = _kube.Kube.from_params(params(kubeconfig=api.kubeconfig(token="rw-token")))
+        node = kube.get("read node gpu-1", _kube.node_path("gpu-1"))
+        assert node["metadata"]["name"] == "gpu-1"
+        assert kube.patch("label", _kube.node_path("gpu-1"), {"metadata": {"labels": {"a": "b"}}},
+                          dry_run=True)["metadata"]["labels"]["a"] == "b"
+        assert [(r["method"], r["authorization"], r["query"].get("dryRun")) for r in api.requests] == [
+            ("GET", "Bearer", None), ("PATCH", "Bearer", ["All"])]
+        assert api.requests[1]["content_type"] == "application/merge-patch+json"
+        with pytest.raises(_kube.KubeError) as exc:
+            kube.get("read node nope", _kube.node_path("nope"))
+        assert exc.value.status == 404 and "read node nope" in exc.value.msg
+        # the same server, but a kubeconfig without its CA: the certificate is refused, nothing is sent
+        config = api.kubeconfig(token="rw-token")
+        del config["clusters"][0]["cluster"]["certificate-authority-data"]
+        seen = len(api.requests)
+        with pytest.raises(_kube.KubeError) as exc:
+            _kube.Kube.from_params(params(kubeconfig=config, request_timeout=5)).get("list nodes", "/api/v1/nodes")
+        assert "cannot reach the Kubernetes API" in exc.value.msg and "CERTIFICATE_VERIFY_FAILED" in exc.value.msg
+        assert len(api.requests) == seen
+    finally:
+        api.stop()
