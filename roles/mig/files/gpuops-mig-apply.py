@@ -4,17 +4,51 @@
 """Boot-time re-apply of the declared MIG mode and layout (run by gpuops-mig.service).
 
 GPU instances never survive a reboot, and Hopper loses MIG mode too; this script re-applies both with the
-collection's own code (the module_utils the mig role copies next to it), writes a JSON summary to stdout
-(the journal) and exits 1 if any GPU is not in its declared state, so `systemctl status` shows the failure.
+collection's own code (the module_utils the mig role puts next to it as one file, gpuops-mig-lib.json, so a copy
+interrupted half-way can never leave old and new modules mixed), writes a JSON summary to stdout (the journal)
+and exits 1 if any GPU is not in its declared state, so `systemctl status` shows the failure.
 
 Usage: gpuops-mig-apply.py --config /etc/gpuops/mig.json [--lib /usr/local/lib/gpuops]
 The config holds the mig role's declared parameters: gpus, layout | config_file + config_name | config_name,
 allow_reset.
 """
 import argparse
+import importlib.abc
+import importlib.util
 import json
 import os
 import sys
+
+PACKAGE = "ansible_collections.gpuops.nvidia.plugins.module_utils"
+BUNDLE = "gpuops-mig-lib.json"
+
+
+class BundleImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports PACKAGE's modules from the bundle: {"_gpu.py": "<source>", ...}."""
+
+    def __init__(self, path):
+        with open(path) as handle:
+            sources = json.load(handle)
+        self.path = path
+        self.modules = dict(("%s.%s" % (PACKAGE, name[:-3]), text) for name, text in sources.items())
+        parts = PACKAGE.split(".")
+        self.packages = set(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.packages:
+            return importlib.util.spec_from_loader(fullname, self, is_package=True)
+        if fullname in self.modules:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        text = self.modules.get(module.__name__)
+        if text is not None:
+            module.__file__ = "%s/%s.py" % (self.path, module.__name__.rsplit(".", 1)[1])
+            exec(compile(text, module.__file__, "exec"), module.__dict__)  # pylint: disable=exec-used
 
 
 def main(argv=None):
@@ -22,7 +56,7 @@ def main(argv=None):
     parser.add_argument("--config", required=True)
     parser.add_argument("--lib", default=os.path.dirname(os.path.abspath(__file__)))
     args = parser.parse_args(argv)
-    sys.path.insert(0, args.lib)
+    sys.meta_path.insert(0, BundleImporter(os.path.join(args.lib, BUNDLE)))
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
