@@ -1,14 +1,16 @@
 """Fixtures shared by the site.yml reliability tests (faults, kills)."""
+import fcntl
+import pickle
+
 import pytest
 
 from tests.reliability.site_env import NODES, SmallSite, declared
 
 
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory):
-    """A clean converge of the small fleet (then a second run that must change nothing): the state it ends in,
-    its mutating steps (NVML calls per node, API writes, helm and containerd invocations), and its task starts."""
-    site = SmallSite(tmp_path_factory.mktemp("reference"))
+def _clean_converge(directory):
+    """A clean converge of the small fleet, then a second run that must change nothing: the state it ends in, its
+    mutating steps (NVML calls per node, API writes, helm and containerd invocations), and its task starts."""
+    site = SmallSite(directory)
     try:
         res = site.run()
         assert res.rc == 0, res
@@ -21,3 +23,22 @@ def reference(tmp_path_factory):
         return {"state": state, "steps": steps, "tasks": tasks}
     finally:
         site.close()
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """The clean converge (see _clean_converge), made once per test session: pytest-xdist workers share it through
+    a file in their common temporary directory, the first one to need it makes it under a lock."""
+    root = tmp_path_factory.getbasetemp()
+    if root.name.startswith("popen-gw"):
+        root = root.parent          # pytest-xdist: one basetemp per worker, under the session's own directory
+    path = root / "site-reference.pickle"
+    with open(str(root / "site-reference.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            with open(str(path), "rb") as handle:
+                return pickle.load(handle)
+        made = _clean_converge(tmp_path_factory.mktemp("reference"))
+        with open(str(path), "wb") as handle:
+            pickle.dump(made, handle)
+        return made
