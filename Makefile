@@ -21,10 +21,10 @@ lab: setup
 # The whole test suite: the quality gates, then every unit and integration test (pytest last, so its summary
 # closes the output). `make pytest` runs the tests alone, `make check` the gates alone.
 test: check
-	$(BIN)/python -m pytest -n 2 $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)
 
 pytest: setup
-	$(BIN)/python -m pytest -n 2 $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)
 
 # Quality gates (issue 7): ansible-test sanity, ansible-lint's production profile, changelog fragments.
 check: sanity lint changelog-lint

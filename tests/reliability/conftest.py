@@ -26,12 +26,19 @@ def _clean_converge(directory):
 
 
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory):
-    """The clean converge (see _clean_converge), made once per test session: pytest-xdist workers share it through
-    a file in their common temporary directory, the first one to need it makes it under a lock."""
+def session_dir(tmp_path_factory):
+    """A directory shared by every pytest-xdist worker of this test session (and new in each session)."""
     root = tmp_path_factory.getbasetemp()
     if root.name.startswith("popen-gw"):
         root = root.parent          # pytest-xdist: one basetemp per worker, under the session's own directory
+    return root
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory, session_dir):
+    """The clean converge (see _clean_converge), made once per test session: pytest-xdist workers share it through
+    a file in their common temporary directory, the first one to need it makes it under a lock."""
+    root = session_dir
     path = root / "site-reference.pickle"
     with open(str(root / "site-reference.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -13,7 +13,8 @@ each step, on a fresh fleet:
 4. site.yml runs again without the fault and must succeed and end exactly where the clean converge ended: GPUs,
    files, node labels, schedulability (no node cordoned), the device plugin's objects and a deployed helm release.
 
-The steps of each kind are spread over shards so that pytest-xdist runs them on both cores.
+Each step is its own test, so that pytest-xdist spreads them over the cores; STEPS lists them and the first test
+checks that it is exactly what the clean converge makes.
 """
 import os
 
@@ -26,31 +27,24 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")]
 
 NVML_ERRORS = ("UNKNOWN", "IN_USE", "INSUFFICIENT_RESOURCES")
-SHARDS = {"nvml": 3, "api": 4, "tools": 1}
+# The mutating steps of a clean converge of the small fleet:
+# - MIG node: all-balanced on one H200 = MIG mode + 4 GPU instances + 4 compute instances; MPS node: its compute mode;
+# - API writes: helm's release records and objects, the RuntimeClass, both nodes' labels, the cordon, the eviction,
+#   the uncordon;
+# - one helm upgrade --install; containerd validates the current config and the candidate on each node.
+STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 13, "helm": 1, "containerd": 4}
+CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
+         + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
 
 
 def test_the_reference_converge_has_every_kind_of_step(reference):
     steps, state = reference["steps"], reference["state"]
-    # all-balanced on one H200: MIG mode + 4 GPU instances + 4 compute instances; the MPS node: its compute mode
-    assert steps[MIG_NODE] == 9 and steps[MPS_NODE] == 1, steps
-    assert steps["helm"] == 1 and steps["containerd"] == 4, steps   # containerd: current config and candidate
-    # helm's objects and release records, the RuntimeClass, both nodes' labels, the cordon and the uncordon, the eviction
-    assert steps["api"] >= 8, steps
+    assert steps == STEPS, ("the clean converge now makes these mutating steps: update STEPS so that a fault is "
+                            "injected at every one of them", steps)
     assert state[MIG_NODE]["gpus"][0]["devices"] == [("1g.18gb", 2), ("1g.18gb", 3), ("2g.35gb", 0), ("3g.71gb", 4)]
     assert state[MPS_NODE]["gpus"][0]["mode"] == "Default"
     assert not state[MIG_NODE]["unschedulable"] and state[MIG_NODE]["cordon_mark"] is None
     assert state["release"] == [("nvdp", "deployed")], state["release"]
-
-
-def _cases(reference, kind, shard):
-    steps = reference["steps"]
-    if kind == "nvml":
-        cases = [("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, steps[node] + 1)]
-    elif kind == "api":
-        cases = [("api", None, i) for i in range(1, steps["api"] + 1)]
-    else:
-        cases = [(tool, None, i) for tool in ("helm", "containerd") for i in range(1, steps[tool] + 1)]
-    return cases[shard::SHARDS[kind]]
 
 
 def _arm(site, case):
@@ -77,29 +71,26 @@ def _disarm(site, case):
         site.set_tool_fault(case[0], 0)
 
 
-@pytest.mark.parametrize("kind,shard", [(k, s) for k, n in sorted(SHARDS.items()) for s in range(n)])
-def test_fault_at_every_step_then_rerun_converges(kind, shard, reference, tmp_path):
+@pytest.mark.parametrize("case", CASES, ids=["%s-%s-%d" % (k, (n or "all").replace("lab-", ""), i)
+                                             for k, n, i in CASES])
+def test_fault_at_a_step_then_rerun_converges(case, reference, tmp_path):
     want = reference["state"]
-    report = []
-    for case in _cases(reference, kind, shard):
-        site = SmallSite(tmp_path / ("%s-%s-%d" % (case[0], case[1] or "all", case[2])))
-        try:
-            _arm(site, case)
-            first = site.run()
-            assert _fired(site, case), (case, "the fault was never reached", first)
-            if first.rc == 0:
-                # the step was retried and the run still converged: then it must be exactly the declared state
-                assert not differences(declared(site), want), (case, differences(declared(site), want), first)
-                report.append((case, "absorbed"))
-                continue
-            assert first.failures(), (case, first)
-            behind = check_integrity(site, want)
-            _disarm(site, case)
-            second = site.run()
-            assert second.rc == 0, (case, second)
-            assert not differences(declared(site), want), (case, differences(declared(site), want))
-            report.append((case, "failed, then converged (%d file(s) had stayed as before)" % len(behind)))
-        finally:
-            site.close()
-    assert report, "no step of this kind in the reference converge"
-    print("\n".join("%s: %s" % r for r in report))
+    site = SmallSite(tmp_path / "fleet")
+    try:
+        _arm(site, case)
+        first = site.run()
+        assert _fired(site, case), (case, "the fault was never reached", first)
+        if first.rc == 0:
+            # the step was retried and the run still converged: then it must be exactly the declared state
+            assert not differences(declared(site), want), (case, differences(declared(site), want), first)
+            print("%s: absorbed (retried), declared state reached" % (case,))
+            return
+        assert first.failures(), (case, first)
+        behind = check_integrity(site, want)
+        _disarm(site, case)
+        second = site.run()
+        assert second.rc == 0, (case, second)
+        assert not differences(declared(site), want), (case, differences(declared(site), want))
+        print("%s: failed, then converged (%d file(s) had stayed as before)" % (case, len(behind)))
+    finally:
+        site.close()
