@@ -1,10 +1,9 @@
 """Fixtures shared by the site.yml reliability tests (faults, kills)."""
-import fcntl
 import pickle
 
 import pytest
 
-from tests.reliability.site_env import NODES, SmallSite, declared
+from tests.reliability.site_env import NODES, SmallSite, declared, session_lock
 
 
 def _clean_converge(directory):
@@ -38,10 +37,8 @@ def session_dir(tmp_path_factory):
 def reference(tmp_path_factory, session_dir):
     """The clean converge (see _clean_converge), made once per test session: pytest-xdist workers share it through
     a file in their common temporary directory, the first one to need it makes it under a lock."""
-    root = session_dir
-    path = root / "site-reference.pickle"
-    with open(str(root / "site-reference.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    path = session_dir / "site-reference.pickle"
+    with session_lock(session_dir, "site-reference"):
         if path.exists():
             with open(str(path), "rb") as handle:
                 return pickle.load(handle)

@@ -12,6 +12,7 @@ the real kubernetes client) with the real helm binary and the fixture chart.
 `declared(...)` reads back everything a converge declares (GPUs, files, API objects, the helm release) so a run can
 be compared with a clean converge; `check_integrity(...)` asserts that no file is corrupt or half-written.
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -123,6 +124,14 @@ class SmallSite(object):
     def tool_calls(self, name):
         with open(self.tools[name]) as handle:
             return read_counter(json.load(handle)["counter"])
+
+
+@contextlib.contextmanager
+def session_lock(directory, name):
+    """Hold ``directory/name.lock`` exclusively: for files the pytest-xdist workers of a session share."""
+    with open(str(directory / ("%s.lock" % name)), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def reset_counter(path):

@@ -19,7 +19,6 @@ them over the cores); the kills must also land all over the converge: at least 1
 step and before the last. Each kill records where it landed in the session's shared directory, and the test that
 records the last of the 20 checks that (so the check runs only when all 20 kills run).
 """
-import fcntl
 import json
 import os
 import random
@@ -30,7 +29,7 @@ import time
 import pytest
 
 from tests.integration.site_helpers import HELM
-from tests.reliability.site_env import SmallSite, check_integrity, declared, differences
+from tests.reliability.site_env import SmallSite, check_integrity, declared, differences, session_lock
 from tests.support.ansible_run import ROOT
 
 pytestmark = [pytest.mark.slow,
@@ -81,7 +80,7 @@ def _kill_at(site, task, delay, whole_group):
 
 def _kill_points(tasks):
     rng = random.Random(SEED)
-    return [(k, rng.randint(1, tasks), rng.uniform(0, 1.5), rng.random() < 0.5) for k in range(KILLS)]
+    return [(rng.randint(1, tasks), rng.uniform(0, 1.5), rng.random() < 0.5) for _k in range(KILLS)]
 
 
 def _inside(done, total):
@@ -92,8 +91,7 @@ def _inside(done, total):
 
 def _record(session_dir, entry):
     """Add this kill's outcome to the session's list; returns the list when this one completed it, else None."""
-    with open(str(session_dir / "site-kills.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with session_lock(session_dir, "site-kills"):
         path = session_dir / "site-kills.json"
         seen = json.loads(path.read_text()) if path.exists() else []
         seen.append(entry)
@@ -105,7 +103,7 @@ def _record(session_dir, entry):
 def test_sigkill_at_a_random_point_then_rerun_converges(k, reference, session_dir, tmp_path):
     want = reference["state"]
     task_starts = reference["tasks"]
-    _k, task, delay, whole_group = _kill_points(task_starts)[k]
+    task, delay, whole_group = _kill_points(task_starts)[k]
     site = SmallSite(tmp_path / "fleet")
     try:
         outcome = _kill_at(site, task, delay, whole_group)
