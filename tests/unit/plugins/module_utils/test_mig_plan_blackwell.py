@@ -2,7 +2,10 @@
 planner and the simulator: go-nvlib's profile grammar (+me, -me, +me.all, +gfx, compute-instance sub-profiles on
 them), the named layouts on each model, the layouts NVIDIA's mig-parted ships for these models planned and applied
 on the simulator exactly as declared, and the generation rules (no reset, MIG mode lost on reboot)."""
+import os
+
 import pytest
+import yaml
 from hypothesis import given, settings, strategies as st
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
@@ -314,3 +317,16 @@ def test_simulator_refuses_a_suffixed_profile_beyond_its_maximum(tmp_path):
         sim.create_gpu_instance(0, by_name["1g.24gb+me.all"]["id"], 1)
     with pytest.raises(NvmlInvalidArgument, match="possible starts: \\[0, 2\\]"):
         sim.create_gpu_instance(0, by_name["2g.48gb+gfx"]["id"], 1)
+
+
+def test_the_example_inventorys_blackwell_layouts_are_valid_on_their_models(facts):
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    with open(os.path.join(root, "inventories", "example", "hosts.yml")) as handle:
+        groups = yaml.safe_load(handle)["all"]["children"]["gpu_nodes"]["children"]
+    with open(os.path.join(root, "inventories", "example", "group_vars", "mig_nodes.yml")) as handle:
+        default = yaml.safe_load(handle)["gpu_node_mig_config_name"]
+    for group, model in (("hgx_b200", "B200"), ("rtx_pro_6000", "RTX-PRO-6000")):
+        for host, hostvars in groups[group]["hosts"].items():
+            assert host in groups["mig_nodes"]["hosts"], host
+            name = (hostvars or {}).get("gpu_node_mig_config_name", default)
+            assert mp.named_layout_for(facts[model], name)["mig_devices"], (host, name)
