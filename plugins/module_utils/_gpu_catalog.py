@@ -69,6 +69,17 @@ def mig_name_gb(total_mib, profile_mib, fractions=8):
     return (2 * frac * total_gb + fractions) // (2 * fractions)   # round(frac/8 * total_gb), halves up
 
 
+def _derived_seven_slice_mib(total_mib):
+    """DERIVED memory of the 1-, 2-, 4- and 8-memory-slice profiles of a 7-slice GPU (see derived_mib)."""
+    return tuple(derived_mib(total_mib, k) for k in (1, 2, 4, 8))
+
+
+# SMs per 7-slice profile (1g, 1g of 2 memory slices, 2g, 3g, 4g, 7g) of the H100 80GB HBM3 listing (GH100, 132 SMs)
+# and of the B200 (mig-parted#187 up to 2g; 3g/4g at 18 per slice; 7g all 148: see GPU_MODELS["B200"]).
+_H100_SMS = (16, 26, 32, 60, 64, 132)
+_B200_SMS = (18, 30, 36, 54, 72, 148)
+
+
 def _seven_slice(names, mem_mib, sms, ids=(19, 20, 15, 14, 9, 5, 0)):
     """The 7-compute/8-memory-slice layout shared by A100, H100, H200 and the 7-slice Blackwell parts (mig.md
     §3.2-3.6, §3.8; B200, GB200 and B300 have the same fractions of memory and SMs in the UG table and the same
@@ -107,7 +118,7 @@ GPU_MODELS = {
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-            (9984, 20096, 40448, 81152), (16, 26, 32, 60, 64, 132))},
+            (9984, 20096, 40448, 81152), _H100_SMS)},
     },
     # A100-SXM4-40GB: UG `-lgip`/`-lgipp` (mig.md §3.2). MiB = GiB x 1024 (4.75, 9.625, 19.50, 39.25).
     # Total 40536 MiB as nvidia-smi commonly reports this part (not from our own reading).
@@ -165,7 +176,7 @@ GPU_MODELS = {
         "compute_capability": "10.0", "architecture": "blackwell", "sms": 148,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
-            (20992, 45312, derived_mib(183359, 4), derived_mib(183359, 8)), (18, 30, 36, 54, 72, 148))},
+            (20992, 45312, derived_mib(183359, 4), derived_mib(183359, 8)), _B200_SMS)},
     },
     # GB200 (one GPU of a GB200 tray): name and 189471 MiB from public nvidia-smi output of GB200 nodes (driver
     # 580.95.05); PCI 0x2941 (pci.ids "GB100 [HGX GB200]", config-default all-balanced filter); cc 10.0 and 186GB
@@ -192,8 +203,7 @@ GPU_MODELS = {
         "compute_capability": "10.3", "architecture": "blackwell", "sms": 148,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
-            (derived_mib(275040, 1), derived_mib(275040, 2), derived_mib(275040, 4), derived_mib(275040, 8)),
-            (18, 30, 36, 54, 72, 148))},
+            _derived_seven_slice_mib(275040), _B200_SMS)},
     },
     # GH200 (H100 96GB HBM3 on Grace Hopper): name, 132 SMs and 97871 MiB from public nvidia-smi output of GH200
     # nodes; PCI 0x2342 (pci.ids "GH200 120GB / 480GB"; config-default all-balanced filter "H100-96GB, PG506-96GB,
@@ -205,8 +215,7 @@ GPU_MODELS = {
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
-            (derived_mib(97871, 1), derived_mib(97871, 2), derived_mib(97871, 4), derived_mib(97871, 8)),
-            (16, 26, 32, 60, 64, 132))},
+            _derived_seven_slice_mib(97871), _H100_SMS)},
     },
     # H100 NVL (94GB, PCIe): name and 95830 MiB from public nvidia-smi output; PCI 0x2321 (pci.ids "GH100 [H100L
     # 94GB]"; config-default all-balanced filter "H100 NVL"); cc 9.0 (UG gpus). Its profiles differ from the SXM5
@@ -217,8 +226,7 @@ GPU_MODELS = {
         "compute_capability": "9.0", "architecture": "hopper", "sms": None,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
-            (derived_mib(95830, 1), derived_mib(95830, 2), derived_mib(95830, 4), derived_mib(95830, 8)),
-            (16, 26, 32, 60, 64, 132))},
+            _derived_seven_slice_mib(95830), _H100_SMS)},
     },
     # RTX PRO 6000 Blackwell Server Edition: name and 97887 MiB from public nvidia-smi output (driver 595.71.05);
     # PCI 0x2BB5 (pci.ids "GB202GL [RTX PRO 6000 Blackwell Server Edition]"; config-default filter); cc 12.0, 4
