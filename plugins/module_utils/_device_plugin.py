@@ -73,6 +73,8 @@ def mig_resource_name(profile):
     if _SUB_PROFILE.match(profile or ""):
         return None
     return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 

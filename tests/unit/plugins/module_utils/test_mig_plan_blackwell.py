@@ -161,7 +161,8 @@ def test_all_size_layouts_on_each_new_model(model, facts):
         counts = {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}
     for size, n in counts.items():
         devs = mp.named_layout_for(gpu, "all-%dg" % size)["mig_devices"]
-        (name, count), = devs.items()
+        assert len(devs) == 1, devs
+        name, count = list(devs.items())[0]
         assert name.startswith("%dg." % size) and mp._plain(name) and count == n, (size, devs)
     missing = sorted(set(range(1, 8)) - set(counts))
     with pytest.raises(mp.MigLayoutError, match="valid sizes on this GPU: %s" % ", ".join(
