@@ -170,6 +170,15 @@ def test_all_size_layouts_on_each_new_model(model, facts):
         mp.named_layout_for(gpu, "all-%dg" % missing[0])
 
 
+@pytest.mark.parametrize("model", sorted(SHAPES))
+def test_all_profile_layouts_on_each_new_model(model, facts):
+    # every profile, in both spellings: as many as fit (mig-parted's generated layouts use the instance count)
+    for prof in facts[model]["gi_profiles"]:
+        want = enabled({prof["name"]: prof["max_instances"]})
+        assert mp.named_layout_for(facts[model], "all-" + prof["name"]) == want
+        assert mp.named_layout_for(facts[model], "all-" + prof["name"].replace("+", ".")) == want
+
+
 @pytest.mark.parametrize("name,expected", [
     ("all-1g.24gb+gfx", {"1g.24gb+gfx": 4}),
     ("all-1g.24gb.gfx", {"1g.24gb+gfx": 4}),        # mig-parted's spelling of the same layout
