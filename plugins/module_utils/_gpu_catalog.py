@@ -63,11 +63,10 @@ GPU_MODELS = {
             ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
             (16384, 33280, 71424, 143360), (16, 26, 32, 60, 64, 132))},
     },
-    # H100 80GB HBM3 (SXM5): names/max/fractions from the UG table (mig.md §3.5); SMs and GiB from a public
-    # `nvidia-smi mig -lgip` listing of an H100 80GB HBM3 (9.75/19.62/39.50/79.25 GiB; 16/26/32/60/64/132 SMs;
-    # 3g.40gb = 60 SMs agrees with the UG MPS example). MiB = GiB x 1024 (19.62 read as 19.625).
-    # Total memory 81559 MiB: nvidia-smi on the lent H100 (KINDS.md). Placements: mig.md says "expected
-    # identical to H200; verified on H200 only" -- the simulator uses the H200 placements.
+    # H100 80GB HBM3 (SXM5): real reading tests/fixtures/h100/nvml_reading.json (driver 580.159.04,
+    # 2026-11-23): every profile's id, NVML index, max instances, memory MiB, SMs and placements, the PCI device
+    # id and the 81559 MiB total equal this table (test_gpu_catalog checks it). Names/fractions also match the
+    # UG table (mig.md §3.5); the placements equal the H200's.
     "H100-SXM5-80GB": {
         "name": "NVIDIA H100 80GB HBM3", "pci_device_id": 0x233010DE, "memory_total_mib": 81559,
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
