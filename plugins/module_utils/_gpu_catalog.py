@@ -46,8 +46,8 @@ ARCH_RULES = {
     "ada": {"mig_change_needs_reset": False, "mig_mode_survives_reboot": False},
 }
 
-# Memory the driver keeps out of MIG: the published 7g profiles hold ~400 MiB less than the GPU's total
-# (H100 80GB HBM3: 81152 of 81559 MiB; H200 reading: 143360 of 143771 MiB).
+# Memory the driver keeps out of MIG: the 7g profiles of the real readings hold ~400 MiB less than the total
+# (H100 80GB HBM3: 81152 of 81559 MiB; H200: 143360 of 143771 MiB).
 _MIG_RESERVED_MIB = 512
 
 
@@ -74,8 +74,9 @@ def _derived_seven_slice_mib(total_mib):
     return tuple(derived_mib(total_mib, k) for k in (1, 2, 4, 8))
 
 
-# SMs per 7-slice profile (1g, 1g of 2 memory slices, 2g, 3g, 4g, 7g) of the H100 80GB HBM3 listing (GH100, 132 SMs)
-# and of the B200 (mig-parted#187 up to 2g; 3g/4g at 18 per slice; 7g all 148: see GPU_MODELS["B200"]).
+# SMs per 7-slice profile (1g, 1g of 2 memory slices, 2g, 3g, 4g, 7g) of the H100 80GB HBM3 (GH100, 132 SMs; the real
+# reading in tests/fixtures/h100) and of the B200 (mig-parted#187 up to 2g; 3g/4g at 18 per slice; 7g all 148: see
+# GPU_MODELS["B200"]).
 _H100_SMS = (16, 26, 32, 60, 64, 132)
 _B200_SMS = (18, 30, 36, 54, 72, 148)
 
@@ -108,11 +109,10 @@ GPU_MODELS = {
             ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
             (16384, 33280, 71424, 143360), (16, 26, 32, 60, 64, 132))},
     },
-    # H100 80GB HBM3 (SXM5): names/max/fractions from the UG table (mig.md §3.5); SMs and GiB from a public
-    # `nvidia-smi mig -lgip` listing of an H100 80GB HBM3 (9.75/19.62/39.50/79.25 GiB; 16/26/32/60/64/132 SMs;
-    # 3g.40gb = 60 SMs agrees with the UG MPS example). MiB = GiB x 1024 (19.62 read as 19.625).
-    # Total memory 81559 MiB: nvidia-smi on the lent H100 (KINDS.md). Placements: mig.md says "expected
-    # identical to H200; verified on H200 only" -- the simulator uses the H200 placements.
+    # H100 80GB HBM3 (SXM5): real reading tests/fixtures/h100/nvml_reading.json (driver 580.159.04,
+    # 2026-11-23): every profile's id, NVML index, max instances, memory MiB, SMs and placements, the PCI device
+    # id and the 81559 MiB total equal this table (test_gpu_catalog checks it). Names/fractions also match the
+    # UG table (mig.md §3.5); the placements equal the H200's.
     "H100-SXM5-80GB": {
         "name": "NVIDIA H100 80GB HBM3", "pci_device_id": 0x233010DE, "memory_total_mib": 81559,
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
@@ -208,7 +208,7 @@ GPU_MODELS = {
     # GH200 (H100 96GB HBM3 on Grace Hopper): name, 132 SMs and 97871 MiB from public nvidia-smi output of GH200
     # nodes; PCI 0x2342 (pci.ids "GH200 120GB / 480GB"; config-default all-balanced filter "H100-96GB, PG506-96GB,
     # GH200, H20"); cc 9.0 (UG gpus). Rows: the UG table for "H100 96GB (H100 on GH200)". Memory DERIVED; SMs
-    # DERIVED as the H100 80GB listing's (same GH100 die with 132 SMs). The GH200 144G HBM3e (0x2348, 1g.18gb...)
+    # DERIVED as the H100 80GB reading's (same GH100 die with 132 SMs). The GH200 144G HBM3e (0x2348, 1g.18gb...)
     # is a different part and is not modelled.
     "GH200": {
         "name": "NVIDIA GH200 480GB", "pci_device_id": 0x234210DE, "memory_total_mib": 97871,
@@ -220,7 +220,7 @@ GPU_MODELS = {
     # H100 NVL (94GB, PCIe): name and 95830 MiB from public nvidia-smi output; PCI 0x2321 (pci.ids "GH100 [H100L
     # 94GB]"; config-default all-balanced filter "H100 NVL"); cc 9.0 (UG gpus). Its profiles differ from the SXM5
     # 80GB part's (1g.12gb ... 7g.94gb): the UG table for "H100 94GB (PCIe and SXM5)". Memory DERIVED; SMs DERIVED
-    # as the H100 80GB listing's.
+    # as the H100 80GB reading's.
     "H100-NVL": {
         "name": "NVIDIA H100 NVL", "pci_device_id": 0x232110DE, "memory_total_mib": 95830,
         "compute_capability": "9.0", "architecture": "hopper", "sms": None,

@@ -7,12 +7,13 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200", "nvml_reading.json")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
+# Catalog model -> a read-only NVML reading of that model on real hardware (tests/gpu/nvml_reading.py).
+READINGS = {"H200": "h200", "H100-SXM5-80GB": "h100"}
 
 
-@pytest.fixture(scope="module")
-def h200_reading():
-    with open(FIXTURE) as handle:
+def _reading(model):
+    with open(os.path.join(FIXTURES, READINGS[model], "nvml_reading.json")) as handle:
         return json.load(handle)
 
 
@@ -26,9 +27,11 @@ def _lgipp_placements(text):
     return out
 
 
-def test_h200_gi_table_equals_the_real_nvml_reading(h200_reading):
+@pytest.mark.parametrize("model", sorted(READINGS))
+def test_gi_table_equals_the_real_nvml_reading(model):
+    reading = _reading(model)
     real = {}
-    for index_name, answer in h200_reading["devices"][0]["gi_profiles"].items():
+    for index_name, answer in reading["devices"][0]["gi_profiles"].items():
         info = answer["v"]
         if "nvml_error" in info:
             continue
@@ -37,7 +40,7 @@ def test_h200_gi_table_equals_the_real_nvml_reading(h200_reading):
             "max_instances": info["instanceCount"], "memory_mib": info["memorySizeMB"],
             "sms": info["multiprocessorCount"], "nvml_index": index_name[len("NVML_GPU_INSTANCE_PROFILE_"):],
         }
-    ours = dict((p["id"], p) for p in catalog.gi_profiles("H200"))
+    ours = dict((p["id"], p) for p in catalog.gi_profiles(model))
     assert sorted(ours) == sorted(real)
     for pid, r in real.items():
         o = ours[pid]
@@ -46,18 +49,20 @@ def test_h200_gi_table_equals_the_real_nvml_reading(h200_reading):
         assert o["nvml_index"] == catalog.GI_PROFILE_INDEX[r["nvml_index"]]
 
 
-def test_h200_placements_equal_real_lgipp_output(h200_reading):
-    real = _lgipp_placements(h200_reading["cmds"]["nvidia-smi mig -lgipp"]["out"])
+@pytest.mark.parametrize("model", sorted(READINGS))
+def test_placements_equal_real_lgipp_output(model):
+    real = _lgipp_placements(_reading(model)["cmds"]["nvidia-smi mig -lgipp"]["out"])
     assert len(real) == 7
-    for p in catalog.gi_profiles("H200"):
+    for p in catalog.gi_profiles(model):
         starts, size = real[p["id"]]
         assert [pl["start"] for pl in p["placements"]] == starts, p["name"]
         assert all(pl["size"] == size for pl in p["placements"]), p["name"]
 
 
-def test_h200_model_identity_equals_reading(h200_reading):
-    dev = h200_reading["devices"][0]
-    m = catalog.GPU_MODELS["H200"]
+@pytest.mark.parametrize("model", sorted(READINGS))
+def test_model_identity_equals_reading(model):
+    dev = _reading(model)["devices"][0]
+    m = catalog.GPU_MODELS[model]
     assert m["name"] == dev["name"]
     assert m["pci_device_id"] == dev["pci"]["pciDeviceId"]
     assert m["memory_total_mib"] * 1024 * 1024 == dev["memory"]["total"]
@@ -232,7 +237,7 @@ def test_mig_name_gb_rounds_halves_away_from_zero():
 
 
 def test_derived_memory_reproduces_published_rows():
-    assert catalog.derived_mib(81559, 1) == 9984      # H100 80GB HBM3 listing: 1g.10gb 9.75 GiB
+    assert catalog.derived_mib(81559, 1) == 9984      # H100 80GB HBM3 reading: 1g.10gb
     assert catalog.derived_mib(81559, 4) == 40448     # ... 3g.40gb 39.50 GiB
     assert catalog.derived_mib(143771, 4) == 71424    # H200 reading: 3g.71gb
     assert catalog.derived_mib(97887, 4, of=4) == 97280   # RTX PRO 6000 listing: 4g.96gb 95.00 GiB
