@@ -109,7 +109,9 @@ options:
       resources:
         description:
           - Instead of O(profiles[].replicas) - resources to share, each C({name, replicas}); with
-            C(mig_strategy=mixed) time-slicing may share C(nvidia.com/mig-<profile>) resources.
+            C(mig_strategy=mixed) time-slicing may share C(nvidia.com/mig-<profile>) resources, named as the device
+            plugin names them - C(+) written as C(.) (C(nvidia.com/mig-1g.24gb.gfx), C(nvidia.com/mig-1g.24gb.me.all),
+            C(nvidia.com/mig-1g.24gb-me)); compute-instance sub-profiles such as C(1c.3g.20gb) get no resource.
           - C(devices) and C(rename) are refused - the plugin resets C(devices) to C(all) and drops custom renames.
         type: list
         elements: dict
