@@ -597,7 +597,7 @@ def main():
             mps_nodes = [n for n, prof in built["node_labels"].items()
                          if built["configs"][prof].get("sharing", {}).get("mps")]
             result["verified"] = _rollout.verify_rollout(kube, built["expected"], mps_nodes, p["namespace"],
-                                                p["verify_timeout"])
+                                                         p["verify_timeout"])
         module.exit_json(**result)
     except _helm.HelmError as exc:
         module.fail_json(msg=exc.msg, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **result)

@@ -17,7 +17,7 @@ description:
     each GPU's own profile names, and validates it - a layout a GPU cannot take is refused before anything changes.
   - Publishes it as a mig-parted v1 config in the MIG manager's ConfigMap (the one C(spec.migManager.config.name) of
     the ClusterPolicy names, key C(config.yaml)); entries are keyed by the GPUs' PCI ids (C(device-filter)), so
-    nodes of different models can share a config name. The name is C(gpuops-<layout>-<8 hex of the content>): a
+    nodes of different models can share a config name. The name is C(gpuops-<layout>-<8 hex of the content>) - a
     changed layout is a new name, hence a new label value, which is what makes the MIG manager apply it. A layout
     that disables MIG everywhere is published as C(all-disabled).
   - Sets the node's label C(nvidia.com/mig.config) to that name (in the same change it removes a stale
@@ -266,8 +266,8 @@ def main():
         result["config_map"] = "%s/%s" % (namespace, cm_name)
         node_obj = kube.get("read node %s" % node, _kube.node_path(node))
         labels = node_obj["metadata"].get("labels") or {}
-        before = dict((k, labels.get(k)) for k in (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL,
-                                                  op.MIG_MANAGER_DEPLOY_LABEL))
+        keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
+        before = dict((k, labels.get(k)) for k in keys)
         result["state"] = before[op.MIG_STATE_LABEL]
 
         published, dummy = publish(kube, namespace, cm_name, config, entries, dry)

@@ -76,8 +76,8 @@ def test_gpus_differ_is_empty_once_applied(make_sim):
 
 
 def test_with_config_keeps_other_configs_and_validates():
-    doc = {"version": "v1", "mig-configs": {"all-1g.5gb": [{"devices": "all", "mig-enabled": True,
-                                                             "mig-devices": {"1g.5gb": 7}}]}}
+    entry = {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}
+    doc = {"version": "v1", "mig-configs": {"all-1g.5gb": [entry]}}
     out = op.with_config(doc, "gpuops-x-1", [{"devices": "all", "mig-enabled": False}])
     assert sorted(out["mig-configs"]) == ["all-1g.5gb", "all-disabled", "gpuops-x-1"]
     assert "gpuops-x-1" not in doc["mig-configs"]                  # a copy

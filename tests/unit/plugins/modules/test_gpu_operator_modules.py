@@ -84,8 +84,8 @@ def test_cluster_check_then_apply_then_nothing(kube_api, operator):
 def test_a_changed_profile_is_one_configmap_patch(kube_api, operator):
     run_main(gpu_operator.main, cluster_args(kube_api))
     profiles = [p if p["name"] != "mps-4" else dict(p, replicas=8, name="mps-8") for p in PROFILES]
-    res = run_main(gpu_operator.main, cluster_args(kube_api, profiles=profiles, nodes=[{"name": "h200",
-                                                                                         "profile": "mps-8"}]))
+    nodes = [{"name": "h200", "profile": "mps-8"}]
+    res = run_main(gpu_operator.main, cluster_args(kube_api, profiles=profiles, nodes=nodes))
     assert res["changed"] is True and len(res["changes"]) == 1, res
     data = kube_api.get("", "configmaps", "gpuops-device-plugin-configs", NS)["data"]
     assert sorted(data) == ["default", "mig-mixed", "mps-8"]
@@ -185,8 +185,8 @@ def test_verify_waits_for_what_the_config_promises(kube_api, operator, tmp_path)
     node = kube_api.get("", "nodes", "h200")
     node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "mps-4"
     kube_api.put(node)
-    args = dict(kubeconfig=kube_api.kubeconfig_path, node_name="h200", profile={"name": "mps-4", "sharing": "mps",
-                                                                                  "replicas": 4},
+    profile = {"name": "mps-4", "sharing": "mps", "replicas": 4}
+    args = dict(kubeconfig=kube_api.kubeconfig_path, node_name="h200", profile=profile,
                 gpus=SimulatedBackend(str(tmp_path / "h200.json")).read_all(), namespace=NS, interval=0.05,
                 timeout=1)
     res = run_main(device_plugin_verify.main, args)
