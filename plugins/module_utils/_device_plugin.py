@@ -56,6 +56,18 @@ PLUGIN_FLAG_KEYS = {
 PROFILE_KEYS = ("name", "sharing", "replicas", "rename_by_default", "fail_requests_greater_than_one",
                 "mig_strategy", "resources", "flags")
 
+# The argument spec of one profile, shared by every module that takes profiles (device_plugin, gpu_operator).
+PROFILE_ARG_SPEC = dict(
+    name=dict(type="str", required=True),
+    sharing=dict(type="str", default="none", choices=["none", "time-slicing", "mps"]),
+    replicas=dict(type="int"),
+    rename_by_default=dict(type="bool", default=False),
+    fail_requests_greater_than_one=dict(type="bool"),
+    mig_strategy=dict(type="str", default="none", choices=["none", "single", "mixed"]),
+    resources=dict(type="list", elements="dict"),
+    flags=dict(type="dict"),
+)
+
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Under mig_strategy mixed the plugin registers one resource per GPU-instance profile whose compute instance spans
 # it (C == G), named "mig-" + the profile with '+' written as '.': nvidia.com/mig-1g.10gb.me,
