@@ -16,9 +16,10 @@ acquisition:
   than twice the duration in the past by the waiting run's wall clock (a lease left by a run that died long
   before: tolerates a skew up to one duration);
 - while the work runs, a renewer process (forked by the module, in its own session) renews the lease every third
-  of its duration for as long as the run that took it is alive: any process of the owner's process group started
-  no earlier than the owner (ansible-playbook, its workers, the modules and helm they run). When they are all
-  gone, e.g. the job was killed, it stops, and the lease expires;
+  of its duration for as long as the run that took it is alive: its ansible-playbook process, or any process that
+  carries the run's marker in its environment (``GPUOPS_CLUSTER_RUN``: the run's cluster tasks and the helm they
+  run, which outlive a killed ansible-playbook until their module ends). When they are all gone, e.g. the job
+  was killed, it stops, and the lease expires;
 - release clears the holder (the renewer sees that and stops) and may record what the holder converged (an
   annotation), so that a later holder in the same run can find the work done.
 
@@ -31,14 +32,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import calendar
+import copy
 import errno
 import hashlib
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
+import tempfile
 import time
 
 from urllib.parse import quote
@@ -54,6 +58,7 @@ ARRIVALS_ANNOTATION = "gpuops.nvidia/arrivals"
 KEEP_RUNS = 8           # runs whose arrivals the lease remembers
 POLL_S = 1.0            # how often a waiting run looks at the lease (jittered by +-50 %)
 CONFLICT_RETRIES = 50   # 409 answers in a row before giving up (each one means another run just wrote)
+MARKER_ENV = "GPUOPS_CLUSTER_RUN"   # carried by the run's cluster tasks (site.yml sets it); see marker_alive
 
 _MICROTIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
@@ -242,7 +247,7 @@ def find_owner(pid=None):
 
 
 def owner_info(pid):
-    """{pid, pgid, start} of the owner (start: clock ticks since boot; None without /proc)."""
+    """{pid, start} of the owner (start: clock ticks since boot, to tell a reused PID; None without /proc)."""
     stat = proc_stat(pid)
     if stat is None:
         try:
@@ -250,20 +255,30 @@ def owner_info(pid):
         except OSError as exc:
             if exc.errno == errno.ESRCH:
                 raise LeaseError("owner_pid %d: no such process" % pid)
-        return {"pid": pid, "pgid": None, "start": None}
-    return {"pid": pid, "pgid": stat[2], "start": stat[3]}
+        return {"pid": pid, "start": None}
+    return {"pid": pid, "start": stat[3]}
 
 
-def owner_alive(owner, exclude=()):
-    """True while the owner or a process of its process group started no earlier than the owner is alive (not a
-    zombie): ansible-playbook, its workers, the modules and helm they run. Processes of that group started before
-    the owner (a shell or make without job control that ran it) do not count."""
-    if owner.get("pgid") is None:
+def owner_alive(owner):
+    """Whether the owner process still runs (not a zombie, and not another process that got its PID)."""
+    if owner.get("start") is None:
         try:
             os.kill(owner["pid"], 0)
             return True
         except OSError as exc:
             return exc.errno != errno.ESRCH
+    stat = proc_stat(owner["pid"])
+    return bool(stat) and stat[0] not in ("Z", "X") and stat[3] == owner["start"]
+
+
+def marker_alive(marker, exclude=()):
+    """Whether a live process carries ``MARKER_ENV=marker`` in its environment: the run's tasks and the helm they
+    run. ansible-core's workers each start a session of their own (WorkerProcess._detach), so they are not in
+    ansible-playbook's process group, and a worker whose ansible-playbook was killed finishes the module it runs
+    (helm included) before it exits: the lease must stay with the run while any of them lives."""
+    if not marker:
+        return False
+    needle = ("%s=%s" % (MARKER_ENV, marker)).encode("utf-8")
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -271,9 +286,14 @@ def owner_alive(owner, exclude=()):
     for entry in entries:
         if not entry.isdigit() or int(entry) in exclude:
             continue
-        stat = proc_stat(int(entry))
-        if stat and stat[0] not in ("Z", "X") and stat[2] == owner["pgid"] and stat[3] >= owner["start"]:
-            return True
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    stat = proc_stat(int(entry))
+                    if stat and stat[0] not in ("Z", "X"):
+                        return True
+        except (IOError, OSError):
+            continue
     return False
 
 
@@ -408,7 +428,8 @@ class ClusterLease(object):
         raise LeaseError("could not take %s" % self.what)  # pragma: no cover - 100000 conflicts
 
     def release(self, identity, converged=None, check=False):
-        """Clear the holder if it is ``identity``, recording ``converged`` (a dict) or removing an older record.
+        """Clear the holder if it is ``identity``, recording ``converged`` (a dict with digest and run; an older record
+        of the same digest and run is kept as it is) or, without it, removing an older record.
         Returns {changed, released, holder (who holds it now), lease, before}."""
         for dummy in range(CONFLICT_RETRIES):
             obj = self.read()
@@ -419,6 +440,9 @@ class ClusterLease(object):
             spec = dict(obj.get("spec") or {})
             spec.pop("holderIdentity", None)
             spec["renewTime"] = format_time(self.clock())
+            old = lease["converged"] or {}
+            if converged and (old.get("digest"), old.get("run")) == (converged.get("digest"), converged.get("run")):
+                converged = old         # the same work, found done: keep who converged it and when
             note = json.dumps(converged, sort_keys=True, separators=(",", ":")) if converged else None
             stored = self.write(obj, spec, {CONVERGED_ANNOTATION: note}, dry_run=check)
             if stored is not None:
@@ -463,13 +487,32 @@ def renew_loop(lease, identity, duration, interval, alive, poll=1.0):
         lease.sleep(poll)
 
 
-def spawn_renewer(kube, namespace, name, identity, duration, interval, owner):
+def private_tls_files(configuration):
+    """A copy of a kubernetes client Configuration whose CA, client certificate and key files are copies in a new
+    private directory, and that directory. The client writes certificate data from a kubeconfig to temporary
+    files that it deletes when the process that wrote them exits (an atexit handler in kubernetes.config): the
+    module's, long before the renewer's last renewal."""
+    directory = tempfile.mkdtemp(prefix="gpuops-lease-")
+    copied = copy.copy(configuration)
+    for attr in ("ssl_ca_cert", "cert_file", "key_file"):
+        path = getattr(configuration, attr, None)
+        if path and os.path.isfile(path):
+            dest = os.path.join(directory, attr)
+            shutil.copyfile(path, dest)
+            os.chmod(dest, 0o600)
+            setattr(copied, attr, dest)
+    return copied, directory
+
+
+def spawn_renewer(kube, namespace, name, identity, duration, interval, owner, marker=None):
     """Fork a detached renewer (double fork, own session, stdio on /dev/null, every inherited descriptor closed,
     so the module's output ends when the module does). Returns its PID."""
+    configuration, directory = private_tls_files(kube.configuration)
     read_end, write_end = os.pipe()
     child = os.fork()
     if child:
         os.close(write_end)
+        # (the renewer owns ``directory`` now; if it never started, nothing removes it: a few hundred bytes in /tmp)
         with os.fdopen(read_end) as handle:
             pid = handle.read().strip()
         os.waitpid(child, 0)
@@ -492,8 +535,10 @@ def spawn_renewer(kube, namespace, name, identity, duration, interval, owner):
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.closerange(3, 65536)
-        lease = ClusterLease(Kube(kube.configuration, timeout=kube.timeout), namespace, name)
-        renew_loop(lease, identity, duration, interval, lambda: owner_alive(owner, exclude=(os.getpid(),)))
+        lease = ClusterLease(Kube(configuration, timeout=kube.timeout), namespace, name)
+        me = (os.getpid(),)        # the renewer inherited the marker: it does not count
+        renew_loop(lease, identity, duration, interval, lambda: owner_alive(owner) or marker_alive(marker, me))
     except BaseException:  # never return into the module's code
         code = 1
+    shutil.rmtree(directory, ignore_errors=True)
     os._exit(code)

@@ -15,15 +15,16 @@ description:
   - Takes, releases or reads a C(coordination.k8s.io/v1) Lease used as a lock, so that several ansible-playbook runs
     at once - the job slices of an AWX job template with C(job_slice_count > 1), which run on different execution
     nodes - do the once-per-cluster work (the device plugin release, the RuntimeClass) one at a time. A file lock
-    cannot do this: the runs are on different machines.
+    cannot do this, the runs being on different machines.
   - O(state=acquired) takes the lease with optimistic concurrency (every write carries the C(resourceVersion) it
     read; of two runs that saw the same free lease one gets 409 Conflict and looks again). While another run holds
     it, the module waits up to O(wait_timeout) seconds, then fails naming the holder, since when it holds it and when
     the lease expires. A lease whose holder stopped renewing is taken over once it expired (see O(lease_duration)).
   - After taking it, the module starts a renewer process (its own session) that renews the lease every third of
-    O(lease_duration) while the ansible-playbook run that took it is alive (that process, or any process of its
-    process group started after it - the workers, modules and helm). When the run is gone (killed, cancelled, its
-    controller lost), the renewer stops and the lease expires, so the next run takes over.
+    O(lease_duration) while the run that took it is alive - its ansible-playbook process, or any process carrying
+    O(run_marker) in its environment (the run's later tasks and the helm they run, which finish their module even
+    when ansible-playbook was killed). When the run is gone (killed, cancelled, its controller lost), the renewer
+    stops and the lease expires, so the next run takes over.
   - O(state=released) clears the holder (the renewer then stops) and, with O(converged), records what the holder
     converged, which the next O(state=acquired) returns, so another slice of the same run can find the work done.
   - With O(run_id) and O(run_slices) greater than 1, O(state=acquired) first records this slice's arrival on the
@@ -84,6 +85,14 @@ options:
     description: Create O(namespace) when it does not exist.
     type: bool
     default: true
+  run_marker:
+    description:
+      - The lease is also kept while any process whose environment holds C(GPUOPS_CLUSTER_RUN=<run_marker>) lives.
+        Set that variable (a value unique to the run) on the tasks that work under the lock - site.yml does - so
+        that a module still running (helm upgrading the release) keeps the lease after its ansible-playbook was
+        killed; ansible-core runs each task in a worker of its own session, which finishes its module first.
+      - Falls back to E(GPUOPS_CLUSTER_RUN) in this task's environment.
+    type: str
   run_id:
     description:
       - An identifier shared by the job slices of one run (site.yml uses AWX's C(awx_workflow_job_id), which every
@@ -105,8 +114,9 @@ options:
   converged:
     description:
       - With O(state=released) - what this holder converged (for example a digest of the desired cluster state),
-        recorded with O(run_id), the holder and the time. Releasing without it removes an earlier record, so a
-        failed holder never leaves a record that says the work is done.
+        recorded with O(run_id), the holder and the time (a record of the same digest and run is kept as it was, since
+        it names the holder that did the work). Releasing without it removes an earlier record, so a failed holder
+        never leaves a record that says the work is done.
     type: str
 attributes:
   check_mode:
@@ -206,7 +216,7 @@ msg:
 import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
@@ -255,6 +265,7 @@ def main():
         renew=dict(type="bool", default=True),
         owner_pid=dict(type="int"),
         create_namespace=dict(type="bool", default=True),
+        run_marker=dict(type="str", no_log=False, fallback=(env_fallback, [_lease.MARKER_ENV])),
         run_id=dict(type="str", default=""),
         run_slices=dict(type="int", default=1),
         slice_id=dict(type="str", default=""),
@@ -338,7 +349,8 @@ def main():
         else:
             if p["renew"] and res["how"] != "held":
                 result["renewer_pid"] = _lease.spawn_renewer(kube, p["namespace"], p["name"], identity,
-                                                             p["lease_duration"], p["lease_duration"] / 3.0, owner)
+                                                             p["lease_duration"], p["lease_duration"] / 3.0, owner,
+                                                             p["run_marker"])
             taken = " from %r, whose lease had expired" % res["previous"] if res["how"] == "taken" else ""
             result["msg"] = "%s taken%s after waiting %.1f s; this run holds it as %r" % (
                 lease.what, taken, res["waited"], identity)

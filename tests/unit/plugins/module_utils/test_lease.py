@@ -172,6 +172,11 @@ def test_release_records_what_was_converged_and_a_failed_holder_clears_it(lease_
     assert json.loads(stored["metadata"]["annotations"][L.CONVERGED_ANNOTATION]) == {"digest": "d1", "run": "r1"}
     again = make().acquire("run-b", 10, 0)
     assert again["how"] == "free" and again["lease"]["converged"] == {"digest": "d1", "run": "r1"}
+    # run-b found the same work done: releasing with the same digest and run keeps run-a's record
+    make().release("run-b", {"digest": "d1", "run": "r1", "by": "run-b"})
+    assert json.loads(_stored(api)["metadata"]["annotations"][L.CONVERGED_ANNOTATION])["digest"] == "d1"
+    assert "by" not in json.loads(_stored(api)["metadata"]["annotations"][L.CONVERGED_ANNOTATION])
+    make().acquire("run-b", 10, 0)
     make().release("run-b")                                  # released without a record: the old one goes
     assert L.CONVERGED_ANNOTATION not in (_stored(api)["metadata"].get("annotations") or {})
     assert make().release("run-b")["changed"] is False
@@ -209,7 +214,7 @@ def test_renew_loop_stops_when_the_owner_is_gone_or_the_lease_is_lost(lease_env)
 
 
 # ---- the owner process (/proc) -----------------------------------------------------------------------------------
-def test_find_owner_is_the_topmost_ansible_playbook_and_the_group_watch(tmp_path):
+def test_find_owner_is_the_topmost_ansible_playbook_and_the_liveness_checks(tmp_path):
     code_child = ("import sys; sys.path.insert(0, %r); "
                   "from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease as L; "
                   "print(L.find_owner())" % os.path.join(ROOT, ".collections"))
@@ -226,15 +231,16 @@ def test_find_owner_is_the_topmost_ansible_playbook_and_the_group_watch(tmp_path
                           stdout=subprocess.PIPE, universal_newlines=True, timeout=60, check=True)
     outer, found = proc.stdout.split()
     assert found == outer          # the outer process, not the forked worker nor the module
-    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    sleeper = subprocess.Popen(["sleep", "30"], env=dict(os.environ, **{L.MARKER_ENV: "run-7f3a"}))
     try:
         owner = L.owner_info(sleeper.pid)
-        assert owner["pgid"] == sleeper.pid
-        assert L.owner_alive(owner)
+        assert L.owner_alive(owner) and L.marker_alive("run-7f3a")
+        assert not L.marker_alive("run-other") and not L.marker_alive("run-7f3a", exclude=(sleeper.pid,))
+        assert not L.owner_alive(dict(owner, start=owner["start"] + 1))      # a reused PID is not the owner
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert not L.owner_alive(owner)
+    assert not L.owner_alive(owner) and not L.marker_alive("run-7f3a")
     with pytest.raises(L.LeaseError):
         L.owner_info(sleeper.pid)
 
