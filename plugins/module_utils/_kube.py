@@ -376,6 +376,16 @@ def _dry(dry_run):
     return {"dryRun": "All"} if dry_run else None
 
 
+def read_or_none(kube, what, path):
+    """GET an object; None when the API answers 404 Not Found."""
+    try:
+        return kube.get(what, path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def namespace_path(name=None):
     return "/api/v1/namespaces" + ("/%s" % quote(name, safe="") if name else "")
 
@@ -383,12 +393,8 @@ def namespace_path(name=None):
 def ensure_namespace(kube, namespace, dry_run=False):
     """Create ``namespace`` when it does not exist (as helm's --create-namespace does). Returns "present",
     "created", or "would be created" (dry run: the API validated the create, nothing was stored)."""
-    try:
-        kube.get("read namespace %s" % namespace, namespace_path(namespace))
+    if read_or_none(kube, "read namespace %s" % namespace, namespace_path(namespace)) is not None:
         return "present"
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     try:
         kube.create("create namespace %s" % namespace, namespace_path(), body, dry_run=dry_run)

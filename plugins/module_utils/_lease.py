@@ -47,7 +47,7 @@ import time
 
 from urllib.parse import quote
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, Kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, Kube, read_or_none
 
 API_VERSION = "coordination.k8s.io/v1"
 FIELD_MANAGER = "gpuops.nvidia"
@@ -327,12 +327,7 @@ class ClusterLease(object):
 
     # -- requests
     def read(self):
-        try:
-            return self.kube.get("read " + self.what, self.path)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return read_or_none(self.kube, "read " + self.what, self.path)
 
     def _body(self, obj, spec, annotations=None):
         meta = {"name": self.name, "namespace": self.namespace}

@@ -28,7 +28,7 @@ import json
 import random
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, read_or_none
 
 DEFAULT_PROFILE = "default"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
@@ -137,12 +137,7 @@ class RecordStore(object):
         self.collection, self.path = base, "%s/%s" % (base, name)
 
     def read(self):
-        try:
-            return self.kube.get("read " + self.what, self.path)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return read_or_none(self.kube, "read " + self.what, self.path)
 
     def update(self, nodes, profiles, prune=False, dry_run=False):
         """Merge and store. Returns (record before, record after, changes, changed)."""

@@ -1,7 +1,6 @@
 """cluster_profiles and its planner (plugins/module_utils/_profile_record.py): the fleet's device plugin profiles,
 merged from what each run (an AWX job slice) declares, against the fake API server."""
 import json
-import os
 
 import pytest
 
@@ -24,12 +23,7 @@ def names(profiles):
     return [p["name"] for p in profiles]
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("no_ambient_credentials")
 
 
 def test_merge_keeps_other_slices_nodes_whatever_the_order():
