@@ -94,11 +94,11 @@ class SlicedFleet(object):
         self.api.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def command(self, hosts, run_id, slices, extra=None):
+    def command(self, hosts, run_id, slices, extra=None, args=()):
         ev = dict(self.extra, gpuops_run_id=run_id, gpuops_job_slices=slices)
         ev.update(extra or {})
         cmd = [os.path.join(BIN, "ansible-playbook"), fleet.SITE, "-i", self.inv, "-f", str(self.forks),
-               "--limit", ",".join(hosts), "-e", json.dumps(ev)] + self.args
+               "--limit", ",".join(hosts), "-e", json.dumps(ev)] + self.args + list(args)
         return cmd, ansible_env(self.env)
 
     def start(self, hosts, run_id, slices, out, extra=None):
@@ -107,9 +107,10 @@ class SlicedFleet(object):
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
-    def run(self, count, run_id, extra=None):
-        """site.yml as ``count`` slices at once (AWX's partition); returns a SlicesRun (raises BenchError)."""
-        return SlicesRun(self, awx_slices(self.hosts, count), run_id, extra)
+    def run(self, count, run_id, extra=None, args=()):
+        """site.yml as ``count`` slices at once (AWX's partition); returns a SlicesRun (raises BenchError).
+        ``args``: more ansible-playbook arguments (e.g. --check --diff)."""
+        return SlicesRun(self, awx_slices(self.hosts, count), run_id, extra, args)
 
     def helm_commands(self):
         try:
@@ -134,7 +135,7 @@ class SlicedFleet(object):
 class SlicesRun(object):
     """The slices of one run, started together; wall until the last ends, CPU of all their process trees."""
 
-    def __init__(self, sliced, parts, run_id, extra=None):
+    def __init__(self, sliced, parts, run_id, extra=None, args=()):
         self.parts = parts
         self.load = os.getloadavg()[0]
         upgrades, files, procs = sliced.upgrades(), [], []
@@ -144,7 +145,7 @@ class SlicesRun(object):
             # output to files, not pipes: a slice must never block on a full pipe while the bench waits for another
             out, err = (open(os.path.join(sliced.tmp, "%s-slice%d.%s" % (run_id, i + 1, kind)), "w+")
                         for kind in ("out", "err"))
-            cmd, env = sliced.command(hosts, run_id, len(parts), extra)
+            cmd, env = sliced.command(hosts, run_id, len(parts), extra, args)
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err))
             files.append((out, err))
         self.slice_walls = []

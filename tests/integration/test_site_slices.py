@@ -6,7 +6,7 @@ bench's machinery (bench/fleet_slices.py).
   plugin release is installed once (one helm upgrade, revision 1) with every slice's profile; no helm command is
   refused; the two slices that get the lock after the first find the same desired state converged and do nothing;
   a re-run of the three slices changes nothing.
-- A slice killed while it holds the cluster lock, before helm writes anything - SIGKILL of ansible-playbook and
+- Check mode takes no lock and writes nothing. A slice killed while it holds the cluster lock, before helm writes anything - SIGKILL of ansible-playbook and
   every process it started (its workers are in sessions of their own), as when its controller is lost: nobody
   renews its lease any more, the next run waits for it to expire, takes it over and converges.
 """
@@ -47,8 +47,8 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
         assert sliced.api.node_labels("node-000")[CONFIG_LABEL] == "mig-mixed"
         assert sliced.api.node_labels("node-002")[CONFIG_LABEL] == "mps-4"
         record = sliced.api.get("", "configmaps", "gpuops-nvidia-profiles", "nvidia-device-plugin")
-        assert json.loads(record["data"]["nodes"]) == {"node-000": "mig-mixed", "node-001": "mps-4",
-                                                        "node-002": "mps-4"}
+        want = {"node-000": "mig-mixed", "node-001": "mps-4", "node-002": "mps-4"}
+        assert json.loads(record["data"]["nodes"]) == want
 
         # every slice waited for the other two, then took the lock in turn; exactly one did the work
         locks = [_lease_task(first, i) for i in range(3)]
@@ -59,9 +59,9 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
         for i in set(range(3)) - set(worked):
             assert "already converged by %s" % locks[worked[0]]["identity"] in first.task(
                 i, "Show the profiles of the whole fleet")["msg"]
-        # the first slice to arrive created the lease (no holder yet); each slice then took it once
+        # the first slice to arrive created the lease (no holder yet); in each run, each slice took it once
         lease = sliced.lease()
-        assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseTransitions"] == 3, lease["spec"]
+        assert "holderIdentity" not in lease["spec"] and lease["spec"]["leaseTransitions"] == 6, lease["spec"]
 
         # the re-run: nothing changed, no helm upgrade, still revision 1
         assert again.changed() == 0 and again.upgrades == 0 and again.refused == 0, again.figures()
@@ -80,6 +80,13 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
 def test_a_killed_lock_holder_is_taken_over_after_its_lease_expires(tmp_path):
     with fleet_slices.SlicedFleet(1, "h200-x1", mig_share=0, forks=2,
                                   extra=dict(SMALL, cluster_lock_duration=6)) as sliced:
+        # check mode first: the lock is not taken (its write is a dry run), nothing is written, helm upgrades nothing
+        check = sliced.run(1, "check", args=["--check", "--diff"])
+        lock = _lease_task(check, 0)
+        assert lock["acquired"] is False and "would be created and taken" in lock["msg"], lock
+        assert sliced.api.writes(dry_run=False) == [] and sliced.upgrades() == 0 and sliced.lease() is None
+        assert check.task(0, "Install or upgrade NVIDIA's device plugin")["changed"] is True
+
         open(sliced.hold, "w").close()                       # the holder's helm upgrade waits here
         with open(str(tmp_path / "killed.out"), "w") as out:
             proc = sliced.start(sliced.hosts, "run-1", 1, out)

@@ -48,8 +48,8 @@ def test_lease_create_read_and_precondition_conflicts(kube_api, coordination):
                             "message": CONFLICT, "reason": "Conflict", "code": 409,
                             "details": {"name": "lock", "group": "coordination.k8s.io", "kind": "leases"}}
     with pytest.raises(ApiException) as exc:                                   # a merge patch with a stale version
-        coordination.patch_namespaced_lease("lock", "ns", {"metadata": {"resourceVersion": stale},
-                                                          "spec": {"holderIdentity": "c"}})
+        patch = {"metadata": {"resourceVersion": stale}, "spec": {"holderIdentity": "c"}}
+        coordination.patch_namespaced_lease("lock", "ns", patch)
     assert exc.value.status == 409 and _status(exc)["message"] == CONFLICT
     assert kube_api.get("coordination.k8s.io", "leases", "lock", "ns")["spec"]["holderIdentity"] == "b"
 

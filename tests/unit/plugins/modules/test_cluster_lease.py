@@ -47,8 +47,8 @@ def test_check_mode_then_acquire_then_idempotent_then_release(kube_api):
 
     res = run_main(cluster_lease.main, _args(kube_api), diff=True)
     assert res["changed"] and res["acquired"] and res["how"] == "created", res
-    assert res["diff"] == {"before": {}, "after": {"holder": res["identity"], "lease_duration": 60,
-                                                    "transitions": 0}}
+    after = {"holder": res["identity"], "lease_duration": 60, "transitions": 0}
+    assert res["diff"] == {"before": {}, "after": after}
     assert res["identity"].startswith("test run on ") and " pid %d #" % os.getpid() in res["identity"]
     assert _lease_obj(kube_api)["spec"]["holderIdentity"] == res["identity"]
     writes = len(kube_api.writes())
