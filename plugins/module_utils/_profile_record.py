@@ -17,6 +17,11 @@ once every slice has recorded its nodes, and never without a profile that anothe
 An entry leaves the record only when its node declares something else, or when a run prunes (``prune``: a run
 over the whole fleet drops the nodes it does not play).
 
+The first run that finds no record (the first after an upgrade to this version, which may be a job slice or a run
+with --limit on a cluster whose release already serves the whole fleet) seeds it from the cluster: every Node whose
+``nvidia.com/device-plugin.config`` label names a profile this collection makes (``default``, ``mig-<strategy>``,
+``mps-<N>``, ``ts-<N>``) is recorded with that profile, so its config stays in the release.
+
 Pure: ``merge`` plans; ``RecordStore`` reads and writes through _kube.Kube with the resourceVersion precondition.
 """
 
@@ -26,11 +31,15 @@ __metaclass__ = type
 
 import json
 import random
+import re
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, read_or_none
 
 DEFAULT_PROFILE = "default"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The names plugins/filter/device_plugin_profiles.py gives (profile_for); tests hold the two to each other.
+_PROFILE_NAME = re.compile(r"^(?:(default)|mig-(single|mixed)|(mps|ts)-([1-9][0-9]*))$")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
 CONFLICT_RETRIES = 50
 
@@ -106,6 +115,33 @@ def diff_view(before, after, changes):
     return out
 
 
+def profile_from_name(name):
+    """The profile that the device_plugin_profiles filter names ``name``, or None for a name it never makes."""
+    m = _PROFILE_NAME.match(name or "")
+    if not m:
+        return None
+    if m.group(1):
+        return {"name": DEFAULT_PROFILE}
+    if m.group(2):
+        return {"name": name, "mig_strategy": m.group(2)}
+    replicas = int(m.group(4))
+    if replicas < 2:
+        return None
+    return {"name": name, "sharing": "mps" if m.group(3) == "mps" else "time-slicing", "replicas": replicas}
+
+
+def seed(nodes):
+    """A record from the cluster's Node objects: each node labelled with a profile name this collection makes."""
+    record = {"nodes": {}, "profiles": {}}
+    for node in nodes:
+        name = ((node.get("metadata") or {}).get("labels") or {}).get(CONFIG_LABEL)
+        profile = profile_from_name(name)
+        if profile:
+            record["nodes"][node["metadata"]["name"]] = name
+            record["profiles"][name] = profile
+    return record
+
+
 def profile_list(record):
     """The record's profiles as device_plugin takes them: a list sorted by name."""
     return [record["profiles"][name] for name in sorted(record["profiles"])]
@@ -139,12 +175,21 @@ class RecordStore(object):
     def read(self):
         return read_or_none(self.kube, "read " + self.what, self.path)
 
+    def seed(self):
+        """The record seeded from the Nodes labelled with a profile (see the module docstring)."""
+        listed = self.kube.get("list the nodes labelled %s" % CONFIG_LABEL, "/api/v1/nodes",
+                               labelSelector=CONFIG_LABEL)
+        return seed(listed.get("items") or [])
+
     def update(self, nodes, profiles, prune=False, dry_run=False):
-        """Merge and store. Returns (record before, record after, changes, changed)."""
+        """Merge and store. Returns (record before, record after, changes, changed); a record that did not exist
+        is seeded from the cluster's labelled Nodes first (changes["seeded_nodes"])."""
         for dummy in range(CONFLICT_RETRIES):
             obj = self.read()
             before = from_data((obj or {}).get("data"), self.what) if obj else {"nodes": {}, "profiles": {}}
-            after, changes = merge(before, nodes, profiles, prune)
+            seeded = self.seed() if obj is None and not prune else {"nodes": {}, "profiles": {}}
+            after, changes = merge(before if obj else seeded, nodes, profiles, prune)
+            changes["seeded_nodes"] = sorted(set(seeded["nodes"]) - set(nodes))
             changed = obj is None or to_data(after) != to_data(before)
             if not changed:
                 return before, after, changes, False

@@ -23,6 +23,10 @@ description:
     M(gpuops.nvidia.device_plugin) - the same set whichever slice asks, once every slice has recorded its nodes.
   - An entry leaves the record when its node declares another profile, or with O(prune=true) (a run over the whole
     fleet drops the nodes it does not name).
+  - When there is no record yet (the first run after upgrading to this version may be a job slice or a run with
+    C(--limit) on a cluster whose release serves the whole fleet), the record is first seeded from the cluster -
+    every Node whose C(nvidia.com/device-plugin.config) label names a profile this collection makes (C(default),
+    C(mig-<strategy>), C(mps-<N>), C(ts-<N>)) keeps that profile.
   - Writes carry the C(resourceVersion) that was read; a 409 Conflict (another slice wrote in between) is retried on
     a fresh read.
   - Check mode sends the write as a server-side dry run and returns the merged profiles.
@@ -68,8 +72,8 @@ attributes:
   idempotent:
     support: full
 notes:
-  - RBAC - C(get), C(create) and C(update) on C(configmaps) in O(namespace), and C(get), C(create) on C(namespaces)
-    with O(create_namespace=true).
+  - RBAC - C(get), C(create) and C(update) on C(configmaps) in O(namespace); C(list) on C(nodes) (seeding); C(get),
+    C(create) on C(namespaces) with O(create_namespace=true).
 author:
   - gpuops.nvidia developers (@gpuops)
 """
@@ -107,7 +111,8 @@ nodes:
   returned: success
   type: dict
 changes:
-  description: added_nodes, changed_nodes, removed_nodes, added_profiles, changed_profiles, removed_profiles.
+  description: added_nodes, changed_nodes, removed_nodes, added_profiles, changed_profiles, removed_profiles, and
+    seeded_nodes (recorded from their labels because there was no record yet).
   returned: success
   type: dict
 """
@@ -162,6 +167,7 @@ def main():
             # nothing inside a namespace that does not exist can be dry-run: plan from an empty record
             before = {"nodes": {}, "profiles": {}}
             after, changes = record.merge(before, nodes, p["profiles"], p["prune"])
+            changes["seeded_nodes"] = []       # no namespace, no release in it: nothing to keep
             changed = True
         else:
             before, after, changes, changed = store.update(nodes, p["profiles"], p["prune"], dry_run=check)

@@ -61,6 +61,20 @@ def test_a_profile_goes_only_when_no_node_of_the_record_declares_it():
         "default", "mig-mixed"]
 
 
+@pytest.mark.parametrize("hostvars", [MIG, MPS4, TS2, {"gpu_node_sharing": "none"},
+                                      {"gpu_node_sharing": "mig", "gpu_node_mig_strategy": "single"},
+                                      {"gpu_node_sharing": "mps", "gpu_node_replicas": 48}])
+def test_a_profile_name_gives_back_the_profile_the_filter_made(hostvars):
+    profile = device_plugin_profiles({"n": hostvars}, ["n"])["profiles"]
+    made = [p for p in profile if p["name"] == device_plugin_profiles({"n": hostvars}, ["n"])["nodes"]["n"]][0]
+    assert record.profile_from_name(made["name"]) == made
+
+
+@pytest.mark.parametrize("name", ["custom-a100", "mps-1", "mps-04", "ts-", "mig-auto", "", None])
+def test_names_the_filter_never_makes_are_not_profiles(name):
+    assert record.profile_from_name(name) is None
+
+
 def test_a_record_edited_into_nonsense_is_refused():
     with pytest.raises(record.RecordError) as exc:
         record.merge({"nodes": {"x": "mps-9"}, "profiles": {}}, {}, [])
@@ -113,6 +127,21 @@ def test_a_write_that_lost_the_race_is_merged_again(kube_api):
     res = run_main(cluster_profiles.main, _args(kube_api, ["n2"]))
     assert res["changed"] and _stored(kube_api)["nodes"] == {"n1": "mig-mixed", "n2": "mps-4"}
     assert [r["code"] for r in kube_api.requests if r["method"] == "PUT"] == [409, 200]
+
+
+def test_the_first_record_keeps_what_labelled_nodes_select(kube_api):
+    # a cluster converged by an earlier version: nodes labelled with their profiles, no record yet
+    kube_api.add_node("old-mps", labels={"nvidia.com/device-plugin.config": "mps-8"})
+    kube_api.add_node("old-custom", labels={"nvidia.com/device-plugin.config": "my-own-config"})
+    kube_api.add_node("n1", labels={"nvidia.com/device-plugin.config": "default"})
+    res = run_main(cluster_profiles.main, _args(kube_api, ["n1"]))      # a --limit run over n1 only
+    assert res["changes"]["seeded_nodes"] == ["old-mps"], res["changes"]
+    assert names(res["profiles"]) == ["default", "mig-mixed", "mps-8"]
+    assert res["nodes"] == {"n1": "mig-mixed", "old-mps": "mps-8"}
+    # seeded once: from now on the record is what counts
+    kube_api.add_node("later", labels={"nvidia.com/device-plugin.config": "ts-3"})
+    res = run_main(cluster_profiles.main, _args(kube_api, ["n1"]))
+    assert res["changed"] is False and "later" not in res["nodes"]
 
 
 @pytest.mark.parametrize("kw,fragment", [
