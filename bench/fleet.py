@@ -28,6 +28,8 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --issue8 --out docs/readings/fleet   # 1 and 50 nodes with the empty play,
                              # growth 10/25/50/100 nodes, 1/2/4/8 GPUs per node at 10 nodes
        python bench/fleet.py --quick                              # 2 single-GPU nodes (the test runs this)
+       python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
+                             # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
 """
 import argparse
 import json
@@ -377,6 +379,8 @@ def main(argv=None):
                         help="2 single-GPU nodes (one MIG, one MPS), forks 2, one batch (the test runs this)")
     parser.add_argument("--replot", metavar="FLEET_JSON", help="the report and plot again from a run's fleet.json")
     parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE group var for every node")
+    parser.add_argument("--slices", help="e.g. 1,2,4: site.yml as that many AWX job slices at once against the fake "
+                        "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
     args = parser.parse_known_args(argv)[0]
     if args.issue8:
         args.nodes, args.empty_at, args.gpus_per_node, args.gpus_nodes = "1,50,10,25", "1,50", "1,2,4,8", 10
@@ -391,6 +395,9 @@ def main(argv=None):
     args.started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     args.load = "%.1f/%.1f/%.1f" % os.getloadavg()
     args.commit = _commit()
+    if args.slices:
+        import fleet_slices  # (bench/fleet_slices.py, beside this file)
+        return fleet_slices.main(args)
     rows, errors = [], []
     if args.replot:
         with open(args.replot) as handle:

@@ -359,6 +359,14 @@ class Kube(object):
     def delete(self, what, path, dry_run=False):
         return self.request(what, "DELETE", path, query=_dry(dry_run))
 
+    def replace(self, what, path, body, dry_run=False, field_manager=None):
+        """A PUT of the whole object. With ``metadata.resourceVersion`` in ``body`` the API server applies it only
+        if the object is still at that version, else answers 409 Conflict (optimistic concurrency)."""
+        query = dict(_dry(dry_run) or {})
+        if field_manager:
+            query["fieldManager"] = field_manager
+        return self.request(what, "PUT", path, query=query or None, body=body)
+
 
 def get_optional(kube, what, path):
     """GET an object; None when it does not exist (404)."""
@@ -404,6 +412,35 @@ _UNREACHABLE = ("cannot reach the Kubernetes API at %s while trying to %s: %s. C
 
 def _dry(dry_run):
     return {"dryRun": "All"} if dry_run else None
+
+
+def read_or_none(kube, what, path):
+    """GET an object; None when the API answers 404 Not Found."""
+    try:
+        return kube.get(what, path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def namespace_path(name=None):
+    return "/api/v1/namespaces" + ("/%s" % quote(name, safe="") if name else "")
+
+
+def ensure_namespace(kube, namespace, dry_run=False):
+    """Create ``namespace`` when it does not exist (as helm's --create-namespace does). Returns "present",
+    "created", or "would be created" (dry run: the API validated the create, nothing was stored)."""
+    if read_or_none(kube, "read namespace %s" % namespace, namespace_path(namespace)) is not None:
+        return "present"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    try:
+        kube.create("create namespace %s" % namespace, namespace_path(), body, dry_run=dry_run)
+    except KubeError as exc:
+        if exc.status != 409:   # created meanwhile by someone else: fine
+            raise
+        return "present"
+    return "would be created" if dry_run else "created"
 
 
 def node_path(name):

@@ -29,10 +29,11 @@ pytestmark = [pytest.mark.slow,
 NVML_ERRORS = ("UNKNOWN", "IN_USE", "INSUFFICIENT_RESOURCES")
 # The mutating steps of a clean converge of the small fleet:
 # - MIG node: all-balanced on one H200 = MIG mode + 4 GPU instances + 4 compute instances; MPS node: its compute mode;
-# - API writes: helm's release records and objects, the RuntimeClass, both nodes' labels, the cordon, the eviction,
-#   the uncordon;
+# - API writes: the cluster lock's namespace and Lease (taken, released; its renewals are not steps), the fleet's
+#   profile record, helm's release records and objects, the RuntimeClass, both nodes' labels, the cordon, the
+#   eviction, the uncordon;
 # - one helm upgrade --install; containerd validates the current config and the candidate on each node.
-STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 13, "helm": 1, "containerd": 4}
+STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 17, "helm": 1, "containerd": 4}
 CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
          + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
 
