@@ -128,7 +128,9 @@ def test_first_look_converge_and_rerun(cluster):
     res = site.run()
     assert res.rc == 0, res
     assert [res.changed(n) for n in NODES] == [0, 0], res
-    assert api.writes(dry_run=False)[writes:] == []
+    # The only writes: the cluster lock taken and released (a Lease in the operator's namespace), nothing else.
+    assert [(r["method"], r["path"]) for r in api.writes(dry_run=False)[writes:]] == [
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/%s/leases/gpuops-nvidia-cluster" % NS)] * 2
     assert dict((n, len(site.gpus(n)["call_log"])) for n in NODES) == calls
 
 
