@@ -202,7 +202,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import mo
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import resolve_from_params, terminate_processes
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+    name_source, resolve_from_params, terminate_processes)
 
 
 def _devices(gpu):
@@ -263,7 +264,7 @@ def _run(module):
         except mp.MigBusyError as exc:
             module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
         except mp.MigLayoutError as exc:
-            module.fail_json(msg=str(exc), changed=False)
+            module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
             module.warn("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had "
                         "changed it (check mode)"
