@@ -25,6 +25,31 @@ class ShareError(ValueError):
     """Input that cannot be shared as asked; the message says what is wrong and what is valid."""
 
 
+def check_gpu_facts(gpus):
+    """Raise ShareError unless ``gpus`` is a list of GPU facts as gpu_info returns them: mappings with a whole
+    ``index`` >= 0 and a positive whole ``memory_total_bytes`` or ``memory_total_mib`` (``uuid`` a string if given).
+    Returns the list."""
+    what = "GPU facts (gpu_info's gpus: a list of mappings with index and memory_total_mib)"
+    if not isinstance(gpus, (list, tuple)):
+        raise ShareError("%s expected, got %s" % (what, type(gpus).__name__))
+    for n, gpu in enumerate(gpus):
+        where = "gpus[%d]" % n
+        if not isinstance(gpu, dict):
+            raise ShareError("%s: %s is %s, not a mapping" % (what, where, type(gpu).__name__))
+        index = gpu.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ShareError("%s: %s.index must be a whole number >= 0, got %r" % (what, where, index))
+        sizes = [(k, gpu.get(k)) for k in ("memory_total_bytes", "memory_total_mib") if gpu.get(k) is not None]
+        if not sizes:
+            raise ShareError("%s: %s has neither memory_total_bytes nor memory_total_mib" % (what, where))
+        for key, size in sizes:
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise ShareError("%s: %s.%s must be a whole number > 0, got %r" % (what, where, key, size))
+        if gpu.get("uuid") is not None and not isinstance(gpu["uuid"], str):
+            raise ShareError("%s: %s.uuid must be a string, got %r" % (what, where, gpu["uuid"]))
+    return list(gpus)
+
+
 def _gpu_total_bytes(gpu):
     if gpu.get("memory_total_bytes"):
         return int(gpu["memory_total_bytes"])
@@ -43,7 +68,7 @@ def replica_shares(gpus, replicas, mode="per_gpu"):
         raise ShareError("mode must be one of %s, got %r" % (", ".join(SHARE_MODES), mode))
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise ShareError("replicas must be a whole number, got %r" % (replicas,))
-    gpus = list(gpus or [])
+    gpus = check_gpu_facts(gpus if gpus is not None else [])
     if not gpus:
         raise ShareError("no GPUs to share: the GPU facts list no GPU")
     if mode == "pool":
@@ -242,6 +267,8 @@ def parse_mem_limit(value, gpus=None):
     "mib": ...}`` in the order given. Raises LimitError for anything CUDA might ignore.
     """
     entries = []
+    if gpus is not None:
+        check_gpu_facts(gpus)
     if isinstance(value, dict):
         if not value:
             raise LimitError("%s mapping is empty: give at least one device, e.g. {0: 8G}" % ENV_MEMORY)
