@@ -311,8 +311,9 @@ class Kube(object):
 
     @classmethod
     def from_params(cls, params):
+        timeout = request_timeout(params.get("request_timeout"))
         cfg = build_configuration(params)
-        return cls(cfg, timeout=params.get("request_timeout") or 30.0)
+        return cls(cfg, timeout=timeout)
 
     def request(self, what, method, path, query=None, body=None, content_type="application/json"):
         """One API request; returns the decoded JSON answer (a dict) or raises KubeError worded with ``what``."""
@@ -332,9 +333,9 @@ class Kube(object):
             # clients before 35 raise for every answer that is not 2xx; all raise status 0 when no answer came
             status, reason, data = exc.status, exc.reason, exc.body
             if not status:
-                raise KubeError(_UNREACHABLE % (host, what, reason))
+                raise KubeError(_UNREACHABLE % (host, what, reason, self.timeout))
         except (_Urllib3Error, socket.error, OSError) as exc:
-            raise KubeError(_UNREACHABLE % (host, what, exc))
+            raise KubeError(_UNREACHABLE % (host, what, exc, self.timeout))
         if isinstance(data, bytes):
             data = data.decode("utf-8", "replace")
         if not 200 <= int(status) < 300:
@@ -361,7 +362,21 @@ class Kube(object):
 
 
 _UNREACHABLE = ("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, the network path "
-                "and that the API server is up.")
+                "and that the API server is up (each request waits up to request_timeout=%s s).")
+MAX_REQUEST_TIMEOUT = 3600
+
+
+def request_timeout(value):
+    """The request_timeout parameter checked: a finite number of seconds, more than 0 and at most an hour (a bound
+    chosen here: kube-apiserver ends a request itself after its --request-timeout, 60 s by default; past an hour
+    a value is a typo, and near 1e308 the socket layer overflows). None: 30."""
+    if value is None:
+        return 30.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or \
+            not 0 < value <= MAX_REQUEST_TIMEOUT:
+        raise KubeError("request_timeout must be a number of seconds above 0 and at most %d, got %r"
+                        % (MAX_REQUEST_TIMEOUT, value))
+    return float(value)
 
 
 def _dry(dry_run):
