@@ -10,7 +10,7 @@ real ansible-playbook, all of them in one run (one inventory host per case).
 holds call_log), the fake API server's objects and its non-dry-run writes, the helm release store and its mutating
 commands. Lock files (`*.lock`) are excluded: taking a lock is not a change of configuration.
 """
-import json
+import importlib
 import os
 import sys
 
@@ -21,8 +21,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, device_plugin, gpu_info, gpu_simulator, mig_layout, mig_mode, mps_control,
     node_labels, runtime_class)
-from tests.support import ctk_env, rigs
-from tests.support.ansible_run import run_playbook
+from tests.support import ctk_env, fuzz_values, rigs
+from tests.support.ansible_run import CANARY, first_failure, run_playbook, site_validation_play
 from tests.support.modrun import run_main
 from tests.support.rigs import snapshot
 
@@ -63,25 +63,32 @@ def assert_clear_failure(case, res):
 def test_corpus_is_big_enough():
     kinds = set(c["kind"] for c in CASES)
     assert len(CASES) >= 60 and len(set(c["id"] for c in CASES)) == len(CASES)
-    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "role"}
+    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "role", "site", "filter"}
     modules = set(c.get("module") or KIND_MODULE.get(c["kind"]) for c in CASES if c["kind"] != "role")
     assert modules >= set(MODULES)
 
 
 def make_rig(case, directory):
-    """The case's rig (tests/support/rigs.py) and the {placeholder: path} it offers the case's arguments."""
+    """The case's rig (tests/support/rigs.py) with the case's files in it (``files``: {name: text};
+    ``special_files``: {name: kind of tests/support/fuzz_values.make_special}), and the {placeholder: path} it
+    offers the case's arguments ({tmp}: the rig's directory; {etc}: containerd's config directory)."""
     kind = case["kind"]
+    mapping = {}
     if kind == "sim":
         rig = rigs.SimRig(directory, shape=case.get("shape"), enable=case.get("enable", []), setup=case.get("setup"),
                           state_text=case.get("state_text"), state_dir=case.get("state_dir", False))
-        for name, text in (case.get("files") or {}).items():
-            with open(rig.path(name), "w") as handle:
-                handle.write(text)
-        return rig, {"tmp": rig.dir}
-    if kind == "containerd":
+    elif kind == "containerd":
         rig = rigs.ContainerdRig(directory, config_text=case["config_text"])
-        return rig, {"etc": rig.etc}
-    return rigs.RIGS[kind](directory), {}
+        mapping["etc"] = rig.etc
+    else:
+        rig = rigs.RIGS[kind](directory)
+    for name, text in (case.get("files") or {}).items():
+        with open(rig.path(name), "w") as handle:
+            handle.write(text)
+    for name, special in (case.get("special_files") or {}).items():
+        fuzz_values.make_special(rig.path(name), special)
+    mapping["tmp"] = rig.dir
+    return rig, mapping
 
 
 def run_case(case, directory, monkeypatch):
@@ -132,10 +139,24 @@ def test_helm(case, tmp_path, monkeypatch):
     run_case(case, tmp_path, monkeypatch)
 
 
-# ----------------------------------------------------------------------------------------------- roles
+# ----------------------------------------------------------------------------------------------- filters
+@pytest.mark.parametrize("case", _ids("filter"))
+def test_filter(case):
+    """A filter given ``args`` (the filter's input first) raises AnsibleFilterError with every ``expect`` fragment."""
+    from ansible.errors import AnsibleFilterError
+    plugin = importlib.import_module("ansible_collections.gpuops.nvidia.plugins.filter.%s" % case["file"])
+    function = plugin.FilterModule().filters()[case["filter"]]
+    with pytest.raises(AnsibleFilterError) as raised:
+        function(*case["args"])
+    assert_clear_failure(case, {"failed": True, "msg": str(raised.value)})
+
+
+# ----------------------------------------------------------------------------------------------- roles, site
+# Role cases apply their role (its argument spec and its own checks); site cases run site.yml's first play, which
+# must refuse the value for every node before anything changes anywhere. All in one ansible-playbook run.
 ROLE_PLAY = """---
 - name: Bad-input corpus, role cases (one host per case)
-  hosts: all
+  hosts: role_cases
   gather_facts: false
   environment: "{{ gpuops_environment }}"
   tasks:
@@ -148,9 +169,9 @@ ROLE_PLAY = """---
 @pytest.fixture(scope="module")
 def role_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("roles")
-    hosts, dirs = {}, {}
+    groups, dirs = {"role_cases": {}, "site_cases": {CANARY: {"ansible_connection": "local"}}}, {}
     for case in CASES:
-        if case["kind"] != "role":
+        if case["kind"] not in ("role", "site"):
             continue
         d = base / case["id"]
         d.mkdir()
@@ -160,7 +181,7 @@ def role_run(tmp_path_factory):
         config.parent.mkdir(parents=True)
         config.write_text(ctk_env.fixture_text("golden-input-v2.toml"))
         hv = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-              "case_role": case["role"],
+              "case_role": case.get("role"),
               "gpuops_environment": {"GPUOPS_SIMULATED_GPUS": state,
                                      "PATH": rigs.FAKE_BIN + os.pathsep + os.environ["PATH"],
                                      "FAKE_SYSTEMD_STATE": str(d / "systemd.json"),
@@ -177,12 +198,13 @@ def role_run(tmp_path_factory):
               "containerd_runtime_containerd_path": ctk_env.require_containerd(),
               "containerd_runtime_restart_method": "none"}
         hv.update(case["vars"])
-        hosts[case["id"]] = hv
+        groups["%s_cases" % case["kind"]][case["id"]] = hv
         dirs[case["id"]] = str(d)
     inventory = base / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    inventory.write_text(yaml.safe_dump({"all": {"children": dict((g, {"hosts": h}) for g, h in groups.items())}}))
     playbook = base / "play.yml"
-    playbook.write_text(ROLE_PLAY)
+    playbook.write_text(yaml.safe_dump([site_validation_play("site_cases")] + yaml.safe_load(ROLE_PLAY),
+                                       sort_keys=False))
     before = dict((cid, snapshot(d)) for cid, d in dirs.items())
     data, proc = run_playbook(str(playbook), inventory=str(inventory))
     assert data is not None, proc.stdout + proc.stderr
@@ -190,22 +212,10 @@ def role_run(tmp_path_factory):
     return data, before, after
 
 
-def _first_failure(data, host):
-    for play in data["plays"]:
-        for task in play["tasks"]:
-            res = task["hosts"].get(host)
-            if res and res.get("failed") and not res.get("skipped"):
-                return res
-    return {"failed": False, "msg": "no task failed for %s" % host}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("case", _ids("role"))
+@pytest.mark.parametrize("case", _ids("role") + _ids("site"))
 def test_role(case, role_run):
     data, before, after = role_run
-    res = _first_failure(data, case["id"])
-    res.setdefault("msg", json.dumps(res.get("argument_errors") or res))
-    if res.get("failed") and isinstance(res.get("argument_errors"), list):
-        res["msg"] = " ".join([res["msg"]] + [e for e in res["argument_errors"] if e not in res["msg"]])
-    assert_clear_failure(case, res)
+    res = first_failure(data, case["id"]) or {"failed": False, "text": "no task failed for %s" % case["id"]}
+    assert_clear_failure(case, dict(res, msg=res["text"]))
     assert after[case["id"]] == before[case["id"]]

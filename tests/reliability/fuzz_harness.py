@@ -1,0 +1,228 @@
+"""How the input fuzzer (test_fuzz_inputs.py) runs each module, filter and role: the harness table.
+
+The fuzzer finds every module in plugins/modules, every filter in plugins/filter and every role's
+meta/argument_specs.yml by itself, and reads each module's argument_spec from the module. What it cannot know is
+how to run a module against something that behaves like a node: that is this table. A module, filter or role
+without an entry here makes test_every_module_has_a_harness (and its siblings for filters and roles) fail:
+add one for every new module.
+
+A module entry:
+- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, kube, helm), and
+  ``rig_kwargs`` for it;
+- ``args``: a valid run (test_harness_run_succeeds checks it succeeds), from which each example changes one to
+  three options;
+- ``hints``: strategies for options whose plain type says too little (``layout``, ``kubeconfig``...), keyed by
+  option path (``profiles[].resources``);
+- ``fixed``: options never fuzzed, each with the reason;
+- ``files``: more files for the sandbox's pool (tests/support/fuzz_values.py), e.g. a valid config to get deeper.
+"""
+from hypothesis import strategies as st
+
+from tests.support import fuzz_values as fv
+
+SANDBOX, POOL = fv.SANDBOX, fv.POOL
+
+# ---- hints shared by several modules -----------------------------------------------------------------------------
+_COUNTS = st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
+                    st.sampled_from(["2", "two", "\u00b2", "\uff12", "1e3", "", "9" * 5000]))
+_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fv.DOMAIN if "g." in n]), fv.strings())
+_MIG_DEVICES = st.one_of(st.dictionaries(_PROFILE_NAMES, _COUNTS, max_size=4), fv.hostile())
+_DEVICES = st.one_of(st.just("all"), st.lists(st.one_of(st.integers(-1, 9), st.sampled_from(fv.HUGE_INTS),
+                                                        fv.strings()), max_size=4), fv.hostile())
+_ENTRY = st.fixed_dictionaries({}, optional={
+    "devices": _DEVICES, "mig_devices": _MIG_DEVICES, "mig-devices": _MIG_DEVICES,
+    "mig_enabled": st.one_of(st.booleans(), fv.hostile()), "models": st.lists(fv.strings(), max_size=3),
+    "device_filter": st.one_of(st.sampled_from(["0x233510DE", "0x20B010DE:0x134F10DE", "0x2335"]), fv.strings()),
+    "profiles": st.just({"1g.18gb": 1})})
+LAYOUT = st.one_of(st.lists(_ENTRY, min_size=1, max_size=3), fv.hostile())
+
+MIGPARTED = {
+    "valid.yaml": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n"
+                  "        1g.18gb: 7\n  b:\n    - devices: [0, 1]\n      mig-enabled: false\n",
+    "huge-count.yaml": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+                       "      mig-devices: {1g.18gb: 1000000000000}\n",
+    "aliases-config.yaml": "version: v1\nx: &x [{devices: all, mig-enabled: true, mig-devices: {1g.18gb: 1}}]\n"
+                           "mig-configs: {a: *x}\n",
+    "list.yaml": "- 1\n- 2\n",
+}
+CONFIG_FILE = fv.paths(sorted(MIGPARTED))
+CONFIG_NAME = st.one_of(st.sampled_from(["a", "b", "all-balanced", "all-1g", "all-7g", "all-disabled", "all-0g",
+                                         "all-999999999999g", "all-" + "9" * 5000 + "g", "all-1g.18gb",
+                                         "all-\u00b9g", "all-\uff11g"]), fv.strings())
+
+KUBECONFIG_FILES = {
+    "kubeconfig-list.yaml": "- clusters\n",
+    "kubeconfig-empty-map.yaml": "{}\n",
+    "kubeconfig-bad-server.yaml": "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters:\n- name: c\n"
+                                  "  cluster: {server: 5}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n"
+                                  "users:\n- name: u\n  user: {token: 7}\n",
+    "kubeconfig-strings.yaml": "apiVersion: v1\nclusters: x\ncontexts: y\nusers: z\ncurrent-context: q\n",
+}
+_BAD_KUBECONFIGS = [
+    {}, {"clusters": 5}, {"clusters": [5]}, {"clusters": [{"name": "c"}], "current-context": "x"},
+    {"current-context": 7, "contexts": [{"name": 7, "context": None}]},
+    {"clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+     "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": 5}],
+     "current-context": "x"},
+    {"clusters": [{"name": "c", "cluster": {"server": 12}}],
+     "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "users": "u", "current-context": "x"},
+    "apiVersion: v1\nclusters: [\n", "clusters:\n- 1\n", "{\"clusters\": {}}", "current-context: x\nclusters: 3\n",
+]
+KUBECONFIG = st.one_of(st.just(SANDBOX + "/kubeconfig"), fv.paths(sorted(KUBECONFIG_FILES)),
+                       st.sampled_from(_BAD_KUBECONFIGS), fv.hostile())
+HOST = st.one_of(st.sampled_from(["", "http://127.0.0.1:1", "127.0.0.1", "http://[::1", "ftp://x", "http://127.0.0.1:99999",
+                                  "https://127.0.0.1:1", "http://user:pw@127.0.0.1:1/", "http://\x00", "not a url",
+                                  "http://127.0.0.1:1/" + "a" * 10000, "http://\udcff"]), fv.hostile())
+TIMEOUTS = st.one_of(st.integers(-3, 5), st.sampled_from(fv.HUGE_INTS), fv.hostile())
+KUBE_HINTS = {"kubeconfig": KUBECONFIG, "host": HOST,
+              "request_timeout": st.one_of(st.sampled_from(fv.ODD_FLOATS + fv.HUGE_INTS + [0, -1, 0.001]),
+                                           fv.hostile())}
+KUBE_FILES = dict(KUBECONFIG_FILES)
+
+_LIMITS = st.one_of(
+    st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 30 + "G", "99999999=8G", "0=8T", "0=0G", "0=-1G",
+                     "\uff10=8G", "0=\uff18G", "\u00b2=8G", "0=8G\n", "0=8G,0=4G", ",".join("%d=1G" % i for i in range(999)),
+                     "0=8G;rm -rf /"]),
+    st.dictionaries(st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS), fv.strings()),
+                    st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), fv.strings(),
+                              st.sampled_from(fv.HUGE_INTS)), max_size=4),
+    fv.hostile())
+_PERCENT = st.one_of(st.integers(-2, 120), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
+                     st.sampled_from(["50", "50%", "\uff15\uff10", "\u00b2", "50\n", "05", "100.0"]), fv.hostile())
+
+_GPU_FACTS = st.one_of(
+    st.lists(st.fixed_dictionaries({}, optional={
+        "index": st.one_of(st.integers(0, 8), fv.hostile()),
+        "memory_total_mib": st.one_of(st.sampled_from([143771, 81920, 0, -1]), st.sampled_from(fv.HUGE_INTS),
+                                      fv.hostile()),
+        "memory_total_bytes": st.one_of(st.sampled_from(fv.HUGE_INTS), fv.hostile()),
+        "name": fv.strings(), "uuid": fv.strings(), "mig_mode_current": fv.strings()}), max_size=3),
+    fv.hostile())
+_RESOURCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "name": st.one_of(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]), fv.strings()),
+    "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(fv.HUGE_INTS), fv.hostile()),
+    "devices": st.just("all"), "rename": fv.strings()}), max_size=3), fv.hostile())
+
+MODULES = {
+    "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
+    "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
+    "gpu_simulator": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"action": "show"}),
+    "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
+                       args={"gpus": ["0", "1"], "config_name": "all-balanced"},
+                       hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
+                       files=MIGPARTED),
+    "mig_mode": dict(rig="sim", rig_kwargs={"shape": "dgx-a100-40gb"},
+                     args={"enabled": True, "allow_reset": True, "gpus": ["0"]},
+                     hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
+                     files=MIGPARTED),
+    "mps_control": dict(rig="mps", args={"default_active_thread_percentage": 50,
+                                         "default_pinned_device_mem_limit": "0=8G"},
+                        hints={"default_pinned_device_mem_limit": _LIMITS,
+                               "default_active_thread_percentage": _PERCENT, "timeout": TIMEOUTS,
+                               "lock_timeout": TIMEOUTS}),
+    "containerd_runtime": dict(rig="containerd", args={}),
+    "device_plugin": dict(rig="helm", args={},
+                          hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
+                                                    "values": st.one_of(fv.json_values(), fv.hostile()),
+                                                    "pending_timeout": TIMEOUTS, "verify_timeout": TIMEOUTS,
+                                                    "timeout": st.one_of(st.sampled_from(
+                                                        ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
+                                                        fv.hostile())}),
+                          files=KUBE_FILES),
+    "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
+                                          "labels": {"gpuops.example.com/x": "1"}},
+                        hints=dict(KUBE_HINTS, labels=st.one_of(
+                            st.dictionaries(fv.strings(["gpuops.example.com/y", "nvidia.com/gpu.present"]),
+                                            st.one_of(fv.strings(), st.none(), st.booleans(),
+                                                      st.integers()), max_size=4),
+                            st.lists(fv.strings(["a=b", "gpuops.example.com/y=1"]), max_size=3), fv.hostile())),
+                        files=KUBE_FILES),
+    "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
+                        hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
+    "runtime_class": dict(rig="kube", args={},
+                          hints=dict(KUBE_HINTS, node_selector=st.one_of(
+                              st.dictionaries(fv.strings(), fv.json_values(3), max_size=3), fv.hostile())),
+                          files=KUBE_FILES),
+}
+
+
+# ---- filters: {filter file: {filter: {parameter: strategy}}}; parameters without one get any value --------------
+def _real_facts():
+    """gpu_info's facts of a simulated mixed node (A100 with MIG devices, non-MIG GPUs), as filters receive them."""
+    import shutil
+    import tempfile
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    directory = tempfile.mkdtemp()
+    try:
+        sim = SimulatedBackend(directory + "/state.json", shape="mixed")
+        sim.set_mig_mode(0, True)
+        sim.reset_gpu(0)
+        gi = sim.create_gpu_instance(0, 9, 0)
+        sim.create_compute_instance(0, gi, 2)
+        return sim.read_all()
+    finally:
+        shutil.rmtree(directory)
+
+
+REAL_FACTS = _real_facts()
+_ANY = st.one_of(fv.json_values(), fv.hostile(), st.sampled_from(fv.NOT_UTF8))
+
+
+@st.composite
+def _facts(draw):
+    """The real facts, or with one GPU's key replaced or removed, or with 'gpus' replaced, or anything."""
+    import copy
+    facts = copy.deepcopy(REAL_FACTS)
+    how = draw(st.integers(0, 4))
+    gpus = facts["gpus"]
+    if how == 1:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        gpu[draw(st.sampled_from(sorted(gpu)))] = draw(_ANY)
+    elif how == 2:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        del gpu[draw(st.sampled_from(sorted(gpu)))]
+    elif how == 3:
+        facts["gpus"] = draw(st.one_of(_ANY, st.lists(_ANY, max_size=3)))
+    elif how == 4:
+        return draw(_ANY)
+    return draw(st.sampled_from([facts, facts["gpus"], {"gpu_facts": facts}])) if how < 3 else facts
+
+
+_REPLICAS = st.one_of(st.integers(-2, 20), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS), _ANY)
+_MODE = st.one_of(st.sampled_from(["per_gpu", "pool"]), _ANY)
+_PLACEMENT = st.one_of(st.fixed_dictionaries({"start": st.one_of(st.integers(0, 7), _ANY), "size": _ANY}), _ANY)
+_INSTANCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "kind": st.one_of(st.sampled_from(["gpu_instance", "compute_instance"]), _ANY), "profile": _ANY,
+    "placement": _PLACEMENT}), max_size=3), _ANY)
+_PLAN_GPUS = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "index": st.one_of(st.integers(0, 8), _ANY), "name": _ANY, "changed": _ANY, "destroyed": _INSTANCES,
+    "created": _INSTANCES, "busy_destroyed": _ANY, "before": st.one_of(st.fixed_dictionaries({"current": _ANY}), _ANY),
+    "desired": _ANY, "actions": st.one_of(st.lists(_ANY, max_size=2), _ANY), "reboot_required": _ANY,
+    "reason": _ANY}), max_size=3), _ANY)
+_NODE_VARS = st.fixed_dictionaries({}, optional={
+    "gpu_node_sharing": st.one_of(st.sampled_from(["mig", "mps", "time-slicing", "none"]), _ANY),
+    "gpu_node_replicas": _REPLICAS, "gpu_node_mig_strategy": st.one_of(st.sampled_from(["single", "mixed"]), _ANY)})
+_HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.one_of(_NODE_VARS, _ANY), max_size=3),
+                      _ANY)
+_NODES = st.one_of(st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=4), _ANY)
+
+FILTERS = {
+    "sharing": {"mps_shares": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
+                "mps_daemon_defaults": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
+                "mps_limits": {"limits": st.one_of(st.fixed_dictionaries({}, optional={
+                    "active_thread_percentage": _ANY,
+                    "pinned_device_mem_limit": st.one_of(st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 5000 + "G"]),
+                                                         _ANY)}), _ANY),
+                    "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
+    "gpu_summary": {"gpu_summary": {"facts": _facts()}},
+    "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
+    "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
+}
+
+# ---- roles: how their variables are validated -------------------------------------------------------------------
+# "site": site.yml's first play (roles/gpu_node/tasks/validate.yml) checks them for every node before anything
+# changes; any value is tried, and a host must either pass or fail naming the variable.
+# "role": the role checks its argument spec when it starts (it is not part of site.yml); only values its spec
+# refuses are tried (a valid one would let the role run its tasks on this machine), and every host must fail.
+ROLES = {"gpu_node": "site", "mig": "site", "compute_mode": "site", "containerd_runtime": "site", "cluster": "site",
+         "mps_control": "role"}
