@@ -225,10 +225,30 @@ def mask_kubeconfig_secrets(module):
         module.no_log_values.update(kubeconfig_secrets(content))
 
 
+def auth_param_errors(params):
+    """What is wrong with the authentication parameters' characters: a NUL cannot be passed to helm's environment
+    or to a file name, and a line break in host, api_key or context would end an HTTP header or a variable."""
+    errors = []
+    for name in ("host", "api_key", "context", "kubeconfig", "ca_cert", "client_cert", "client_key"):
+        value = params.get(name)
+        if not isinstance(value, string_types):
+            continue
+        shown = "(hidden)" if name == "api_key" else repr(value[:80])
+        if "\x00" in value:
+            errors.append("%s %s contains a NUL character" % (name, shown))
+        elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
+            errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
+                          "as one line" % (name, shown))
+    return errors
+
+
 def build_configuration(params, environ=None):
     """Build a kubernetes.client.Configuration from module parameters (already env-fallback resolved)."""
     if not HAS_KUBERNETES:
         raise KubeError(missing_library_message())
+    errors = auth_param_errors(params)
+    if errors:
+        raise KubeError("; ".join(errors))
     environ = os.environ if environ is None else environ
     cfg = kubernetes.client.Configuration()
     host = params.get("host")

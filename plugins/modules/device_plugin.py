@@ -477,15 +477,15 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
 
-    errors = []
+    errors = _kube.auth_param_errors(p)
     ns_errs = _kube.dns_label_errors(p["namespace"], "namespace")
     errors.extend(ns_errs)
     if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
         errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "
                       "recommended\"); use a dedicated namespace such as nvidia-device-plugin")
     if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
-        errors.append("chart_version is required with a chart repository: pin it (e.g. 0.17.0) so the chart does "
-                      "not change under you between runs")
+        errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
+                      "0.17.0) so the chart does not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
     if p["pending_timeout"] < 0:

@@ -20,7 +20,7 @@ import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, device_plugin, gpu_info, gpu_simulator, mig_layout, mig_mode, mps_control,
-    node_labels, runtime_class)
+    node_cordon, node_labels, runtime_class)
 from tests.support import ctk_env, fuzz_values, rigs
 from tests.support.ansible_run import CANARY, first_failure, run_playbook, site_validation_play
 from tests.support.modrun import run_main
@@ -31,7 +31,8 @@ with open(CORPUS) as _handle:
     CASES = yaml.safe_load(_handle)["cases"]
 MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": gpu_simulator,
            "mig_layout": mig_layout, "mig_mode": mig_mode, "node_labels": node_labels, "runtime_class": runtime_class,
-           "mps_control": mps_control, "containerd_runtime": containerd_runtime, "device_plugin": device_plugin}
+           "mps_control": mps_control, "containerd_runtime": containerd_runtime, "device_plugin": device_plugin,
+           "node_cordon": node_cordon}
 KIND_MODULE = {"mps": "mps_control", "containerd": "containerd_runtime", "helm": "device_plugin"}
 
 

@@ -130,6 +130,7 @@ SPECIAL = {
     "not-toml": b"version = 2\n[plugins\n= = =\n",
     "deep-yaml": b"[" * 100000 + b"]" * 100000,
     "deep-json": b'{"a":' * 100000 + b"1" + b"}" * 100000,
+    "deep-toml": b"a = " + b"[" * 100000 + b"]" * 100000 + b"\n",
     # nine levels of nine aliases: 9**9 values once expanded, a few hundred bytes on disk
     "aliases": b"a: &a [x, x, x, x, x, x, x, x, x]\n" + b"".join(
         b"%s: &%s [%s]\n" % (chr(98 + i).encode(), chr(98 + i).encode(), b", ".join([b"*" + chr(97 + i).encode()] * 9))
@@ -182,7 +183,7 @@ def make_special(path, kind):
 
 POOL_KINDS = {"empty": "empty", "binary.bin": "binary", "huge.bin": "huge", "huge.yaml": "huge-yaml",
               "not-yaml.yaml": "not-yaml", "not-toml.toml": "not-toml", "deep.yaml": "deep-yaml",
-              "deep.json": "deep-json", "aliases.yaml": "aliases", "dir": "dir", "fifo": "fifo", "socket": "socket",
+              "deep.json": "deep-json", "deep.toml": "deep-toml", "aliases.yaml": "aliases", "dir": "dir", "fifo": "fifo", "socket": "socket",
               "zero": "zero", "dangling": "dangling", "loop": "loop", "mode000.yaml": "mode000", "text.txt": "text"}
 
 
