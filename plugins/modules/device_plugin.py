@@ -166,6 +166,7 @@ options:
     description:
       - Seconds after which a release still C(pending-*) is taken as abandoned by whoever started the operation
         and recovered. A pending release that this controller's own dead run left is recovered at once.
+      - From 0 to 86400 (one day).
     type: int
     default: 900
   record_dir:
@@ -185,7 +186,7 @@ options:
     type: bool
     default: false
   verify_timeout:
-    description: Seconds to wait for O(verify) to pass.
+    description: Seconds to wait for O(verify) to pass, from 0 to 86400 (one day).
     type: int
     default: 300
   binary_path:
@@ -302,6 +303,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 try:
     import yaml
@@ -488,8 +490,10 @@ def main():
                       "0.17.0) so the chart does not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
-    if p["pending_timeout"] < 0:
-        errors.append("pending_timeout must be 0 or more seconds, got %d" % p["pending_timeout"])
+    for option in ("pending_timeout", "verify_timeout"):
+        error = seconds_error(option, p[option])
+        if error:
+            errors.append(error)
     if p["verify"] and not p["nodes"]:
         errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
     if errors:

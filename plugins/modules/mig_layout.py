@@ -67,7 +67,7 @@ options:
     type: bool
     default: false
   force_timeout:
-    description: Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+    description: Seconds to wait after SIGTERM before SIGKILL when O(force=true), from 0 to 86400 (one day).
     type: int
     default: 30
 attributes:
@@ -199,6 +199,7 @@ import copy
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
@@ -227,9 +228,10 @@ def main():
         required_one_of=[("layout", "config_file", "config_name")],
         supports_check_mode=True,
     )
-    if module.params["force_timeout"] < 0:
-        module.fail_json(msg="force_timeout must be >= 0 seconds (the wait between SIGTERM and SIGKILL for processes "
-                             "ended with force=true), got %d. Nothing was changed." % module.params["force_timeout"])
+    error = seconds_error("force_timeout", module.params["force_timeout"])
+    if error:
+        module.fail_json(msg="%s: the wait between SIGTERM and SIGKILL for processes ended with force=true (>= 0). "
+                             "Nothing was changed." % error)
     with module_lock(module, "mig_layout"):
         _run(module)
 
