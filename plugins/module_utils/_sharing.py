@@ -170,6 +170,15 @@ def parse_thread_percentage(value):
     raise LimitError("%s, got %r" % (what, value))
 
 
+_MEM_MAX_BYTES = 1 << 50
+_MEM_CEILING = "a limit must be below 1048576G (2**50 bytes)"
+
+
+def _clipped(text, limit=40):
+    """repr() of ``text``, cut after ``limit`` characters (a message quotes what the user typed, not 5000 digits)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "... (%d characters)" % len(text)
+
+
 def parse_mem_amount(text, units=None, where=""):
     """``'8G'`` -> bytes. Strict: a whole positive number immediately followed by one of ``units``."""
     units = tuple(units or MEM_UNITS)
@@ -204,13 +213,19 @@ def parse_mem_amount(text, units=None, where=""):
             hint = " (CUDA takes megabytes or gigabytes here)"
         raise LimitError("%smemory limit %r has unit %r, which is not one of %s%s"
                          % (prefix, text, unit, ", ".join(units), hint))
+    significant = digits.lstrip("0") or "0"
+    # Bounded before int(): no GPU holds 10**16 M, and int() refuses strings of more than 4300 digits.
+    if len(significant) > 16:
+        raise LimitError("%smemory limit %s is larger than any GPU: %s"
+                         % (prefix, _clipped(text), _MEM_CEILING))
     if len(digits) > 1 and digits.startswith("0"):
-        raise LimitError("%smemory limit %r has leading zeros: write %s%s" % (prefix, text, int(digits), unit))
+        raise LimitError("%smemory limit %s has leading zeros: write %s%s"
+                         % (prefix, _clipped(text), significant, unit))
     amount = int(digits)
     if amount <= 0:
         raise LimitError("%smemory limit %r is zero: a limit must be at least 1M" % (prefix, text))
-    if amount * MEM_UNITS[unit] >= 1 << 50:
-        raise LimitError("%smemory limit %r is larger than any GPU" % (prefix, text))
+    if amount * MEM_UNITS[unit] >= _MEM_MAX_BYTES:
+        raise LimitError("%smemory limit %r is larger than any GPU: %s" % (prefix, text, _MEM_CEILING))
     return amount * MEM_UNITS[unit]
 
 
