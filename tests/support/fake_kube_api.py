@@ -8,6 +8,8 @@ in the API's own shapes:
 - list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
   configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects), label selectors
   on lists, ``resourceVersion``, ``uid``, ``generation``;
+- the custom resource ClusterPolicy (``nvidia.com/v1``, cluster-scoped), pruned, defaulted and validated against the
+  schema of NVIDIA's published CRD at a chosen release (``crd_versions``; fake_crd.py, tests/fixtures/gpu-operator);
 - patch types: ``application/merge-patch+json`` (RFC 7386), ``application/strategic-merge-patch+json`` (maps merge
   and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; the list merge
   keys of real strategic merge are not modelled: lists are replaced, and ``$patch: delete/replace`` on maps is
@@ -36,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import k8s_protobuf
+from . import fake_crd, k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -56,6 +58,8 @@ RESOURCES = [
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    # A custom resource: served from its CRD's schema (tests/support/fake_crd.py, tests/fixtures/gpu-operator).
+    ("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
 ]
 _BY_PATH = {(g, v, p): (k, ns) for g, v, p, k, ns in RESOURCES}
 
@@ -499,7 +503,7 @@ class FakeKubeApi(object):
                 causes.append(("handler", handler, "a lowercase RFC 1123 label must consist of lower case "
                                "alphanumeric characters or '-'"))
         if not causes:
-            return None
+            return fake_crd.admit(self, plural, kind, obj, name)
         msgs = ["%s: Invalid value: %s: %s" % (f, json.dumps(v), why) for f, v, why in causes]
         return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (kind, name, "; ".join(msgs)),
                       {"name": name, "kind": kind,
@@ -606,9 +610,9 @@ class FakeKubeApi(object):
             elif not old:
                 return self._not_found(plural, name, group)
             elif ctype == "application/merge-patch+json":
-                obj = merge_patch(old, body)
-            elif ctype == "application/strategic-merge-patch+json":
-                obj = strategic_merge_patch(old, body)
+                obj = merge_patch(copy.deepcopy(old), body)     # a copy: validation and dry runs must not touch
+            elif ctype == "application/strategic-merge-patch+json":    # the stored object
+                obj = strategic_merge_patch(copy.deepcopy(old), body)
             elif ctype == "application/json-patch+json":
                 try:
                     obj = json_patch(old, body)
