@@ -31,11 +31,14 @@ from collections import Counter
 # go-nvlib pkg/nvlib/device/mig_profile.go parseMigProfile (reference/mig.md 1.2): a name carries either '+'
 # attributes or '-' attributes, never both; each attribute starts with a letter, holds letters, digits and dots,
 # does not end with a dot and appears once in its list.
-DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?:(?P<sign>[+-])(?P<attrs>.*))?$")
+# Numbers are ASCII digits, as Go's regexp \d and strconv.Atoi take them (Python's \d also takes '\uff11' and other
+# unicode digits), and at most 9 of them: no GPU has 10**9 slices or GB, and int() refuses more than 4300 digits.
+DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>[0-9]{1,9})c\.)?(?P<g>[0-9]{1,9})g\.(?P<gb>[0-9]{1,9})gb"
+                            r"(?:(?P<sign>[+-])(?P<attrs>.*))?$")
 _ATTRIBUTE_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?$")
 # mig-parted names its generated all-<profile> layouts with '+' turned into '.' (all-1g.24gb.me.all,
 # all-1g.10gb.me: pkg/mig/builder normalizeProfileName, config-default.yaml); '-' stays (all-1g.24gb-me).
-MIGPARTED_LAYOUT_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:[.+-][A-Za-z][A-Za-z0-9.,]*)?$")
+MIGPARTED_LAYOUT_PROFILE_RE = re.compile(r"^[0-9]{1,9}g\.[0-9]{1,9}gb(?:[.+-][A-Za-z][A-Za-z0-9.,]*)?$")
 NAME_FORMS = ("<G>g.<GB>gb, optionally followed by +attributes or -attributes (e.g. 3g.40gb, 1g.10gb+me, "
               "1g.24gb+gfx, 1g.24gb+me.all, 1g.24gb-me), and <C>c.<G>g.<GB>gb with the same suffixes for a "
               "compute-instance sub-profile (e.g. 1c.3g.40gb, 1c.2g.48gb+gfx)")

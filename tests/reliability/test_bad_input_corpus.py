@@ -48,7 +48,7 @@ def substitute(value, mapping):
     if isinstance(value, list):
         return [substitute(v, mapping) for v in value]
     if isinstance(value, dict):
-        return dict((k, substitute(v, mapping)) for k, v in value.items())
+        return dict((substitute(k, mapping), substitute(v, mapping)) for k, v in value.items())
     return value
 
 
