@@ -7,14 +7,18 @@ without an entry here makes test_every_module_has_a_harness (and its siblings fo
 add one for every new module.
 
 A module entry:
-- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, kube, helm), and
+- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, kube, helm,
+  operator), and
   ``rig_kwargs`` for it;
 - ``args``: a valid run (test_harness_run_succeeds checks it succeeds), from which each example changes one to
   three options;
 - ``hints``: strategies for options whose plain type says too little (``layout``, ``kubeconfig``...), keyed by
   option path (``profiles[].resources``);
 - ``fixed``: options never fuzzed, each with the reason;
-- ``files``: more files for the sandbox's pool (tests/support/fuzz_values.py), e.g. a valid config to get deeper.
+- ``files``: more files for the sandbox's pool (tests/support/fuzz_values.py), e.g. a valid config to get deeper;
+- ``outcomes``: fragments of the messages of failures that report what the system did after the module's change
+  (the MIG manager's state, a rollout that did not show), not an input error: such a run may report changed=true
+  and need not name an option (it must still not let an exception escape). Keep them exact and few.
 """
 from hypothesis import strategies as st
 
@@ -25,7 +29,10 @@ SANDBOX, POOL = fv.SANDBOX, fv.POOL
 # ---- hints shared by several modules -----------------------------------------------------------------------------
 _COUNTS = st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
                     st.sampled_from(["2", "two", "\u00b2", "\uff12", "1e3", "", "9" * 5000]))
-_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fv.DOMAIN if "g." in n]), fv.strings())
+_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fv.DOMAIN if "g." in n]), fv.strings(),
+                           st.sampled_from(["9" * 5000 + "g.18gb", "1g." + "9" * 5000 + "gb", "\uff11g.18gb",
+                                            "1g.18gb+me,me", "1g.18gb+gfx", "1g.24gb+me.all", "1c.1g.18gb-me",
+                                            "1g.18gb+", "1g.18gb+-me", "1g.18gb+" + ",".join(["a"] * 5000)]))
 _MIG_DEVICES = st.one_of(st.dictionaries(_PROFILE_NAMES, _COUNTS, max_size=4), fv.hostile())
 _DEVICES = st.one_of(st.just("all"), st.lists(st.one_of(st.integers(-1, 9), st.sampled_from(fv.HUGE_INTS),
                                                         fv.strings()), max_size=4), fv.hostile())
@@ -103,6 +110,66 @@ _RESOURCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
     "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(fv.HUGE_INTS), fv.hostile()),
     "devices": st.just("all"), "rename": fv.strings()}), max_size=3), fv.hostile())
 
+def _facts_of(shape, mig_on=()):
+    """gpu_info's facts of a simulated node of ``shape``; ``mig_on``: GPUs with MIG enabled and one 3g instance."""
+    import shutil
+    import tempfile
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    directory = tempfile.mkdtemp()
+    try:
+        sim = SimulatedBackend(directory + "/state.json", shape=shape)
+        for index in mig_on:
+            sim.set_mig_mode(index, True)
+            sim.reset_gpu(index)
+            gi = sim.create_gpu_instance(index, 9, 0)
+            sim.create_compute_instance(index, gi, 2)
+        return sim.read_all()
+    finally:
+        shutil.rmtree(directory)
+
+
+# A mixed node (A100 with MIG devices, non-MIG GPUs), as filters receive facts; the operator rig's nodes.
+REAL_FACTS = _facts_of("mixed", mig_on=(0,))
+A100_FACTS = _facts_of("dgx-a100-40gb")
+H200_FACTS = _facts_of("hgx-h200")
+_ANY = st.one_of(fv.json_values(), fv.hostile(), st.sampled_from(fv.NOT_UTF8))
+
+
+@st.composite
+def _facts(draw, real=None, strict=False):
+    """The real facts, or with one GPU's key replaced or removed, or with 'gpus' replaced, or anything.
+    ``strict``: module arguments (no strings that are not UTF-8: ansible-core refuses those before a module runs)."""
+    import copy
+    anything = st.one_of(fv.json_values(), fv.hostile()) if strict else _ANY
+    facts = copy.deepcopy(REAL_FACTS if real is None else real)
+    how = draw(st.integers(0, 4))
+    gpus = facts["gpus"]
+    if how == 1:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        gpu[draw(st.sampled_from(sorted(gpu)))] = draw(anything)
+    elif how == 2:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        del gpu[draw(st.sampled_from(sorted(gpu)))]
+    elif how == 3:
+        facts["gpus"] = draw(st.one_of(anything, st.lists(anything, max_size=3)))
+    elif how == 4:
+        return draw(anything)
+    return draw(st.sampled_from([facts, facts["gpus"], {"gpu_facts": facts}])) if how < 3 else facts
+
+
+INTERVALS = st.one_of(st.sampled_from([0.05, 0.01, 0, -1, 1e-9, 3601, 86401] + fv.ODD_FLOATS + fv.HUGE_INTS),
+                      fv.hostile())
+OPERATOR_PROFILES = [{"name": "default"}, {"name": "mps-4", "sharing": "mps", "replicas": 4},
+                     {"name": "mig-mixed", "mig_strategy": "mixed"}]
+_K8S_NAMES = st.one_of(st.sampled_from(["gpu-operator", "cluster-policy", "gpuops-mig-parted-config",
+                                        "default-mig-parted-config", "a100", "h200", "-x", "x" * 254, "A",
+                                        "kube-system"]), fv.strings())
+OPERATOR_HINTS = dict(KUBE_HINTS, **{"policy_name": _K8S_NAMES, "namespace": _K8S_NAMES, "mig_config_map": _K8S_NAMES,
+                                     "config_map": _K8S_NAMES, "device_plugin_config_map": _K8S_NAMES,
+                                     "node_name": st.one_of(st.sampled_from(["a100", "h200", "gpu-node-1", "nope"]),
+                                                            _K8S_NAMES),
+                                     "timeout": TIMEOUTS, "interval": INTERVALS})
+
 MODULES = {
     "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
     "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
@@ -143,51 +210,36 @@ MODULES = {
                           hints=dict(KUBE_HINTS, node_selector=st.one_of(
                               st.dictionaries(fv.strings(), fv.json_values(3), max_size=3), fv.hostile())),
                           files=KUBE_FILES),
+    "gpu_operator": dict(rig="operator", args={"profiles": OPERATOR_PROFILES, "mig_config_map": "gpuops-mig-parted-config",
+                                               "nodes": [{"name": "a100", "profile": "mig-mixed"},
+                                                         {"name": "h200", "profile": "mps-4"}]},
+                         hints=dict(OPERATOR_HINTS, **{"profiles[].resources": _RESOURCES,
+                                                       "nodes[].name": OPERATOR_HINTS["node_name"]}),
+                         files=KUBE_FILES),
+    "gpu_operator_mig": dict(rig="operator", rig_kwargs={"loop": True},
+                             args={"node_name": "a100", "gpus": A100_FACTS, "config_name": "all-balanced",
+                                   "config_map": "gpuops-mig-parted-config", "namespace": "gpu-operator",
+                                   "timeout": 20, "interval": 0.05},
+                             hints=dict(OPERATOR_HINTS, layout=LAYOUT, config_name=CONFIG_NAME,
+                                        gpus=_facts(A100_FACTS, strict=True)),
+                             # the layout was published and the node labelled; then the MIG manager failed (GPU facts
+                             # of another node, a busy GPU) or did not report within timeout
+                             outcomes=("the GPU Operator's MIG manager reported nvidia.com/mig.config.state=failed",
+                                       "nvidia.com/mig.config.state is still", "no nvidia.com/mig.config.state was "
+                                       "written"),
+                             files=KUBE_FILES),
+    "device_plugin_verify": dict(rig="operator",
+                                 args={"node_name": "h200", "profile": {"name": "default"}, "gpus": H200_FACTS,
+                                       "timeout": 3, "interval": 0.05},
+                                 hints=dict(OPERATOR_HINTS, **{"profile.resources": _RESOURCES,
+                                                               "gpus": _facts(H200_FACTS, strict=True)}),
+                                 # the node does not advertise what the profile promises (within timeout)
+                                 outcomes=("rollout verification failed after",),
+                                 files=KUBE_FILES),
 }
 
 
 # ---- filters: {filter file: {filter: {parameter: strategy}}}; parameters without one get any value --------------
-def _real_facts():
-    """gpu_info's facts of a simulated mixed node (A100 with MIG devices, non-MIG GPUs), as filters receive them."""
-    import shutil
-    import tempfile
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-    directory = tempfile.mkdtemp()
-    try:
-        sim = SimulatedBackend(directory + "/state.json", shape="mixed")
-        sim.set_mig_mode(0, True)
-        sim.reset_gpu(0)
-        gi = sim.create_gpu_instance(0, 9, 0)
-        sim.create_compute_instance(0, gi, 2)
-        return sim.read_all()
-    finally:
-        shutil.rmtree(directory)
-
-
-REAL_FACTS = _real_facts()
-_ANY = st.one_of(fv.json_values(), fv.hostile(), st.sampled_from(fv.NOT_UTF8))
-
-
-@st.composite
-def _facts(draw):
-    """The real facts, or with one GPU's key replaced or removed, or with 'gpus' replaced, or anything."""
-    import copy
-    facts = copy.deepcopy(REAL_FACTS)
-    how = draw(st.integers(0, 4))
-    gpus = facts["gpus"]
-    if how == 1:
-        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
-        gpu[draw(st.sampled_from(sorted(gpu)))] = draw(_ANY)
-    elif how == 2:
-        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
-        del gpu[draw(st.sampled_from(sorted(gpu)))]
-    elif how == 3:
-        facts["gpus"] = draw(st.one_of(_ANY, st.lists(_ANY, max_size=3)))
-    elif how == 4:
-        return draw(_ANY)
-    return draw(st.sampled_from([facts, facts["gpus"], {"gpu_facts": facts}])) if how < 3 else facts
-
-
 _REPLICAS = st.one_of(st.integers(-2, 20), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS), _ANY)
 _MODE = st.one_of(st.sampled_from(["per_gpu", "pool"]), _ANY)
 _PLACEMENT = st.one_of(st.fixed_dictionaries({"start": st.one_of(st.integers(0, 7), _ANY), "size": _ANY}), _ANY)
@@ -206,6 +258,17 @@ _HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.on
                       _ANY)
 _NODES = st.one_of(st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=4), _ANY)
 
+_OPERATOR_VARS = st.fixed_dictionaries({}, optional={
+    "gpu_node_manage_containerd": st.one_of(st.booleans(), _ANY), "containerd_runtime_config_path": _ANY,
+    "containerd_runtime_drop_in_path": _ANY, "gpu_node_kube_node_name": st.one_of(st.just("gpu-1"), _ANY),
+    "gpu_node_containerd_owner": st.one_of(st.sampled_from(["auto", "collection", "gpu_operator"]), _ANY),
+    "gpu_node_mig_owner": st.one_of(st.sampled_from(["collection", "gpu_operator"]), _ANY)})
+_OPERATOR_HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.one_of(_OPERATOR_VARS, _ANY),
+                                               max_size=3), _ANY)
+_PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
+    st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
+    _ANY)}), _ANY)
+
 FILTERS = {
     "sharing": {"mps_shares": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
                 "mps_daemon_defaults": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
@@ -217,6 +280,7 @@ FILTERS = {
     "gpu_summary": {"gpu_summary": {"facts": _facts()}},
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
     "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
+    "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
 }
 
 # ---- roles: how their variables are validated -------------------------------------------------------------------

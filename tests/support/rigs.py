@@ -260,6 +260,40 @@ class KubeRig(Rig):
         self.api.stop()
 
 
+class OperatorRig(KubeRig):
+    """gpu_operator, gpu_operator_mig, device_plugin_verify against the fake API server with NVIDIA's ClusterPolicy
+    (served from its CRD schema) and the fake GPU Operator (tests/support/fake_gpu_operator.py) installed: nodes
+    ``a100`` (dgx-a100-40gb) and ``h200`` (hgx-h200) with simulated GPUs in the rig. The fake operator acts once
+    before the rig is handed out (its MIG manager takes the nodes' first mig.config labels, its device plugin writes
+    their allocatable), so a run starts from a settled cluster; with ``loop`` it then keeps acting in a thread, so
+    that a module's wait for the MIG manager or for a rollout ends as in a cluster. The ClusterPolicy points the MIG
+    manager at ``mig_config_map`` (as gpuops.nvidia.gpu_operator with mig_config_map leaves it), unless None."""
+
+    kind = "operator"
+    shapes = {"a100": "dgx-a100-40gb", "h200": "hgx-h200"}
+
+    def __init__(self, directory, loop=False, mig_config_map="gpuops-mig-parted-config"):
+        super(OperatorRig, self).__init__(directory)
+        from tests.support.fake_gpu_operator import FakeGpuOperator
+        for node in sorted(self.shapes):
+            self.api.add_node(node)
+        self.operator = FakeGpuOperator(self.api, dict((n, (self.path("%s.json" % n), s))
+                                                       for n, s in self.shapes.items()),
+                                        pending_seconds=0.05, poll=0.05).install()
+        if mig_config_map:
+            policy = self.api.get("nvidia.com", "clusterpolicies", "cluster-policy")
+            policy["spec"]["migManager"]["config"]["name"] = mig_config_map
+            self.api.put(policy)
+        self.operator.reconcile()
+        self.facts = dict((n, self.operator._backend(n).read_all()) for n in self.shapes)   # gpu_info's, per node
+        if loop:
+            self.operator.start()
+
+    def close(self):
+        self.operator.stop()
+        super(OperatorRig, self).close()
+
+
 class HelmRig(Rig):
     """device_plugin with real helm for show/template (through tests/support/fake_helm.py) and the fake release
     store for list/get/upgrade/rollback/uninstall; the fixture chart, copied into the rig."""
@@ -302,4 +336,5 @@ class HelmRig(Rig):
         return out
 
 
-RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "kube": KubeRig, "helm": HelmRig}
+RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "kube": KubeRig, "helm": HelmRig,
+        "operator": OperatorRig}
