@@ -264,7 +264,7 @@ def main():
                     "(site.yml's cluster step does, with gpu_node_mig_owner=gpu_operator)"
                     % (policy["metadata"]["name"], named or "(unset)"))
         result["config_map"] = "%s/%s" % (namespace, cm_name)
-        node_obj = kube.get("read node %s" % node, _kube.node_path(node))
+        node_obj = _kube.lookup_node(kube, node_name=node, method="name")[0]     # a name no Node has: says so
         labels = node_obj["metadata"].get("labels") or {}
         keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
         before = dict((k, labels.get(k)) for k in keys)

@@ -19,8 +19,8 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
-    compute_mode, containerd_runtime, device_plugin, gpu_info, gpu_simulator, mig_layout, mig_mode, mps_control,
-    node_cordon, node_labels, runtime_class)
+    compute_mode, containerd_runtime, device_plugin, device_plugin_verify, gpu_info, gpu_operator, gpu_operator_mig,
+    gpu_simulator, mig_layout, mig_mode, mps_control, node_cordon, node_labels, runtime_class)
 from tests.support import ctk_env, fuzz_values, rigs
 from tests.support.ansible_run import CANARY, first_failure, run_playbook, site_validation_play
 from tests.support.modrun import run_main
@@ -32,7 +32,8 @@ with open(CORPUS) as _handle:
 MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": gpu_simulator,
            "mig_layout": mig_layout, "mig_mode": mig_mode, "node_labels": node_labels, "runtime_class": runtime_class,
            "mps_control": mps_control, "containerd_runtime": containerd_runtime, "device_plugin": device_plugin,
-           "node_cordon": node_cordon}
+           "node_cordon": node_cordon, "gpu_operator": gpu_operator, "gpu_operator_mig": gpu_operator_mig,
+           "device_plugin_verify": device_plugin_verify}
 KIND_MODULE = {"mps": "mps_control", "containerd": "containerd_runtime", "helm": "device_plugin"}
 
 
@@ -64,7 +65,7 @@ def assert_clear_failure(case, res):
 def test_corpus_is_big_enough():
     kinds = set(c["kind"] for c in CASES)
     assert len(CASES) >= 60 and len(set(c["id"] for c in CASES)) == len(CASES)
-    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "role", "site", "filter"}
+    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "operator", "role", "site", "filter"}
     modules = set(c.get("module") or KIND_MODULE.get(c["kind"]) for c in CASES if c["kind"] != "role")
     assert modules >= set(MODULES)
 
@@ -99,6 +100,8 @@ def run_case(case, directory, monkeypatch):
     try:
         rigs.apply_env(rig.env, monkeypatch.setenv, lambda key: monkeypatch.delenv(key, raising=False))
         args = dict(rig.args)
+        if case.get("gpus_of"):                 # operator cases: gpu_info's facts of one of the rig's nodes
+            args["gpus"] = rig.facts[case["gpus_of"]]
         for key, value in substitute(case["args"], mapping).items():
             if value is None and case["kind"] == "helm":
                 args.pop(key, None)             # helm cases: null removes one of the rig's arguments
@@ -132,6 +135,11 @@ def test_containerd(case, tmp_path, monkeypatch):
 def test_kube(case, tmp_path, monkeypatch):
     if case["module"] == "node_labels":
         case = dict(case, args=dict({"hostname": [], "internal_ips": []}, **case["args"]))
+    run_case(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", _ids("operator"))
+def test_operator(case, tmp_path, monkeypatch):
     run_case(case, tmp_path, monkeypatch)
 
 
