@@ -145,6 +145,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 
 try:
     import yaml
@@ -240,7 +241,7 @@ def main():
         config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
         differ = op.gpus_differ(gpus, resolved)
     except mp.MigLayoutError as exc:
-        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, exc))
+        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, name_source(p, str(exc))))
     _kube.mask_kubeconfig_secrets(module)
 
     dry = module.check_mode

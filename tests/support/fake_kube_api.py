@@ -308,9 +308,11 @@ class FakeKubeApi(object):
             raise ValueError("n must be 1 or more")
         self._write_fault = [n, code]
 
-    def writes(self, dry_run=None):
-        """Mutating requests seen so far; dry_run=True/False filters on dryRun=All."""
-        out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
+    def writes(self, dry_run=None, accepted=False):
+        """Mutating requests seen so far; dry_run=True/False filters on dryRun=All; accepted=True: only those
+        answered 2xx (a write the server refused changed nothing)."""
+        out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")
+               and (not accepted or 200 <= (r.get("status") or 0) < 300)]
         if dry_run is not None:
             out = [r for r in out if ("All" in r["query"].get("dryRun", [])) == dry_run]
         return out
@@ -369,15 +371,21 @@ class FakeKubeApi(object):
 
     # ---- request handling ---------------------------------------------------------------------------
     def handle(self, method, raw_path, headers, body_bytes):
+        """Answer one request: (status code, body). Every request is recorded in ``requests``, with its ``status``."""
         parts = urlsplit(raw_path)
         path = parts.path.rstrip("/") or "/"
         query = parse_qs(parts.query)
         ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
         auth = headers.get("Authorization") or ""
         record = {"method": method, "path": path, "query": query, "content_type": ctype, "body": None,
-                  "authorization": auth.split(" ")[0] if auth else None}
+                  "authorization": auth.split(" ")[0] if auth else None, "status": None}
         with self._lock:
             self.requests.append(record)
+        answer = self._answer(record, method, path, query, ctype, auth, body_bytes)
+        record["status"] = answer[0]
+        return answer
+
+    def _answer(self, record, method, path, query, ctype, auth, body_bytes):
         body = None
         if "protobuf" in ctype and body_bytes:
             # helm (client-go) writes core/v1 objects as protobuf: decode the kinds it writes (Secret, ConfigMap).

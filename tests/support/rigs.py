@@ -11,8 +11,8 @@ Shared by the bad-input corpus (tests/reliability/test_bad_input_corpus.py) and 
 
 "Nothing changed" covers: every file under the rig's directory (content, mtime, mode; the simulator's state file
 holds call_log, so not even a mutating call that failed may be there), the fake API server's objects and its
-non-dry-run writes, the helm release store and its mutating commands. Lock files (``*.lock``) are not compared:
-taking a lock is not a change of configuration.
+non-dry-run writes that it accepted, the helm release store and its mutating commands. Lock files (``*.lock``) are
+not compared: taking a lock is not a change of configuration.
 """
 import hashlib
 import json
@@ -243,7 +243,7 @@ class KubeRig(Rig):
     def state(self):
         out = super(KubeRig, self).state()
         out["objects"] = json.dumps(sorted((list(k), v) for k, v in self.api.objects.items()), sort_keys=True)
-        out["writes"] = len(self.api.writes(dry_run=False))
+        out["writes"] = len(self.api.writes(dry_run=False, accepted=True))     # refused writes changed nothing
         return out
 
     def changes(self, before):
@@ -251,7 +251,8 @@ class KubeRig(Rig):
         out = diff_snapshots(before["files"], now["files"])
         if now["writes"] != before["writes"]:
             out.append("the API server saw writes: %s" % [
-                "%s %s" % (w["method"], w["path"]) for w in self.api.writes(dry_run=False)[before["writes"]:]])
+                "%s %s" % (w["method"], w["path"]) for w in self.api.writes(dry_run=False, accepted=True)[
+                    before["writes"]:]])
         if now["objects"] != before["objects"]:
             out.append("the API server's objects changed")
         return out
