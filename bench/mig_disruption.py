@@ -32,7 +32,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as 
 from mig_model import ModelError, SliceModel, brute_force_best, gpu_facts  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
-from tests.support.inproc import run_main_ok  # noqa: E402
+from tests.support.modrun import run_main_ok  # noqa: E402
 
 MODELS = ["A100-SXM4-40GB", "H200"]
 NAMED = ["all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]

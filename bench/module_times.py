@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, mig_layout  # noqa: E402
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
-from tests.support.inproc import run_main_ok  # noqa: E402
+from tests.support.modrun import run_main_ok  # noqa: E402
 
 MACHINES = ["dgx-a100-40gb", "hgx-h200"]
 

@@ -51,7 +51,7 @@ options:
         option says how to connect.
     type: bool
   request_timeout:
-    description: Seconds to wait for each API request.
+    description: Seconds to wait for each API request, above 0 and at most 3600.
     type: float
     default: 30.0
 requirements:

@@ -17,8 +17,8 @@ options:
         read, plan and apply, so that two runs on one node never interleave GPU changes.
       - When another run holds it longer, the module fails before reading or changing anything, naming the holder
         (PID, host, module, start time).
-      - V(0) fails at once if the lock is held. When not set, the environment variable E(GPUOPS_NODE_LOCK_TIMEOUT),
-        else 600.
+      - V(0) fails at once if the lock is held; at most 86400 (one day). When not set, the environment variable
+        E(GPUOPS_NODE_LOCK_TIMEOUT), else 600.
       - The lock file is E(GPUOPS_NODE_LOCK) if set; on simulated GPUs C(<state file>.node.lock); otherwise
         C(/run/gpuops/node.lock). It is an flock lock, released by the kernel when the holder exits, even when killed.
     type: int

@@ -60,7 +60,7 @@ def profile_for(sharing, replicas=None, mig_strategy="mixed"):
         return {"name": "mig-%s" % mig_strategy, "mig_strategy": mig_strategy}
     try:
         count = int(replicas)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):     # OverflowError: an infinite float
         count = 0
     if count < 2 or str(count) != str(replicas).strip():
         raise ValueError("%s needs replicas, a whole number of 2 or more, got %r" % (sharing, replicas))
@@ -69,9 +69,20 @@ def profile_for(sharing, replicas=None, mig_strategy="mixed"):
 
 
 def device_plugin_profiles(hostvars, nodes):
+    if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
+        raise AnsibleFilterError("device_plugin_profiles: the input must be a mapping of node name to variables "
+                                 "(hostvars), got %s" % type(hostvars).__name__)
+    if isinstance(nodes, str) or not isinstance(nodes, (list, tuple)):
+        raise AnsibleFilterError("device_plugin_profiles: nodes must be a list of node names, got %r" % (nodes,))
     profiles, chosen = {}, {}
     for node in nodes:
+        if not isinstance(node, str) or node not in hostvars:
+            raise AnsibleFilterError("device_plugin_profiles: node %r is not in the input (a mapping of node name to "
+                                     "variables, such as hostvars)" % (node,))
         hv = hostvars[node]
+        if not hasattr(hv, "get"):
+            raise AnsibleFilterError("device_plugin_profiles: the variables of node %s are not a mapping, got %s"
+                                     % (node, type(hv).__name__))
         try:
             profile = profile_for(hv.get("gpu_node_sharing", "none"), hv.get("gpu_node_replicas"),
                                   hv.get("gpu_node_mig_strategy", "mixed"))

@@ -62,18 +62,40 @@ def _bool(value):
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
+def _mapping(value):
+    return hasattr(value, "get") and hasattr(value, "__getitem__") and hasattr(value, "__contains__")
+
+
 def gpu_operator_nodes(hostvars, nodes, plan):
+    if not _mapping(hostvars):
+        raise AnsibleFilterError("gpu_operator_nodes: the input must be a mapping of node name to variables "
+                                 "(hostvars), got %s" % type(hostvars).__name__)
+    if isinstance(nodes, str) or not isinstance(nodes, (list, tuple)):
+        raise AnsibleFilterError("gpu_operator_nodes: nodes must be a list of node names, got %s"
+                                 % type(nodes).__name__)
+    chosen = plan.get("nodes") if _mapping(plan) else None
+    if not _mapping(chosen):
+        raise AnsibleFilterError("gpu_operator_nodes: plan must be the result of gpuops.nvidia.device_plugin_profiles "
+                                 "(a mapping with 'nodes', node name to profile name), got %s"
+                                 % type(plan).__name__)
     out, mig_to_operator = [], False
     for node in nodes:
+        if not isinstance(node, str) or node not in hostvars:
+            raise AnsibleFilterError("gpu_operator_nodes: node %r is not in the input (a mapping of node name to "
+                                     "variables, such as hostvars)" % (node if isinstance(node, str) else
+                                                                       type(node).__name__,))
         hv = hostvars[node]
-        if node not in plan.get("nodes", {}):
+        if not _mapping(hv):
+            raise AnsibleFilterError("gpu_operator_nodes: the variables of node %s are not a mapping, got %s"
+                                     % (node, type(hv).__name__))
+        if node not in chosen:
             raise AnsibleFilterError("node %s has no device plugin profile in the plan" % node)
         manage = _bool(hv.get("gpu_node_manage_containerd", True))
         files = []
         if manage:
             files = [hv.get("containerd_runtime_config_path") or CONFIG_PATH,
                      hv.get("containerd_runtime_drop_in_path") or DROP_IN_PATH]
-        out.append({"name": hv.get("gpu_node_kube_node_name") or node, "profile": plan["nodes"][node],
+        out.append({"name": hv.get("gpu_node_kube_node_name") or node, "profile": chosen[node],
                     "containerd_owner": hv.get("gpu_node_containerd_owner") or "auto", "containerd_files": files})
         mig_to_operator = mig_to_operator or hv.get("gpu_node_mig_owner") == "gpu_operator"
     return {"nodes": out, "mig_to_operator": mig_to_operator}

@@ -45,21 +45,33 @@ def gpu_summary(facts):
                                  "(a dict with a 'gpus' list), got %s" % type(facts).__name__)
     lines = ["%s GPUs, driver %s, CUDA %s" % (
         facts.get("backend", "?"), facts.get("driver_version", "?"), facts.get("cuda_driver_version", "?"))]
-    for g in facts["gpus"]:
-        if g.get("mig_supported"):
-            mig = "MIG %s" % g.get("mig_mode_current")
-            if g.get("mig_mode_pending") != g.get("mig_mode_current"):
-                mig += " (pending %s)" % g.get("mig_mode_pending")
-        else:
-            mig = "no MIG"
-        name = g["name"][len("NVIDIA "):] if g["name"].startswith("NVIDIA ") else g["name"]
-        lines.append("GPU%s %s %dMiB cc%s %s %s %dproc%s" % (
-            g["index"], name, g["memory_total_mib"], g["compute_capability"], mig, g["compute_mode"],
-            len(g.get("processes") or []),
-            " %dMIGdev" % len(g.get("mig_devices") or []) if g.get("mig_devices") else ""))
-        for d in g.get("mig_devices") or []:
-            lines.append("  MIG %s GI%s/CI%s @%s %s" % (
-                d["profile"], d["gi_id"], d["ci_id"], d["placement"]["start"], d["uuid"]))
+    for n, g in enumerate(facts["gpus"]):
+        try:
+            lines.extend(_gpu_lines(g))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise AnsibleFilterError("gpu_summary: gpus[%d] is not a GPU as gpu_info reports it (index, name, "
+                                     "memory_total_mib, compute_capability, compute_mode, mig_devices...): %s: %s"
+                                     % (n, type(exc).__name__, exc))
+    return lines
+
+
+def _gpu_lines(g):
+    """The summary lines of one GPU (raises KeyError/TypeError/... on what is not gpu_info's shape)."""
+    lines = []
+    if g.get("mig_supported"):
+        mig = "MIG %s" % g.get("mig_mode_current")
+        if g.get("mig_mode_pending") != g.get("mig_mode_current"):
+            mig += " (pending %s)" % g.get("mig_mode_pending")
+    else:
+        mig = "no MIG"
+    name = g["name"][len("NVIDIA "):] if g["name"].startswith("NVIDIA ") else g["name"]
+    lines.append("GPU%s %s %dMiB cc%s %s %s %dproc%s" % (
+        g["index"], name, g["memory_total_mib"], g["compute_capability"], mig, g["compute_mode"],
+        len(g.get("processes") or []),
+        " %dMIGdev" % len(g.get("mig_devices") or []) if g.get("mig_devices") else ""))
+    for d in g.get("mig_devices") or []:
+        lines.append("  MIG %s GI%s/CI%s @%s %s" % (
+            d["profile"], d["gi_id"], d["ci_id"], d["placement"]["start"], d["uuid"]))
     return lines
 
 

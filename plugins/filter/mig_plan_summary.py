@@ -46,6 +46,9 @@ _value:
 """
 
 
+from ansible.errors import AnsibleFilterError
+
+
 def _short(name):
     name = name or "?"
     return name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name
@@ -61,11 +64,30 @@ def _instances(entries):
     return out
 
 
+def _entries(value, what):
+    """The GPU entries of a mig_layout / mig_mode result's ``gpus``; AnsibleFilterError for anything else."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
+        raise AnsibleFilterError("mig_plan_summary: %s must be the gpus list of a %s result (a list of mappings), "
+                                 "got %r" % (what, "mig_layout" if what == "layout_gpus" else "mig_mode", value))
+    return value
+
+
 def mig_plan_summary(layout_gpus, mode_gpus=None):
+    try:
+        return _summary(_entries(layout_gpus, "layout_gpus"), _entries(mode_gpus, "mode_gpus"))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise AnsibleFilterError("mig_plan_summary: the GPU entries are not as mig_layout and mig_mode return them "
+                                 "(index, name, changed, destroyed, created, before, desired, actions...): %s: %s"
+                                 % (type(exc).__name__, exc))
+
+
+def _summary(layout_gpus, mode_gpus):
     by_index = {}
-    for g in mode_gpus or []:
+    for g in mode_gpus:
         by_index.setdefault(g.get("index"), {})["mode"] = g
-    for g in layout_gpus or []:
+    for g in layout_gpus:
         by_index.setdefault(g.get("index"), {})["layout"] = g
     lines = []
     for index in sorted(by_index, key=lambda i: (i is None, i)):

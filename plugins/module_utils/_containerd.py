@@ -88,6 +88,9 @@ def parse_toml(text, path):
         raise TomlLibraryMissing("reading %s needs a TOML parser: Python 3.11+ (tomllib) or the tomli package" % path)
     try:
         return loads(text)
+    except RecursionError:
+        raise ContainerdConfigError("%s nests too deeply to parse (past Python's recursion limit); it is left "
+                                    "untouched." % path)
     except error as exc:
         hint = ""
         if "{{" in text:

@@ -187,7 +187,8 @@ def select_gpus(gpus, selector):
 def _matches(gpu, item):
     text = str(item).strip()
     if text.isdigit():
-        return int(text) == gpu["index"]
+        # ASCII digits only: '\u00b2' passes isdigit() but int() refuses it, as it refuses 5000-digit strings
+        return text.isascii() and len(text) <= 9 and int(text) == gpu["index"]
     if text.upper().startswith("GPU-"):
         return text.lower() == gpu["uuid"].lower()
     name = gpu["name"]

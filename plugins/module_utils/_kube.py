@@ -46,6 +46,9 @@ except ImportError:  # pragma: no cover
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six import string_types
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
+    InputFileError, check_regular_file, load_yaml, read_text)
+
 # Same names, types and env fallbacks as kubernetes.core's k8s_auth_options / helm_args_common.
 AUTH_ARG_SPEC = dict(
     kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"])),
@@ -225,10 +228,56 @@ def mask_kubeconfig_secrets(module):
         module.no_log_values.update(kubeconfig_secrets(content))
 
 
+def auth_param_errors(params):
+    """What is wrong with the authentication parameters: a NUL cannot be passed to helm's environment or to a file
+    name, and a line break in host, api_key or context would end an HTTP header or a variable; the files they name
+    (a kubeconfig, certificates and keys) must be regular files of bounded size, a kubeconfig UTF-8 YAML of bounded
+    depth (the client reads them whole and would block on a FIFO)."""
+    errors = []
+    for name in ("host", "api_key", "context", "kubeconfig", "ca_cert", "client_cert", "client_key"):
+        value = params.get(name)
+        if not isinstance(value, string_types):
+            continue
+        shown = "(hidden)" if name == "api_key" else repr(value[:80])
+        if "\x00" in value:
+            errors.append("%s %s contains a NUL character" % (name, shown))
+        elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
+            errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
+                          "as one line" % (name, shown))
+        elif name == "kubeconfig":
+            path = _kubeconfig_from_param(value)[0]
+            if path and os.path.lexists(path):      # one that does not exist: said where it would be read
+                errors.extend(kubeconfig_file_errors(path, "kubeconfig"))
+        elif name in ("ca_cert", "client_cert", "client_key") and os.path.lexists(value):
+            try:
+                check_regular_file(value, name)
+            except InputFileError as exc:
+                errors.append(str(exc))
+    return errors
+
+
+def kubeconfig_file_errors(paths, option):
+    """What is wrong with the kubeconfig file(s) ``paths`` (os.pathsep-separated, as in KUBECONFIG) that exist:
+    each must be a regular UTF-8 file of at most 16 MiB holding YAML of bounded depth and size (_input_file)."""
+    import yaml
+    errors = []
+    for path in paths.split(os.pathsep):
+        if not path or not os.path.lexists(path):
+            continue
+        try:
+            load_yaml(read_text(path, option), "%s %s" % (option, path), yaml)
+        except InputFileError as exc:
+            errors.append(str(exc))
+    return errors
+
+
 def build_configuration(params, environ=None):
     """Build a kubernetes.client.Configuration from module parameters (already env-fallback resolved)."""
     if not HAS_KUBERNETES:
         raise KubeError(missing_library_message())
+    errors = auth_param_errors(params)
+    if errors:
+        raise KubeError("; ".join(errors))
     environ = os.environ if environ is None else environ
     cfg = kubernetes.client.Configuration()
     host = params.get("host")
@@ -247,17 +296,19 @@ def build_configuration(params, environ=None):
         elif has_direct:
             source = "host and credentials"
         elif kube_dict is not None:
+            source = "kubeconfig content"
             kubernetes.config.load_kube_config_from_dict(kube_dict, context=context, client_configuration=cfg,
                                                          persist_config=False)
-            source = "kubeconfig content"
         elif kube_path or context:
             path = kube_path or environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
             if not os.path.exists(path.split(os.pathsep)[0]):
                 raise KubeError("kubeconfig file %s does not exist: give kubeconfig (a path, or the file's content), "
                                 "or host and api_key (K8S_AUTH_HOST / K8S_AUTH_API_KEY)" % path)
+            source = "kubeconfig %s" % path
+            if not kube_path:           # the parameter's file was checked with the parameters
+                _raise_any(kubeconfig_file_errors(path, "kubeconfig (KUBECONFIG or %s)" % DEFAULT_KUBECONFIG))
             kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
                                                persist_config=False)
-            source = "kubeconfig %s" % path
         else:
             # kubernetes.core: in-cluster first, then the default kubeconfig.
             try:
@@ -271,15 +322,14 @@ def build_configuration(params, environ=None):
                         "Give kubeconfig and context, or host and api_key (AWX: attach an 'OpenShift or Kubernetes "
                         "API Bearer Token' credential, which sets K8S_AUTH_HOST and K8S_AUTH_API_KEY)" % path)
                 if os.path.exists(path.split(os.pathsep)[0]):
+                    source = "kubeconfig %s" % path
+                    _raise_any(kubeconfig_file_errors(path, "kubeconfig (KUBECONFIG or %s)" % DEFAULT_KUBECONFIG))
                     kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg,
                                                        persist_config=False)
-                    source = "kubeconfig %s" % path
                 else:
                     source = "host"
-    except kubernetes.config.ConfigException as exc:
-        raise KubeError("cannot load Kubernetes configuration: %s" % exc)
-    except (IOError, OSError, ValueError) as exc:
-        raise KubeError("cannot load Kubernetes configuration: %s" % exc)
+    except (kubernetes.config.ConfigException, IOError, OSError, ValueError) as exc:
+        raise KubeError("cannot load Kubernetes configuration from %s: %s" % (_source_option(source, in_cluster), exc))
     # Parameters override what the kubeconfig said (kubernetes.core does the same).
     if host:
         cfg.host = host
@@ -297,6 +347,22 @@ def build_configuration(params, environ=None):
     return cfg
 
 
+def _raise_any(errors):
+    if errors:
+        raise KubeError("; ".join(errors))
+
+
+def _source_option(source, in_cluster):
+    """The option a configuration that failed to load came from, for the message."""
+    if in_cluster:
+        return "in_cluster=true (a pod's service account; outside a pod there is none)"
+    if source and source.startswith("kubeconfig"):
+        return "%s (option kubeconfig, or KUBECONFIG)" % source
+    if source:
+        return source
+    return "kubeconfig/context (option kubeconfig, context) or an in-cluster service account"
+
+
 class Kube(object):
     """The API calls the modules make, as plain REST over the kubernetes client's own HTTP layer: its Configuration
     (kubeconfig, in-cluster account, TLS, proxy, token refresh) and its RESTClientObject. Objects are the JSON dicts
@@ -311,8 +377,9 @@ class Kube(object):
 
     @classmethod
     def from_params(cls, params):
+        timeout = request_timeout(params.get("request_timeout"))
         cfg = build_configuration(params)
-        return cls(cfg, timeout=params.get("request_timeout") or 30.0)
+        return cls(cfg, timeout=timeout)
 
     def request(self, what, method, path, query=None, body=None, content_type="application/json"):
         """One API request; returns the decoded JSON answer (a dict) or raises KubeError worded with ``what``."""
@@ -332,9 +399,9 @@ class Kube(object):
             # clients before 35 raise for every answer that is not 2xx; all raise status 0 when no answer came
             status, reason, data = exc.status, exc.reason, exc.body
             if not status:
-                raise KubeError(_UNREACHABLE % (host, what, reason))
+                raise KubeError(_UNREACHABLE % (host, what, reason, self.timeout))
         except (_Urllib3Error, socket.error, OSError) as exc:
-            raise KubeError(_UNREACHABLE % (host, what, exc))
+            raise KubeError(_UNREACHABLE % (host, what, exc, self.timeout))
         if isinstance(data, bytes):
             data = data.decode("utf-8", "replace")
         if not 200 <= int(status) < 300:
@@ -407,7 +474,21 @@ def write_configmap(kube, namespace, name, data, current, dry_run=False, labels=
 
 
 _UNREACHABLE = ("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, the network path "
-                "and that the API server is up.")
+                "and that the API server is up (each request waits up to request_timeout=%s s).")
+MAX_REQUEST_TIMEOUT = 3600
+
+
+def request_timeout(value):
+    """The request_timeout parameter checked: a finite number of seconds, more than 0 and at most an hour (a bound
+    chosen here: kube-apiserver ends a request itself after its --request-timeout, 60 s by default; past an hour
+    a value is a typo, and near 1e308 the socket layer overflows). None: 30."""
+    if value is None:
+        return 30.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or \
+            not 0 < value <= MAX_REQUEST_TIMEOUT:
+        raise KubeError("request_timeout must be a number of seconds above 0 and at most %d, got %r"
+                        % (MAX_REQUEST_TIMEOUT, value))
+    return float(value)
 
 
 def _dry(dry_run):

@@ -14,6 +14,7 @@ import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, load_yaml, read_text
 
 try:
     import yaml
@@ -23,21 +24,40 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 
 
 def load_config_file(path):
-    """Read a mig-parted config file (YAML or JSON). Raises MigLayoutError with the reason."""
+    """Read a mig-parted config file (YAML or JSON): a regular UTF-8 file of at most 16 MiB, not nested or
+    aliased past _input_file's limits. Raises MigLayoutError with the reason."""
     if not HAS_YAML:
         raise mp.MigLayoutError("PyYAML is needed to read config_file")
     try:
-        with open(path, "r") as handle:
-            return yaml.safe_load(handle)
-    except (IOError, OSError) as exc:
-        raise mp.MigLayoutError("cannot read config_file %s: %s" % (path, exc))
-    except yaml.YAMLError as exc:
-        raise mp.MigLayoutError("config_file %s is not valid YAML: %s" % (path, exc))
+        return load_yaml(read_text(path, "config_file"), "config_file %s" % path, yaml)
+    except InputFileError as exc:
+        raise mp.MigLayoutError(str(exc))
+
+
+def name_source(params, text):
+    """``text`` (an error about the declared layout), prefixed with the option the layout came from unless it
+    names that option already: layout, config_file <path>, or config_name <name>."""
+    if params.get("layout") is not None:
+        option = "layout"
+    elif params.get("config_file"):
+        option = "config_file %s" % params["config_file"]
+    elif params.get("config_name"):
+        option = "config_name %s" % params["config_name"]
+    else:
+        return text
+    return text if option.split(" ")[0] in text else "%s: %s" % (option, text)
 
 
 def resolve_from_params(gpus, params):
     """Per-GPU declared layouts from module parameters: layout | config_file (+config_name) | config_name
-    alone (a named layout), narrowed by ``gpus`` (indices, UUIDs, model names)."""
+    alone (a named layout), narrowed by ``gpus`` (indices, UUIDs, model names). Errors name the option."""
+    try:
+        return _resolve(gpus, params)
+    except mp.MigLayoutError as exc:
+        raise mp.MigLayoutError(name_source(params, str(exc)))
+
+
+def _resolve(gpus, params):
     selector = params.get("gpus") or ["all"]
     chosen = select_gpus(gpus, selector)
     if not chosen:

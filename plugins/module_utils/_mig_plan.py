@@ -31,11 +31,14 @@ from collections import Counter
 # go-nvlib pkg/nvlib/device/mig_profile.go parseMigProfile (reference/mig.md 1.2): a name carries either '+'
 # attributes or '-' attributes, never both; each attribute starts with a letter, holds letters, digits and dots,
 # does not end with a dot and appears once in its list.
-DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?:(?P<sign>[+-])(?P<attrs>.*))?$")
+# Numbers are ASCII digits, as Go's regexp \d and strconv.Atoi take them (Python's \d also takes '\uff11' and other
+# unicode digits), and at most 9 of them: no GPU has 10**9 slices or GB, and int() refuses more than 4300 digits.
+DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>[0-9]{1,9})c\.)?(?P<g>[0-9]{1,9})g\.(?P<gb>[0-9]{1,9})gb"
+                            r"(?:(?P<sign>[+-])(?P<attrs>.*))?$")
 _ATTRIBUTE_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?$")
 # mig-parted names its generated all-<profile> layouts with '+' turned into '.' (all-1g.24gb.me.all,
 # all-1g.10gb.me: pkg/mig/builder normalizeProfileName, config-default.yaml); '-' stays (all-1g.24gb-me).
-MIGPARTED_LAYOUT_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:[.+-][A-Za-z][A-Za-z0-9.,]*)?$")
+MIGPARTED_LAYOUT_PROFILE_RE = re.compile(r"^[0-9]{1,9}g\.[0-9]{1,9}gb(?:[.+-][A-Za-z][A-Za-z0-9.,]*)?$")
 NAME_FORMS = ("<G>g.<GB>gb, optionally followed by +attributes or -attributes (e.g. 3g.40gb, 1g.10gb+me, "
               "1g.24gb+gfx, 1g.24gb+me.all, 1g.24gb-me), and <C>c.<G>g.<GB>gb with the same suffixes for a "
               "compute-instance sub-profile (e.g. 1c.3g.40gb, 1c.2g.48gb+gfx)")
@@ -43,7 +46,7 @@ PCI_FILTER_RE = re.compile(r"^0x(?P<dev>[0-9a-fA-F]{4})(?P<ven>[0-9a-fA-F]{4})"
                            r"(?::0x(?P<sdev>[0-9a-fA-F]{4})(?P<sven>[0-9a-fA-F]{4}))?$")
 NAMED_LAYOUTS = ("all-disabled", "all-enabled", "all-balanced", "all-<size> (e.g. all-1g, all-3g)",
                  "all-<profile> (e.g. all-1g.10gb, all-1g.24gb+gfx, or mig-parted's spelling all-1g.24gb.gfx)")
-SIZE_RE = re.compile(r"^all-(\d+)g$")
+SIZE_RE = re.compile(r"^all-([0-9]{1,9})g$")
 
 
 class MigLayoutError(ValueError):
@@ -281,6 +284,16 @@ def _validate_counts(devices, where):
     return {k: v for k, v in out.items() if v}
 
 
+def index_of(sel):
+    """A GPU index from an int or a string of ASCII digits; None for anything else (unicode digits such as '\u00b2'
+    pass str.isdigit() but are no index, and int() refuses strings of more than 4300 digits)."""
+    if isinstance(sel, int):
+        return sel
+    if sel.isascii() and sel.isdigit() and len(sel) <= 9:
+        return int(sel)
+    return None
+
+
 def _select(gpus, entry, where, strict):
     """GPUs an entry selects. ``strict``: explicit indices/UUIDs must exist."""
     devices = _entry_get(entry, "devices")
@@ -301,7 +314,7 @@ def _select(gpus, entry, where, strict):
                 if isinstance(sel, bool):
                     break
                 if isinstance(sel, int) or (isinstance(sel, str) and sel.isdigit()):
-                    if gpu.get("index") == int(sel):
+                    if gpu.get("index") == index_of(sel):
                         hit = gpu
                 elif str(sel) in (gpu.get("uuid"), gpu.get("pci_bus_id")):
                     hit = gpu
@@ -374,7 +387,7 @@ def parse_migparted_config(config, config_name=None):
         for f in _as_list(entry.get("device-filter")):
             _parse_filter(f, where)
         out.append({"devices": devs, "mig_enabled": entry["mig-enabled"],
-                    "mig_devices": _validate_counts(entry.get("mig-devices"), where),
+                    "mig_devices": _validate_counts(entry.get("mig-devices"), where + ".mig-devices"),
                     "device_filter": entry.get("device-filter"), "where": where})
     return config_name, out
 
@@ -402,7 +415,7 @@ def parse_inline_layout(layout):
         enabled = True if enabled is None else enabled
         if not isinstance(enabled, bool):
             raise MigLayoutError("%s: mig_enabled must be true or false, got %r" % (where, enabled))
-        devs = _validate_counts(_entry_get(entry, "mig_devices"), where)
+        devs = _validate_counts(_entry_get(entry, "mig_devices"), where + ".mig_devices")
         if not enabled and devs:
             raise MigLayoutError("%s: mig_devices must be empty when mig_enabled is false" % where)
         for f in _as_list(_entry_get(entry, "device_filter")):
@@ -628,6 +641,13 @@ def validate_gpu_layout(gpu, spec, cat=None):
                                  % (label, name, hint, ", ".join(cat.valid_names())))
         canon = cat.canonical(found)
         devices[canon] = devices.get(canon, 0) + count
+    total = sum(devices.values())
+    if cat.compute_slices and total > cat.compute_slices:
+        # Checked before planning, which works per MIG device: a count of 10**12 must not become 10**12 items.
+        # Every MIG device is a compute instance, and compute instances take at least one compute slice each.
+        raise MigLayoutError("%s: %s cannot fit: %d MIG devices, but this GPU holds at most %d (each takes at least "
+                             "one of its %d compute slices)" % (label, _fmt_counts(devices), total, cat.compute_slices,
+                                                                cat.compute_slices))
     groups = _group_new(cat, devices)
     if groups is None:
         raise MigLayoutError("%s: %s cannot fit: %s" % (label, _fmt_devices(devices), explain_unfit(cat, devices)))
@@ -643,6 +663,10 @@ def validate_gpu_layout(gpu, spec, cat=None):
     if _place(cat, groups, 0) is None:
         raise MigLayoutError("%s: %s cannot fit: %s" % (label, _fmt_devices(devices), explain_unfit(cat, devices)))
     return devices
+
+
+def _fmt_counts(devices):
+    return "{%s}" % ", ".join("%s: %d" % kv for kv in sorted(devices.items()))
 
 
 def _fmt_devices(devices):
@@ -980,19 +1004,28 @@ def plan_gpu(gpu, spec, force=False):
     return base
 
 
+def _from_source(spec, error):
+    """The error, prefixed with the part of the declaration it comes from (layout[0], mig-configs.a[0], a named
+    layout) unless it already starts with it."""
+    source = spec.get("source")
+    text = str(error)
+    return text if not source or text.startswith(str(source)) else "%s: %s" % (source, text)
+
+
 def plan_layout(gpus, resolved, force=False):
     """Plan every GPU in ``resolved['gpus']``. Validates all GPUs before returning anything (all or nothing):
     errors from several GPUs are reported together."""
     by_index = dict((g["index"], g) for g in gpus)
     plans, errors, busy = [], [], []
     for index in sorted(resolved["gpus"]):
+        spec = resolved["gpus"][index]
         try:
-            plans.append(plan_gpu(by_index[index], resolved["gpus"][index], force=force))
+            plans.append(plan_gpu(by_index[index], spec, force=force))
         except MigBusyError as e:
-            errors.append(str(e))
+            errors.append(_from_source(spec, e))
             busy.extend(dict(b, index=index) for b in e.busy)
         except MigLayoutError as e:
-            errors.append(str(e))
+            errors.append(_from_source(spec, e))
     if errors:
         if busy and len(busy) and all(isinstance(x, str) for x in errors):
             err = MigBusyError(" | ".join(errors), busy=busy)

@@ -26,6 +26,7 @@ import json
 import os
 import socket
 import time
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 ENV_LOCK = "GPUOPS_NODE_LOCK"
 ENV_TIMEOUT = "GPUOPS_NODE_LOCK_TIMEOUT"
@@ -62,8 +63,9 @@ def lock_timeout(value=None, environ=None):
             value = int(raw)
         except ValueError:
             raise NodeLockError("%s=%r is not a whole number of seconds" % (ENV_TIMEOUT, raw))
-    if value < 0:
-        raise NodeLockError("lock_timeout must be 0 (do not wait) or more seconds, got %d" % value)
+    error = seconds_error("lock_timeout", value)
+    if error:
+        raise NodeLockError("%s (0: do not wait). Nothing was read or changed." % error)
     return value
 
 

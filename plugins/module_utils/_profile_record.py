@@ -64,10 +64,10 @@ def validate(nodes, profiles, key_errors):
         names[name] = profile
     for node, name in sorted(nodes.items()):
         if not node:
-            errors.append("a node with an empty name")
+            errors.append("nodes: a node with an empty name")
         if name not in names:
-            errors.append("node %s selects profile %r, which profiles does not define (defined: %s)"
-                          % (node, name, ", ".join(sorted(names)) or "none"))
+            errors.append("nodes: node %s selects profile %r, which profiles does not define (defined: %s)"
+                          % (node, name[:80], ", ".join(sorted(names)) or "none"))
     return errors
 
 

@@ -25,6 +25,31 @@ class ShareError(ValueError):
     """Input that cannot be shared as asked; the message says what is wrong and what is valid."""
 
 
+def check_gpu_facts(gpus):
+    """Raise ShareError unless ``gpus`` is a list of GPU facts as gpu_info returns them: mappings with a whole
+    ``index`` >= 0 and a positive whole ``memory_total_bytes`` or ``memory_total_mib`` (``uuid`` a string if given).
+    Returns the list."""
+    what = "GPU facts (gpu_info's gpus: a list of mappings with index and memory_total_mib)"
+    if not isinstance(gpus, (list, tuple)):
+        raise ShareError("%s expected, got %s" % (what, type(gpus).__name__))
+    for n, gpu in enumerate(gpus):
+        where = "gpus[%d]" % n
+        if not isinstance(gpu, dict):
+            raise ShareError("%s: %s is %s, not a mapping" % (what, where, type(gpu).__name__))
+        index = gpu.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ShareError("%s: %s.index must be a whole number >= 0, got %r" % (what, where, index))
+        sizes = [(k, gpu.get(k)) for k in ("memory_total_bytes", "memory_total_mib") if gpu.get(k) is not None]
+        if not sizes:
+            raise ShareError("%s: %s has neither memory_total_bytes nor memory_total_mib" % (what, where))
+        for key, size in sizes:
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise ShareError("%s: %s.%s must be a whole number > 0, got %r" % (what, where, key, size))
+        if gpu.get("uuid") is not None and not isinstance(gpu["uuid"], str):
+            raise ShareError("%s: %s.uuid must be a string, got %r" % (what, where, gpu["uuid"]))
+    return list(gpus)
+
+
 def _gpu_total_bytes(gpu):
     if gpu.get("memory_total_bytes"):
         return int(gpu["memory_total_bytes"])
@@ -43,7 +68,7 @@ def replica_shares(gpus, replicas, mode="per_gpu"):
         raise ShareError("mode must be one of %s, got %r" % (", ".join(SHARE_MODES), mode))
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise ShareError("replicas must be a whole number, got %r" % (replicas,))
-    gpus = list(gpus or [])
+    gpus = check_gpu_facts(gpus if gpus is not None else [])
     if not gpus:
         raise ShareError("no GPUs to share: the GPU facts list no GPU")
     if mode == "pool":
@@ -145,6 +170,15 @@ def parse_thread_percentage(value):
     raise LimitError("%s, got %r" % (what, value))
 
 
+_MEM_MAX_BYTES = 1 << 50
+_MEM_CEILING = "a limit must be below 1048576G (2**50 bytes)"
+
+
+def _clipped(text, limit=40):
+    """repr() of ``text``, cut after ``limit`` characters (a message quotes what the user typed, not 5000 digits)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "... (%d characters)" % len(text)
+
+
 def parse_mem_amount(text, units=None, where=""):
     """``'8G'`` -> bytes. Strict: a whole positive number immediately followed by one of ``units``."""
     units = tuple(units or MEM_UNITS)
@@ -179,13 +213,19 @@ def parse_mem_amount(text, units=None, where=""):
             hint = " (CUDA takes megabytes or gigabytes here)"
         raise LimitError("%smemory limit %r has unit %r, which is not one of %s%s"
                          % (prefix, text, unit, ", ".join(units), hint))
+    significant = digits.lstrip("0") or "0"
+    # Bounded before int(): no GPU holds 10**16 M, and int() refuses strings of more than 4300 digits.
+    if len(significant) > 16:
+        raise LimitError("%smemory limit %s is larger than any GPU: %s"
+                         % (prefix, _clipped(text), _MEM_CEILING))
     if len(digits) > 1 and digits.startswith("0"):
-        raise LimitError("%smemory limit %r has leading zeros: write %s%s" % (prefix, text, int(digits), unit))
+        raise LimitError("%smemory limit %s has leading zeros: write %s%s"
+                         % (prefix, _clipped(text), significant, unit))
     amount = int(digits)
     if amount <= 0:
         raise LimitError("%smemory limit %r is zero: a limit must be at least 1M" % (prefix, text))
-    if amount * MEM_UNITS[unit] >= 1 << 50:
-        raise LimitError("%smemory limit %r is larger than any GPU" % (prefix, text))
+    if amount * MEM_UNITS[unit] >= _MEM_MAX_BYTES:
+        raise LimitError("%smemory limit %r is larger than any GPU: %s" % (prefix, text, _MEM_CEILING))
     return amount * MEM_UNITS[unit]
 
 
@@ -242,6 +282,8 @@ def parse_mem_limit(value, gpus=None):
     "mib": ...}`` in the order given. Raises LimitError for anything CUDA might ignore.
     """
     entries = []
+    if gpus is not None:
+        check_gpu_facts(gpus)
     if isinstance(value, dict):
         if not value:
             raise LimitError("%s mapping is empty: give at least one device, e.g. {0: 8G}" % ENV_MEMORY)

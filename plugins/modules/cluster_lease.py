@@ -62,14 +62,14 @@ options:
     default: ansible-playbook
   lease_duration:
     description:
-      - C(spec.leaseDurationSeconds), 3 or more. Another run takes the lease over when its record has not changed
+      - C(spec.leaseDurationSeconds), 3 to 86400 (one day). Another run takes the lease over when its record has not changed
         for this long (measured on that run's own clock from when it first saw the record), or when its renewTime
         is more than twice this long in the past.
       - The renewer renews every third of it, so the work may take much longer than the duration.
     type: int
     default: 60
   wait_timeout:
-    description: Seconds to wait while another run holds the lease before failing (0 - do not wait).
+    description: Seconds to wait while another run holds the lease before failing (0 - do not wait; at most 86400).
     type: int
     default: 900
   renew:
@@ -100,7 +100,7 @@ options:
     type: str
     default: ""
   run_slices:
-    description: How many slices the run has; greater than 1 enables the arrival barrier (needs O(run_id)).
+    description: How many slices the run has (1 to 1000); greater than 1 enables the arrival barrier (needs O(run_id)).
     type: int
     default: 1
   slice_id:
@@ -108,7 +108,8 @@ options:
     type: str
     default: ""
   arrival_timeout:
-    description: Seconds to wait for the other slices of the run to arrive; then the module goes on without them.
+    description: Seconds to wait for the other slices of the run to arrive (at most 86400); then the module goes on
+      without them.
     type: int
     default: 120
   converged:
@@ -220,7 +221,11 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+# More slices than this is a typo: a slice runs ansible-playbook on an execution node of its own.
+MAX_SLICES = 1000
 
 
 def _public(lease):
@@ -237,14 +242,15 @@ def validate(p):
     errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["namespace"], "namespace")
     if not p["holder"] or len(p["holder"]) > 200 or "\n" in p["holder"]:
         errors.append("holder must be one line of 1 to 200 characters, got %r" % (p["holder"],))
-    if p["lease_duration"] < 3:
-        errors.append("lease_duration must be 3 or more seconds (the renewer renews every third of it), got %d"
-                      % p["lease_duration"])
+    error = seconds_error("lease_duration", p["lease_duration"], minimum=3)
+    if error:
+        errors.append(error + " (the renewer renews every third of it)")
     for key in ("wait_timeout", "arrival_timeout"):
-        if p[key] < 0:
-            errors.append("%s must be 0 or more seconds, got %d" % (key, p[key]))
-    if p["run_slices"] < 1:
-        errors.append("run_slices must be 1 or more, got %d" % p["run_slices"])
+        error = seconds_error(key, p[key])
+        if error:
+            errors.append(error)
+    if not 1 <= p["run_slices"] <= MAX_SLICES:
+        errors.append("run_slices must be from 1 to %d, got %d" % (MAX_SLICES, p["run_slices"]))
     elif p["run_slices"] > 1 and not p["run_id"]:
         errors.append("run_slices=%d needs run_id, the identifier the slices of one run share" % p["run_slices"])
     if p["converged"] is not None and p["state"] != "released":

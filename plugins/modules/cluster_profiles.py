@@ -135,6 +135,20 @@ def _key_errors(name):
     return errors
 
 
+def _node_errors(nodes):
+    """Errors in O(nodes): every key a Kubernetes node name, every value a profile name (a string)."""
+    errors = []
+    for node, name in sorted(nodes.items(), key=lambda item: repr(item[0])):
+        shown = repr(node)[:80]
+        if not isinstance(node, str) or _kube.dns_subdomain_errors(node):
+            errors.append("nodes: %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
+                          "characters)" % shown)
+        if not isinstance(name, str):
+            errors.append("nodes[%s]: the profile must be a profile name (a string), got a %s" % (
+                shown, type(name).__name__))
+    return errors
+
+
 def main():
     argument_spec = dict(
         name=dict(type="str", default="gpuops-nvidia-profiles"),
@@ -149,8 +163,10 @@ def main():
     p = module.params
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    nodes = dict((str(k), v if isinstance(v, str) else str(v)) for k, v in (p["nodes"] or {}).items())
     errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["namespace"], "namespace")
+    node_errors = _node_errors(p["nodes"] or {})
+    errors += node_errors
+    nodes = {} if node_errors else dict(p["nodes"] or {})
     errors += record.validate(nodes, p["profiles"], _key_errors)
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)

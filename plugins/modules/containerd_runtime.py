@@ -211,29 +211,25 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
 
 
 def read_live(module, path, what):
-    """Text of a live file, None when absent; unreadable or not UTF-8 -> clear failure (nothing changed)."""
-    if os.path.isdir(path):
-        module.fail_json(msg="%s %s is a directory; it must be a file path" % (what, path))
+    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 -> clear
+    failure (nothing changed)."""
     if not os.path.lexists(path):
         return None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read %s %s: %s; nothing was changed" % (what, path, exc))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        module.fail_json(msg="%s %s is not UTF-8 text (%s); it is left untouched" % (what, path, exc))
+        return read_text(path, what)
+    except InputFileError as exc:
+        module.fail_json(msg="%s; it is left untouched and nothing was changed" % exc)
 
 
-def find_binary(module, given, name, required_msg=None):
+def find_binary(module, given, name, option, required_msg=None):
     if given:
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
-            module.fail_json(msg="%s %s does not exist or is not executable" % (name, given))
+            module.fail_json(msg="%s %s does not exist or is not executable (give the path of the %s program)"
+                             % (option, given, name))
         return given
     path = module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin"])
     if path is None and required_msg:
@@ -267,10 +263,10 @@ def run_module(module):
     if cd._toml_reader()[0] is None:
         module.fail_json(msg=missing_required_lib("tomli", reason="to read containerd's TOML on Python < 3.11"))
 
-    ctk = find_binary(module, p["nvidia_ctk_path"], "nvidia-ctk",
+    ctk = find_binary(module, p["nvidia_ctk_path"], "nvidia-ctk", "nvidia_ctk_path",
                       required_msg="nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin): install the"
                                    " %s package, which provides it, or set nvidia_ctk_path" % cd.CTK_PACKAGE)
-    containerd = find_binary(module, p["containerd_path"], "containerd")
+    containerd = find_binary(module, p["containerd_path"], "containerd", "containerd_path")
     runner = cd.NvidiaCtkRunner(module.run_command, ctk, containerd, tmp_parent=module.tmpdir)
     warnings = []
     config_path, drop_in_path = p["config_path"], p["drop_in_path"]
@@ -284,9 +280,9 @@ def run_module(module):
     if mode == "drop_in":
         live[drop_in_path] = read_live(module, drop_in_path, "drop_in_path")
         if live[drop_in_path] is not None:
-            cd.parse_toml(live[drop_in_path], drop_in_path)  # never overwrite a file that is not TOML
+            cd.parse_toml(live[drop_in_path], "drop_in_path " + drop_in_path)  # never overwrite a file that is not TOML
     config_exists = live[config_path] is not None
-    source = cd.parse_toml(live[config_path], config_path) if config_exists else {}
+    source = cd.parse_toml(live[config_path], "config_path " + config_path) if config_exists else {}
     version, errors, source_warnings = cd.analyse_source(source, config_path, config_exists)
     warnings += source_warnings
     if errors:
@@ -337,7 +333,7 @@ def run_module(module):
     else:
         after_view = cd.effective_cri_tree(candidate.trees.get(config_path), candidate.trees.get(drop_in_path),
                                            version)
-        before_view = cd.effective_cri_tree(source, cd.parse_toml(live[drop_in_path], drop_in_path)
+        before_view = cd.effective_cri_tree(source, cd.parse_toml(live[drop_in_path], "drop_in_path " + drop_in_path)
                                             if live.get(drop_in_path) else None, version)
         view_version = before_version = version
         if not isinstance(cd.runtimes_of(after_view, version).get(p["runtime_name"]), dict):

@@ -168,6 +168,7 @@ options:
     description:
       - Seconds after which a release still C(pending-*) is taken as abandoned by whoever started the operation
         and recovered. A pending release that this controller's own dead run left is recovered at once.
+      - From 0 to 86400 (one day).
     type: int
     default: 900
   record_dir:
@@ -187,7 +188,7 @@ options:
     type: bool
     default: false
   verify_timeout:
-    description: Seconds to wait for O(verify) to pass.
+    description: Seconds to wait for O(verify) to pass, from 0 to 86400 (one day).
     type: int
     default: 300
   binary_path:
@@ -304,6 +305,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugi
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 try:
     import yaml
@@ -423,19 +425,21 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"))
 
-    errors = []
+    errors = _kube.auth_param_errors(p)
     ns_errs = _kube.dns_label_errors(p["namespace"], "namespace")
     errors.extend(ns_errs)
     if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
         errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "
                       "recommended\"); use a dedicated namespace such as nvidia-device-plugin")
     if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
-        errors.append("chart_version is required with a chart repository: pin it (e.g. 0.17.0) so the chart does "
-                      "not change under you between runs")
+        errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
+                      "0.17.0) so the chart does not change under you between runs")
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
-    if p["pending_timeout"] < 0:
-        errors.append("pending_timeout must be 0 or more seconds, got %d" % p["pending_timeout"])
+    for option in ("pending_timeout", "verify_timeout"):
+        error = seconds_error(option, p[option])
+        if error:
+            errors.append(error)
     if p["verify"] and not p["nodes"]:
         errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
     if errors:

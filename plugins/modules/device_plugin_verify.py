@@ -151,6 +151,7 @@ def main():
     _kube.mask_kubeconfig_secrets(module)
     try:
         kube = _kube.Kube.from_params(p)
+        _kube.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
         found = _rollout.verify_rollout(kube, {p["node_name"]: expected},
                                         [p["node_name"]] if profile["sharing"] == "mps" else [], p["namespace"],
                                         p["timeout"], p["interval"])

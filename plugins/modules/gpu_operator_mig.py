@@ -145,6 +145,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 
 try:
     import yaml
@@ -240,7 +241,7 @@ def main():
         config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
         differ = op.gpus_differ(gpus, resolved)
     except mp.MigLayoutError as exc:
-        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, exc))
+        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, name_source(p, str(exc))))
     _kube.mask_kubeconfig_secrets(module)
 
     dry = module.check_mode
@@ -264,7 +265,7 @@ def main():
                     "(site.yml's cluster step does, with gpu_node_mig_owner=gpu_operator)"
                     % (policy["metadata"]["name"], named or "(unset)"))
         result["config_map"] = "%s/%s" % (namespace, cm_name)
-        node_obj = kube.get("read node %s" % node, _kube.node_path(node))
+        node_obj = _kube.lookup_node(kube, node_name=node, method="name")[0]     # a name no Node has: says so
         labels = node_obj["metadata"].get("labels") or {}
         keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
         before = dict((k, labels.get(k)) for k in keys)

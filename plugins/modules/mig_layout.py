@@ -71,7 +71,7 @@ options:
     type: bool
     default: false
   force_timeout:
-    description: Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+    description: Seconds to wait after SIGTERM before SIGKILL when O(force=true), from 0 to 86400 (one day).
     type: int
     default: 30
 attributes:
@@ -203,10 +203,12 @@ import copy
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import resolve_from_params, terminate_processes
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+    name_source, resolve_from_params, terminate_processes)
 
 
 def _devices(gpu):
@@ -230,9 +232,10 @@ def main():
         required_one_of=[("layout", "config_file", "config_name")],
         supports_check_mode=True,
     )
-    if module.params["force_timeout"] < 0:
-        module.fail_json(msg="force_timeout must be >= 0 seconds (the wait between SIGTERM and SIGKILL for processes "
-                             "ended with force=true), got %d. Nothing was changed." % module.params["force_timeout"])
+    error = seconds_error("force_timeout", module.params["force_timeout"])
+    if error:
+        module.fail_json(msg="%s: the wait between SIGTERM and SIGKILL for processes ended with force=true (>= 0). "
+                             "Nothing was changed." % error)
     with module_lock(module, "mig_layout"):
         _run(module)
 
@@ -267,7 +270,7 @@ def _run(module):
         except mp.MigBusyError as exc:
             module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
         except mp.MigLayoutError as exc:
-            module.fail_json(msg=str(exc), changed=False)
+            module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
             module.warn("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had "
                         "changed it (check mode)"

@@ -94,7 +94,7 @@ options:
     type: bool
     default: false
   timeout:
-    description: Seconds to wait for the daemon to answer after a start, or to go away after a stop.
+    description: Seconds to wait for the daemon to answer after a start, or to go away after a stop (1 to 86400).
     type: int
     default: 30
 extends_documentation_fragment:
@@ -196,6 +196,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
     MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
@@ -320,8 +321,9 @@ def run(module):
         log_dir = check_path("log_directory", p["log_directory"])
         name = check_service_name(p["name"])
         pct, limits = normalize_defaults(p["default_active_thread_percentage"], p["default_pinned_device_mem_limit"])
-        if p["timeout"] < 1:
-            raise MpsError("timeout must be at least 1 second, got %d" % p["timeout"])
+        error = seconds_error("timeout", p["timeout"], minimum=1)
+        if error:
+            raise MpsError(error)
         executable = p["executable"] or module.get_bin_path("nvidia-cuda-mps-control", required=True)
         check_path("executable", executable)
     except MpsError as e:

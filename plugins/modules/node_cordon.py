@@ -43,7 +43,8 @@ options:
     type: str
     default: nvidia.com/
   drain_timeout:
-    description: Seconds to wait for the evicted pods to be gone (evictions refused by a PodDisruptionBudget are retried).
+    description: Seconds to wait for the evicted pods to be gone (evictions refused by a PodDisruptionBudget are
+      retried), from 0 to 86400 (one day).
     type: int
     default: 300
   node_name:
@@ -154,6 +155,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
 
 OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
@@ -261,8 +263,9 @@ def main():
     if p["drain"] and p["state"] != "cordoned":
         module.fail_json(msg="drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
                          "state=%s; nothing changed" % p["state"])
-    if p["drain_timeout"] < 0 or not p["drain_resource_prefix"]:
-        module.fail_json(msg="drain_timeout must be >= 0 and drain_resource_prefix non-empty; nothing changed")
+    error = seconds_error("drain_timeout", p["drain_timeout"])
+    if error or not p["drain_resource_prefix"]:
+        module.fail_json(msg="%s; nothing changed" % (error or "drain_resource_prefix must not be empty"))
     if p["owner"] is not None and not (0 < len(p["owner"]) <= 253):
         module.fail_json(msg="owner must be 1 to 253 characters (it is stored as the value of the %s annotation), "
                          "got %r; nothing changed" % (OWNER_ANNOTATION, p["owner"]))

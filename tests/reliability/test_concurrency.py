@@ -143,7 +143,7 @@ def test_env_timeout_and_path(tmp_path, monkeypatch):
     assert nl.lock_path() == "/x/state.json.node.lock"
     monkeypatch.delenv("GPUOPS_SIMULATED_GPUS")
     assert nl.lock_path() == "/run/gpuops/node.lock"
-    with pytest.raises(nl.NodeLockError, match="lock_timeout must be 0"):
+    with pytest.raises(nl.NodeLockError, match="lock_timeout must be a whole number of seconds from 0 to 86400"):
         nl.NodeLock(timeout=-1, path=str(tmp_path / "y.lock"))
 
 

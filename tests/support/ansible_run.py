@@ -85,3 +85,33 @@ def run_playbook(playbook, inventory=None, extra_vars=None, env=None, check=Fals
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=900, check=False)
     return parse_output(proc.stdout), proc
+
+
+CANARY = "canary"   # a host with nothing declared: it passes the validation play, so that a run whose every test
+# host fails there goes on to its next play (ansible-playbook ends the run when a play has no host left)
+
+
+def site_validation_play(hosts):
+    """site.yml's first play (every node's declared state validated before anything changes), for ``hosts``, with
+    any_errors_fatal off so that in a batch of test hosts every one reaches its own failure. Put CANARY (with
+    ansible_connection local) among ``hosts`` when more plays follow."""
+    import yaml
+    with open(os.path.join(ROOT, "playbooks", "site.yml")) as handle:
+        play = yaml.safe_load(handle)[0]
+    play.update(hosts=hosts, any_errors_fatal=False)
+    return play
+
+
+def first_failure(data, host):
+    """``host``'s first failed task result in a json_results document, with ``text``: its message, its argument
+    errors and those of its failed loop items, joined; None when no task failed."""
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            res = task["hosts"].get(host)
+            if res and res.get("failed") and not res.get("skipped"):
+                texts = [str(res.get("msg") or "")] + [str(e) for e in res.get("argument_errors") or []]
+                for item in res.get("results") or []:
+                    if item.get("failed"):
+                        texts += [str(item.get("msg") or "")] + [str(e) for e in item.get("argument_errors") or []]
+                return dict(res, text="\n".join(t for t in texts if t))
+    return None

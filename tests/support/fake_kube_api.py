@@ -352,10 +352,12 @@ class FakeKubeApi(object):
             raise ValueError("n must be 1 or more")
         self._write_fault = [n, code]
 
-    def writes(self, dry_run=None, counted=False):
+    def writes(self, dry_run=None, counted=False, accepted=False):
         """Mutating requests seen so far; dry_run=True/False filters on dryRun=All; counted=True leaves out those
-        the ``uncounted`` predicate names."""
-        out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
+        the ``uncounted`` predicate names; accepted=True: only those answered 2xx (a write the server refused
+        changed nothing)."""
+        out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")
+               and (not accepted or 200 <= (r.get("code") or 0) < 300)]
         if counted and self.uncounted:
             out = [r for r in out if not self.uncounted(r)]
         if dry_run is not None:
@@ -416,6 +418,8 @@ class FakeKubeApi(object):
 
     # ---- request handling ---------------------------------------------------------------------------
     def handle(self, method, raw_path, headers, body_bytes):
+        """Answer one request: (status code, body). Every request is recorded in ``requests``; the HTTP handler
+        adds the code it was answered."""
         parts = urlsplit(raw_path)
         path = parts.path.rstrip("/") or "/"
         query = parse_qs(parts.query)

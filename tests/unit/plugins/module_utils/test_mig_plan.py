@@ -113,6 +113,24 @@ def test_two_4g_cannot_fit_says_why():
     assert "at most 1 fits" in str(e.value) and "start 0" in str(e.value)
 
 
+def test_a_count_far_beyond_the_gpu_is_refused_before_planning():
+    # before: the planner made one list item per device asked for; 10**12 exhausted memory
+    with pytest.raises(mp.MigLayoutError, match=r"1000000000000 MIG devices, but this GPU holds at most 7"):
+        mp.validate_gpu_layout(gpu_facts("H200"), enabled({"1g.18gb": 10 ** 12}))
+    with pytest.raises(mp.MigLayoutError, match=r"8 MIG devices, but this GPU holds at most 7"):
+        mp.validate_gpu_layout(gpu_facts("H200"), enabled({"1g.18gb": 7, "1c.7g.141gb": 1}))
+    with pytest.raises(mp.MigLayoutError, match=r"5 MIG devices, but this GPU holds at most 4"):
+        mp.validate_gpu_layout(gpu_facts("A30"), enabled({"1g.6gb": 5}))
+
+
+def test_index_look_alikes_are_no_index():
+    assert mp.index_of("3") == 3 and mp.index_of(5) == 5
+    for text in ("\u00b2", "\uff13", "\u0663", "9" * 5000):    # superscript 2, fullwidth 3, Arabic-Indic 3, huge
+        assert mp.index_of(text) is None
+    with pytest.raises(mp.MigLayoutError, match="unknown named layout"):
+        mp.resolve_layout([gpu_facts("H200")], named="all-" + "9" * 5000 + "g")
+
+
 def test_too_many_slices_says_how_many():
     with pytest.raises(mp.MigLayoutError, match=r"needs 10 memory slices, the GPU has 8"):
         mp.validate_gpu_layout(gpu_facts("H200"), enabled({"3g.71gb": 2, "1g.35gb": 1}))

@@ -74,6 +74,9 @@ def test_attribute_lists_compare_as_sets():
     "1g.24gb+1me",          # attribute begins with a digit
     "1g.24gb+me,me",        # attribute twice
     "1g.24gb+me gfx", "1g.24gb+m_e", "1g.24gb++me", " 1g.24gb", "1g.24GB", "g.24gb", "1g.gb", "1c.1g",
+    "\uff11g.24gb", "1g.\u0662\u0664gb",  # unicode digits (fullwidth 1, Arabic-Indic 24): Go takes ASCII digits only
+    "9" * 5000 + "g.24gb", "1g." + "9" * 5000 + "gb",   # int() refuses more than 4300 digits (fuzz, issue 15)
+    "1234567890g.24gb",     # more than 9 digits: no GPU has that many slices
 ])
 def test_malformed_names_are_refused_with_the_valid_forms(name):
     assert mp.parse_profile_name(name) is None

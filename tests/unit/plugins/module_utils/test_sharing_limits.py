@@ -91,6 +91,9 @@ BAD_MEMORY = [
     ("gpu0=6G", "neither a GPU index nor a GPU UUID"),
     ("all=6G", "neither a GPU index nor a GPU UUID"),
     ("0=99999999999G", "larger than any GPU"),
+    ("0=" + "9" * 5000 + "G", "(5001 characters) is larger than any GPU: a limit must be below 1048576G"),
+    ("0=0" + "9" * 5000 + "G", "is larger than any GPU"),
+    ("0=" + "0" * 5000 + "8G", "has leading zeros: write 8G"),
     ("0=8XB", "not one of"),
     ("0=G", "is not a whole number"),
 ]

@@ -83,10 +83,14 @@ def test_held_by_another_run_fails_after_the_wait_and_names_it(kube_api):
 @pytest.mark.parametrize("kw,fragment", [
     (dict(namespace="Bad_NS"), "a lowercase RFC 1123 label"),
     (dict(name="no spaces"), "a lowercase RFC 1123 subdomain"),
-    (dict(lease_duration=2), "lease_duration must be 3 or more seconds"),
-    (dict(wait_timeout=-1), "wait_timeout must be 0 or more"),
+    (dict(lease_duration=2), "lease_duration must be a whole number of seconds from 3 to 86400"),
+    (dict(lease_duration=10 ** 400), "lease_duration must be a whole number of seconds from 3 to 86400"),
+    (dict(wait_timeout=-1), "wait_timeout must be a whole number of seconds from 0 to 86400"),
+    (dict(wait_timeout=10 ** 18), "wait_timeout must be a whole number of seconds from 0 to 86400"),
+    (dict(arrival_timeout=86401), "arrival_timeout must be a whole number of seconds from 0 to 86400"),
     (dict(run_slices=3), "run_slices=3 needs run_id"),
-    (dict(run_slices=0, run_id="r"), "run_slices must be 1 or more"),
+    (dict(run_slices=0, run_id="r"), "run_slices must be from 1 to 1000, got 0"),
+    (dict(run_slices=2 ** 63, run_id="r"), "run_slices must be from 1 to 1000"),
     (dict(converged="x"), "use it with state=released"),
     (dict(holder="two\nlines"), "holder must be one line"),
 ])

@@ -146,7 +146,10 @@ def test_the_first_record_keeps_what_labelled_nodes_select(kube_api):
 
 @pytest.mark.parametrize("kw,fragment", [
     (dict(namespace="Bad"), "a lowercase RFC 1123 label"),
-    (dict(nodes={"n1": "mps-9"}), "node n1 selects profile 'mps-9', which profiles does not define"),
+    (dict(nodes={"n1": "mps-9"}), "nodes: node n1 selects profile 'mps-9', which profiles does not define"),
+    (dict(nodes={"N_1": "default"}), "nodes: 'N_1' is not a Kubernetes node name"),
+    (dict(nodes={"n" * 254: "default"}), "is not a Kubernetes node name"),
+    (dict(nodes={"n1": 8}), "nodes['n1']: the profile must be a profile name (a string), got a int"),
     (dict(profiles=[{"name": "bad name!"}], nodes={}), "profile name 'bad name!' is not a ConfigMap key"),
     (dict(profiles=[{"sharing": "mps"}], nodes={}), "profiles[0] has no name"),
 ])

@@ -2,7 +2,6 @@
 (tests/support/nvidia_ctk_standin.py, not NVIDIA's real nvidia-ctk) and Debian's REAL containerd binary,
 which validates every configuration the module produces (`containerd --config FILE config dump`).
 """
-import builtins
 import json
 import os
 import pwd
@@ -379,14 +378,14 @@ def test_config_containerd_cannot_load_today(env):
 def test_unreadable_config(env, monkeypatch):
     env.config.write_text(GOLDEN_INPUT)
     before = env.files()
-    real_open = builtins.open
+    real_open = os.open    # the module reads live files with os.open (never blocking on a FIFO)
 
     def guarded(path, *args, **kwargs):
         if str(path) == str(env.config):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", guarded)
+    monkeypatch.setattr(os, "open", guarded)
     result = env.run()
     monkeypatch.undo()
     assert result["rc"] == 1 and "cannot read config_path" in result["msg"] and "Permission denied" in result["msg"]

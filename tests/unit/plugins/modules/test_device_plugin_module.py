@@ -163,7 +163,7 @@ def test_bad_profile_refused_before_any_helm_mutation(rig):
 
 def test_negative_pending_timeout_refused_before_helm_runs(rig):
     res = run_module(device_plugin.main, args(rig, pending_timeout=-1))
-    assert res["failed"] and "pending_timeout must be 0 or more seconds, got -1" in res["msg"]
+    assert res["failed"] and "pending_timeout must be a whole number of seconds from 0 to 86400 (one day), got -1" in res["msg"]
     assert "nothing changed" in res["msg"] and "commands" not in res     # refused before helm ran at all
 
 

@@ -7,7 +7,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import MUTATING_CALLS, SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout
 from tests.support.ansible_run import run_module
-from tests.support.inproc import run_main
+from tests.support.modrun import run_main
 
 MODULE = "gpuops.nvidia.mig_layout"
 INSTANCE_CALLS = ("create_gpu_instance", "destroy_gpu_instance", "create_compute_instance", "destroy_compute_instance")
@@ -38,7 +38,7 @@ def inproc(monkeypatch):
     def _run(env, args, check=False, diff=False):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        return run_main(mig_layout.main, args, check=check, diff=diff)
+        return run_main(mig_layout.main, args, check_mode=check, diff=diff)
     return _run
 
 

@@ -6,7 +6,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_mode
 from tests.support.ansible_run import run_module
-from tests.support.inproc import run_main
+from tests.support.modrun import run_main
 
 MODULE = "gpuops.nvidia.mig_mode"
 
@@ -17,7 +17,7 @@ def inproc(monkeypatch):
     def _run(env, args, check=False, diff=False):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        return run_main(mig_mode.main, args, check=check, diff=diff)
+        return run_main(mig_mode.main, args, check_mode=check, diff=diff)
     return _run
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, mig_layout, mig_mode
-from tests.support.inproc import run_main
+from tests.support.modrun import run_main
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_gpu_info_lists_rtx_pro_suffix_profiles_by_model_name(node):
 def test_mig_mode_on_blackwell_needs_no_reset(node, shape):
     sim = node(shape)
     before = _digest(sim)
-    check = run_main(mig_mode.main, {"enabled": True, "allow_reset": True}, check=True, diff=True)
+    check = run_main(mig_mode.main, {"enabled": True, "allow_reset": True}, check_mode=True, diff=True)
     assert check["changed"] is True and _digest(sim) == before
     assert {tuple(g["actions"]) for g in check["gpus"]} == {("set_mig_mode",)}
     applied = run_main(mig_mode.main, {"enabled": True, "allow_reset": True})
@@ -79,7 +79,7 @@ def test_mig_layout_suffixed_profiles_check_apply_idempotent(node):
                        {"devices": [2], "mig_devices": {"1g.24gb+me.all": 1, "1g.24gb-me": 3}}],
             "gpus": ["0", "1", "2"]}
     before = _digest(sim)
-    check = run_main(mig_layout.main, args, check=True, diff=True)
+    check = run_main(mig_layout.main, args, check_mode=True, diff=True)
     assert check["changed"] is True and _digest(sim) == before and _calls(sim) == []
     applied = run_main(mig_layout.main, args, diff=True)
     assert applied["changed"] is True, applied.get("msg")

@@ -1,0 +1,23 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Bounds on numbers a user types, checked before the number drives a wait, a loop or an allocation.
+
+Waits (timeouts in seconds) are bounded to one day. That bound is this collection's choice, not a limit of a tool:
+no step of a converge should wait longer, a larger value is a typo, and far beyond it (10**18, 10**400) the
+arithmetic of deadlines overflows a float or the platform's time_t.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+MAX_WAIT_S = 86400
+
+
+def seconds_error(option, value, minimum=0, maximum=MAX_WAIT_S):
+    """None when ``value`` is a whole number of seconds from ``minimum`` to ``maximum``, else the error message."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        return "%s must be a whole number of seconds from %d to %d (%s), got %r" % (
+            option, minimum, maximum, "one day" if maximum == MAX_WAIT_S else "the limit", value)
+    return None

@@ -1,0 +1,313 @@
+"""How the input fuzzer (test_fuzz_inputs.py) runs each module, filter and role: the harness table.
+
+The fuzzer finds every module in plugins/modules, every filter in plugins/filter and every role's
+meta/argument_specs.yml by itself, and reads each module's argument_spec from the module. What it cannot know is
+how to run a module against something that behaves like a node: that is this table. A module, filter or role
+without an entry here makes test_every_module_has_a_harness (and its siblings for filters and roles) fail:
+add one for every new module.
+
+A module entry:
+- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, kube, helm,
+  operator), and
+  ``rig_kwargs`` for it;
+- ``args``: a valid run (test_harness_run_succeeds checks it succeeds), from which each example changes one to
+  three options;
+- ``hints``: strategies for options whose plain type says too little (``layout``, ``kubeconfig``...), keyed by
+  option path (``profiles[].resources``);
+- ``fixed``: options never fuzzed, each with the reason;
+- ``files``: more files for the sandbox's pool (tests/support/fuzz_values.py), e.g. a valid config to get deeper;
+- ``outcomes``: fragments of the messages of failures that report what the system did after the module's change
+  (the MIG manager's state, a rollout that did not show), not an input error: such a run may report changed=true
+  and need not name an option (it must still not let an exception escape). Keep them exact and few.
+"""
+from hypothesis import strategies as st
+
+from tests.support import fuzz_values as fv
+
+SANDBOX, POOL = fv.SANDBOX, fv.POOL
+
+# ---- hints shared by several modules -----------------------------------------------------------------------------
+_COUNTS = st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
+                    st.sampled_from(["2", "two", "\u00b2", "\uff12", "1e3", "", "9" * 5000]))
+_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fv.DOMAIN if "g." in n]), fv.strings(),
+                           st.sampled_from(["9" * 5000 + "g.18gb", "1g." + "9" * 5000 + "gb", "\uff11g.18gb",
+                                            "1g.18gb+me,me", "1g.18gb+gfx", "1g.24gb+me.all", "1c.1g.18gb-me",
+                                            "1g.18gb+", "1g.18gb+-me", "1g.18gb+" + ",".join(["a"] * 5000)]))
+_MIG_DEVICES = st.one_of(st.dictionaries(_PROFILE_NAMES, _COUNTS, max_size=4), fv.hostile())
+_DEVICES = st.one_of(st.just("all"), st.lists(st.one_of(st.integers(-1, 9), st.sampled_from(fv.HUGE_INTS),
+                                                        fv.strings()), max_size=4), fv.hostile())
+_ENTRY = st.fixed_dictionaries({}, optional={
+    "devices": _DEVICES, "mig_devices": _MIG_DEVICES, "mig-devices": _MIG_DEVICES,
+    "mig_enabled": st.one_of(st.booleans(), fv.hostile()), "models": st.lists(fv.strings(), max_size=3),
+    "device_filter": st.one_of(st.sampled_from(["0x233510DE", "0x20B010DE:0x134F10DE", "0x2335"]), fv.strings()),
+    "profiles": st.just({"1g.18gb": 1})})
+LAYOUT = st.one_of(st.lists(_ENTRY, min_size=1, max_size=3), fv.hostile())
+
+MIGPARTED = {
+    "valid.yaml": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n"
+                  "        1g.18gb: 7\n  b:\n    - devices: [0, 1]\n      mig-enabled: false\n",
+    "huge-count.yaml": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+                       "      mig-devices: {1g.18gb: 1000000000000}\n",
+    "aliases-config.yaml": "version: v1\nx: &x [{devices: all, mig-enabled: true, mig-devices: {1g.18gb: 1}}]\n"
+                           "mig-configs: {a: *x}\n",
+    "list.yaml": "- 1\n- 2\n",
+}
+CONFIG_FILE = fv.paths(sorted(MIGPARTED))
+CONFIG_NAME = st.one_of(st.sampled_from(["a", "b", "all-balanced", "all-1g", "all-7g", "all-disabled", "all-0g",
+                                         "all-999999999999g", "all-" + "9" * 5000 + "g", "all-1g.18gb",
+                                         "all-\u00b9g", "all-\uff11g"]), fv.strings())
+
+KUBECONFIG_FILES = {
+    "kubeconfig-list.yaml": "- clusters\n",
+    "kubeconfig-empty-map.yaml": "{}\n",
+    "kubeconfig-bad-server.yaml": "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters:\n- name: c\n"
+                                  "  cluster: {server: 5}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n"
+                                  "users:\n- name: u\n  user: {token: 7}\n",
+    "kubeconfig-strings.yaml": "apiVersion: v1\nclusters: x\ncontexts: y\nusers: z\ncurrent-context: q\n",
+}
+_BAD_KUBECONFIGS = [
+    {}, {"clusters": 5}, {"clusters": [5]}, {"clusters": [{"name": "c"}], "current-context": "x"},
+    {"current-context": 7, "contexts": [{"name": 7, "context": None}]},
+    {"clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+     "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": 5}],
+     "current-context": "x"},
+    {"clusters": [{"name": "c", "cluster": {"server": 12}}],
+     "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "users": "u", "current-context": "x"},
+    "apiVersion: v1\nclusters: [\n", "clusters:\n- 1\n", "{\"clusters\": {}}", "current-context: x\nclusters: 3\n",
+]
+KUBECONFIG = st.one_of(st.just(SANDBOX + "/kubeconfig"), fv.paths(sorted(KUBECONFIG_FILES)),
+                       st.sampled_from(_BAD_KUBECONFIGS), fv.hostile())
+HOST = st.one_of(st.sampled_from(["", "http://127.0.0.1:1", "127.0.0.1", "http://[::1", "ftp://x", "http://127.0.0.1:99999",
+                                  "https://127.0.0.1:1", "http://user:pw@127.0.0.1:1/", "http://\x00", "not a url",
+                                  "http://127.0.0.1:1/" + "a" * 10000, "http://\udcff"]), fv.hostile())
+TIMEOUTS = st.one_of(st.integers(-3, 5), st.sampled_from(fv.HUGE_INTS), fv.hostile())
+KUBE_HINTS = {"kubeconfig": KUBECONFIG, "host": HOST,
+              "request_timeout": st.one_of(st.sampled_from(fv.ODD_FLOATS + fv.HUGE_INTS + [0, -1, 0.001]),
+                                           fv.hostile())}
+KUBE_FILES = dict(KUBECONFIG_FILES)
+
+_LIMITS = st.one_of(
+    st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 30 + "G", "99999999=8G", "0=8T", "0=0G", "0=-1G",
+                     "\uff10=8G", "0=\uff18G", "\u00b2=8G", "0=8G\n", "0=8G,0=4G", ",".join("%d=1G" % i for i in range(999)),
+                     "0=8G;rm -rf /"]),
+    st.dictionaries(st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS), fv.strings()),
+                    st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), fv.strings(),
+                              st.sampled_from(fv.HUGE_INTS)), max_size=4),
+    fv.hostile())
+_PERCENT = st.one_of(st.integers(-2, 120), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
+                     st.sampled_from(["50", "50%", "\uff15\uff10", "\u00b2", "50\n", "05", "100.0"]), fv.hostile())
+
+_GPU_FACTS = st.one_of(
+    st.lists(st.fixed_dictionaries({}, optional={
+        "index": st.one_of(st.integers(0, 8), fv.hostile()),
+        "memory_total_mib": st.one_of(st.sampled_from([143771, 81920, 0, -1]), st.sampled_from(fv.HUGE_INTS),
+                                      fv.hostile()),
+        "memory_total_bytes": st.one_of(st.sampled_from(fv.HUGE_INTS), fv.hostile()),
+        "name": fv.strings(), "uuid": fv.strings(), "mig_mode_current": fv.strings()}), max_size=3),
+    fv.hostile())
+_RESOURCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "name": st.one_of(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]), fv.strings()),
+    "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(fv.HUGE_INTS), fv.hostile()),
+    "devices": st.just("all"), "rename": fv.strings()}), max_size=3), fv.hostile())
+
+def _facts_of(shape, mig_on=()):
+    """gpu_info's facts of a simulated node of ``shape``; ``mig_on``: GPUs with MIG enabled and one 3g instance."""
+    import shutil
+    import tempfile
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    directory = tempfile.mkdtemp()
+    try:
+        sim = SimulatedBackend(directory + "/state.json", shape=shape)
+        for index in mig_on:
+            sim.set_mig_mode(index, True)
+            sim.reset_gpu(index)
+            gi = sim.create_gpu_instance(index, 9, 0)
+            sim.create_compute_instance(index, gi, 2)
+        return sim.read_all()
+    finally:
+        shutil.rmtree(directory)
+
+
+# A mixed node (A100 with MIG devices, non-MIG GPUs), as filters receive facts; the operator rig's nodes.
+REAL_FACTS = _facts_of("mixed", mig_on=(0,))
+A100_FACTS = _facts_of("dgx-a100-40gb")
+H200_FACTS = _facts_of("hgx-h200")
+_ANY = st.one_of(fv.json_values(), fv.hostile(), st.sampled_from(fv.NOT_UTF8))
+
+
+@st.composite
+def _facts(draw, real=None, strict=False):
+    """The real facts, or with one GPU's key replaced or removed, or with 'gpus' replaced, or anything.
+    ``strict``: module arguments (no strings that are not UTF-8: ansible-core refuses those before a module runs)."""
+    import copy
+    anything = st.one_of(fv.json_values(), fv.hostile()) if strict else _ANY
+    facts = copy.deepcopy(REAL_FACTS if real is None else real)
+    how = draw(st.integers(0, 4))
+    gpus = facts["gpus"]
+    if how == 1:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        gpu[draw(st.sampled_from(sorted(gpu)))] = draw(anything)
+    elif how == 2:
+        gpu = gpus[draw(st.integers(0, len(gpus) - 1))]
+        del gpu[draw(st.sampled_from(sorted(gpu)))]
+    elif how == 3:
+        facts["gpus"] = draw(st.one_of(anything, st.lists(anything, max_size=3)))
+    elif how == 4:
+        return draw(anything)
+    return draw(st.sampled_from([facts, facts["gpus"], {"gpu_facts": facts}])) if how < 3 else facts
+
+
+INTERVALS = st.one_of(st.sampled_from([0.05, 0.01, 0, -1, 1e-9, 3601, 86401] + fv.ODD_FLOATS + fv.HUGE_INTS),
+                      fv.hostile())
+OPERATOR_PROFILES = [{"name": "default"}, {"name": "mps-4", "sharing": "mps", "replicas": 4},
+                     {"name": "mig-mixed", "mig_strategy": "mixed"}]
+_K8S_NAMES = st.one_of(st.sampled_from(["gpu-operator", "cluster-policy", "gpuops-mig-parted-config",
+                                        "default-mig-parted-config", "a100", "h200", "-x", "x" * 254, "A",
+                                        "kube-system"]), fv.strings())
+OPERATOR_HINTS = dict(KUBE_HINTS, **{"policy_name": _K8S_NAMES, "namespace": _K8S_NAMES, "mig_config_map": _K8S_NAMES,
+                                     "config_map": _K8S_NAMES, "device_plugin_config_map": _K8S_NAMES,
+                                     "node_name": st.one_of(st.sampled_from(["a100", "h200", "gpu-node-1", "nope"]),
+                                                            _K8S_NAMES),
+                                     "timeout": TIMEOUTS, "interval": INTERVALS})
+
+MODULES = {
+    "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
+    "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
+    "gpu_simulator": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"action": "show"}),
+    "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
+                       args={"gpus": ["0", "1"], "config_name": "all-balanced"},
+                       hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
+                       files=MIGPARTED),
+    "mig_mode": dict(rig="sim", rig_kwargs={"shape": "dgx-a100-40gb"},
+                     args={"enabled": True, "allow_reset": True, "gpus": ["0"]},
+                     hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
+                     files=MIGPARTED),
+    "mps_control": dict(rig="mps", args={"default_active_thread_percentage": 50,
+                                         "default_pinned_device_mem_limit": "0=8G"},
+                        hints={"default_pinned_device_mem_limit": _LIMITS,
+                               "default_active_thread_percentage": _PERCENT, "timeout": TIMEOUTS,
+                               "lock_timeout": TIMEOUTS}),
+    "containerd_runtime": dict(rig="containerd", args={}),
+    "device_plugin": dict(rig="helm", args={},
+                          hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
+                                                    "values": st.one_of(fv.json_values(), fv.hostile()),
+                                                    "pending_timeout": TIMEOUTS, "verify_timeout": TIMEOUTS,
+                                                    "timeout": st.one_of(st.sampled_from(
+                                                        ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
+                                                        fv.hostile())}),
+                          files=KUBE_FILES),
+    "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
+                                          "labels": {"gpuops.example.com/x": "1"}},
+                        hints=dict(KUBE_HINTS, labels=st.one_of(
+                            st.dictionaries(fv.strings(["gpuops.example.com/y", "nvidia.com/gpu.present"]),
+                                            st.one_of(fv.strings(), st.none(), st.booleans(),
+                                                      st.integers()), max_size=4),
+                            st.lists(fv.strings(["a=b", "gpuops.example.com/y=1"]), max_size=3), fv.hostile())),
+                        files=KUBE_FILES),
+    "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
+                        hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
+    "runtime_class": dict(rig="kube", args={},
+                          hints=dict(KUBE_HINTS, node_selector=st.one_of(
+                              st.dictionaries(fv.strings(), fv.json_values(3), max_size=3), fv.hostile())),
+                          files=KUBE_FILES),
+    "gpu_operator": dict(rig="operator", args={"profiles": OPERATOR_PROFILES, "mig_config_map": "gpuops-mig-parted-config",
+                                               "nodes": [{"name": "a100", "profile": "mig-mixed"},
+                                                         {"name": "h200", "profile": "mps-4"}]},
+                         hints=dict(OPERATOR_HINTS, **{"profiles[].resources": _RESOURCES,
+                                                       "nodes[].name": OPERATOR_HINTS["node_name"]}),
+                         files=KUBE_FILES),
+    "gpu_operator_mig": dict(rig="operator", rig_kwargs={"loop": True},
+                             args={"node_name": "a100", "gpus": A100_FACTS, "config_name": "all-balanced",
+                                   "config_map": "gpuops-mig-parted-config", "namespace": "gpu-operator",
+                                   "timeout": 20, "interval": 0.05},
+                             hints=dict(OPERATOR_HINTS, layout=LAYOUT, config_name=CONFIG_NAME,
+                                        gpus=_facts(A100_FACTS, strict=True)),
+                             # the layout was published and the node labelled; then the MIG manager failed (GPU facts
+                             # of another node, a busy GPU) or did not report within timeout
+                             outcomes=("the GPU Operator's MIG manager reported nvidia.com/mig.config.state=failed",
+                                       "nvidia.com/mig.config.state is still", "no nvidia.com/mig.config.state was "
+                                       "written"),
+                             files=KUBE_FILES),
+    "device_plugin_verify": dict(rig="operator",
+                                 args={"node_name": "h200", "profile": {"name": "default"}, "gpus": H200_FACTS,
+                                       "timeout": 3, "interval": 0.05},
+                                 hints=dict(OPERATOR_HINTS, **{"profile.resources": _RESOURCES,
+                                                               "gpus": _facts(H200_FACTS, strict=True)}),
+                                 # the node does not advertise what the profile promises (within timeout)
+                                 outcomes=("rollout verification failed after",),
+                                 files=KUBE_FILES),
+    # renew is never drawn: a renewer is a detached process that outlives the example (it follows the pytest
+    # worker); the harness's own run takes the lease without one. Waits are bounded by the module (one day) and
+    # drawn small here, or as values it must refuse.
+    "cluster_lease": dict(rig="kube", args={"namespace": "gpuops", "renew": False, "wait_timeout": 2,
+                                            "arrival_timeout": 2, "lease_duration": 15, "run_id": "fuzz-run"},
+                          fixed={"renew": False},
+                          hints=dict(KUBE_HINTS, **{"namespace": OPERATOR_HINTS["namespace"],
+                                                    "name": OPERATOR_HINTS["namespace"],
+                                                    "wait_timeout": TIMEOUTS, "arrival_timeout": TIMEOUTS,
+                                                    "lease_duration": TIMEOUTS,
+                                                    "run_slices": st.one_of(st.integers(-1, 3),
+                                                                            st.sampled_from(fv.HUGE_INTS), _ANY),
+                                                    "owner_pid": st.one_of(st.integers(-2, 2),
+                                                                           st.sampled_from(fv.HUGE_INTS), _ANY)}),
+                          files=KUBE_FILES),
+    "cluster_profiles": dict(rig="kube", args={"namespace": "gpuops", "nodes": {"gpu-node-1": "mps-4"},
+                                               "profiles": OPERATOR_PROFILES},
+                             hints=dict(KUBE_HINTS, **{"namespace": OPERATOR_HINTS["namespace"],
+                                                       "name": OPERATOR_HINTS["namespace"],
+                                                       "profiles[].resources": _RESOURCES}),
+                             files=KUBE_FILES),
+}
+
+
+# ---- filters: {filter file: {filter: {parameter: strategy}}}; parameters without one get any value --------------
+_REPLICAS = st.one_of(st.integers(-2, 20), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS), _ANY)
+_MODE = st.one_of(st.sampled_from(["per_gpu", "pool"]), _ANY)
+_PLACEMENT = st.one_of(st.fixed_dictionaries({"start": st.one_of(st.integers(0, 7), _ANY), "size": _ANY}), _ANY)
+_INSTANCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "kind": st.one_of(st.sampled_from(["gpu_instance", "compute_instance"]), _ANY), "profile": _ANY,
+    "placement": _PLACEMENT}), max_size=3), _ANY)
+_PLAN_GPUS = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+    "index": st.one_of(st.integers(0, 8), _ANY), "name": _ANY, "changed": _ANY, "destroyed": _INSTANCES,
+    "created": _INSTANCES, "busy_destroyed": _ANY, "before": st.one_of(st.fixed_dictionaries({"current": _ANY}), _ANY),
+    "desired": _ANY, "actions": st.one_of(st.lists(_ANY, max_size=2), _ANY), "reboot_required": _ANY,
+    "reason": _ANY}), max_size=3), _ANY)
+_NODE_VARS = st.fixed_dictionaries({}, optional={
+    "gpu_node_sharing": st.one_of(st.sampled_from(["mig", "mps", "time-slicing", "none"]), _ANY),
+    "gpu_node_replicas": _REPLICAS, "gpu_node_mig_strategy": st.one_of(st.sampled_from(["single", "mixed"]), _ANY)})
+_HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.one_of(_NODE_VARS, _ANY), max_size=3),
+                      _ANY)
+_NODES = st.one_of(st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=4), _ANY)
+
+_OPERATOR_VARS = st.fixed_dictionaries({}, optional={
+    "gpu_node_manage_containerd": st.one_of(st.booleans(), _ANY), "containerd_runtime_config_path": _ANY,
+    "containerd_runtime_drop_in_path": _ANY, "gpu_node_kube_node_name": st.one_of(st.just("gpu-1"), _ANY),
+    "gpu_node_containerd_owner": st.one_of(st.sampled_from(["auto", "collection", "gpu_operator"]), _ANY),
+    "gpu_node_mig_owner": st.one_of(st.sampled_from(["collection", "gpu_operator"]), _ANY)})
+_OPERATOR_HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.one_of(_OPERATOR_VARS, _ANY),
+                                               max_size=3), _ANY)
+_PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
+    st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
+    _ANY)}), _ANY)
+
+FILTERS = {
+    "sharing": {"mps_shares": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
+                "mps_daemon_defaults": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
+                "mps_limits": {"limits": st.one_of(st.fixed_dictionaries({}, optional={
+                    "active_thread_percentage": _ANY,
+                    "pinned_device_mem_limit": st.one_of(st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 5000 + "G"]),
+                                                         _ANY)}), _ANY),
+                    "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
+    "gpu_summary": {"gpu_summary": {"facts": _facts()}},
+    "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
+    "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
+    "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
+}
+
+# ---- roles: how their variables are validated -------------------------------------------------------------------
+# "site": site.yml's first play (roles/gpu_node/tasks/validate.yml) checks them for every node before anything
+# changes; any value is tried, and a host must either pass or fail naming the variable.
+# "role": the role checks its argument spec when it starts (it is not part of site.yml); only values its spec
+# refuses are tried (a valid one would let the role run its tasks on this machine), and every host must fail.
+ROLES = {"gpu_node": "site", "mig": "site", "compute_mode": "site", "containerd_runtime": "site", "cluster": "site",
+         "mps_control": "role"}

@@ -1,0 +1,418 @@
+"""Input fuzzing (issue 15): every module and filter, given any value for any option, fails clearly or works; it
+never lets an exception escape, never changes anything when it fails, names the option in its message, and never
+spends memory or time in proportion to a number the user typed.
+
+Modules: each example takes the harness's valid run (fuzz_harness.py) and replaces one to three options with
+generated values (tests/support/fuzz_values.py: of the option's type and beyond it), runs the module's main()
+in a forked child against a fresh rig (tests/support/rigs.py) under a memory and a wall-clock bound
+(tests/support/bounded.py), and asserts:
+
+- no exception escaped main() (a real run would show MODULE FAILURE and a traceback), the child was not killed,
+  it stayed within GPUOPS_FUZZ_MEMORY_MIB more memory and GPUOPS_FUZZ_WALL_S seconds;
+- a failed run reports changed=false, changed nothing the rig can see, and its message names at least one of the
+  options the example changed.
+
+Filters: each filter function with generated arguments returns, or raises AnsibleFilterError; nothing else.
+
+Settings: GPUOPS_FUZZ_EXAMPLES examples per module (default 30 in CI) and per filter (default 60); the examples
+are fixed (derandomized) unless GPUOPS_FUZZ_SEED is set, which makes a seeded random run for longer local runs:
+
+    GPUOPS_FUZZ_EXAMPLES=5000 GPUOPS_FUZZ_SEED=1 .venv/bin/python -m pytest -n 2 tests/reliability/test_fuzz_inputs.py
+
+hypothesis's example database is off, so a run never depends on an earlier one. Every input class a run found is
+a case in bad_input_corpus.yml.
+"""
+import glob
+import importlib
+import inspect
+import os
+import shutil
+import socket
+import tempfile
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as st
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.basic import AnsibleModule
+
+from tests.reliability import fuzz_harness
+from tests.support import fuzz_values as fv
+from tests.support import rigs
+from tests.support.ansible_run import CANARY, ROOT, first_failure, run_playbook, site_validation_play
+from tests.support.bounded import memory_bound, run_bounded
+from tests.support.modrun import run_main
+
+PACKAGE = "ansible_collections.gpuops.nvidia.plugins"
+EXAMPLES = int(os.environ.get("GPUOPS_FUZZ_EXAMPLES") or 30)
+FILTER_EXAMPLES = int(os.environ.get("GPUOPS_FUZZ_EXAMPLES") or 60)
+SEED = os.environ.get("GPUOPS_FUZZ_SEED")
+WALL_S = float(os.environ.get("GPUOPS_FUZZ_WALL_S") or 60)
+MEMORY_MIB = int(os.environ.get("GPUOPS_FUZZ_MEMORY_MIB") or 512)
+OMIT = "@OMIT@"
+# Options each rig points at its sandbox or its tools (tests/support/rigs.py): never omitted by an example (their
+# defaults are the host's real paths, /etc/containerd/config.toml and the like, and its real tools).
+PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"),
+          "containerd": ("config_path", "drop_in_path", "containerd_path", "nvidia_ctk_path"), "kube": (),
+          "helm": ("binary_path",), "operator": ()}
+
+
+def discovered(kind):
+    """Every module (plugins/modules/*.py), filter file (plugins/filter/*.py) or role with an argument spec."""
+    if kind == "role":
+        return sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
+                      for p in glob.glob(os.path.join(ROOT, "roles", "*", "meta", "argument_specs.yml")))
+    folder = {"module": "modules", "filter": "filter"}[kind]
+    return sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "plugins", folder, "*.py"))
+                  if not os.path.basename(p).startswith("_"))
+
+
+MODULE_NAMES = discovered("module")
+
+
+class _Spec(Exception):
+    pass
+
+
+def argument_spec(name):
+    """The module's AnsibleModule(...) keyword arguments, taken from its main() without running anything else."""
+    module = importlib.import_module("%s.modules.%s" % (PACKAGE, name))
+    original = AnsibleModule.__init__
+
+    def capture(self, *args, **kwargs):
+        raise _Spec(kwargs)
+    AnsibleModule.__init__ = capture
+    try:
+        module.main()
+    except _Spec as got:
+        return module, got.args[0]
+    finally:
+        AnsibleModule.__init__ = original
+    raise AssertionError("%s.main() did not build an AnsibleModule" % name)
+
+
+def option_names(spec, mutated):
+    """The names a message may use for the options an example changed (with their aliases)."""
+    names = set()
+    for name in mutated:
+        names.add(name)
+        names.update(spec[name].get("aliases") or [])
+    return names
+
+
+def settings_for(examples):
+    """Fixed examples (derandomized) unless GPUOPS_FUZZ_SEED; no shrinking unless GPUOPS_FUZZ_SHRINK=1: a module
+    example costs about a second, and shrinking one of them took hypothesis more than five minutes (the failing
+    example, one to three options, is readable as it is)."""
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if os.environ.get("GPUOPS_FUZZ_SHRINK") == "1" else [])
+    base = dict(max_examples=examples, deadline=None, database=None, derandomize=SEED is None,
+                suppress_health_check=list(HealthCheck), print_blob=True, phases=phases)
+    return settings(**base)
+
+
+# ---- the harness table is complete ----------------------------------------------------------------------------------
+def test_every_module_has_a_harness():
+    missing = sorted(set(MODULE_NAMES) - set(fuzz_harness.MODULES))
+    stale = sorted(set(fuzz_harness.MODULES) - set(MODULE_NAMES))
+    assert not missing, ("modules without an entry in tests/reliability/fuzz_harness.py MODULES (say how to run "
+                         "them against a rig): %s" % ", ".join(missing))
+    assert not stale, "fuzz_harness.MODULES names modules that do not exist: %s" % ", ".join(stale)
+
+
+def test_every_filter_has_a_harness():
+    missing = sorted(set(discovered("filter")) - set(fuzz_harness.FILTERS))
+    assert not missing, "filter files without an entry in fuzz_harness.FILTERS: %s" % ", ".join(missing)
+    for filename, funcs in fuzz_harness.FILTERS.items():
+        plugin = importlib.import_module("%s.filter.%s" % (PACKAGE, filename)).FilterModule().filters()
+        assert sorted(funcs) == sorted(plugin), "fuzz_harness.FILTERS[%r] must list exactly %s" % (
+            filename, sorted(plugin))
+
+
+def test_every_role_has_a_harness():
+    missing = sorted(set(discovered("role")) - set(fuzz_harness.ROLES))
+    stale = sorted(set(fuzz_harness.ROLES) - set(discovered("role")))
+    assert not missing, "roles without an entry in fuzz_harness.ROLES: %s" % ", ".join(missing)
+    assert not stale, "fuzz_harness.ROLES names roles without an argument spec: %s" % ", ".join(stale)
+
+
+# ---- modules ------------------------------------------------------------------------------------------------------
+def _offline():
+    """Name lookups of anything but this machine fail at once in the child (no input may reach the network)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in (None, "127.0.0.1", "localhost", "::1", b"127.0.0.1", b"localhost"):
+            raise socket.gaierror(socket.EAI_NONAME, "fuzz sandbox: no name lookups (%r)" % (host,))
+        return real(host, *args, **kwargs)
+    socket.getaddrinfo = getaddrinfo
+
+
+def run_example(name, mutation, base_dir):
+    """Run module ``name`` with the harness's arguments changed by ``mutation`` ({option: value or OMIT}) in a
+    forked child; returns (outcome, report) where report has the module's result and what changed."""
+    harness = fuzz_harness.MODULES[name]
+    module, _ = argument_spec(name)
+
+    def work():
+        sandbox = tempfile.mkdtemp(prefix="ex-", dir=base_dir)
+        os.chdir(sandbox)
+        _offline()
+        rig = rigs.RIGS[harness["rig"]](sandbox, **harness.get("rig_kwargs", {}))
+        try:
+            fv.make_pool(sandbox, harness.get("files"))
+            rigs.os_environ_apply(rig.env)
+            args = dict(rig.args, **harness["args"])
+            for option, value in mutation.items():
+                if value == OMIT:
+                    args.pop(option, None)
+                else:
+                    args[option] = fv.resolve(value, sandbox)
+            before = rig.state()
+            with memory_bound(MEMORY_MIB):
+                result = run_main(module.main, args, diff=True, **rig.internal)
+            return {"result": result, "changes": rig.changes(before)}
+        finally:
+            rig.close()
+    return run_bounded(work, wall_s=WALL_S)
+
+
+# Messages of ansible-core's own argument validation that do not name the option; the fix belongs in ansible-core.
+KNOWN_CORE_GAPS = {
+    # A string element of a list-of-dicts option with suboptions (e.g. compute_mode settings: "x"): ansible-core's
+    # no_log scan (_list_no_log_values) converts it with check_type_dict before the type check runs, and
+    # AnsibleModule reports only that first error, which names no option (seen with ansible-core 2.19).
+    "dictionary requested, could not parse JSON or key=value",
+}
+
+
+# Exceptions that escape ansible-core's own argument validation (AnsibleModule.__init__, before any code of ours):
+# a real run shows "Module failed: <the exception's text>". The fix belongs in ansible-core (seen with 2.19.14).
+KNOWN_CORE_ESCAPES = {
+    # An int option given an infinite float (YAML .inf, or a template's 1e999): check_type_int catches ValueError
+    # and TypeError but not the OverflowError of int(Decimal('Infinity')) (common/validation.py).
+    "OverflowError: cannot convert Infinity to integer",
+    # A dict option with suboptions (device_plugin_verify's profile) given a list holding a scalar ([null], [1]):
+    # _validate_sub_spec walks the list as if it held dicts and set_fallbacks tests `name in None`
+    # (common/parameters.py); the type error that names the option is reported only afterwards.
+    "TypeError: argument of type 'NoneType' is not iterable",
+    "TypeError: argument of type 'int' is not iterable",
+    "TypeError: argument of type 'float' is not iterable",
+    "TypeError: argument of type 'bool' is not iterable",
+}
+CORE_VALIDATION = ("ansible/module_utils/common/validation.py", "ansible/module_utils/common/parameters.py")
+
+
+def core_escape(outcome):
+    """True when the escaped exception is a KNOWN_CORE_ESCAPES one raised inside ansible-core's validation."""
+    lines = (outcome.error or "").strip().splitlines()
+    frames = [line for line in lines if line.strip().startswith("File ")]
+    return bool(lines) and lines[-1] in KNOWN_CORE_ESCAPES and bool(frames) and \
+        any(part in frames[-1] for part in CORE_VALIDATION)
+
+
+def outcome_failure(name, res):
+    """True when a failed run reports what the system did after the module's change (the harness's ``outcomes``):
+    the MIG manager's state, a rollout that did not show. Such a run may report changed=true (it changed what it
+    was asked to; the failure comes after) and names the node or object, not an option."""
+    msg = str(res.get("msg") or "")
+    return any(fragment in msg for fragment in fuzz_harness.MODULES[name].get("outcomes", ()))
+
+
+def check_outcome(name, mutation, outcome, spec):
+    if core_escape(outcome):
+        return None
+    problem = outcome.problem(WALL_S, MEMORY_MIB)
+    assert problem is None, "%s with %r: %s" % (name, mutation, problem)
+    res = outcome.value["result"]
+    if not res.get("failed") or outcome_failure(name, res):
+        return res
+    assert not res.get("changed"), "%s failed but reports changed=true with %r: %s" % (name, mutation, res.get("msg"))
+    assert outcome.value["changes"] == [], "%s failed and changed %s with %r: %s" % (
+        name, outcome.value["changes"], mutation, res.get("msg"))
+    msg = str(res.get("msg") or "")
+    if msg in KNOWN_CORE_GAPS:
+        return res
+    names = option_names(spec, mutation)
+    assert any(n in msg for n in names), "%s failed without naming the option (%s) with %r: %s" % (
+        name, ", ".join(sorted(names)), mutation, msg)
+    return res
+
+
+@st.composite
+def mutations(draw, spec, harness, pinned):
+    """{option: value or OMIT} for one to three options; ``pinned`` options are never omitted."""
+    names = sorted(n for n in spec if n not in harness.get("fixed", {}))
+    chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    hints = harness.get("hints", {})
+    out = {}
+    for option in chosen:
+        if option not in pinned and draw(st.integers(0, 9)) == 0:
+            out[option] = OMIT
+        else:
+            out[option] = draw(fv.option(spec[option], hints, option))
+    return out
+
+
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_harness_run_succeeds(name, tmp_path):
+    """The harness's own arguments make a working run: the examples start from it."""
+    outcome = run_example(name, {}, str(tmp_path))
+    assert outcome.problem(WALL_S, MEMORY_MIB) is None, outcome.problem(WALL_S, MEMORY_MIB)
+    res = outcome.value["result"]
+    assert not res.get("failed"), "%s: the harness's run fails: %s" % (name, res.get("msg"))
+
+
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_fuzz_module(name, tmp_path):
+    _, kwargs = argument_spec(name)
+    spec = kwargs["argument_spec"]
+    harness = fuzz_harness.MODULES[name]
+
+    @settings_for(EXAMPLES)
+    @given(mutations(spec, harness, PINNED[harness["rig"]]))
+    def one(mutation):
+        base = tempfile.mkdtemp(dir=str(tmp_path))
+        outcome = run_example(name, mutation, base)
+        check_outcome(name, mutation, outcome, spec)
+        shutil.rmtree(base, ignore_errors=True)
+
+    if SEED is not None:
+        one = seed(int(SEED))(one)
+    one()
+
+
+# ---- filters ------------------------------------------------------------------------------------------------------
+FILTER_FUNCS = sorted((f, n) for f, names in fuzz_harness.FILTERS.items() for n in names)
+
+
+@pytest.mark.parametrize("filename,func", FILTER_FUNCS, ids=["%s.%s" % p for p in FILTER_FUNCS])
+def test_fuzz_filter(filename, func):
+    function = importlib.import_module("%s.filter.%s" % (PACKAGE, filename)).FilterModule().filters()[func]
+    params = list(inspect.signature(function).parameters.values())
+    hints = fuzz_harness.FILTERS[filename][func]
+    strategies = [hints.get(p.name, st.one_of(fv.json_values(), fv.hostile())) for p in params]
+    required = sum(1 for p in params if p.default is inspect.Parameter.empty)
+
+    @settings_for(FILTER_EXAMPLES)
+    @given(st.integers(required, len(params)).flatmap(lambda n: st.tuples(*strategies[:n])))
+    def one(args):
+        def work():
+            with memory_bound(MEMORY_MIB):
+                try:
+                    function(*args)
+                except AnsibleFilterError as exc:
+                    return {"error": str(exc)}
+            return {"error": None}
+        outcome = run_bounded(work, wall_s=WALL_S)
+        problem = outcome.problem(WALL_S, MEMORY_MIB)
+        assert problem is None, "%s%r: %s" % (func, args, problem)
+        assert outcome.value["error"] != "", "%s%r raised AnsibleFilterError without a message" % (func, args)
+
+    if SEED is not None:
+        one = seed(int(SEED))(one)
+    one()
+
+
+# ---- roles --------------------------------------------------------------------------------------------------------
+ROLE_EXAMPLES = int(os.environ.get("GPUOPS_FUZZ_ROLE_EXAMPLES") or 12)
+ROLE_PLAY = """---
+- name: Roles validated when they start (one host per example)
+  hosts: role_cases
+  gather_facts: false
+  tasks:
+    - name: Apply the example's role
+      ansible.builtin.include_role:
+        name: "gpuops.nvidia.{{ case_role }}"
+"""
+
+
+def role_spec(role):
+    with open(os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml")) as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+def spec_errors(options, values):
+    """What the role's argument spec says about ``values`` (defaults dropped, as roles/gpu_node/tasks/validate.yml
+    does), as ansible-core's validator reports it."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    spec = dict((k, dict(v, default=None)) for k, v in options.items())
+    return ArgumentSpecValidator(spec).validate(dict(values)).error_messages
+
+
+def _yaml_safe(value, depth=0):
+    """Inventory values must survive YAML and stay shallow enough for the controller's templating."""
+    if depth > 40:
+        return False
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list):
+        return all(_yaml_safe(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _yaml_safe(k) and _yaml_safe(v, depth + 1) for k, v in value.items())
+    return True
+
+
+def role_examples():
+    """{host: (role, {variable: value}, spec errors)}: ROLE_EXAMPLES hosts per role, chosen from eight times as many
+    drawn by hypothesis (derandomized unless GPUOPS_FUZZ_SEED): for "site" roles three in four of them values the
+    spec refuses (the first draws are mostly plain values it accepts), for "role" roles only such values."""
+    hosts = {}
+    for role in sorted(fuzz_harness.ROLES):
+        options = role_spec(role)
+        names = sorted(options)
+        refused, accepted, seen = [], [], set()
+
+        @settings(max_examples=ROLE_EXAMPLES * 8, deadline=None, database=None, derandomize=SEED is None,
+                  suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+        @given(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True).flatmap(
+            lambda chosen: st.tuples(*[st.tuples(st.just(n), fv.option(options[n], {}, n)) for n in chosen])))
+        def collect(pairs):
+            values = dict(pairs)
+            if not _yaml_safe(values) or repr(values) in seen:
+                return
+            seen.add(repr(values))
+            errors = spec_errors(options, values)
+            (refused if errors else accepted).append((values, errors))
+        if SEED is not None:
+            collect = seed(int(SEED))(collect)
+        collect()
+        if fuzz_harness.ROLES[role] == "role":
+            accepted = []
+        picked = refused[:ROLE_EXAMPLES * 3 // 4]
+        picked += accepted[:ROLE_EXAMPLES - len(picked)]
+        picked += refused[len(picked):ROLE_EXAMPLES] if len(picked) < ROLE_EXAMPLES else []
+        for n, (values, errors) in enumerate(picked):
+            hosts["%s-%d" % (role, n)] = (role, values, errors)
+    return hosts
+
+
+@pytest.mark.slow
+def test_fuzz_role_variables(tmp_path):
+    """Role variables: one ansible-playbook run, one inventory host per example. site.yml's first play validates
+    every node (any_errors_fatal off here, so that every host reaches its own failure)."""
+    cases = role_examples()
+    plays = [site_validation_play("site_cases")] + yaml.safe_load(ROLE_PLAY)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    groups = {"site_cases": {CANARY: {"ansible_connection": "local"}}, "role_cases": {}}
+    for host, (role, values, _errors) in cases.items():
+        group = "site_cases" if fuzz_harness.ROLES[role] == "site" else "role_cases"
+        groups[group][host] = dict(values, ansible_connection="local", case_role=role)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": dict(
+        (g, {"hosts": h}) for g, h in groups.items())}}, allow_unicode=True))
+    data, proc = run_playbook(str(playbook), inventory=str(inventory))
+    assert data is not None and proc.returncode in (0, 2), proc.stdout[-3000:] + proc.stderr[-3000:]
+    problems = []
+    for host, (role, values, errors) in sorted(cases.items()):
+        res, shown = first_failure(data, host), repr(values)[:300]
+        if res is None:
+            if errors:
+                problems.append("%s %s: not refused, though its argument spec says %s" % (host, shown, errors[:1]))
+            continue
+        text = res["text"]
+        if "Traceback (most recent call last)" in str(res.get("exception")) or "unhandled exception" in text:
+            problems.append("%s %s: a traceback: %s %s" % (host, shown, text, str(res.get("exception"))[-1500:]))
+        elif not any(name in text for name in values):
+            problems.append("%s %s: the message names none of %s: %s" % (host, shown, sorted(values), text[:500]))
+    assert not problems, "\n".join(problems)

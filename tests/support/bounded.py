@@ -1,0 +1,125 @@
+"""Run a function in a forked child under a memory bound and a wall-clock bound; get back what it returned.
+
+The fuzzer (tests/reliability/test_fuzz_inputs.py) runs every module in-process, but an input that makes a module
+allocate memory in proportion to a number the user typed must not take the test machine down with it, and one that
+makes it loop or wait for ever must not hang the suite. So each run happens in a child made with os.fork() (cheap:
+everything is imported already) and SIGKILLed, with every program it started, after ``wall_s`` seconds; within
+memory_bound(), a soft RLIMIT_AS of the child's current address space plus ``memory_mib`` makes allocation past it
+raise MemoryError, which the fuzzer reports.
+Programs the child starts inherit the soft limit; the tool wrappers in tests/support/rigs.py lift it (a soft limit
+can be raised again up to the hard one, which is left alone).
+"""
+import contextlib
+import json
+import os
+import resource
+import select
+import signal
+import time
+import traceback
+
+
+class Outcome(object):
+    """``value``: what the function returned (JSON round-tripped); ``error``: the traceback of an exception that
+    escaped it; ``timed_out``/``signal``: the child was killed (by us after wall_s, or by a signal); ``seconds``."""
+
+    def __init__(self, value=None, error=None, timed_out=False, signal=None, seconds=0.0, raw=None):
+        self.value = value
+        self.error = error
+        self.timed_out = timed_out
+        self.signal = signal
+        self.seconds = seconds
+        self.raw = raw
+
+    def problem(self, wall_s, memory_mib):
+        """None when the child returned normally; else a one-line description and the details."""
+        if self.timed_out:
+            return "ran past the wall-clock bound of %s s" % wall_s
+        if self.signal is not None:
+            return "the child died of signal %d" % self.signal
+        if self.error is not None:
+            if "MemoryError" in self.error.strip().splitlines()[-1]:
+                return "exceeded the memory bound of %d MiB:\n%s" % (memory_mib, self.error)
+            return "an exception escaped:\n%s" % self.error
+        if self.value is None and self.raw is not None:
+            return "the child's report cannot be read: %r" % self.raw[-2000:]
+        return None
+
+
+def _address_space():
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[0]) * resource.getpagesize()
+
+
+@contextlib.contextmanager
+def memory_bound(memory_mib):
+    """Within the block, the process may grow by at most ``memory_mib`` MiB of address space (else MemoryError)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _address_space() + memory_mib * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _child(func, write_fd):
+    """In the child: run func(), write {"value"} or {"error"} as JSON, _exit."""
+    try:
+        try:
+            report = {"value": func()}
+        except BaseException:                   # noqa: B902 - everything that escapes is the finding
+            report = {"error": traceback.format_exc()}
+        data = json.dumps(report, default=repr).encode("utf-8", "surrogatepass")
+        while data:
+            data = data[os.write(write_fd, data):]
+    finally:
+        os._exit(0)
+
+
+def run_bounded(func, wall_s=60):
+    """func() in a forked child (its return value must be JSON-serialisable); returns an Outcome. func uses
+    memory_bound() around what it wants bounded."""
+    read_fd, write_fd = os.pipe()
+    start = time.time()
+    pid = os.fork()
+    if pid == 0:                                # pragma: no cover - runs in the child
+        os.close(read_fd)
+        os.setpgid(0, 0)
+        _child(func, write_fd)
+    os.close(write_fd)
+    chunks, timed_out = [], False
+    deadline = start + wall_s
+    try:
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        if timed_out:
+            try:
+                os.killpg(pid, signal.SIGKILL)      # the child and every program it started
+            except OSError:
+                pass
+        _, status = os.waitpid(pid, 0)
+    seconds = time.time() - start
+    if timed_out:
+        return Outcome(timed_out=True, seconds=seconds)
+    if os.WIFSIGNALED(status):
+        return Outcome(signal=os.WTERMSIG(status), seconds=seconds)
+    raw = b"".join(chunks).decode("utf-8", "surrogatepass")
+    try:
+        report = json.loads(raw)
+    except ValueError:
+        return Outcome(raw=raw, seconds=seconds)
+    return Outcome(value=report.get("value"), error=report.get("error"), seconds=seconds, raw=raw)

@@ -1,0 +1,341 @@
+"""Environments ("rigs") to run a module in-process against, and the check that a run changed nothing.
+
+Shared by the bad-input corpus (tests/reliability/test_bad_input_corpus.py) and the input fuzzer
+(tests/reliability/test_fuzz_inputs.py). Each rig lives in a directory of its own and gives:
+
+- ``env``: environment variables for the module run (a value of None: the variable must be unset);
+- ``args``: module arguments that point the module at the rig (merged under the case's own arguments);
+- ``internal``: ``_ansible_*`` arguments (the module's private temporary directory, outside what is compared);
+- ``state()``: everything "nothing changed" covers, and ``changes(before)``: what differs from ``before``
+  (an empty list: nothing changed).
+
+"Nothing changed" covers: every file under the rig's directory (content, mtime, mode; the simulator's state file
+holds call_log, so not even a mutating call that failed may be there), the fake API server's objects and its
+non-dry-run writes that it accepted, the helm release store and its mutating commands. Lock files (``*.lock``) are
+not compared: taking a lock is not a change of configuration.
+"""
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from tests.support import ctk_env
+from tests.support.ansible_run import ROOT
+
+HELM = os.path.join(ROOT, "tools", "bin", "helm")
+CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+FAKE_HELM = os.path.join(ROOT, "tests", "support", "fake_helm.py")
+FAKE_BIN = os.path.join(ROOT, "tests", "support", "bin")
+HELM_MUTATING = {"upgrade", "rollback", "uninstall", "install"}
+PRIVATE = ".rig-private"        # the module's own temporary directory: not compared
+KUBE_TOKEN = "gpuops-test-token"
+BIG = 1 << 20                   # files larger than this are compared by size, mtime and inode, not read
+
+
+def file_id(full):
+    """What identifies a file's content and metadata without reading more than BIG bytes of it."""
+    st = os.lstat(full)
+    data = None
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size <= BIG:
+            with open(full, "rb") as handle:
+                data = hashlib.sha256(handle.read()).hexdigest()
+        else:
+            data = ("size", st.st_size, "inode", st.st_ino)
+    elif stat.S_ISLNK(st.st_mode):
+        data = ("link", os.readlink(full))
+    return (data, st.st_mtime_ns, st.st_mode)
+
+
+def snapshot(directory, exclude=()):
+    """{relative path: file_id} of everything under ``directory`` (FIFOs, sockets and devices are never opened)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(str(directory)):
+        rel_dir = os.path.relpath(dirpath, str(directory))
+        if rel_dir.split(os.sep)[0] in (PRIVATE,) + tuple(exclude):
+            continue
+        for name in dirs + files:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if name.endswith(".lock") or rel in exclude or rel.split(os.sep)[0] == PRIVATE:
+                continue
+            out[rel] = file_id(os.path.join(dirpath, name))
+    return out
+
+
+def diff_snapshots(before, after):
+    out = []
+    for path in sorted(set(before) | set(after)):
+        if path not in after:
+            out.append("%s was removed" % path)
+        elif path not in before:
+            out.append("%s was created" % path)
+        elif before[path] != after[path]:
+            out.append("%s was modified" % path)
+    return out
+
+
+def tool_wrapper(path, argv):
+    """An executable script at ``path`` that runs ``argv`` plus its own arguments. It lifts the soft address-space
+    limit the fuzzer puts on a module run (tests/support/bounded.py): the limit is for the module's Python, and
+    Go programs (helm, containerd) reserve more address space than they use."""
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\nulimit -S -v unlimited 2>/dev/null\nexec %s \"$@\"\n"
+                     % " ".join("'%s'" % a for a in argv))
+    os.chmod(path, 0o755)
+    return path
+
+
+def apply_env(env, setenv, delenv):
+    """Apply a rig's ``env`` through setenv(key, value) / delenv(key) (monkeypatch's, or os.environ's)."""
+    for key, value in env.items():
+        if value is None:
+            delenv(key)
+        else:
+            setenv(key, value)
+
+
+def os_environ_apply(env):
+    apply_env(env, os.environ.__setitem__, lambda key: os.environ.pop(key, None))
+
+
+class Rig(object):
+    """Base: a directory, compared file by file."""
+
+    kind = None
+    exclude = ()
+
+    def __init__(self, directory):
+        self.dir = str(directory)
+        os.makedirs(self.dir, exist_ok=True)
+        private = os.path.join(self.dir, PRIVATE)
+        os.makedirs(private, exist_ok=True)
+        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private
+        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private}
+        self.args = {}
+        self.internal = {"_ansible_tmpdir": private, "_ansible_keep_remote_files": False}
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def state(self):
+        return {"files": snapshot(self.dir, self.exclude)}
+
+    def changes(self, before):
+        return diff_snapshots(before["files"], self.state()["files"])
+
+    def close(self):
+        pass
+
+
+class SimRig(Rig):
+    """A simulated GPU node: its state file (``shape``), MIG enabled on ``enable``, optionally a busy 3g instance
+    (``setup='busy_3g'``); or a corrupt state file (``state_text``), or a directory where the file should be."""
+
+    kind = "sim"
+
+    def __init__(self, directory, shape="hgx-h200", enable=(), setup=None, state_text=None, state_dir=False):
+        super(SimRig, self).__init__(directory)
+        state = self.path("state.json")
+        self.env.update({"GPUOPS_SIMULATED_GPUS": state, "GPUOPS_SIMULATED_MACHINE": None, "GPUOPS_NODE_LOCK": None})
+        if state_text is not None:
+            with open(state, "w") as handle:
+                handle.write(state_text)
+            return
+        if state_dir:
+            os.mkdir(state)
+            return
+        try:
+            sim = SimulatedBackend(state, shape=shape)
+        except Exception:           # an unknown shape: the module must say so
+            self.env["GPUOPS_SIMULATED_MACHINE"] = shape
+            return
+        for index in enable:
+            sim.set_mig_mode(index, True)
+            if sim.read_gpu(index)["mig_mode_current"] != "Enabled":
+                sim.reset_gpu(index)
+        if setup == "busy_3g":
+            gi = sim.create_gpu_instance(0, 9, 0)
+            ci = sim.create_compute_instance(0, gi, 2)
+            sim.add_process(0, 4242, "train", gi_id=gi, ci_id=ci)
+        sim.clear_call_log()
+
+
+class MpsRig(Rig):
+    """mps_control with the nvidia-cuda-mps-control and systemctl stand-ins (tests/support/bin)."""
+
+    kind = "mps"
+    exclude = ("systemd.json",)
+
+    def __init__(self, directory):
+        super(MpsRig, self).__init__(directory)
+        units = self.path("units")
+        os.makedirs(units, exist_ok=True)
+        self.env.update({"PATH": FAKE_BIN + os.pathsep + os.environ["PATH"],
+                         "FAKE_SYSTEMD_STATE": self.path("systemd.json"), "FAKE_SYSTEMD_UNIT_DIR": units,
+                         "GPUOPS_NODE_LOCK": self.path("node.lock")})
+        self.args = dict(service_manager="none", pipe_directory=self.path("pipe"), log_directory=self.path("log"),
+                         unit_directory=units, timeout=5)
+
+    def state(self):
+        out = super(MpsRig, self).state()
+        calls = []
+        if os.path.exists(self.path("systemd.json")):
+            with open(self.path("systemd.json")) as handle:
+                calls = json.load(handle)["calls"]
+        out["systemctl"] = [c for c in calls if c[0] not in ("is-active", "is-enabled")]   # read-only queries
+        return out
+
+    def changes(self, before):
+        now = self.state()
+        out = diff_snapshots(before["files"], now["files"])
+        if now["systemctl"] != before["systemctl"]:
+            out.append("systemctl ran %s" % now["systemctl"][len(before["systemctl"]):])
+        return out
+
+
+class ContainerdRig(Rig):
+    """containerd_runtime with the real containerd (config dump) and the nvidia-ctk stand-in; ``config_text``:
+    the config file's text ('golden': the fixture), None: no config file."""
+
+    kind = "containerd"
+
+    def __init__(self, directory, config_text="golden", ctk_version="1.20.0"):
+        super(ContainerdRig, self).__init__(directory)
+        etc = self.path("etc", "containerd")
+        os.makedirs(etc, exist_ok=True)
+        self.etc = etc
+        config = os.path.join(etc, "config.toml")
+        if config_text is not None:
+            with open(config, "w") as handle:
+                handle.write(ctk_env.fixture_text("golden-input-v2.toml") if config_text == "golden" else config_text)
+        ctk = ctk_env.ctk_wrapper(self.path(PRIVATE, "bin"), ctk_version)
+        containerd = tool_wrapper(self.path(PRIVATE, "bin", "containerd"), [ctk_env.require_containerd()])
+        self.args = dict(config_path=config, drop_in_path=os.path.join(etc, "conf.d", "99-nvidia.toml"),
+                         nvidia_ctk_path=ctk, containerd_path=containerd)
+
+
+class KubeRig(Rig):
+    """node_labels, node_cordon, runtime_class against a fake API server (started here, stopped by close()) with a
+    node gpu-node-1 and a RuntimeClass runc."""
+
+    kind = "kube"
+
+    def __init__(self, directory):
+        super(KubeRig, self).__init__(directory)
+        import yaml
+        from tests.support.fake_kube_api import FakeKubeApi
+        for var in list(os.environ):
+            if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
+                self.env[var] = None
+        self.api = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}).start()
+        self.api.add_node("gpu-node-1", hostname="gpu-node-1", internal_ip="10.0.0.11",
+                          labels={"gpuops.example.com/old": "x"})
+        self.api.put({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"},
+                      "handler": "runc"})
+        self.kubeconfig = self.path("kubeconfig")
+        with open(self.kubeconfig, "w") as handle:
+            yaml.safe_dump(self.api.kubeconfig(token=KUBE_TOKEN), handle)
+        self.args = dict(kubeconfig=self.kubeconfig)
+
+    def state(self):
+        out = super(KubeRig, self).state()
+        out["objects"] = json.dumps(sorted((list(k), v) for k, v in self.api.objects.items()), sort_keys=True)
+        out["writes"] = len(self.api.writes(dry_run=False, accepted=True))     # refused writes changed nothing
+        return out
+
+    def changes(self, before):
+        now = self.state()
+        out = diff_snapshots(before["files"], now["files"])
+        if now["writes"] != before["writes"]:
+            out.append("the API server saw writes: %s" % [
+                "%s %s" % (w["method"], w["path"]) for w in self.api.writes(dry_run=False, accepted=True)[
+                    before["writes"]:]])
+        if now["objects"] != before["objects"]:
+            out.append("the API server's objects changed")
+        return out
+
+    def close(self):
+        self.api.stop()
+
+
+class OperatorRig(KubeRig):
+    """gpu_operator, gpu_operator_mig, device_plugin_verify against the fake API server with NVIDIA's ClusterPolicy
+    (served from its CRD schema) and the fake GPU Operator (tests/support/fake_gpu_operator.py) installed: nodes
+    ``a100`` (dgx-a100-40gb) and ``h200`` (hgx-h200) with simulated GPUs in the rig. The fake operator acts once
+    before the rig is handed out (its MIG manager takes the nodes' first mig.config labels, its device plugin writes
+    their allocatable), so a run starts from a settled cluster; with ``loop`` it then keeps acting in a thread, so
+    that a module's wait for the MIG manager or for a rollout ends as in a cluster. The ClusterPolicy points the MIG
+    manager at ``mig_config_map`` (as gpuops.nvidia.gpu_operator with mig_config_map leaves it), unless None."""
+
+    kind = "operator"
+    shapes = {"a100": "dgx-a100-40gb", "h200": "hgx-h200"}
+
+    def __init__(self, directory, loop=False, mig_config_map="gpuops-mig-parted-config"):
+        super(OperatorRig, self).__init__(directory)
+        from tests.support.fake_gpu_operator import FakeGpuOperator
+        for node in sorted(self.shapes):
+            self.api.add_node(node)
+        self.operator = FakeGpuOperator(self.api, dict((n, (self.path("%s.json" % n), s))
+                                                       for n, s in self.shapes.items()),
+                                        pending_seconds=0.05, poll=0.05).install()
+        if mig_config_map:
+            policy = self.api.get("nvidia.com", "clusterpolicies", "cluster-policy")
+            policy["spec"]["migManager"]["config"]["name"] = mig_config_map
+            self.api.put(policy)
+        self.operator.reconcile()
+        self.facts = dict((n, self.operator._backend(n).read_all()) for n in self.shapes)   # gpu_info's, per node
+        if loop:
+            self.operator.start()
+
+    def close(self):
+        self.operator.stop()
+        super(OperatorRig, self).close()
+
+
+class HelmRig(Rig):
+    """device_plugin with real helm for show/template (through tests/support/fake_helm.py) and the fake release
+    store for list/get/upgrade/rollback/uninstall; the fixture chart, copied into the rig."""
+
+    kind = "helm"
+    exclude = ("helm-state.json",)
+    profiles = [{"name": "default"}, {"name": "ts-4", "sharing": "time-slicing", "replicas": 4},
+                {"name": "mps-4", "sharing": "mps", "replicas": 4}]
+
+    def __init__(self, directory):
+        super(HelmRig, self).__init__(directory)
+        for var in list(os.environ):
+            if var.startswith("K8S_AUTH_"):
+                self.env[var] = None
+        self.store = self.path("helm-state.json")
+        binary = tool_wrapper(self.path(PRIVATE, "helm"), [sys.executable, FAKE_HELM])
+        self.env.update({"FAKE_HELM_STATE": self.store, "FAKE_HELM_REAL": HELM})
+        chart = self.path("chart")
+        shutil.copytree(CHART, chart)
+        self.args = dict(binary_path=binary, chart_path=chart, profiles=self.profiles, default_profile="default",
+                         kubeconfig="/nonexistent/kubeconfig")
+
+    def state(self):
+        out = super(HelmRig, self).state()
+        data = {"log": [], "releases": {}}
+        if os.path.exists(self.store):
+            with open(self.store) as handle:
+                data = json.load(handle)
+        out["mutating"] = [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING]
+        out["releases"] = data.get("releases", {})
+        return out
+
+    def changes(self, before):
+        now = self.state()
+        out = diff_snapshots(before["files"], now["files"])
+        if now["mutating"] != before["mutating"]:
+            out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
+        if now["releases"] != before["releases"]:
+            out.append("the helm release store changed")
+        return out
+
+
+RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "kube": KubeRig, "helm": HelmRig,
+        "operator": OperatorRig}
