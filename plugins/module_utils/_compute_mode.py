@@ -112,3 +112,25 @@ def state_view(gpus):
     """{index: {compute_mode, persistence_mode}} for diffs."""
     return dict((str(g["index"]), {"compute_mode": g.get("compute_mode"),
                                    "persistence_mode": bool(g.get("persistence_mode"))}) for g in gpus)
+
+
+def planned_state(todo):
+    """The selected GPUs as they are once ``todo`` (plan_settings' result) is applied."""
+    out = []
+    for g in todo["selected"]:
+        g2 = dict(g)
+        for c in todo["changes"]:
+            if c["index"] == g["index"]:
+                if c["compute_mode"]:
+                    g2["compute_mode"] = c["compute_mode"][1]
+                if c["persistence_mode"]:
+                    g2["persistence_mode"] = c["persistence_mode"][1]
+        out.append(g2)
+    return out
+
+
+def report(gpus):
+    """compute_mode's per-GPU result entries (the boot-time unit is written from these)."""
+    return [{"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": g.get("compute_mode"),
+             "nvidia_smi_mode": NVIDIA_SMI_MODE.get(g.get("compute_mode")),
+             "persistence_mode": bool(g.get("persistence_mode"))} for g in gpus]
