@@ -47,6 +47,19 @@ CONTAINERD_PACKAGE = "containerd"
 WRONG_DROP_IN_1180 = "/etc/containerd/config.d/99-nvidia.toml"
 EDIT_MODES = ("auto", "drop_in", "in_place")
 CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# containerd_runtime's options (but backup), shared with gpu_node_plan: the stamp compares parameters, so both
+# must resolve them with the same defaults.
+ARGUMENT_SPEC = dict(
+    config_path=dict(type="path", default=DEFAULT_CONFIG),
+    drop_in_path=dict(type="path", default=DEFAULT_DROP_IN),
+    edit_mode=dict(type="str", default="auto", choices=list(EDIT_MODES)),
+    runtime_name=dict(type="str", default="nvidia"),
+    set_as_default=dict(type="bool", default=False),
+    cdi_enabled=dict(type="bool", default=False),
+    runtime_path=dict(type="path", default=DEFAULT_RUNTIME_PATH),
+    nvidia_ctk_path=dict(type="path"),
+    containerd_path=dict(type="path"),
+)
 RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Characters that would need escaping inside a TOML string; refused in paths so that the
 # temporary-directory mapping below works on plain quoted strings.

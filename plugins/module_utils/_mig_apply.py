@@ -17,16 +17,12 @@ import time
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
 
-try:
-    import yaml
-    HAS_YAML = True
-except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    HAS_YAML = False
-
 
 def load_config_file(path):
     """Read a mig-parted config file (YAML or JSON). Raises MigLayoutError with the reason."""
-    if not HAS_YAML:
+    try:
+        import yaml  # only here: most runs never read a mig-parted file, and the import costs every module run
+    except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
         raise mp.MigLayoutError("PyYAML is needed to read config_file")
     try:
         with open(path, "r") as handle:

@@ -229,18 +229,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd a
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            config_path=dict(type="path", default=cd.DEFAULT_CONFIG),
-            drop_in_path=dict(type="path", default=cd.DEFAULT_DROP_IN),
-            edit_mode=dict(type="str", default="auto", choices=list(cd.EDIT_MODES)),
-            runtime_name=dict(type="str", default="nvidia"),
-            set_as_default=dict(type="bool", default=False),
-            cdi_enabled=dict(type="bool", default=False),
-            runtime_path=dict(type="path", default=cd.DEFAULT_RUNTIME_PATH),
-            nvidia_ctk_path=dict(type="path"),
-            containerd_path=dict(type="path"),
-            backup=dict(type="bool", default=False),
-        ),
+        argument_spec=dict(cd.ARGUMENT_SPEC, backup=dict(type="bool", default=False)),
         supports_check_mode=True,
     )
     try:
