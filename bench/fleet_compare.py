@@ -168,12 +168,12 @@ def main(args):
     try:
         base = Side("old", sides_dir, export(args.compare, sides_dir))
         sides = [base, Side("new", fleet.ROOT, fleet._commit())]
-        args.command = "python bench/fleet.py --compare %s --nodes %s --repeat %d" % (args.compare, args.nodes,
-                                                                                    args.repeat)
+        args.command = "python bench/fleet.py --compare %s --nodes %s --repeat %d" % (
+            args.compare, args.nodes, args.repeat)
         results, errors = [], []
         for nodes, share, name in parse_fleets(args.nodes):
-            print("# %s: %s node(s), %d rounds (load %.1f)" % (time.strftime("%H:%M:%S"), name, args.repeat,
-                                                                os.getloadavg()[0]), file=sys.stderr)
+            print("# %s: %s node(s), %d rounds (load %.1f)" % (
+                time.strftime("%H:%M:%S"), name, args.repeat, os.getloadavg()[0]), file=sys.stderr)
             try:
                 results.append({"fleet": name, "nodes": nodes,
                                 "sides": measure(sides, nodes, share, args.shape, args.forks, args.repeat)})

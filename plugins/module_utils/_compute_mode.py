@@ -134,3 +134,29 @@ def report(gpus):
     return [{"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": g.get("compute_mode"),
              "nvidia_smi_mode": NVIDIA_SMI_MODE.get(g.get("compute_mode")),
              "persistence_mode": bool(g.get("persistence_mode"))} for g in gpus]
+
+
+UNIT_HEADER = """# Managed by the gpuops.nvidia.compute_mode role: edits here are overwritten.
+# Compute mode is not persistent: it returns to Default on reboot and when the driver de-initialises an idle
+# GPU. This unit sets it again at boot, by GPU UUID (indices can change when GPUs are added or removed).
+[Unit]
+Description=Re-apply NVIDIA GPU compute modes (gpuops.nvidia)
+After=nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+"""
+
+
+def boot_unit(gpus, persistence, nvidia_smi):
+    """The systemd unit that re-applies compute (and persistence) mode at boot, by GPU UUID, from compute_mode's
+    per-GPU result entries (``report``). The compute_mode role writes it (filter compute_mode_unit) and
+    gpu_node_plan compares it: one text for both."""
+    lines = [UNIT_HEADER]
+    for gpu in sorted(gpus, key=lambda g: g["index"]):
+        if persistence:
+            lines.append("ExecStart=%s -i %s -pm 1\n" % (nvidia_smi, gpu["uuid"]))
+        lines.append("ExecStart=%s -i %s -c %s\n" % (nvidia_smi, gpu["uuid"], gpu["nvidia_smi_mode"]))
+    lines.append("\n[Install]\nWantedBy=multi-user.target\n")
+    return "".join(lines)

@@ -987,8 +987,8 @@ class Stamp(object):
         return {"schema": STAMP_SCHEMA, "code": code, "toml": _toml_reader()[2],
                 "params": dict((k, self.params[k]) for k in STAMP_PARAMS),
                 "nvidia_ctk": binary_identity(self.ctk_path), "containerd": binary_identity(self.containerd_path),
-                "files": dict((path, file_digest(path)) for path in watched_files(self.params["config_path"],
-                                                                                 self.params["drop_in_path"]))}
+                "files": dict((path, file_digest(path))
+                              for path in watched_files(self.params["config_path"], self.params["drop_in_path"]))}
 
     def verified_result(self):
         """The recorded result when every input is as recorded, else None."""

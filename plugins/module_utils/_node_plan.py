@@ -67,6 +67,11 @@ def compute_mode_reasons(todo):
     return out
 
 
+def sha1(text):
+    """Ansible's checksum (sha1 of the UTF-8 bytes) of a text a step would write."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
 def observe(path):
     """What is at ``path`` now: {state: absent | file | directory | link | other | unreadable, mode: '0644',
     checksum: sha1 of a regular file's bytes (Ansible's own checksum)}. Never follows a symlink."""

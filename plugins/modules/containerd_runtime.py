@@ -29,7 +29,7 @@ description:
     is disabled, when a runtime would lose C(SystemdCgroup = true), when nvidia-ctk 1.18.0 drops existing
     C(imports), or when containerd does not load the candidate or does not see the runtime in it.
   - After a run (not in check mode) it records what it verified in a stamp beside O(config_path)
-    (C(.config.toml.gpuops-verified.json)): the sha256 of every file containerd loads (the config, the drop-in,
+    (C(.config.toml.gpuops-verified.json)), namely the sha256 of every file containerd loads (the config, the drop-in,
     the other C(*.toml) files of the drop-in directory, everything they import), the identity of the nvidia-ctk and
     containerd binaries (path, inode, size, mtime, ctime), the parameters and the module's own code. After a
     change, the written files are first evaluated again exactly as the next run would, and only a result with

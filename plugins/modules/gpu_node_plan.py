@@ -20,13 +20,14 @@ description:
     M(gpuops.nvidia.mig_layout) return in check mode.
   - B(Compute mode) (O(compute_mode)) - what M(gpuops.nvidia.compute_mode) would change, and its per-GPU result
     (from which the role writes its boot-time unit).
-  - B(Files) (O(files)) - for every file, directory or absence a step declares, whether it is already so: content
+  - B(Files) (O(files)) - for every file, directory or absence a step declares, whether it is already so, by content
     (sha1) and permission bits, never following a symlink.
   - B(Units) (O(units)) - whether systemd reports each unit C(enabled) (C(systemctl is-enabled)).
   - B(containerd) (O(containerd)) - whether M(gpuops.nvidia.containerd_runtime)'s verified-state stamp matches
     (the files containerd loads, both binaries, the parameters and the module's code are as a full run verified
     them). Without a stamp, or on any difference, the step has work and the module runs in full.
-  - A step has work when any of its checks is not met; RV(steps) lists the reasons. Whatever cannot be proven
+  - A step has work when any of its checks is not met; RV(steps) lists the reasons. The step C(mig) has no work
+    where MIG is not managed (RV(mig.managed)), whatever its files (still reported in RV(files)). Whatever cannot be proven
     unchanged counts as work, so the step's own role decides as it always did.
   - Holds the node lock (see O(lock_timeout)) while it reads, so a plan is never read from a half-applied state.
 options:
@@ -80,6 +81,20 @@ options:
       persistence_mode:
         description: As compute_mode's O(gpuops.nvidia.compute_mode#module:persistence_mode).
         type: bool
+      boot_unit:
+        description:
+          - The boot-time unit the gpuops.nvidia.compute_mode role installs, compared with the text the filter
+            P(gpuops.nvidia.compute_mode_unit#filter) builds for the GPUs read here (same code, same text).
+        type: dict
+        suboptions:
+          path:
+            description: Where the unit is.
+            type: path
+            required: true
+          nvidia_smi:
+            description: Path of nvidia-smi in the unit.
+            type: path
+            default: /usr/bin/nvidia-smi
   files:
     description: Files, directories and absences the steps declare.
     type: list
@@ -252,7 +267,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan as np_
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
-    ComputeModeError, plan_settings, planned_state, report)
+    ComputeModeError, boot_unit, plan_settings, planned_state, report)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
@@ -273,6 +288,9 @@ def main():
                     gpus=dict(type="list", elements="str", default=["all"]),
                     mode=dict(type="str", required=True))),
                 persistence_mode=dict(type="bool"),
+                boot_unit=dict(type="dict", options=dict(
+                    path=dict(type="path", required=True),
+                    nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"))),
             )),
             files=dict(type="list", elements="dict", default=[], options=dict(
                 step=dict(type="str", required=True),
@@ -285,8 +303,8 @@ def main():
                 step=dict(type="str", required=True),
                 name=dict(type="str", required=True),
             )),
-            containerd=dict(type="dict", options=dict(cd.ARGUMENT_SPEC, step=dict(type="str",
-                                                                                   default="containerd_runtime"))),
+            containerd=dict(type="dict", options=dict(cd.ARGUMENT_SPEC,
+                                                      step=dict(type="str", default="containerd_runtime"))),
         ),
         supports_check_mode=True,
     )
@@ -325,6 +343,8 @@ def main():
     if module.params["containerd"] is not None:
         result["containerd"], reason = _containerd(module)
         steps.setdefault(module.params["containerd"]["step"], []).extend([reason] if reason else [])
+    if "mig" in result and not result["mig"]["managed"]:
+        steps["mig"] = []  # nothing of MIG's is done on this node: its files are reported, not work
     module.exit_json(**result)
 
 
@@ -377,13 +397,24 @@ def _mig(module, gpus):
 
 
 def _compute_mode(module, gpus):
+    """compute_mode's check-mode plan, and its boot-time unit: the role writes the unit from compute_mode's result
+    for the GPUs after the change, which is this plan's ``gpus`` (so the unit is compared only where nothing else
+    changes; otherwise the step has work anyway)."""
     p = module.params["compute_mode"]
     try:
         todo = plan_settings(gpus, p["settings"], p["persistence_mode"])
     except ComputeModeError as exc:
         module.fail_json(msg=str(exc))
-    return ({"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
-             "modes": dict((str(k), v) for k, v in todo["modes"].items())}, np_.compute_mode_reasons(todo))
+    out = {"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
+           "modes": dict((str(k), v) for k, v in todo["modes"].items())}
+    reasons = np_.compute_mode_reasons(todo)
+    unit = p["boot_unit"]
+    if unit is not None:
+        text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
+        reason = np_.file_reason({"path": unit["path"], "mode": "0644", "checksum": np_.sha1(text)},
+                                 np_.observe(unit["path"]))
+        reasons += [reason] if reason else []
+    return out, reasons
 
 
 def _containerd(module):
