@@ -14,9 +14,11 @@ setup: .setup-done
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 	touch $@
 
-# The main job: site.yml against the simulated `lab` inventory.
+# The main job: site.yml against the simulated `lab` inventory. With ARGS='-e gpuops_device_plugin_provider=gpu_operator'
+# and no cluster given, the run gets a FAKE cluster with a FAKE GPU Operator (tests/support/lab_cluster.py).
+LAB_CLUSTER := $(if $(findstring gpuops_device_plugin_provider=gpu_operator,$(ARGS)),$(BIN)/python -m tests.support.lab_cluster --)
 lab: setup
-	$(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
+	$(LAB_CLUSTER) $(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
 
 # The whole test suite: the quality gates, then every unit and integration test (pytest last, so its summary
 # closes the output). `make pytest` runs the tests alone, `make check` the gates alone.

@@ -30,6 +30,8 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --quick                              # 2 single-GPU nodes (the test runs this)
        python bench/fleet.py --compare ada3a85 --out docs/readings  # old against new, side by side, interleaved
                              # (1 MIG node, 1 MPS node, 10 and 25 nodes; bench/fleet_compare.py)
+       python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
+                             # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
 """
 import argparse
 import json
@@ -383,6 +385,8 @@ def main(argv=None):
     parser.add_argument("--compare", metavar="COMMIT", help="old against new: this commit (git archive) and the working "
                         "tree, the same fleets interleaved; --nodes default 1mig,1mps,10,25 (bench/fleet_compare.py)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of re-run and empty play per side (--compare)")
+    parser.add_argument("--slices", help="e.g. 1,2,4: site.yml as that many AWX job slices at once against the fake "
+                        "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
     args = parser.parse_known_args(argv)[0]
     if args.issue8:
         args.nodes, args.empty_at, args.gpus_per_node, args.gpus_nodes = "1,50,10,25", "1,50", "1,2,4,8", 10
@@ -403,6 +407,9 @@ def main(argv=None):
     args.started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     args.load = "%.1f/%.1f/%.1f" % os.getloadavg()
     args.commit = _commit()
+    if args.slices:
+        import fleet_slices  # (bench/fleet_slices.py, beside this file)
+        return fleet_slices.main(args)
     rows, errors = [], []
     if args.replot:
         with open(args.replot) as handle:

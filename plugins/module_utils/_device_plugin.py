@@ -56,8 +56,37 @@ PLUGIN_FLAG_KEYS = {
 PROFILE_KEYS = ("name", "sharing", "replicas", "rename_by_default", "fail_requests_greater_than_one",
                 "mig_strategy", "resources", "flags")
 
+# The argument spec of one profile, shared by every module that takes profiles (device_plugin, gpu_operator).
+PROFILE_ARG_SPEC = dict(
+    name=dict(type="str", required=True),
+    sharing=dict(type="str", default="none", choices=["none", "time-slicing", "mps"]),
+    replicas=dict(type="int"),
+    rename_by_default=dict(type="bool", default=False),
+    fail_requests_greater_than_one=dict(type="bool"),
+    mig_strategy=dict(type="str", default="none", choices=["none", "single", "mixed"]),
+    resources=dict(type="list", elements="dict"),
+    flags=dict(type="dict"),
+)
+
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(\+me)?|\d+c\.\d+g\.\d+gb)$")
+# Under mig_strategy mixed the plugin registers one resource per GPU-instance profile whose compute instance spans
+# it (C == G), named "mig-" + the profile with '+' written as '.': nvidia.com/mig-1g.10gb.me,
+# nvidia.com/mig-1g.24gb.gfx, nvidia.com/mig-1g.24gb.me.all, nvidia.com/mig-1g.24gb-me
+# (NVIDIA/k8s-device-plugin@1b826acc internal/rm/rm.go AddDefaultResourcesToConfig). Compute-instance
+# sub-profiles (1c.3g.20gb) get no resource: a MIG device of one matches no pattern and the plugin fails to build
+# its device map ("MIG profile ... does not match any resource patterns", internal/rm/device_map.go).
+_MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-\d+g\.\d+gb(?:[.-][a-z][a-z0-9.]*[a-z0-9]|[.-][a-z])?$")
+_SUB_PROFILE = re.compile(r"^\d+c\.")
+
+
+def mig_resource_name(profile):
+    """The extended resource the device plugin advertises a MIG device of ``profile`` as (mixed strategy), or None
+    for a compute-instance sub-profile, which it does not advertise."""
+    if _SUB_PROFILE.match(profile or ""):
+        return None
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
@@ -363,8 +392,9 @@ def expected_allocatable(profile, gpus):
         for g in gpus:
             if g.get("mig_mode_current") == "Enabled":
                 for dev in g.get("mig_devices") or []:
-                    name = "nvidia.com/mig-%s" % dev.get("profile")
-                    out[name] = out.get(name, 0) + 1
+                    name = mig_resource_name(dev.get("profile"))
+                    if name:
+                        out[name] = out.get(name, 0) + 1
             else:
                 out["nvidia.com/gpu"] = out.get("nvidia.com/gpu", 0) + 1
     elif p["mig_strategy"] == "single" and mig_gpus:
@@ -461,6 +491,13 @@ def build(profiles, default_profile, chart_version=None, nodes=None, extra_value
         if p["mig_strategy"] in ("single", "mixed") and gpus and not _mig_enabled(gpus):
             warnings.append("node %s: profile %s uses mig_strategy %s but no GPU has MIG enabled"
                             % (nname, pname, p["mig_strategy"]))
+        subs = sorted(set(d.get("profile") for g in _mig_enabled(gpus or []) for d in g.get("mig_devices") or []
+                          if not mig_resource_name(d.get("profile"))))
+        if p["mig_strategy"] == "mixed" and subs:
+            warnings.append("node %s: profile %s uses mig_strategy mixed but MIG devices of compute-instance "
+                            "sub-profile(s) %s exist: the device plugin advertises only full GPU-instance profiles "
+                            "and fails on a MIG device it cannot match; use mig_strategy single or lay out full "
+                            "profiles" % (nname, pname, ", ".join(subs)))
         if not errors:
             expected[nname] = expected_allocatable(p, gpus)
             if p["sharing"] != "none" and gpus and not _mig_enabled(gpus):

@@ -19,10 +19,14 @@ __metaclass__ = type
 
 import copy
 
-# NVML GPU-instance profile indexes (nvml.h NVML_GPU_INSTANCE_PROFILE_*); the index is NOT the profile id.
+# NVML GPU-instance profile indexes (nvml.h NVML_GPU_INSTANCE_PROFILE_*, pynvml 13.615.71); the index is NOT the
+# profile id. The GFX / NO_ME / ALL_ME indexes are the Blackwell (GB20x) variants behind the +gfx, -me and +me.all
+# profile names (go-nvlib pkg/nvlib/device/mig_profile.go NewMigProfile maps each index to its suffix).
 GI_PROFILE_INDEX = {
     "1_SLICE": 0x0, "2_SLICE": 0x1, "3_SLICE": 0x2, "4_SLICE": 0x3, "7_SLICE": 0x4, "8_SLICE": 0x5,
     "6_SLICE": 0x6, "1_SLICE_REV1": 0x7, "2_SLICE_REV1": 0x8, "1_SLICE_REV2": 0x9,
+    "1_SLICE_GFX": 0xA, "2_SLICE_GFX": 0xB, "4_SLICE_GFX": 0xC, "1_SLICE_NO_ME": 0xD, "2_SLICE_NO_ME": 0xE,
+    "1_SLICE_ALL_ME": 0xF, "2_SLICE_ALL_ME": 0x10, "3_SLICE_GFX": 0x11,
 }
 # NVML compute-instance profile indexes (nvml.h NVML_COMPUTE_INSTANCE_PROFILE_*). On every GPU whose
 # `nvidia-smi mig -lcip` output is published (UG "Compute Instances": A100 3g GI -> 1c id 0, 2c id 1,
@@ -34,12 +38,54 @@ ARCH_RULES = {
     # keeps the mode across reboots (InfoROM); Hopper and later need no reset and lose the mode on reboot.
     "ampere": {"mig_change_needs_reset": True, "mig_mode_survives_reboot": True},
     "hopper": {"mig_change_needs_reset": False, "mig_mode_survives_reboot": False},
+    # Blackwell (B200, GB200, B300: cc 10.x; RTX PRO 6000: cc 12.0): the user guide states the rule for "Hopper and
+    # later" and documents nothing Blackwell-specific; mig-parted treats every GPU of compute capability >= 9.0 alike
+    # (deployments/systemd/utils.sh picks hooks-minimal, no GPU reset) and ships one example for
+    # "hopper-blackwell". The simulator follows that; a Blackwell-specific difference, if any, is not modelled.
+    "blackwell": {"mig_change_needs_reset": False, "mig_mode_survives_reboot": False},
     "ada": {"mig_change_needs_reset": False, "mig_mode_survives_reboot": False},
 }
 
+# Memory the driver keeps out of MIG: the 7g profiles of the real readings hold ~400 MiB less than the total
+# (H100 80GB HBM3: 81152 of 81559 MiB; H200: 143360 of 143771 MiB).
+_MIG_RESERVED_MIB = 512
+
+
+def derived_mib(total_mib, slices, of=8):
+    """DERIVED memory of a profile spanning ``slices`` of ``of`` memory slices, for rows no published listing gives:
+    that fraction of (total - 512 MiB), rounded down to 256 MiB. On the GPUs with published listings this reproduces
+    H100 80GB's 1g (9984) and 3g (40448) and the H200 reading's 3g (71424); elsewhere it is within 7%. Every profile
+    name the simulator carries follows from these figures by go-nvlib's naming rule (see mig_name_gb)."""
+    return (total_mib - _MIG_RESERVED_MIB) * slices // of // 256 * 256
+
+
+def mig_name_gb(total_mib, profile_mib, fractions=8):
+    """The <GB> of a profile name, computed as go-nvlib's getMigMemorySizeGB does (reference/mig.md 1.2): the
+    profile's share of the GPU's memory rounded UP to eighths, times the GPU's memory in GiB rounded up, rounded
+    half away from zero."""
+    gib = 1024
+    frac = -(-profile_mib * fractions // total_mib)          # ceil(profile/total * 8), in eighths
+    total_gb = -(-total_mib // gib)                          # GiB, rounded up
+    return (2 * frac * total_gb + fractions) // (2 * fractions)   # round(frac/8 * total_gb), halves up
+
+
+def _derived_seven_slice_mib(total_mib):
+    """DERIVED memory of the 1-, 2-, 4- and 8-memory-slice profiles of a 7-slice GPU (see derived_mib)."""
+    return tuple(derived_mib(total_mib, k) for k in (1, 2, 4, 8))
+
+
+# SMs per 7-slice profile (1g, 1g of 2 memory slices, 2g, 3g, 4g, 7g) of the H100 80GB HBM3 (GH100, 132 SMs; the real
+# reading in tests/fixtures/h100) and of the B200 (mig-parted#187 up to 2g; 3g/4g at 18 per slice; 7g all 148: see
+# GPU_MODELS["B200"]).
+_H100_SMS = (16, 26, 32, 60, 64, 132)
+_B200_SMS = (18, 30, 36, 54, 72, 148)
+
 
 def _seven_slice(names, mem_mib, sms, ids=(19, 20, 15, 14, 9, 5, 0)):
-    """The 7-compute/8-memory-slice layout shared by A100, H100 and H200 (mig.md §3.2-3.6, §3.8)."""
+    """The 7-compute/8-memory-slice layout shared by A100, H100, H200 and the 7-slice Blackwell parts (mig.md
+    §3.2-3.6, §3.8; B200, GB200 and B300 have the same fractions of memory and SMs in the UG table and the same
+    ids in every published listing). Placements are those of the H200 reading; for the other models they are
+    derived from the same geometry, as no -lgipp output of theirs is published."""
     n1, n1me, n1x2, n2, n3, n4, n7 = names
     m1, m1x2, m3, m7 = mem_mib
     s1, s1x2, s2, s3, s4, s7 = sms
@@ -63,17 +109,16 @@ GPU_MODELS = {
             ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
             (16384, 33280, 71424, 143360), (16, 26, 32, 60, 64, 132))},
     },
-    # H100 80GB HBM3 (SXM5): names/max/fractions from the UG table (mig.md §3.5); SMs and GiB from a public
-    # `nvidia-smi mig -lgip` listing of an H100 80GB HBM3 (9.75/19.62/39.50/79.25 GiB; 16/26/32/60/64/132 SMs;
-    # 3g.40gb = 60 SMs agrees with the UG MPS example). MiB = GiB x 1024 (19.62 read as 19.625).
-    # Total memory 81559 MiB: nvidia-smi on the lent H100 (KINDS.md). Placements: mig.md says "expected
-    # identical to H200; verified on H200 only" -- the simulator uses the H200 placements.
+    # H100 80GB HBM3 (SXM5): real reading tests/fixtures/h100/nvml_reading.json (driver 580.159.04,
+    # 2026-11-23): every profile's id, NVML index, max instances, memory MiB, SMs and placements, the PCI device
+    # id and the 81559 MiB total equal this table (test_gpu_catalog checks it). Names/fractions also match the
+    # UG table (mig.md §3.5); the placements equal the H200's.
     "H100-SXM5-80GB": {
         "name": "NVIDIA H100 80GB HBM3", "pci_device_id": 0x233010DE, "memory_total_mib": 81559,
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
         "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
             ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-            (9984, 20096, 40448, 81152), (16, 26, 32, 60, 64, 132))},
+            (9984, 20096, 40448, 81152), _H100_SMS)},
     },
     # A100-SXM4-40GB: UG `-lgip`/`-lgipp` (mig.md §3.2). MiB = GiB x 1024 (4.75, 9.625, 19.50, 39.25).
     # Total 40536 MiB as nvidia-smi commonly reports this part (not from our own reading).
@@ -108,6 +153,105 @@ GPU_MODELS = {
             ("4_SLICE", 0, "4g.24gb", 4, 4, 1, 24000, 56, [0]),
         ]},
     },
+    # ---------------------------------------------------------------------------------------------------------
+    # Blackwell and the Hopper parts with other memory sizes. Sources, short names used below:
+    #   UG table    = MIG user guide, supported-mig-profiles (the B200, RTX PRO 6000 Blackwell, H100 94GB and
+    #                 H100 96GB tables: names, fractions of memory and SMs, max instances, media engines).
+    #   UG gpus     = MIG user guide, supported-gpus (compute capability, memory size, max instances).
+    #   config-default = NVIDIA/mig-parted@bd7160f4 deployments/systemd/config-default.yaml (names and counts of the
+    #                 shipped all-<profile> layouts; device-filter PCI ids).
+    #   pci.ids     = the PCI id database vendored by mig-parted (go-nvlib pkg/pciids/default_pci.ids, 2025.07.11).
+    #   DERIVED     = computed here, no published figure: memory by derived_mib(); SMs as stated on the row.
+    # Profile ids 9, 5, 0 (3g, 4g, 7g) on the 7-slice Blackwell parts are not in any listing we could read (the
+    # published B200 and GB200 listings are cut after 2g); they are taken as on every other 7-slice GPU.
+    #
+    # B200 (HGX/DGX B200): name and 183359 MiB as nvidia-smi reports the part on public DGX/HGX B200 nodes (driver
+    # 570.172.08 and 595.71.05); PCI 0x2901 (pci.ids "GB100 [B200]", config-default all-balanced filter); cc 10.0
+    # (UG gpus); 148 SMs (CUDA device query on a B200). Rows: UG table; ids 19/20/15/14, GiB and SMs of 1g.23gb
+    # (20.50 GiB, 18 SMs), 1g.45gb (44.25 GiB, 30 SMs) and 2g.45gb (44.25 GiB, 36 SMs) from the `nvidia-smi mig
+    # -lgip` in NVIDIA/mig-parted#187 (the listing that added 4g.90gb). 3g/4g memory DERIVED; 3g/4g SMs DERIVED as
+    # 18 per compute slice (the 2g has 2 x 18); 7g SMs = all 148 (UG table: "Full").
+    "B200": {
+        "name": "NVIDIA B200", "pci_device_id": 0x290110DE, "memory_total_mib": 183359,
+        "compute_capability": "10.0", "architecture": "blackwell", "sms": 148,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+            (20992, 45312, derived_mib(183359, 4), derived_mib(183359, 8)), _B200_SMS)},
+    },
+    # GB200 (one GPU of a GB200 tray): name and 189471 MiB from public nvidia-smi output of GB200 nodes (driver
+    # 580.95.05); PCI 0x2941 (pci.ids "GB100 [HGX GB200]", config-default all-balanced filter); cc 10.0 and 186GB
+    # (UG gpus). The UG has no GB200 profile table. Names are those of production boards (NVIDIA/mig-parted#227 and
+    # the fix #228: 1g.23gb, 1g.47gb, 2g.47gb, 3g.93gb, 4g.93gb, 7g.186gb; an earlier driver named 1g.24gb and
+    # 3g.95gb, mig-parted PR #175); ids 19/20/15/14, 1g.23gb (22.00 GiB, 18 SMs), 1g.47gb (45.50 GiB, 32 SMs) and
+    # 2g.47gb (45.50 GiB, 38 SMs) from the -lgip in mig-parted#227; max instances of 3g/4g/7g from config-default
+    # (all-3g.93gb: 2, all-4g.93gb: 1, all-7g.186gb: 1). 3g/4g/7g memory DERIVED; their SMs DERIVED as 19 per
+    # compute slice (the 2g has 38): the GPU's SM count is not in any source we could read.
+    "GB200": {
+        "name": "NVIDIA GB200", "pci_device_id": 0x294110DE, "memory_total_mib": 189471,
+        "compute_capability": "10.0", "architecture": "blackwell", "sms": None,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"),
+            (22528, 46592, derived_mib(189471, 4), derived_mib(189471, 8)), (18, 32, 38, 57, 76, 133))},
+    },
+    # B300 (HGX B300): name, cc 10.3, 148 SMs and 275040 MiB from public nvidia-smi / device-query output of
+    # B300 nodes (driver 580.x); PCI 0x3182 as config-default's B300 device-filter names it (not yet in the
+    # vendored pci.ids). The UG has no B300 profile table: names and counts are config-default's (1g.34gb x7,
+    # 1g.34gb+me x1, 1g.67gb x4, 2g.67gb x3, 3g.135gb x2, 4g.135gb x1, 7g.269gb x1; mig-parted commit 47c56d96).
+    # All memory DERIVED; SMs DERIVED as B200's per profile (the same 148 SMs in the same 7-slice geometry).
+    "B300": {
+        "name": "NVIDIA B300 SXM6 AC", "pci_device_id": 0x318210DE, "memory_total_mib": 275040,
+        "compute_capability": "10.3", "architecture": "blackwell", "sms": 148,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
+            _derived_seven_slice_mib(275040), _B200_SMS)},
+    },
+    # GH200 (H100 96GB HBM3 on Grace Hopper): name, 132 SMs and 97871 MiB from public nvidia-smi output of GH200
+    # nodes; PCI 0x2342 (pci.ids "GH200 120GB / 480GB"; config-default all-balanced filter "H100-96GB, PG506-96GB,
+    # GH200, H20"); cc 9.0 (UG gpus). Rows: the UG table for "H100 96GB (H100 on GH200)". Memory DERIVED; SMs
+    # DERIVED as the H100 80GB reading's (same GH100 die with 132 SMs). The GH200 144G HBM3e (0x2348, 1g.18gb...)
+    # is a different part and is not modelled.
+    "GH200": {
+        "name": "NVIDIA GH200 480GB", "pci_device_id": 0x234210DE, "memory_total_mib": 97871,
+        "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+            _derived_seven_slice_mib(97871), _H100_SMS)},
+    },
+    # H100 NVL (94GB, PCIe): name and 95830 MiB from public nvidia-smi output; PCI 0x2321 (pci.ids "GH100 [H100L
+    # 94GB]"; config-default all-balanced filter "H100 NVL"); cc 9.0 (UG gpus). Its profiles differ from the SXM5
+    # 80GB part's (1g.12gb ... 7g.94gb): the UG table for "H100 94GB (PCIe and SXM5)". Memory DERIVED; SMs DERIVED
+    # as the H100 80GB reading's.
+    "H100-NVL": {
+        "name": "NVIDIA H100 NVL", "pci_device_id": 0x232110DE, "memory_total_mib": 95830,
+        "compute_capability": "9.0", "architecture": "hopper", "sms": None,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+            _derived_seven_slice_mib(95830), _H100_SMS)},
+    },
+    # RTX PRO 6000 Blackwell Server Edition: name and 97887 MiB from public nvidia-smi output (driver 595.71.05);
+    # PCI 0x2BB5 (pci.ids "GB202GL [RTX PRO 6000 Blackwell Server Edition]"; config-default filter); cc 12.0, 4
+    # instances (UG gpus). 4 memory and 4 compute slices. Rows: the UG table (the same for the Workstation, Max-Q
+    # and Server Editions) and a published `nvidia-smi mig -lgip` of an RTX PRO 6000 Blackwell Max-Q (driver
+    # 580.105.08): ids, instances, GiB (23.62 -> 23.625, 47.38 -> 47.375, 95.00) and SMs (46, 94, 188) of every
+    # row; the same listing names CI profile id 0 inside a 1g GI. Placements DERIVED from the 4-slice geometry
+    # (1g at any slice, 2g on aligned pairs, 4g whole), the same as the A30's: no -lgipp output is published.
+    "RTX-PRO-6000": {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "pci_device_id": 0x2BB510DE,
+        "memory_total_mib": 97887, "compute_capability": "12.0", "architecture": "blackwell", "sms": 188,
+        "mig": {"memory_slices": 4, "compute_slices": 4, "profiles": [
+            ("1_SLICE", 14, "1g.24gb", 1, 1, 4, 24192, 46, [0, 1, 2, 3]),
+            ("1_SLICE_REV1", 21, "1g.24gb+me", 1, 1, 1, 24192, 46, [0, 1, 2, 3]),
+            ("1_SLICE_GFX", 47, "1g.24gb+gfx", 1, 1, 4, 24192, 46, [0, 1, 2, 3]),
+            ("1_SLICE_ALL_ME", 65, "1g.24gb+me.all", 1, 1, 1, 24192, 46, [0, 1, 2, 3]),
+            ("1_SLICE_NO_ME", 67, "1g.24gb-me", 1, 1, 4, 24192, 46, [0, 1, 2, 3]),
+            ("2_SLICE", 5, "2g.48gb", 2, 2, 2, 48512, 94, [0, 2]),
+            ("2_SLICE_GFX", 35, "2g.48gb+gfx", 2, 2, 2, 48512, 94, [0, 2]),
+            ("2_SLICE_ALL_ME", 64, "2g.48gb+me.all", 2, 2, 1, 48512, 94, [0, 2]),
+            ("2_SLICE_NO_ME", 66, "2g.48gb-me", 2, 2, 2, 48512, 94, [0, 2]),
+            ("4_SLICE", 0, "4g.96gb", 4, 4, 1, 97280, 188, [0]),
+            ("4_SLICE_GFX", 32, "4g.96gb+gfx", 4, 4, 1, 97280, 188, [0]),
+        ]},
+    },
     # L40S: no MIG. Every MIG call answers NOT_SUPPORTED, as NVML does on GPUs without MIG.
     # Total 46068 MiB as nvidia-smi commonly reports the L40S (not from our own reading).
     "L40S": {
@@ -135,6 +279,13 @@ MACHINE_SHAPES = {
     # keeps one GPU model (bench/fleet.py --gpus-per-node).
     "h200-x2": ["H200"] * 2,
     "h200-x4": ["H200"] * 4,
+    # Blackwell and the other Hopper memory sizes (sources in GPU_MODELS).
+    "hgx-b200": ["B200"] * 8,
+    "hgx-b300": ["B300"] * 8,
+    "gb200-nvl": ["GB200"] * 4,          # one compute tray of a GB200 NVL rack: 2 Grace CPUs, 4 GB200 GPUs
+    "gh200": ["GH200"],
+    "rtx-pro-6000-x8": ["RTX-PRO-6000"] * 8,
+    "h100-nvl-x2": ["H100-NVL"] * 2,
 }
 
 
@@ -201,8 +352,10 @@ def gi_profiles(model_key):
 
 
 def sort_profiles(profiles):
-    """The order `nvidia-smi mig -lgip` prints: by compute slices, memory slices, then NVML index."""
-    return sorted(profiles, key=lambda p: (p["slices"], p["memory_slices"] or 0, p["nvml_index"]))
+    """The order `nvidia-smi mig -lgip` prints: by compute slices, memory slices, then profile id (the published
+    RTX PRO 6000 listing prints 1g.24gb+me.all, id 65, before 1g.24gb-me, id 67, although NVML's index of the
+    -me variant is the lower one)."""
+    return sorted(profiles, key=lambda p: (p["slices"], p["memory_slices"] or 0, p["id"]))
 
 
 def model(model_key):

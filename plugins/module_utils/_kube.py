@@ -359,6 +359,52 @@ class Kube(object):
     def delete(self, what, path, dry_run=False):
         return self.request(what, "DELETE", path, query=_dry(dry_run))
 
+    def replace(self, what, path, body, dry_run=False, field_manager=None):
+        """A PUT of the whole object. With ``metadata.resourceVersion`` in ``body`` the API server applies it only
+        if the object is still at that version, else answers 409 Conflict (optimistic concurrency)."""
+        query = dict(_dry(dry_run) or {})
+        if field_manager:
+            query["fieldManager"] = field_manager
+        return self.request(what, "PUT", path, query=query or None, body=body)
+
+
+def get_optional(kube, what, path):
+    """GET an object; None when it does not exist (404)."""
+    try:
+        return kube.get(what, path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def write_configmap(kube, namespace, name, data, current, dry_run=False, labels=None):
+    """Make ConfigMap ``namespace/name`` hold exactly ``data``: create it when ``current`` is None, else one merge
+    patch of the keys that differ (removed keys as null), guarded by ``current``'s resourceVersion (a concurrent
+    writer makes it fail 409, and the caller reads again). Returns the API server's answer (the dry run's in check
+    mode), or ``current`` when nothing differs."""
+    if current is None:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                "data": data}
+        if labels:
+            body["metadata"]["labels"] = labels
+        return kube.create("create ConfigMap %s/%s" % (namespace, name), configmap_path(namespace), body,
+                           dry_run=dry_run)
+    old = current.get("data") or {}
+    changes = dict((k, v) for k, v in data.items() if old.get(k) != v)
+    changes.update((k, None) for k in old if k not in data)
+    missing = dict((k, v) for k, v in (labels or {}).items()
+                   if ((current.get("metadata") or {}).get("labels") or {}).get(k) != v)
+    if not changes and not missing:
+        return current
+    patch = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion")}}
+    if changes:
+        patch["data"] = changes
+    if missing:
+        patch["metadata"]["labels"] = missing
+    return kube.patch("patch ConfigMap %s/%s" % (namespace, name), configmap_path(namespace, name), patch,
+                      dry_run=dry_run)
+
 
 _UNREACHABLE = ("cannot reach the Kubernetes API at %s while trying to %s: %s. Check host/kubeconfig, the network path "
                 "and that the API server is up.")
@@ -368,12 +414,46 @@ def _dry(dry_run):
     return {"dryRun": "All"} if dry_run else None
 
 
+def read_or_none(kube, what, path):
+    """GET an object; None when the API answers 404 Not Found."""
+    try:
+        return kube.get(what, path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def namespace_path(name=None):
+    return "/api/v1/namespaces" + ("/%s" % quote(name, safe="") if name else "")
+
+
+def ensure_namespace(kube, namespace, dry_run=False):
+    """Create ``namespace`` when it does not exist (as helm's --create-namespace does). Returns "present",
+    "created", or "would be created" (dry run: the API validated the create, nothing was stored)."""
+    if read_or_none(kube, "read namespace %s" % namespace, namespace_path(namespace)) is not None:
+        return "present"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    try:
+        kube.create("create namespace %s" % namespace, namespace_path(), body, dry_run=dry_run)
+    except KubeError as exc:
+        if exc.status != 409:   # created meanwhile by someone else: fine
+            raise
+        return "present"
+    return "would be created" if dry_run else "created"
+
+
 def node_path(name):
     return "/api/v1/nodes/%s" % quote(name, safe="")
 
 
 def runtime_class_path(name=None):
     return "/apis/node.k8s.io/v1/runtimeclasses" + ("/%s" % quote(name, safe="") if name else "")
+
+
+def configmap_path(namespace, name=None):
+    path = "/api/v1/namespaces/%s/configmaps" % quote(namespace, safe="")
+    return path + ("/%s" % quote(name, safe="") if name else "")
 
 
 def pods_path(namespace=None, name=None, sub=None):

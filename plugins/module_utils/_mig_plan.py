@@ -15,7 +15,9 @@ Vocabulary
   every existing instance it can and places new GPU instances explicitly.
 
 Names are never hard-coded: they are resolved against each GPU's own profile list (``gi_profiles``), so the
-same layout file works on A100-40GB, A100-80GB, A30, H100 and H200 (reference/mig.md section 1.2).
+same layout file works on every modelled GPU, A100 to Blackwell (reference/mig.md section 1.2). A name follows
+go-nvlib's grammar (``parse_profile_name``): ``[<C>c.]<G>g.<GB>gb``, then optionally ``+`` or ``-`` and a
+comma-separated list of attributes (``+me``, ``+me.all``, ``+gfx``, ``-me``), compared as a set.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,11 +28,21 @@ import itertools
 import re
 from collections import Counter
 
-DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attrs>(?:[+-][a-z][a-z.]*)*)$")
+# go-nvlib pkg/nvlib/device/mig_profile.go parseMigProfile (reference/mig.md 1.2): a name carries either '+'
+# attributes or '-' attributes, never both; each attribute starts with a letter, holds letters, digits and dots,
+# does not end with a dot and appears once in its list.
+DEVICE_NAME_RE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?:(?P<sign>[+-])(?P<attrs>.*))?$")
+_ATTRIBUTE_RE = re.compile(r"^[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?$")
+# mig-parted names its generated all-<profile> layouts with '+' turned into '.' (all-1g.24gb.me.all,
+# all-1g.10gb.me: pkg/mig/builder normalizeProfileName, config-default.yaml); '-' stays (all-1g.24gb-me).
+MIGPARTED_LAYOUT_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:[.+-][A-Za-z][A-Za-z0-9.,]*)?$")
+NAME_FORMS = ("<G>g.<GB>gb, optionally followed by +attributes or -attributes (e.g. 3g.40gb, 1g.10gb+me, "
+              "1g.24gb+gfx, 1g.24gb+me.all, 1g.24gb-me), and <C>c.<G>g.<GB>gb with the same suffixes for a "
+              "compute-instance sub-profile (e.g. 1c.3g.40gb, 1c.2g.48gb+gfx)")
 PCI_FILTER_RE = re.compile(r"^0x(?P<dev>[0-9a-fA-F]{4})(?P<ven>[0-9a-fA-F]{4})"
                            r"(?::0x(?P<sdev>[0-9a-fA-F]{4})(?P<sven>[0-9a-fA-F]{4}))?$")
 NAMED_LAYOUTS = ("all-disabled", "all-enabled", "all-balanced", "all-<size> (e.g. all-1g, all-3g)",
-                 "all-<profile> (e.g. all-1g.10gb)")
+                 "all-<profile> (e.g. all-1g.10gb, all-1g.24gb+gfx, or mig-parted's spelling all-1g.24gb.gfx)")
 SIZE_RE = re.compile(r"^all-(\d+)g$")
 
 
@@ -50,10 +62,40 @@ class MigBusyError(MigLayoutError):
 # Per-GPU catalog of profiles
 
 
+def parse_profile_name(name):
+    """``(c, g, gb, plus_attributes, minus_attributes)`` of a MIG device name (attribute tuples sorted), or None
+    when ``name`` does not follow go-nvlib's grammar. Two names with equal tuples name the same profile."""
+    if not isinstance(name, str):
+        return None
+    m = DEVICE_NAME_RE.match(name)
+    if not m:
+        return None
+    attrs = ()
+    if m.group("sign"):
+        attrs = m.group("attrs").split(",")
+        if len(set(attrs)) != len(attrs) or not all(_ATTRIBUTE_RE.match(a) for a in attrs):
+            return None
+        attrs = tuple(sorted(attrs))
+    g = int(m.group("g"))
+    c = int(m.group("c")) if m.group("c") else g
+    plus = attrs if m.group("sign") == "+" else ()
+    minus = attrs if m.group("sign") == "-" else ()
+    return (c, g, int(m.group("gb")), plus, minus)
+
+
+def format_profile_name(parsed):
+    """The name of a ``parse_profile_name`` tuple (attributes in sorted order, as go-nvlib joins them)."""
+    c, g, gb, plus, minus = parsed
+    suffix = ("+" + ",".join(plus)) if plus else (("-" + ",".join(minus)) if minus else "")
+    if c == g:
+        return "%dg.%dgb%s" % (g, gb, suffix)
+    return "%dc.%dg.%dgb%s" % (c, g, gb, suffix)
+
+
 def _plain(name):
     """True for a profile name without attribute suffixes (+me, -me, +gfx ...)."""
-    m = DEVICE_NAME_RE.match(name or "")
-    return bool(m) and not m.group("attrs")
+    parsed = parse_profile_name(name)
+    return bool(parsed) and not parsed[3] and not parsed[4]
 
 
 def gpu_label(gpu):
@@ -95,6 +137,19 @@ class Catalog(object):
                 # No CI profile listed (e.g. read while MIG is disabled): the full-GI CI always exists.
                 self.devices.setdefault(name, (prof, {"id": None, "slices": prof.get("slices"),
                                                       "max_instances": 1, "name": name}, True))
+        # name as go-nvlib parses it -> the name this GPU uses (so +gfx,me and +me,gfx are one profile)
+        self.by_key = {}
+        for dev_name in self.devices:
+            key = parse_profile_name(dev_name)
+            if key is not None:
+                self.by_key.setdefault(key, dev_name)
+
+    def lookup(self, name):
+        """This GPU's name for the MIG device ``name`` (any spelling go-nvlib accepts), or None."""
+        if name in self.devices:
+            return name
+        key = parse_profile_name(name)
+        return self.by_key.get(key) if key is not None else None
 
     # names ------------------------------------------------------------------------------------------------
     def canonical(self, name):
@@ -147,12 +202,11 @@ def _mask(pl):
 
 
 def _name_sort_key(name):
-    m = DEVICE_NAME_RE.match(name)
-    if not m:
+    parsed = parse_profile_name(name)
+    if not parsed:
         return (99, 99, 0, name)
-    g = int(m.group("g"))
-    c = int(m.group("c") or g)
-    return (g, c, int(m.group("gb")), name)
+    c, g, gb, dummy, dummy2 = parsed
+    return (g, c, gb, name)
 
 
 def _fmt_placements(prof):
@@ -218,9 +272,8 @@ def _validate_counts(devices, where):
                 raise MigLayoutError("%s: count for %r must be a whole number, got %r" % (where, name, count))
         if count < 0:
             raise MigLayoutError("%s: count for %r must be >= 0, got %d" % (where, name, count))
-        if not DEVICE_NAME_RE.match(str(name)):
-            raise MigLayoutError("%s: %r is not a MIG profile name; valid forms are <G>g.<GB>gb "
-                                 "(e.g. 3g.40gb, 1g.10gb+me) and <C>c.<G>g.<GB>gb (e.g. 1c.3g.40gb)" % (where, name))
+        if parse_profile_name(str(name)) is None:
+            raise MigLayoutError("%s: %r is not a MIG profile name; valid forms are %s" % (where, name, NAME_FORMS))
         out[str(name)] = count
     if out and not any(out.values()):
         raise MigLayoutError("%s: mig-devices lists profiles but every count is 0; give at least one count > 0 "
@@ -383,13 +436,19 @@ def named_layout_for(gpu, name):
             raise MigLayoutError("%s: %s has no %sg profile here; valid sizes on this GPU: %s"
                                  % (gpu_label(gpu), name, m.group(1), ", ".join(sizes)))
         return {"mig_enabled": True, "mig_devices": {prof["name"]: cat.max_fit(prof)}}
-    if name.startswith("all-") and DEVICE_NAME_RE.match(name[4:]) and not DEVICE_NAME_RE.match(name[4:]).group("c"):
-        pname = name[4:]
-        prof = cat.gi_by_name.get(pname)
+    pname = name[4:] if name.startswith("all-") else None
+    parsed = parse_profile_name(pname)
+    if pname and ((parsed and parsed[0] == parsed[1]) or MIGPARTED_LAYOUT_PROFILE_RE.match(pname)):
+        prof = cat.gi_by_name.get(cat.lookup(pname)) if parsed else None
         if prof is None:
-            raise MigLayoutError("%s: %s names profile %r, which this GPU does not offer; valid: %s"
+            # mig-parted's spelling: '+' written as '.' (all-1g.24gb.gfx is all-1g.24gb+gfx)
+            dotted = [p for p in cat.gi_by_name.values() if p["name"].replace("+", ".") == pname]
+            prof = dotted[0] if dotted else None
+        if prof is None:
+            raise MigLayoutError("%s: %s names profile %r, which this GPU does not offer; valid: %s (mig-parted's "
+                                 "spelling with '.' for '+' is accepted too)"
                                  % (gpu_label(gpu), name, pname, ", ".join(sorted(cat.gi_by_name, key=_name_sort_key))))
-        return {"mig_enabled": True, "mig_devices": {pname: cat.max_fit(prof)}}
+        return {"mig_enabled": True, "mig_devices": {prof["name"]: cat.max_fit(prof)}}
     raise MigLayoutError("unknown named layout %r; valid: %s" % (name, ", ".join(NAMED_LAYOUTS)))
 
 
@@ -556,17 +615,18 @@ def validate_gpu_layout(gpu, spec, cat=None):
         return {}
     devices = {}
     for name, count in (spec.get("mig_devices") or {}).items():
-        if name not in cat.devices:
-            m = DEVICE_NAME_RE.match(name)
+        found = cat.lookup(name)
+        if found is None:
+            parsed = parse_profile_name(name)
             hint = ""
-            if m and m.group("c"):
-                gi_name = name.split(".", 1)[1]
+            if parsed and parsed[0] != parsed[1]:
+                gi_name = cat.lookup(format_profile_name((parsed[1],) + parsed[1:]))
                 if gi_name in cat.gi_by_name:
                     subs = [n for n in cat.valid_names() if n.endswith("." + gi_name) and "c." in n]
                     hint = "; compute-instance sub-profiles of %s here: %s" % (gi_name, ", ".join(subs) or "none")
             raise MigLayoutError("%s: unknown MIG profile %r%s; valid on this GPU: %s"
                                  % (label, name, hint, ", ".join(cat.valid_names())))
-        canon = cat.canonical(name)
+        canon = cat.canonical(found)
         devices[canon] = devices.get(canon, 0) + count
     groups = _group_new(cat, devices)
     if groups is None:

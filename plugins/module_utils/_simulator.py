@@ -12,8 +12,9 @@ Rules modelled (sources in ../shared/reference/mig.md; where a behaviour is not 
 - GPU-instance profiles, ids, slice counts, max instances, memory, SMs and placements per model
   (_gpu_catalog); compute-instance profiles inside each GI.
 - Ampere: a MIG-mode change stays pending until a GPU reset; the reset fails while any process holds the
-  GPU; the mode survives a reboot. Hopper and later: the change applies at once when the GPU is idle (with
-  processes it stays pending and SetMigMode reports IN_USE); the mode is lost on reboot.
+  GPU; the mode survives a reboot. Hopper and later (Blackwell included, see _gpu_catalog.ARCH_RULES): the change
+  applies at once when the GPU is idle (with processes it stays pending and SetMigMode reports IN_USE); the mode
+  is lost on reboot.
 - GPU and compute instances never survive a reset or reboot; compute mode returns to Default and
   persistence mode to Disabled on reboot.
 - Exclusive_Process is refused (NOT_SUPPORTED) on a MIG-enabled GPU.

@@ -109,7 +109,9 @@ options:
       resources:
         description:
           - Instead of O(profiles[].replicas) - resources to share, each C({name, replicas}); with
-            C(mig_strategy=mixed) time-slicing may share C(nvidia.com/mig-<profile>) resources.
+            C(mig_strategy=mixed) time-slicing may share C(nvidia.com/mig-<profile>) resources, named as the device
+            plugin names them - C(+) written as C(.) (C(nvidia.com/mig-1g.24gb.gfx), C(nvidia.com/mig-1g.24gb.me.all),
+            C(nvidia.com/mig-1g.24gb-me)); compute-instance sub-profiles such as C(1c.3g.20gb) get no resource.
           - C(devices) and C(rename) are refused - the plugin resets C(devices) to C(all) and drops custom renames.
         type: list
         elements: dict
@@ -295,13 +297,13 @@ rollback_error:
 import json
 import os
 import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
 try:
     import yaml
@@ -309,63 +311,7 @@ try:
 except ImportError:  # pragma: no cover
     HAS_YAML = False
 
-PROFILE_OPTIONS = dict(
-    name=dict(type="str", required=True),
-    sharing=dict(type="str", default="none", choices=["none", "time-slicing", "mps"]),
-    replicas=dict(type="int"),
-    rename_by_default=dict(type="bool", default=False),
-    fail_requests_greater_than_one=dict(type="bool"),
-    mig_strategy=dict(type="str", default="none", choices=["none", "single", "mixed"]),
-    resources=dict(type="list", elements="dict"),
-    flags=dict(type="dict"),
-)
 NODE_OPTIONS = dict(name=dict(type="str", required=True), profile=dict(type="str"), gpus=dict(type="raw"))
-
-
-def _allocatable_int(value):
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
-
-
-def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, sleep=time.sleep):
-    """Poll until every node advertises what ``expected`` says and MPS nodes run a ready MPS daemon pod."""
-    deadline = time.time() + timeout
-    while True:
-        problems, found = [], {}
-        for node_name, want in sorted(expected.items()):
-            node = kube.get("read node %s" % node_name, _kube.node_path(node_name))
-            alloc = (node.get("status") or {}).get("allocatable") or {}
-            found[node_name] = dict((k, v) for k, v in alloc.items() if k.startswith("nvidia.com/"))
-            for res, count in sorted(want.items()):
-                have = _allocatable_int(alloc.get(res, 0))
-                if have != count:
-                    problems.append("node %s advertises %s=%s, expected %d"
-                                    % (node_name, res, alloc.get(res, 0), count))
-        for node_name in sorted(mps_nodes):
-            pods = kube.get("list pods in %s" % namespace, _kube.pods_path(namespace),
-                            fieldSelector="spec.nodeName=%s" % node_name)
-            ready = False
-            seen = False
-            for pod in pods.get("items") or []:
-                owners = pod["metadata"].get("ownerReferences") or []
-                if not any(o.get("kind") == "DaemonSet" and o.get("name", "").endswith("-mps-control-daemon")
-                           for o in owners):
-                    continue
-                seen = True
-                conds = (pod.get("status") or {}).get("conditions") or []
-                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
-                    ready = True
-            if not ready:
-                problems.append("node %s: %s" % (node_name, "MPS control daemon pod is not ready" if seen else
-                                                 "no MPS control daemon pod (is nvidia.com/mps.capable=true set by "
-                                                 "GPU feature discovery?)"))
-        if not problems:
-            return found
-        if time.time() >= deadline:
-            raise _kube.KubeError("rollout verification failed after %ss: %s" % (timeout, "; ".join(problems)))
-        sleep(interval)
 
 
 def _restore_previous(helm, p, chart_ref, repo_url, chart_version, previous_version, previous_values, tmpdir):
@@ -455,7 +401,7 @@ def main():
         chart_repo_url=dict(type="str", default="https://nvidia.github.io/k8s-device-plugin"),
         chart_version=dict(type="str"),
         chart_path=dict(type="path"),
-        profiles=dict(type="list", elements="dict", options=PROFILE_OPTIONS),
+        profiles=dict(type="list", elements="dict", options=dp.PROFILE_ARG_SPEC),
         default_profile=dict(type="str"),
         nodes=dict(type="list", elements="dict", options=NODE_OPTIONS),
         gfd=dict(type="bool"),
@@ -652,8 +598,8 @@ def main():
             kube = _kube.Kube.from_params(p)
             mps_nodes = [n for n, prof in built["node_labels"].items()
                          if built["configs"][prof].get("sharing", {}).get("mps")]
-            result["verified"] = verify_rollout(kube, built["expected"], mps_nodes, p["namespace"],
-                                                p["verify_timeout"])
+            result["verified"] = _rollout.verify_rollout(kube, built["expected"], mps_nodes, p["namespace"],
+                                                         p["verify_timeout"])
         module.exit_json(**result)
     except _helm.HelmError as exc:
         module.fail_json(msg=exc.msg, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **result)

@@ -105,7 +105,8 @@ gpus:
     memory_total_mib: {description: Total memory in MiB., type: int, returned: always, sample: 143771}
     memory_total_bytes: {description: Total memory in bytes., type: int, returned: always}
     compute_capability: {description: CUDA compute capability., type: str, returned: always, sample: "9.0"}
-    architecture: {description: GPU architecture., type: str, returned: always, sample: hopper}
+    architecture: {description: "GPU architecture (C(ampere), C(ada), C(hopper), C(blackwell), ...).", type: str,
+                   returned: always, sample: hopper}
     compute_mode: {description: "C(Default), C(Exclusive_Process) or C(Prohibited).", type: str, returned: always}
     persistence_mode: {description: Whether persistence mode is on., type: bool, returned: always}
     mig_supported: {description: Whether the GPU supports MIG., type: bool, returned: always}
@@ -114,8 +115,8 @@ gpus:
     reset_supported: {description: Whether a per-GPU reset is exposed (false in passthrough VMs)., type: bool,
                       returned: always}
     gi_profiles:
-      description: GPU-instance profiles (name, id, slices, memory_slices, max_instances, memory_mib, sms,
-        placements, ci_profiles).
+      description: GPU-instance profiles (name, id, nvml_index, slices, memory_slices, max_instances, memory_mib,
+        sms, placements, ci_profiles), including Blackwell's C(+gfx), C(-me) and C(+me.all) variants.
       type: list
       elements: dict
       returned: always

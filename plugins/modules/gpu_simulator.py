@@ -14,9 +14,9 @@ short_description: Drive the simulated GPUs of a lab node (reboot, processes, in
 version_added: 0.1.0
 description:
   - Acts on the simulated GPUs named by C(GPUOPS_SIMULATED_GPUS) so that playbooks and tests can rehearse
-    what happens on real hardware, such as a host reboot (instances lost, Hopper loses MIG mode, compute mode
-    back to Default), a workload holding a GPU or a MIG device, a passthrough VM without per-GPU reset, or an
-    NVML call failing in the middle of an apply.
+    what happens on real hardware, such as a host reboot (instances lost, Hopper and Blackwell lose MIG mode,
+    compute mode back to Default), a workload holding a GPU or a MIG device, a passthrough VM without per-GPU
+    reset, or an NVML call failing in the middle of an apply.
   - Refuses to run when C(GPUOPS_SIMULATED_GPUS) is not set, so it can never touch real GPUs.
 options:
   action:

@@ -16,10 +16,14 @@ description:
   - Makes the MIG devices on the selected GPUs exactly what you declare, declared
     inline (O(layout)), as a mig-parted v1 config file (O(config_file) + O(config_name)) that you bring unchanged,
     or as a named layout in O(config_name) that works on every MIG GPU model (C(all-balanced), C(all-<size>)
-    such as C(all-1g) or C(all-3g), C(all-<profile>) such as C(all-1g.10gb), C(all-enabled), C(all-disabled)).
+    such as C(all-1g) or C(all-3g), C(all-<profile>) such as C(all-1g.10gb) or C(all-1g.24gb+gfx) - mig-parted's
+    spelling C(all-1g.24gb.gfx) too - C(all-enabled), C(all-disabled)).
   - Profile names are resolved against each GPU's own profile list, so C(1g.10gb) means the profile of that name
     on that GPU (it is a 1-slice profile on 80GB parts and a 2-memory-slice one on A100-40GB).
     Compute-instance sub-profiles (C(1c.3g.20gb)) are packed into shared GPU instances as mig-parted does.
+  - Names follow NVIDIA's grammar (go-nvlib) - C(<G>g.<GB>gb) with an optional C(+) or C(-) attribute list -
+    so Blackwell's C(1g.23gb+me), C(1g.24gb+gfx), C(1g.24gb+me.all), C(1g.24gb-me) and sub-profiles on them
+    (C(1c.2g.48gb+gfx)) are accepted wherever the GPU offers them.
   - Validates everything before the first change - unknown profile names (the message lists the valid names on
     that GPU), counts that cannot fit (and why), selectors that match nothing, MIG mode off where the layout needs
     it on, GPUs without MIG. Errors on several GPUs are reported together; nothing is changed.

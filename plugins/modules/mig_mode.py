@@ -21,8 +21,9 @@ description:
     O(allow_reset=true), only that GPU (never all GPUs, unlike mig-parted), and only when no process holds
     it. Otherwise it reports per GPU C(reset_required) or C(reboot_required) and why (which processes hold it,
     or that the GPU exposes no reset, as in passthrough VMs).
-  - On Hopper and later (H100, H200) no reset is needed; the mode applies at once on an idle GPU, but is lost
-    at reboot (the mig role installs a boot-time unit that re-applies it).
+  - On Hopper and later (H100, H200, GH200, and Blackwell - B200, B300, GB200, RTX PRO 6000 - as NVIDIA's
+    tools treat it) no reset is needed; the mode applies at once on an idle GPU, but is lost at reboot (the mig
+    role installs a boot-time unit that re-applies it).
   - Disabling MIG first destroys the GPU's compute and GPU instances (NVML refuses to disable MIG while they
     exist); it refuses, before changing anything, if a process runs on one of them.
   - Never fails for a change that only waits for a reset or reboot; check C(reset_required),

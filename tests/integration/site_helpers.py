@@ -11,15 +11,19 @@ LAB = os.path.join(ROOT, "inventories", "lab")
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
 NODES = ("lab-dgx-a100", "lab-hgx-h200")
+# The lab's Blackwell node (an HGX B200, MIG all-balanced). Site runs are limited to NODES unless a test names other
+# nodes: every lab node costs a whole converge (tests/integration/test_site_blackwell.py converges this one).
+BLACKWELL_NODE = "lab-hgx-b200"
 
 
 class Site(object):
-    def __init__(self, tmp_path, **extra):
+    def __init__(self, tmp_path, limit=NODES, **extra):
         self.tmp = tmp_path
         self.state = tmp_path / "lab-state"
         self.extra = dict(gpuops_lab_state_dir=str(self.state))
         self.extra.update(extra)
         self.env = {}        # more environment for ansible-playbook
+        self.limit = tuple(limit or ())     # lab nodes the runs converge (--limit); empty: the whole lab
 
     def _call(self, check, diff, args, extra):
         ev = dict(self.extra)
@@ -28,6 +32,8 @@ class Site(object):
         for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "KUBECONFIG"):
             env[var] = ""
         env.update(self.env)
+        if self.limit:
+            args = ("--limit", ",".join(self.limit)) + tuple(args)
         return dict(playbook=SITE, inventory=LAB, extra_vars=ev, check=check, diff=diff, env=env, args=args)
 
     def run(self, check=False, diff=False, args=(), **extra):

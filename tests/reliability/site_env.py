@@ -7,7 +7,8 @@ the real kubernetes client) with the real helm binary and the fixture chart.
 - lab-hgx-h200: MPS x4; its GPU starts in compute mode Prohibited (left by an earlier setup), MPS needs Default (one
   NVML change);
 - both: containerd's nvidia runtime (validated by the real containerd, through a wrapper that can fail), node labels;
-- once: the device plugin release (helm, through a wrapper that can fail) and the RuntimeClass.
+- once: the device plugin release (helm, through a wrapper that can fail) and the RuntimeClass, under the cluster
+  lock (a Lease; its renewals are not counted as steps: how many there are depends on the run's pace).
 
 `declared(...)` reads back everything a converge declares (GPUs, files, API objects, the helm release) so a run can
 be compared with a clean converge; `check_integrity(...)` asserts that no file is corrupt or half-written.
@@ -23,6 +24,7 @@ import sys
 import tomlkit
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._lease import RENEWER_FIELD_MANAGER
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules.node_cordon import OWNER_ANNOTATION
 from tests.integration.site_helpers import HELM, NODES, Site
@@ -33,7 +35,8 @@ CONTAINERD = os.path.join(ROOT, "tools", "bin", "containerd")
 SEED_CONFIG = os.path.join(ROOT, "inventories", "lab-files", "containerd-config.toml")
 MIG_NODE, MPS_NODE = NODES
 RELEASE_NS = "nvidia-device-plugin"
-SMALL = dict(gpuops_simulated_machine="h200-x1", gpuops_serial="100%", gpu_node_drain=True)
+# cluster_lock_duration: a run killed while it holds the cluster lock delays the next one by this much at most
+SMALL = dict(gpuops_simulated_machine="h200-x1", gpuops_serial="100%", gpu_node_drain=True, cluster_lock_duration=10)
 # tools whose n-th "mutating" invocation can be made to fail: helm upgrade/rollback/uninstall, containerd config dump
 TOOLS = {"helm": (HELM, ["upgrade", "install", "rollback", "uninstall"]), "containerd": (CONTAINERD, ["dump"])}
 
@@ -57,6 +60,8 @@ class SmallSite(object):
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp_path
         self.api = FakeKubeApi(tokens=None).start()
+        # the cluster lock's renewals come from a background process, as many as the run's pace makes: not steps
+        self.api.uncounted = lease_renewal
         kubeconfig = str(tmp_path / "kubeconfig")
         with open(kubeconfig, "w") as handle:
             yaml.safe_dump(self.api.kubeconfig(), handle)
@@ -108,7 +113,7 @@ class SmallSite(object):
     def progress(self):
         """How far a run got, in mutating steps: NVML calls per node, API writes (not dry runs), helm and
         containerd invocations that count as changes."""
-        out = {"api": len(self.api.writes(dry_run=False)),
+        out = {"api": len(self.api.writes(dry_run=False, counted=True)),
                "helm": self.tool_calls("helm"), "containerd": self.tool_calls("containerd")}
         for node in NODES:
             out[node] = len(self.backend(node).raw_state()["call_log"])
@@ -124,6 +129,11 @@ class SmallSite(object):
     def tool_calls(self, name):
         with open(self.tools[name]) as handle:
             return read_counter(json.load(handle)["counter"])
+
+
+def lease_renewal(request):
+    """A write of the cluster lock's renewer (plugins/module_utils/_lease.py names itself as field manager)."""
+    return request["query"].get("fieldManager") == [RENEWER_FIELD_MANAGER]
 
 
 @contextlib.contextmanager

@@ -6,8 +6,14 @@ in the API's own shapes:
 
 - discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``);
 - list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
-  configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects), label selectors
-  on lists, ``resourceVersion``, ``uid``, ``generation``;
+  configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects, leases), label
+  selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
+- the custom resource ClusterPolicy (``nvidia.com/v1``, cluster-scoped), pruned, defaulted and validated against the
+  schema of NVIDIA's published CRD at a chosen release (``crd_versions``; fake_crd.py, tests/fixtures/gpu-operator);
+- ``resourceVersion`` preconditions as a real API server: a PUT or a patch whose body carries a resourceVersion
+  other than the stored one is refused with 409 Conflict ("Operation cannot be fulfilled on
+  leases.coordination.k8s.io ..."), without it the write is unconditional; Lease specs validated as
+  coordination/v1 does (leaseDurationSeconds > 0, leaseTransitions >= 0, RFC 3339 times);
 - patch types: ``application/merge-patch+json`` (RFC 7386), ``application/strategic-merge-patch+json`` (maps merge
   and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; the list merge
   keys of real strategic merge are not modelled: lists are replaced, and ``$patch: delete/replace`` on maps is
@@ -22,7 +28,8 @@ in the API's own shapes:
   422 Invalid (label syntax, missing name, RuntimeClass handler), 500 (injected).
 
 Tests drive it through ``FakeKubeApi``: ``add_node()``, ``put()``, ``get()``, ``inject_failure()``, ``requests``
-(every request seen), and the ``tokens`` table for bearer-token auth (token -> "rw" or "ro").
+(every request seen, with the status ``code`` it was answered), and the ``tokens`` table for bearer-token auth
+(token -> "rw" or "ro").
 """
 
 import copy
@@ -36,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import k8s_protobuf
+from . import fake_crd, k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -56,6 +63,9 @@ RESOURCES = [
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    # A custom resource: served from its CRD's schema (tests/support/fake_crd.py, tests/fixtures/gpu-operator).
+    ("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
+    ("coordination.k8s.io", "v1", "leases", "Lease", True),
 ]
 _BY_PATH = {(g, v, p): (k, ns) for g, v, p, k, ns in RESOURCES}
 
@@ -227,6 +237,42 @@ def _openapi_v2_document(version):
     return _pb_string(1, "2.0") + _pb_string(2, info)
 
 
+def _conflict(plural, group, name):
+    """409 Conflict for a write whose resourceVersion precondition failed, worded as apimachinery's NewConflict
+    (group-qualified resource, e.g. leases.coordination.k8s.io)."""
+    return status(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": the object has been modified; please "
+                  "apply your changes to the latest version and try again"
+                  % (plural if not group else "%s.%s" % (plural, group), name),
+                  {"name": name, "group": group, "kind": plural})
+
+
+# metav1.MicroTime / Time as RFC 3339 (fraction optional)
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+def _lease_errors(spec):
+    """coordination/v1 ValidateLeaseSpec (pkg/apis/coordination/validation): the two rules it has for these
+    fields, with its messages."""
+    causes = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        causes.append(("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
+        causes.append(("spec.leaseTransitions", transitions, "must be greater than or equal to 0"))
+    return causes
+
+
+def _bad_times(obj):
+    """A Lease time that is not RFC 3339: the API server cannot decode the body (400 BadRequest)."""
+    for key in ("acquireTime", "renewTime"):
+        value = (obj.get("spec") or {}).get(key)
+        if value is not None and not (isinstance(value, str) and _RFC3339.match(value)):
+            return status(400, "BadRequest", "error decoding request body: parsing time %s as "
+                          "\"2006-01-02T15:04:05.000000Z07:00\": cannot parse" % json.dumps(value))
+    return None
+
+
 class _Failure(object):
     def __init__(self, method, path_re, code, reason, message, times):
         self.method, self.path_re, self.code = method, re.compile(path_re), code
@@ -244,8 +290,10 @@ class FakeKubeApi(object):
         self.requests = []         # dicts: method, path, query, content_type, body, user
         self.failures = []
         self._write_fault = None   # [writes still to let through, code] for fail_nth_write
+        self.uncounted = None      # predicate(request record): writes fail_nth_write neither counts nor fails
         self._rv = 1000
         self._lock = threading.RLock()
+        self._local = threading.local()   # the request record of the request this thread serves (answer code)
         self._httpd = None
         self._thread = None
         self.url = None
@@ -304,9 +352,12 @@ class FakeKubeApi(object):
             raise ValueError("n must be 1 or more")
         self._write_fault = [n, code]
 
-    def writes(self, dry_run=None):
-        """Mutating requests seen so far; dry_run=True/False filters on dryRun=All."""
+    def writes(self, dry_run=None, counted=False):
+        """Mutating requests seen so far; dry_run=True/False filters on dryRun=All; counted=True leaves out those
+        the ``uncounted`` predicate names."""
         out = [r for r in self.requests if r["method"] in ("POST", "PUT", "PATCH", "DELETE")]
+        if counted and self.uncounted:
+            out = [r for r in out if not self.uncounted(r)]
         if dry_run is not None:
             out = [r for r in out if ("All" in r["query"].get("dryRun", [])) == dry_run]
         return out
@@ -374,6 +425,7 @@ class FakeKubeApi(object):
                   "authorization": auth.split(" ")[0] if auth else None}
         with self._lock:
             self.requests.append(record)
+        self._local.record = record
         body = None
         if "protobuf" in ctype and body_bytes:
             # helm (client-go) writes core/v1 objects as protobuf: decode the kinds it writes (Secret, ConfigMap).
@@ -398,7 +450,8 @@ class FakeKubeApi(object):
             role = self.tokens[token]
         with self._lock:
             if (self._write_fault and method in ("POST", "PUT", "PATCH", "DELETE")
-                    and "All" not in query.get("dryRun", [])):
+                    and "All" not in query.get("dryRun", [])
+                    and not (self.uncounted and self.uncounted(record))):
                 self._write_fault[0] -= 1
                 if self._write_fault[0] == 0:
                     code, self._write_fault = self._write_fault[1], None
@@ -488,18 +541,24 @@ class FakeKubeApi(object):
                       {"name": name, "group": group, "kind": plural})
 
     def _validate(self, plural, kind, obj, name):
+        if plural == "leases":
+            bad = _bad_times(obj)
+            if bad:
+                return bad
         causes = []
         meta = obj.get("metadata") or {}
         if not meta.get("name"):
             causes.append(("metadata.name", "", "name or generateName is required"))
         causes += _label_errors(meta.get("labels"))
+        if plural == "leases":
+            causes += _lease_errors(obj.get("spec") or {})
         if plural == "runtimeclasses":
             handler = obj.get("handler")
             if not handler or not _DNS1123_LABEL.match(handler):
                 causes.append(("handler", handler, "a lowercase RFC 1123 label must consist of lower case "
                                "alphanumeric characters or '-'"))
         if not causes:
-            return None
+            return fake_crd.admit(self, plural, kind, obj, name)
         msgs = ["%s: Invalid value: %s: %s" % (f, json.dumps(v), why) for f, v, why in causes]
         return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (kind, name, "; ".join(msgs)),
                       {"name": name, "kind": kind,
@@ -581,9 +640,7 @@ class FakeKubeApi(object):
             obj = copy.deepcopy(body or {})
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
-                return status(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": the object has been "
-                              "modified; please apply your changes to the latest version and try again"
-                              % (plural, name), {"name": name, "group": group, "kind": plural})
+                return _conflict(plural, group, name)
             if sub == "status":
                 obj = dict(copy.deepcopy(old), status=obj.get("status"))
             obj["apiVersion"], obj["kind"] = api_version, kind
@@ -606,9 +663,9 @@ class FakeKubeApi(object):
             elif not old:
                 return self._not_found(plural, name, group)
             elif ctype == "application/merge-patch+json":
-                obj = merge_patch(old, body)
-            elif ctype == "application/strategic-merge-patch+json":
-                obj = strategic_merge_patch(old, body)
+                obj = merge_patch(copy.deepcopy(old), body)     # a copy: validation and dry runs must not touch
+            elif ctype == "application/strategic-merge-patch+json":    # the stored object
+                obj = strategic_merge_patch(copy.deepcopy(old), body)
             elif ctype == "application/json-patch+json":
                 try:
                     obj = json_patch(old, body)
@@ -624,9 +681,7 @@ class FakeKubeApi(object):
             if namespaced:
                 obj["metadata"]["namespace"] = namespace
             if old and obj["metadata"].get("resourceVersion") not in (None, old["metadata"]["resourceVersion"]):
-                return status(409, "Conflict", "Operation cannot be fulfilled on %s \"%s\": the object has been "
-                              "modified; please apply your changes to the latest version and try again"
-                              % (plural, name), {"name": name, "group": group, "kind": plural})
+                return _conflict(plural, group, name)
             invalid = self._validate(plural, kind, obj, name)
             if invalid:
                 return invalid
@@ -648,6 +703,10 @@ class _Handler(BaseHTTPRequestHandler):
             code, body = self.server_api.handle(self.command, self.path, self.headers, data)
         except Exception as exc:  # a bug in the fake must show as a 500, not a hang
             code, body = status(500, "InternalError", "fake API server error: %r" % (exc,))
+        record = getattr(self.server_api._local, "record", None)
+        if record is not None:
+            record["code"] = code      # what the request was answered (requests[i]["code"])
+            self.server_api._local.record = None
         if isinstance(body, bytes):
             payload, ctype = body, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
         else:

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Boot-time re-apply of the declared MIG mode and layout (run by gpuops-mig.service).
 
-GPU instances never survive a reboot, and Hopper loses MIG mode too; this script re-applies both with the
+GPU instances never survive a reboot, and Hopper and Blackwell lose MIG mode too; this script re-applies both with the
 collection's own code (the module_utils the mig role puts next to it as one file, gpuops-mig-lib.json, so a copy
 interrupted half-way can never leave old and new modules mixed), writes a JSON summary to stdout (the journal)
 and exits 1 if any GPU is not in its declared state, so `systemctl status` shows the failure.

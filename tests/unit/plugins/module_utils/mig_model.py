@@ -17,6 +17,9 @@ MODELS = {
                   ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
     "H200": ("NVIDIA H200", "0x233510DE", "hopper", 143771,
              ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")),
+    # B200: the MIG user guide's B200 table (same 7-slice fractions as H100/H200)
+    "B200": ("NVIDIA B200", "0x290110DE", "blackwell", 183359,
+             ("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb")),
 }
 CI_IDS = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}
 CI_MAX = {7: {1: 7, 2: 3, 3: 2, 4: 1}, 4: {1: 4, 2: 2, 3: 1}, 3: {1: 3, 2: 1}, 2: {1: 2}, 1: {}}
@@ -59,9 +62,27 @@ def a30_profiles():
     ]
 
 
+def rtx_pro_6000_profiles():
+    """The user guide's RTX PRO 6000 Blackwell table, with the ids of a published `nvidia-smi mig -lgip`: four
+    memory and compute slices, and the +me, +gfx, +me.all and -me variants of 1g, 2g and 4g."""
+    out = []
+    for name, pid, max_inst in (("1g.24gb", 14, 4), ("1g.24gb+me", 21, 1), ("1g.24gb+gfx", 47, 4),
+                                ("1g.24gb+me.all", 65, 1), ("1g.24gb-me", 67, 4)):
+        out.append(_gi(name, pid, 1, 1, max_inst, range(4)))
+    for name, pid, max_inst in (("2g.48gb", 5, 2), ("2g.48gb+gfx", 35, 2), ("2g.48gb+me.all", 64, 1),
+                                ("2g.48gb-me", 66, 2)):
+        out.append(_gi(name, pid, 2, 2, max_inst, (0, 2)))
+    out.append(_gi("4g.96gb", 0, 4, 4, 1, (0,)))
+    out.append(_gi("4g.96gb+gfx", 32, 4, 4, 1, (0,)))
+    return out
+
+
 def gpu_facts(model, index=0, mig="Enabled"):
     if model == "A30":
         name, devid, arch, mem, profiles = "NVIDIA A30", "0x20B710DE", "ampere", 24576, a30_profiles()
+    elif model == "RTX-PRO-6000":
+        name, devid, arch, mem, profiles = ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "0x2BB510DE", "blackwell",
+                                            97887, rtx_pro_6000_profiles())
     elif model == "L40S":
         return {"index": index, "uuid": "GPU-l40s-%d" % index, "name": "NVIDIA L40S", "pci_device_id": "0x26B910DE",
                 "architecture": "ada", "mig_supported": False, "mig_mode_current": None, "mig_mode_pending": None,
@@ -75,7 +96,7 @@ def gpu_facts(model, index=0, mig="Enabled"):
             "gi_profiles": profiles, "gpu_instances": [], "mig_devices": [], "processes": []}
 
 
-ALL_MODELS = ["A100-SXM4-40GB", "A100-SXM4-80GB", "A30", "H100-80GB", "H200"]
+ALL_MODELS = ["A100-SXM4-40GB", "A100-SXM4-80GB", "A30", "H100-80GB", "H200", "B200", "RTX-PRO-6000"]
 
 
 class ModelError(Exception):

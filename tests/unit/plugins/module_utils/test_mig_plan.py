@@ -99,7 +99,12 @@ def test_unknown_profile_lists_valid_names_of_that_gpu():
 
 def test_unknown_subprofile_names_valid_subprofiles():
     with pytest.raises(mp.MigLayoutError, match=r"sub-profiles of 3g.20gb here: 1c.3g.20gb, 2c.3g.20gb"):
-        mp.validate_gpu_layout(gpu_facts("A100-SXM4-40GB"), enabled({"3c.3g.20gb": 1}))
+        mp.validate_gpu_layout(gpu_facts("A100-SXM4-40GB"), enabled({"4c.3g.20gb": 1}))
+
+
+def test_full_compute_instance_spelled_with_c_is_the_gi_profile():
+    # go-nvlib parses 3c.3g.20gb as C=3, G=3 and matches it to the 3g.20gb profile; so does the planner
+    assert mp.validate_gpu_layout(gpu_facts("A100-SXM4-40GB"), enabled({"3c.3g.20gb": 1})) == {"3g.20gb": 1}
 
 
 def test_two_4g_cannot_fit_says_why():
@@ -438,7 +443,7 @@ def test_plan_reaches_target_and_is_idempotent(sc):
 
 
 @settings(max_examples=EXAMPLES + 100, **SETTINGS)
-@given(scenario(models=["A100-SXM4-40GB", "A30", "H200"], max_gis=5))
+@given(scenario(models=["A100-SXM4-40GB", "A30", "H200", "B200", "RTX-PRO-6000"], max_gis=5))
 def test_plan_keeps_as_much_as_brute_force(sc):
     model, m, target = sc
     gpu = m.read_all()["gpus"][0]

@@ -10,7 +10,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlErro
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 SHAPES = {"A100-SXM4-40GB": "dgx-a100-40gb", "A100-SXM4-80GB": "dgx-a100-80gb", "A30": "a30-x4",
-          "H100-80GB": "hgx-h100-80gb", "H200": "hgx-h200"}
+          "H100-80GB": "hgx-h100-80gb", "H200": "hgx-h200", "B200": "hgx-b200", "B300": "hgx-b300",
+          "GB200": "gb200-nvl", "GH200": "gh200", "H100-NVL": "h100-nvl-x2", "RTX-PRO-6000": "rtx-pro-6000-x8"}
 EXAMPLES = int(os.environ.get("GPUOPS_PBT_EXAMPLES", "100"))
 BASE = tempfile.mkdtemp(prefix="gpuops-migsim-")
 

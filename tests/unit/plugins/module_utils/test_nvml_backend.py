@@ -189,3 +189,51 @@ def test_read_only_guard_refuses_and_logs_every_mutating_call(reading, tmp_path,
         getattr(backend, call)(*args)
     assert [json.loads(line)["call"] for line in log.read_text().splitlines()] == [call]
     assert not [c for c in fake.calls if "Set" in c or "Create" in c or "Destroy" in c], "nothing reached NVML"
+
+
+# A published `nvidia-smi mig -lgip` of an RTX PRO 6000 Blackwell (driver 580.105.08): NVML index, id, name,
+# instances, MiB, SMs. Placements are not published; the 4-slice geometry's are used.
+RTX_PRO_LISTING = [
+    ("1_SLICE", 14, "1g.24gb", 4, 24192, 46), ("1_SLICE_REV1", 21, "1g.24gb+me", 1, 24192, 46),
+    ("1_SLICE_GFX", 47, "1g.24gb+gfx", 4, 24192, 46), ("1_SLICE_ALL_ME", 65, "1g.24gb+me.all", 1, 24192, 46),
+    ("1_SLICE_NO_ME", 67, "1g.24gb-me", 4, 24192, 46), ("2_SLICE", 5, "2g.48gb", 2, 48512, 94),
+    ("2_SLICE_GFX", 35, "2g.48gb+gfx", 2, 48512, 94), ("2_SLICE_ALL_ME", 64, "2g.48gb+me.all", 1, 48512, 94),
+    ("2_SLICE_NO_ME", 66, "2g.48gb-me", 2, 48512, 94), ("4_SLICE", 0, "4g.96gb", 1, 97280, 188),
+    ("4_SLICE_GFX", 32, "4g.96gb+gfx", 1, 97280, 188),
+]
+
+
+class FakeRtxPro(FakeNvml):
+    """An RTX PRO 6000 Blackwell Server Edition with MIG enabled and no instance, answering from the listing."""
+
+    def __init__(self, reading):
+        super(FakeRtxPro, self).__init__(reading)
+        self.dev = dict(self.dev, name="NVIDIA RTX PRO 6000 Blackwell Server Edition", cuda_cc=[12, 0], arch=10,
+                        memory={"total": 97887 * 1024 * 1024}, mig_mode=[1, 1],
+                        pci=dict(self.dev["pci"], pciDeviceId=0x2BB510DE))
+        self.placements = {}
+        for dummy, pid, name, dummy2, dummy3, dummy4 in RTX_PRO_LISTING:
+            size = int(name[0])
+            self.placements[pid] = (list(range(0, 4, size)), size)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, h, index):
+        for index_name, pid, name, count, mem, sms in RTX_PRO_LISTING:
+            if getattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_" + index_name) == index:
+                info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+                info.id, info.sliceCount, info.instanceCount = pid, int(name[0]), count
+                info.memorySizeMB, info.multiprocessorCount = mem, sms
+                info.name = ("MIG " + name).encode()
+                return info
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+def test_reads_the_blackwell_suffix_profiles_like_the_simulator_models_them(reading, tmp_path):
+    # +gfx, -me and +me.all live at NVML indexes 0xA-0x10, which a reader stopping at 1_SLICE_REV2 never sees
+    real = NvmlBackend(nvml=FakeRtxPro(reading)).read_all()["gpus"][0]
+    sim = SimulatedBackend(str(tmp_path / "s.json"), shape="rtx-pro-6000-x8").read_all()["gpus"][0]
+    assert [p["name"] for p in real["gi_profiles"]] == [
+        "1g.24gb", "1g.24gb+me", "1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me", "2g.48gb", "2g.48gb+gfx",
+        "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx"]          # the order nvidia-smi printed
+    assert real["gi_profiles"] == sim["gi_profiles"]
+    assert (real["architecture"], real["pci_device_id"], real["memory_total_mib"]) == (
+        sim["architecture"], sim["pci_device_id"], sim["memory_total_mib"])

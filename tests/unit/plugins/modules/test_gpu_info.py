@@ -117,22 +117,24 @@ def test_pynvml_missing_on_a_real_host(tmp_path):
     assert "install the Python package nvidia-ml-py" in result["msg"]
 
 
-def test_lab_site_playbook_shows_both_nodes(tmp_path):
+def test_lab_site_playbook_shows_every_node(tmp_path):
     # site.yml now converges the nodes (tests/integration/test_site_lab.py); in check mode it still reads and shows
     # each node's GPUs and writes nothing but the simulators' state files.
+    nodes = ("lab-dgx-a100", "lab-hgx-b200", "lab-hgx-h200")
     data, proc = run_playbook("site.yml", inventory="inventories/lab",
                               extra_vars={"gpuops_lab_state_dir": str(tmp_path)}, check=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = data["stats"]
-    assert set(stats) == {"lab-dgx-a100", "lab-hgx-h200"}
+    assert set(stats) == set(nodes)
     assert all(s["failures"] == 0 for s in stats.values())
     shown = {}  # nodes run in rolling batches: one play per batch
     for task in [t for p in data["plays"] for t in p["tasks"] if t["task"]["name"].endswith("Show the GPUs as they are now")]:
         shown.update(task["hosts"])
     assert "GPU7 H200 143771MiB" in "\n".join(shown["lab-hgx-h200"]["msg"])
     assert "GPU0 A100-SXM4-40GB" in "\n".join(shown["lab-dgx-a100"]["msg"])
+    assert "GPU7 B200 183359MiB" in "\n".join(shown["lab-hgx-b200"]["msg"])
     # the state files, their lock files (the simulator's own and the node lock beside it), nothing else
     files = sorted(os.listdir(str(tmp_path)))
-    assert [f for f in files if not f.endswith(".lock")] == ["lab-dgx-a100.json", "lab-hgx-h200.json"]
-    assert {"lab-dgx-a100.json.lock", "lab-hgx-h200.json.lock"} <= set(files)
-    assert all(f.startswith(("lab-dgx-a100.json", "lab-hgx-h200.json")) for f in files)
+    assert [f for f in files if not f.endswith(".lock")] == ["%s.json" % n for n in nodes]
+    assert set("%s.json.lock" % n for n in nodes) <= set(files)
+    assert all(f.startswith(tuple("%s.json" % n for n in nodes)) for f in files)

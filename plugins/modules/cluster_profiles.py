@@ -1,0 +1,185 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: cluster_profiles
+short_description: Keep every GPU node's device plugin profile in the cluster, shared by runs and AWX job slices
+version_added: 0.1.0
+description:
+  - A run of site.yml sees only its own nodes - an AWX job slice gets an inventory with only that slice's hosts, a
+    run with C(--limit) plays only some. NVIDIA's device plugin release, though, must carry the profile of every
+    node in the cluster; a release built from one slice's nodes would remove the profiles that other slices' nodes
+    select, and the device plugin on those nodes would stop (its config-manager fails on a label that names a
+    missing config).
+  - This module keeps the fleet's declarations in a ConfigMap (data C(nodes) - node name to profile name; C(profiles)
+    - profile name to profile) and merges this run's O(nodes) and O(profiles) into it, replacing the entries of
+    these nodes and keeping every other node's. It returns the profiles that some node of the record declares, for
+    M(gpuops.nvidia.device_plugin) - the same set whichever slice asks, once every slice has recorded its nodes.
+  - An entry leaves the record when its node declares another profile, or with O(prune=true) (a run over the whole
+    fleet drops the nodes it does not name).
+  - When there is no record yet (the first run after upgrading to this version may be a job slice or a run with
+    C(--limit) on a cluster whose release serves the whole fleet), the record is first seeded from the cluster -
+    every Node whose C(nvidia.com/device-plugin.config) label names a profile this collection makes (C(default),
+    C(mig-<strategy>), C(mps-<N>), C(ts-<N>)) keeps that profile.
+  - Writes carry the C(resourceVersion) that was read; a 409 Conflict (another slice wrote in between) is retried on
+    a fresh read.
+  - Check mode sends the write as a server-side dry run and returns the merged profiles.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  name:
+    description: Name of the ConfigMap.
+    type: str
+    default: gpuops-nvidia-profiles
+  namespace:
+    description: Namespace of the ConfigMap.
+    type: str
+    required: true
+  nodes:
+    description: This run's nodes - node name to the name of the profile it selects (filter
+      gpuops.nvidia.device_plugin_profiles, key C(nodes)).
+    type: dict
+    required: true
+  profiles:
+    description: This run's profiles (filter gpuops.nvidia.device_plugin_profiles, key C(profiles)); each has a
+      C(name), the value of the node label C(nvidia.com/device-plugin.config) that selects it.
+    type: list
+    elements: dict
+    required: true
+  prune:
+    description:
+      - Drop the entries of nodes not in O(nodes). Only for a run over the whole fleet - never in a job slice or a
+        run with C(--limit), where it would drop the other nodes' profiles.
+    type: bool
+    default: false
+  create_namespace:
+    description: Create O(namespace) when it does not exist.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Server-side dry run of the write.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - RBAC - C(get), C(create) and C(update) on C(configmaps) in O(namespace); C(list) on C(nodes) (seeding); C(get),
+    C(create) on C(namespaces) with O(create_namespace=true).
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Record this run's nodes; get the profiles of the whole fleet
+  gpuops.nvidia.cluster_profiles:
+    namespace: nvidia-device-plugin
+    nodes: "{{ plan.nodes }}"
+    profiles: "{{ plan.profiles }}"
+  vars:
+    plan: "{{ hostvars | gpuops.nvidia.device_plugin_profiles(ansible_play_hosts_all) }}"
+  delegate_to: localhost
+  run_once: true
+  register: fleet
+
+- name: The device plugin with every node's profile
+  gpuops.nvidia.device_plugin:
+    chart_version: 0.17.0
+    profiles: "{{ fleet.profiles }}"
+    default_profile: default
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+profiles:
+  description: Every profile some node of the record declares (and C(default)), sorted by name.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"name": "default"}, {"name": "mig-mixed", "mig_strategy": "mixed"}]
+nodes:
+  description: The record's nodes after the task - node name to profile name.
+  returned: success
+  type: dict
+changes:
+  description: added_nodes, changed_nodes, removed_nodes, added_profiles, changed_profiles, removed_profiles, and
+    seeded_nodes (recorded from their labels because there was no record yet).
+  returned: success
+  type: dict
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def _key_errors(name):
+    errors = _kube.label_value_errors("nvidia.com/device-plugin.config", name)
+    if not _CONFIGMAP_KEY.match(name):
+        errors.append("profile name %r is not a ConfigMap key (letters, digits, '-', '_', '.')" % name)
+    return errors
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type="str", default="gpuops-nvidia-profiles"),
+        namespace=dict(type="str", required=True),
+        nodes=dict(type="dict", required=True),
+        profiles=dict(type="list", elements="dict", required=True),
+        prune=dict(type="bool", default=False),
+        create_namespace=dict(type="bool", default=True),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    nodes = dict((str(k), v if isinstance(v, str) else str(v)) for k, v in (p["nodes"] or {}).items())
+    errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["namespace"], "namespace")
+    errors += record.validate(nodes, p["profiles"], _key_errors)
+    if errors:
+        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+    _kube.mask_kubeconfig_secrets(module)
+
+    check = module.check_mode
+    try:
+        kube = _kube.Kube.from_params(p)
+        store = record.RecordStore(kube, p["namespace"], p["name"])
+        namespace = "present"
+        if p["create_namespace"]:
+            namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check)
+        if namespace == "would be created":
+            # nothing inside a namespace that does not exist can be dry-run: plan from an empty record
+            before = {"nodes": {}, "profiles": {}}
+            after, changes = record.merge(before, nodes, p["profiles"], p["prune"])
+            changes["seeded_nodes"] = []       # no namespace, no release in it: nothing to keep
+            changed = True
+        else:
+            before, after, changes, changed = store.update(nodes, p["profiles"], p["prune"], dry_run=check)
+        result = dict(changed=changed, profiles=record.profile_list(after), nodes=after["nodes"], changes=changes)
+        if module._diff and changed:
+            result["diff"] = record.diff_view(before, after, changes)
+        module.exit_json(**result)
+    except record.RecordError as exc:
+        module.fail_json(msg=str(exc))
+    except KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: device_plugin_verify
+short_description: Wait until a node advertises the GPUs its device plugin config promises
+version_added: 0.2.0
+description:
+  - Computes what the node must advertise under its device plugin profile and GPU facts - GPUs x replicas under
+    C(nvidia.com/gpu) or C(nvidia.com/gpu.shared), MIG devices under C(nvidia.com/gpu) (C(single)) or
+    C(nvidia.com/mig-<profile>) (C(mixed)) - and polls the Node's C(status.allocatable) until it does.
+  - For an MPS profile, also waits for a ready pod of the MPS control daemon DaemonSet on the node in O(namespace)
+    (the chart's C(<release>-mps-control-daemon), the GPU Operator's C(nvidia-device-plugin-mps-control-daemon)).
+  - The same check as M(gpuops.nvidia.device_plugin)'s O(gpuops.nvidia.device_plugin#module:verify), per node, for
+    either provider (the standalone chart or the GPU Operator).
+  - Read-only; fails after O(timeout) seconds with what the node advertises instead.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  node_name:
+    description: The Node's name as C(kubectl get nodes) shows it.
+    type: str
+    required: true
+  profile:
+    description: The node's device plugin profile (the same keys as M(gpuops.nvidia.device_plugin)'s profiles).
+    type: dict
+    required: true
+    suboptions:
+      name:
+        description: Profile name.
+        type: str
+        required: true
+      sharing:
+        description: C(none), C(time-slicing) or C(mps).
+        type: str
+        choices: [none, time-slicing, mps]
+        default: none
+      replicas:
+        description: Replicas per GPU.
+        type: int
+      rename_by_default:
+        description: Shared GPUs are advertised as C(<name>.shared).
+        type: bool
+        default: false
+      fail_requests_greater_than_one:
+        description: Not used here (accepted so that a profile can be passed as it is).
+        type: bool
+      mig_strategy:
+        description: MIG strategy of the profile.
+        type: str
+        choices: [none, single, mixed]
+        default: none
+      resources:
+        description: Resources shared, each C({name, replicas}).
+        type: list
+        elements: dict
+      flags:
+        description: Not used here (accepted so that a profile can be passed as it is).
+        type: dict
+  gpus:
+    description: The node's GPU facts from M(gpuops.nvidia.gpu_info), read after any MIG change.
+    type: raw
+    required: true
+  namespace:
+    description: Namespace of the MPS control daemon's pods (the chart's release namespace, or the operator's).
+    type: str
+  timeout:
+    description: Seconds to wait.
+    type: int
+    default: 300
+  interval:
+    description: Seconds between two reads.
+    type: float
+    default: 5.0
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; it runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: The node advertises 8 x 4 nvidia.com/gpu and runs the MPS daemon
+  gpuops.nvidia.device_plugin_verify:
+    node_name: gpu-node-17
+    profile: {name: mps-4, sharing: mps, replicas: 4}
+    gpus: "{{ ansible_facts.nvidia_gpus }}"
+    namespace: gpu-operator
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+expected:
+  description: The resources and counts the node must advertise.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu": 32}
+allocatable:
+  description: The node's C(nvidia.com/*) allocatable resources when the check passed.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            node_name=dict(type="str", required=True),
+            profile=dict(type="dict", required=True, options=dp.PROFILE_ARG_SPEC),
+            gpus=dict(type="raw", required=True),
+            namespace=dict(type="str"),
+            timeout=dict(type="int", default=300),
+            interval=dict(type="float", default=5.0),
+            **_kube.AUTH_ARG_SPEC
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    profile = dp.normalize_profile(dict((k, v) for k, v in p["profile"].items() if v is not None or k == "name"))
+    errors = dp.profile_errors(profile, None)
+    gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
+    if profile["sharing"] == "mps" and not p["namespace"]:
+        errors.append("namespace is required with an MPS profile (where the MPS control daemon's pods run)")
+    if p["timeout"] < 0 or p["interval"] <= 0:
+        errors.append("timeout must be >= 0 and interval > 0 seconds, got %s and %s" % (p["timeout"], p["interval"]))
+    if errors:
+        module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
+    expected = dp.expected_allocatable(profile, gpus)
+    _kube.mask_kubeconfig_secrets(module)
+    try:
+        kube = _kube.Kube.from_params(p)
+        found = _rollout.verify_rollout(kube, {p["node_name"]: expected},
+                                        [p["node_name"]] if profile["sharing"] == "mps" else [], p["namespace"],
+                                        p["timeout"], p["interval"])
+    except _kube.KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status, expected=expected)
+    module.exit_json(changed=False, expected=expected, allocatable=found[p["node_name"]])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_operator_mig
+short_description: Have the GPU Operator's MIG manager apply a node's declared MIG layout, and wait for it
+version_added: 0.2.0
+description:
+  - For nodes whose MIG is owned by NVIDIA's GPU Operator. Resolves the declared layout (a named layout such as
+    C(all-balanced), or an inline layout in M(gpuops.nvidia.mig_layout)'s format) against the node's GPU facts, in
+    each GPU's own profile names, and validates it - a layout a GPU cannot take is refused before anything changes.
+  - Publishes it as a mig-parted v1 config in the MIG manager's ConfigMap (the one C(spec.migManager.config.name) of
+    the ClusterPolicy names, key C(config.yaml)); entries are keyed by the GPUs' PCI ids (C(device-filter)), so
+    nodes of different models can share a config name. The name is C(gpuops-<layout>-<8 hex of the content>) - a
+    changed layout is a new name, hence a new label value, which is what makes the MIG manager apply it. A layout
+    that disables MIG everywhere is published as C(all-disabled).
+  - Sets the node's label C(nvidia.com/mig.config) to that name (in the same change it removes a stale
+    C(nvidia.com/mig.config.state), and sets C(nvidia.com/gpu.deploy.mig-manager=true) if it was C(false)), then waits
+    until the MIG manager reports C(nvidia.com/mig.config.state=success). It fails with the node, the state
+    (C(failed), C(pending), C(rebooting) or none) and what to look at when it does not within O(timeout).
+  - Nothing is written when the node already selects the config, the MIG manager reported success and the GPUs
+    match it; then C(changed) is false.
+  - Returns C(gpus_differ) (GPUs whose MIG mode or devices differ from the layout) so that a play can cordon and
+    drain the node only when the change is disruptive.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  node_name:
+    description: The Node's name as C(kubectl get nodes) shows it.
+    type: str
+    required: true
+  gpus:
+    description:
+      - The node's GPU facts from M(gpuops.nvidia.gpu_info) (the whole C(nvidia_gpus) fact or its C(gpus) list).
+        The layout is resolved and validated against them, and compared with them to tell whether the GPUs differ.
+    type: raw
+    required: true
+  config_name:
+    description: A named layout (C(all-disabled), C(all-enabled), C(all-balanced), C(all-1g), C(all-3g.40gb), ...).
+    type: str
+  layout:
+    description: An inline layout (M(gpuops.nvidia.mig_layout)'s O(gpuops.nvidia.mig_layout#module:layout) format).
+    type: list
+    elements: dict
+  config_map:
+    description: The MIG manager's ConfigMap. Default - the one C(spec.migManager.config.name) names.
+    type: str
+  namespace:
+    description: The operator's namespace. Default - the ClusterPolicy's C(status.namespace).
+    type: str
+  policy_name:
+    description: The ClusterPolicy's name. Default - the only one of the cluster.
+    type: str
+  wait:
+    description: Wait for the MIG manager's C(success) (or fail on C(failed) or after O(timeout)).
+    type: bool
+    default: true
+  timeout:
+    description: Seconds to wait for C(nvidia.com/mig.config.state=success). A MIG change can drain and restart the
+      device plugin and other GPU pods of the node first.
+    type: int
+    default: 600
+  interval:
+    description: Seconds between two reads of the node while waiting.
+    type: float
+    default: 5.0
+attributes:
+  check_mode:
+    support: full
+    details: The ConfigMap and label writes are sent with the API server's dry run; nothing is stored and nothing waits.
+  diff_mode:
+    support: full
+    details: The node's MIG labels and the published config, before and after.
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs
+  gpuops.nvidia.gpu_info:
+
+- name: Let the GPU Operator's MIG manager apply all-balanced here
+  gpuops.nvidia.gpu_operator_mig:
+    node_name: "{{ inventory_hostname }}"
+    gpus: "{{ ansible_facts.nvidia_gpus }}"
+    config_name: all-balanced
+    timeout: 900
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+config:
+  description: The config name the node selects (the value of C(nvidia.com/mig.config)).
+  returned: success
+  type: str
+  sample: gpuops-all-balanced-1a2b3c4d
+entries:
+  description: The mig-parted entries of that config.
+  returned: success
+  type: list
+  elements: dict
+config_map:
+  description: Namespace and name of the MIG manager's ConfigMap.
+  returned: success
+  type: str
+  sample: gpu-operator/gpuops-mig-parted-config
+published:
+  description: Whether the config was (in check mode - would be) added to the ConfigMap.
+  returned: success
+  type: bool
+state:
+  description: The C(nvidia.com/mig.config.state) label at the end (before the change in check mode).
+  returned: success
+  type: str
+  sample: success
+gpus_differ:
+  description: Indices of the GPUs whose MIG mode or devices differ from the layout (read from O(gpus)).
+  returned: success
+  type: list
+  elements: int
+waited:
+  description: Seconds spent waiting for the MIG manager.
+  returned: success
+  type: float
+skipped_reason:
+  description: Why nothing was needed (no MIG-capable GPU).
+  returned: when the node has no MIG-capable GPU
+  type: str
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover
+    HAS_YAML = False
+
+
+def _gpus(raw):
+    if isinstance(raw, dict):
+        raw = raw.get("gpus")
+    if not isinstance(raw, list) or not all(isinstance(g, dict) and "index" in g for g in raw):
+        return None
+    return raw
+
+
+def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
+    """Add config ``config`` to the MIG ConfigMap (read, change, write guarded by resourceVersion; a concurrent
+    writer - another node of the batch - makes the write fail 409, and it is read and done again). Returns
+    (published, answer)."""
+    path = _kube.configmap_path(namespace, name)
+    for attempt in range(attempts):
+        current = _kube.get_optional(kube, "read ConfigMap %s/%s" % (namespace, name), path)
+        text = ((current or {}).get("data") or {}).get(op.MIG_CONFIG_KEY)
+        doc = op.parse_config_text(text, yaml)
+        if current is not None and (doc.get("mig-configs") or {}).get(config) == entries:
+            return False, current
+        data = dict((current or {}).get("data") or {})
+        data[op.MIG_CONFIG_KEY] = op.dump_config(op.with_config(doc, config, entries), yaml)
+        try:
+            return True, _kube.write_configmap(kube, namespace, name, data, current, dry_run=dry_run)
+        except KubeError as exc:
+            if exc.status != 409 or attempt == attempts - 1:
+                raise
+
+
+def wait_state(kube, node, timeout, interval, sleep=time.sleep):
+    """Read the node until the MIG manager reports success or failed; returns (state, seconds waited)."""
+    start = time.time()
+    while True:
+        labels = kube.get("read node %s" % node, _kube.node_path(node))["metadata"].get("labels") or {}
+        state = labels.get(op.MIG_STATE_LABEL)
+        waited = round(time.time() - start, 1)
+        if state in ("success", "failed") or waited >= timeout:
+            return state, waited
+        sleep(interval)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            node_name=dict(type="str", required=True),
+            gpus=dict(type="raw", required=True),
+            config_name=dict(type="str"),
+            layout=dict(type="list", elements="dict"),
+            config_map=dict(type="str"),
+            namespace=dict(type="str"),
+            policy_name=dict(type="str"),
+            wait=dict(type="bool", default=True),
+            timeout=dict(type="int", default=600),
+            interval=dict(type="float", default=5.0),
+            **_kube.AUTH_ARG_SPEC
+        ),
+        mutually_exclusive=[("config_name", "layout")],
+        required_one_of=[("config_name", "layout")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    errors = _kube.dns_subdomain_errors(p["node_name"], "node_name")
+    for key in ("config_map", "policy_name"):
+        if p[key] is not None:
+            errors += _kube.dns_subdomain_errors(p[key], key)
+    if p["namespace"] is not None:
+        errors += _kube.dns_label_errors(p["namespace"], "namespace")
+    if p["config_map"] == op.OPERATOR_MIG_CONFIGMAP:
+        errors.append("config_map %s is refused: the operator rewrites its own ConfigMap; use the one the collection "
+                      "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % op.OPERATOR_MIG_CONFIGMAP)
+    if p["timeout"] < 0 or p["interval"] <= 0:
+        errors.append("timeout must be >= 0 and interval > 0 seconds, got %s and %s" % (p["timeout"], p["interval"]))
+    gpus = _gpus(p["gpus"])
+    if gpus is None:
+        errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
+    if errors:
+        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+    node = p["node_name"]
+    if not any(g.get("mig_supported") for g in gpus):
+        module.exit_json(changed=False, gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
+    try:
+        config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
+        differ = op.gpus_differ(gpus, resolved)
+    except mp.MigLayoutError as exc:
+        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, exc))
+    _kube.mask_kubeconfig_secrets(module)
+
+    dry = module.check_mode
+    result = dict(changed=False, config=config, entries=entries, gpus_differ=differ, published=False, waited=0.0)
+    try:
+        kube = _kube.Kube.from_params(p)
+        cm_name, namespace = p["config_map"], p["namespace"]
+        if not cm_name or not namespace:
+            items = kube.get("list ClusterPolicies", op.policy_path()).get("items") or []
+            policy = op.select_policy(items, p["policy_name"])
+            namespace = op.namespace_of(policy, namespace)
+            named = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name")
+            cm_name = cm_name or named
+            if not namespace:
+                raise op.OperatorError("ClusterPolicy %s has no status.namespace: give namespace"
+                                       % policy["metadata"]["name"])
+            if not cm_name or cm_name == op.OPERATOR_MIG_CONFIGMAP:
+                raise op.OperatorError(
+                    "ClusterPolicy %s does not point the MIG manager at a ConfigMap of this collection "
+                    "(spec.migManager.config.name=%s): run gpuops.nvidia.gpu_operator with mig_config_map first "
+                    "(site.yml's cluster step does, with gpu_node_mig_owner=gpu_operator)"
+                    % (policy["metadata"]["name"], named or "(unset)"))
+        result["config_map"] = "%s/%s" % (namespace, cm_name)
+        node_obj = kube.get("read node %s" % node, _kube.node_path(node))
+        labels = node_obj["metadata"].get("labels") or {}
+        keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
+        before = dict((k, labels.get(k)) for k in keys)
+        result["state"] = before[op.MIG_STATE_LABEL]
+
+        published, dummy = publish(kube, namespace, cm_name, config, entries, dry)
+        result["published"] = published
+        relabel = before[op.MIG_CONFIG_LABEL] != config
+        if not relabel and not published:
+            state = before[op.MIG_STATE_LABEL]
+            if state == "failed":
+                module.fail_json(msg=op.state_problem(node, state, config, namespace), **result)
+            if state == "success" and differ:
+                module.fail_json(msg="node %s: the MIG manager reported success for %s=%s, but GPU(s) %s do not "
+                                 "match it. It applies a config only when the label changes or at its start: "
+                                 "delete the node's MIG manager pod (kubectl -n %s delete pod -l "
+                                 "app=nvidia-mig-manager --field-selector spec.nodeName=%s) to have it applied "
+                                 "again, then re-run" % (node, op.MIG_CONFIG_LABEL, config,
+                                                         ", ".join(map(str, differ)), namespace, node), **result)
+        if relabel:
+            patch = {op.MIG_CONFIG_LABEL: config, op.MIG_STATE_LABEL: None}
+            if str(before[op.MIG_MANAGER_DEPLOY_LABEL]).lower() == "false":
+                patch[op.MIG_MANAGER_DEPLOY_LABEL] = "true"
+            kube.patch("label node %s" % node, _kube.node_path(node), {"metadata": {"labels": patch}},
+                       dry_run=dry)
+        result["changed"] = relabel or published
+        if module._diff and result["changed"]:
+            after = dict(before)
+            if relabel:
+                after.update({op.MIG_CONFIG_LABEL: config, op.MIG_STATE_LABEL: None})
+                if op.MIG_MANAGER_DEPLOY_LABEL in patch:
+                    after[op.MIG_MANAGER_DEPLOY_LABEL] = "true"
+            result["diff"] = dict(before={"node/%s labels" % node: before},
+                                  after={"node/%s labels" % node: after,
+                                         "%s/%s config %s" % (namespace, cm_name, config): entries},
+                                  before_header="node/%s" % node, after_header="node/%s" % node)
+        if dry or not p["wait"] or (not relabel and result["state"] == "success"):
+            module.exit_json(**result)
+        state, waited = wait_state(kube, node, p["timeout"], p["interval"])
+        result.update(state=state, waited=waited)
+        if state != "success":
+            module.fail_json(msg=op.state_problem(node, state, config, namespace, waited), **result)
+        module.exit_json(**result)
+    except op.OperatorError as exc:
+        module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", **result)
+    except KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status, **result)
+
+
+if __name__ == "__main__":
+    main()
