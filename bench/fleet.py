@@ -28,6 +28,8 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --issue8 --out docs/readings/fleet   # 1 and 50 nodes with the empty play,
                              # growth 10/25/50/100 nodes, 1/2/4/8 GPUs per node at 10 nodes
        python bench/fleet.py --quick                              # 2 single-GPU nodes (the test runs this)
+       python bench/fleet.py --compare ada3a85 --out docs/readings  # old against new, side by side, interleaved
+                             # (1 MIG node, 1 MPS node, 10 and 25 nodes; bench/fleet_compare.py)
        python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
                              # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
 """
@@ -52,22 +54,23 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_catalog import 
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 
 SITE = os.path.join(ROOT, "site.yml")
-LAB = os.path.join(ROOT, "inventories", "lab")
-CONTAINERD_INITIAL = os.path.join(ROOT, "inventories", "lab-files", "containerd-config.toml")
 # GPUs per node -> the simulator's all-H200 shape (1: h200-x1, 2: h200-x2, 4: h200-x4, 8: hgx-h200)
 H200_SHAPES = dict((len(models), shape) for shape, models in MACHINE_SHAPES.items() if set(models) == {"H200"})
 
 
-def inventory(tmp, nodes, shape, mig_share=0.5, extra=None):
-    """An inventory directory like inventories/lab with `nodes` nodes of `shape`; returns its path."""
+def inventory(tmp, nodes, shape, mig_share=0.5, extra=None, repo=ROOT):
+    """An inventory directory like inventories/lab with `nodes` nodes of `shape` (the lab group_vars of the checkout
+    at `repo`, default this one); returns its path."""
     inv = os.path.join(tmp, "inventory")
-    shutil.copytree(os.path.join(LAB, "group_vars"), os.path.join(inv, "group_vars"))
+    shutil.copytree(os.path.join(repo, "inventories", "lab", "group_vars"), os.path.join(inv, "group_vars"))
     # The lab's gpu_nodes.yml finds the repository and the containerd seed config from inventory_dir: point them
     # at this checkout, and every node's state and files at the temporary directory.
     path = os.path.join(inv, "group_vars", "gpu_nodes.yml")
     with open(path) as handle:
         group = yaml.safe_load(handle)
-    group.update({"gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": CONTAINERD_INITIAL,
+    group.update({"gpuops_repo_dir": repo,
+                  "gpu_node_containerd_initial_config": os.path.join(repo, "inventories", "lab-files",
+                                                                     "containerd-config.toml"),
                   "gpuops_lab_state_dir": os.path.join(tmp, "state")})
     group.update(extra or {})
     with open(path, "w") as handle:
@@ -89,12 +92,12 @@ class BenchError(Exception):
 class Run(object):
     """One ansible-playbook run: wall and CPU seconds, load before, the JSON callback's output."""
 
-    def __init__(self, playbook, inv, forks, env, args=()):
+    def __init__(self, playbook, inv, forks, env, args=(), cwd=ROOT):
         cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)] + list(args)
         self.load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.run(cmd, cwd=cwd, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, check=False)
         self.wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -379,6 +382,9 @@ def main(argv=None):
                         help="2 single-GPU nodes (one MIG, one MPS), forks 2, one batch (the test runs this)")
     parser.add_argument("--replot", metavar="FLEET_JSON", help="the report and plot again from a run's fleet.json")
     parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE group var for every node")
+    parser.add_argument("--compare", metavar="COMMIT", help="old against new: this commit (git archive) and the working "
+                        "tree, the same fleets interleaved; --nodes default 1mig,1mps,10,25 (bench/fleet_compare.py)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of re-run and empty play per side (--compare)")
     parser.add_argument("--slices", help="e.g. 1,2,4: site.yml as that many AWX job slices at once against the fake "
                         "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
     args = parser.parse_known_args(argv)[0]
@@ -387,6 +393,12 @@ def main(argv=None):
     if args.quick:
         args.nodes, args.shape, args.forks, args.gpus_per_node, args.serial = "2", "h200-x1", 2, "", "2"
     extra = dict(kv.split("=", 1) for kv in args.extra)
+    if args.compare:
+        import fleet_compare  # (bench/fleet_compare.py, beside this file)
+        if args.nodes == parser.get_default("nodes"):
+            args.nodes = fleet_compare.DEFAULT_FLEETS
+        args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
+        return fleet_compare.main(args)
     runs = plan(args)
     if args.issue8:
         runs.append((100, args.shape, False))  # last: the longest, after everything else is in the report

@@ -112,3 +112,52 @@ def state_view(gpus):
     """{index: {compute_mode, persistence_mode}} for diffs."""
     return dict((str(g["index"]), {"compute_mode": g.get("compute_mode"),
                                    "persistence_mode": bool(g.get("persistence_mode"))}) for g in gpus)
+
+
+def planned_state(todo):
+    """The selected GPUs as they are once ``todo`` (plan_settings' result) is applied."""
+    out = []
+    for g in todo["selected"]:
+        g2 = dict(g)
+        for c in todo["changes"]:
+            if c["index"] == g["index"]:
+                if c["compute_mode"]:
+                    g2["compute_mode"] = c["compute_mode"][1]
+                if c["persistence_mode"]:
+                    g2["persistence_mode"] = c["persistence_mode"][1]
+        out.append(g2)
+    return out
+
+
+def report(gpus):
+    """compute_mode's per-GPU result entries (the boot-time unit is written from these)."""
+    return [{"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": g.get("compute_mode"),
+             "nvidia_smi_mode": NVIDIA_SMI_MODE.get(g.get("compute_mode")),
+             "persistence_mode": bool(g.get("persistence_mode"))} for g in gpus]
+
+
+UNIT_HEADER = """# Managed by the gpuops.nvidia.compute_mode role: edits here are overwritten.
+# Compute mode is not persistent: it returns to Default on reboot and when the driver de-initialises an idle
+# GPU. This unit sets it again at boot, by GPU UUID (indices can change when GPUs are added or removed).
+[Unit]
+Description=Re-apply NVIDIA GPU compute modes (gpuops.nvidia)
+After=nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+"""
+
+
+def boot_unit(gpus, persistence, nvidia_smi):
+    """The systemd unit that re-applies compute (and persistence) mode at boot, by GPU UUID, from compute_mode's
+    per-GPU result entries (``report``). The compute_mode role writes it (filter compute_mode_unit) and
+    gpu_node_plan compares it: one text for both."""
+    lines = [UNIT_HEADER]
+    for gpu in sorted(gpus, key=lambda g: g["index"]):
+        if persistence:
+            lines.append("ExecStart=%s -i %s -pm 1\n" % (nvidia_smi, gpu["uuid"]))
+        if gpu["nvidia_smi_mode"] is not None:      # a mode not read is not re-applied
+            lines.append("ExecStart=%s -i %s -c %s\n" % (nvidia_smi, gpu["uuid"], gpu["nvidia_smi_mode"]))
+    lines.append("\n[Install]\nWantedBy=multi-user.target\n")
+    return "".join(lines)

@@ -13,9 +13,14 @@ it touch live files:
    (``NvidiaCtkRunner.compute``), map the temporary import path back to the real one (``substitute``);
 3. validate the candidate with the containerd binary that will load it (``containerd --config FILE config
    dump``) and check the merged result (``check_candidate_dump``, ``effective_changes``);
-4. compare with the live files (``plan_files``). Only the module writes, atomically, after all of that.
+4. compare with the live files (``plan_files``). Only then are files written, atomically (``run_module``).
+5. record what was verified (``Stamp``): the digests of every file containerd loads, the identity of both
+   binaries, the parameters and this file's own code. A later run that finds all of them unchanged knows the
+   result without running either tool again (see ``Stamp`` for why that cannot hide a change).
 
-Everything but ``NvidiaCtkRunner`` is pure (no I/O) and unit-tested directly.
+Everything but ``NvidiaCtkRunner``, ``Stamp`` and the module run at the end is pure (no I/O) and unit-tested
+directly. The module file (plugins/modules/containerd_runtime.py) holds only its documentation and argument spec:
+everything that decides its result is here, so the stamp's code digest (of this file) covers it.
 Target-side code: Python 3.9+. TOML is read with tomllib (3.11+), else tomli, else tomlkit.
 """
 
@@ -25,11 +30,15 @@ __metaclass__ = type
 
 import copy
 import glob
+import hashlib
 import io
+import json
 import os
 import re
 import shutil
 import tempfile
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_bytes, read_text
 
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
@@ -40,6 +49,19 @@ CONTAINERD_PACKAGE = "containerd"
 WRONG_DROP_IN_1180 = "/etc/containerd/config.d/99-nvidia.toml"
 EDIT_MODES = ("auto", "drop_in", "in_place")
 CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# containerd_runtime's options (but backup), shared with gpu_node_plan: the stamp compares parameters, so both
+# must resolve them with the same defaults.
+ARGUMENT_SPEC = dict(
+    config_path=dict(type="path", default=DEFAULT_CONFIG),
+    drop_in_path=dict(type="path", default=DEFAULT_DROP_IN),
+    edit_mode=dict(type="str", default="auto", choices=list(EDIT_MODES)),
+    runtime_name=dict(type="str", default="nvidia"),
+    set_as_default=dict(type="bool", default=False),
+    cdi_enabled=dict(type="bool", default=False),
+    runtime_path=dict(type="path", default=DEFAULT_RUNTIME_PATH),
+    nvidia_ctk_path=dict(type="path"),
+    containerd_path=dict(type="path"),
+)
 RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Characters that would need escaping inside a TOML string; refused in paths so that the
 # temporary-directory mapping below works on plain quoted strings.
@@ -628,3 +650,363 @@ def _read_optional(path):
         if os.path.exists(path):
             raise
         return None
+
+
+# ------------------------------------------------------------------------------------------------------
+# The module's run (I/O: reads the live files, runs the tools, writes)
+# ------------------------------------------------------------------------------------------------------
+def read_live(module, path, what):
+    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 -> clear
+    failure (nothing changed)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_text(path, what)
+    except InputFileError as exc:
+        module.fail_json(msg="%s; it is left untouched and nothing was changed" % exc)
+
+
+def find_binary(module, given, name, option, required_msg=None):
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            module.fail_json(msg="%s %s does not exist or is not executable (give the path of the %s program)"
+                             % (option, given, name))
+        return given
+    path = module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin"])
+    if path is None and required_msg:
+        module.fail_json(msg=required_msg)
+    return path
+
+
+def write_atomic(module, path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same directory and atomic_move
+    (an existing file keeps its mode, owner and SELinux context; a new one gets 0644 under umask 022)."""
+    path = os.path.realpath(path)  # a symlinked config stays a symlink; its target is replaced
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class Evaluation(object):
+    """One full check of the live files: the plan (live vs nvidia-ctk's candidate, validated by containerd), the
+    result fields that describe it, and the warnings."""
+
+    def __init__(self, plan, fields, warnings):
+        self.plan = plan
+        self.fields = fields
+        self.warnings = warnings
+        self.changed = any(item["action"] != "none" for item in plan)
+
+
+def evaluate(module, runner, p, ctk_version, containerd_version):
+    """Steps 1-4 of the module docstring, changing nothing. Raises ContainerdConfigError (nothing changed)."""
+    warnings = []
+    config_path, drop_in_path = p["config_path"], p["drop_in_path"]
+    mode, mode_warnings = choose_edit_mode(p["edit_mode"], ctk_version)
+    warnings += mode_warnings
+    containerd = runner.containerd_path
+    live = {config_path: read_live(module, config_path, "config_path")}
+    if mode == "drop_in":
+        live[drop_in_path] = read_live(module, drop_in_path, "drop_in_path")
+        if live[drop_in_path] is not None:
+            parse_toml(live[drop_in_path], "drop_in_path " + drop_in_path)  # never overwrite a file that is not TOML
+    config_exists = live[config_path] is not None
+    source = parse_toml(live[config_path], "config_path " + config_path) if config_exists else {}
+    version, errors, source_warnings = analyse_source(source, config_path, config_exists)
+    warnings += source_warnings
+    if errors:
+        raise ContainerdConfigError(" ".join(errors) + " Nothing was changed.")
+    wrong = wrong_drop_in_1180(drop_in_path) if mode == "drop_in" else None
+    if wrong and os.path.exists(wrong):
+        warnings.append("%s exists: nvidia-ctk 1.18.0 wrote its drop-in to this wrong directory"
+                        " (NVIDIA/nvidia-container-toolkit#1404); containerd does not load it unless something imports"
+                        " it. Remove it once %s is in place." % (wrong, drop_in_path))
+    before_dump = None
+    if containerd is None:
+        warnings.append("containerd binary not found: the candidate could not be validated with `containerd config"
+                        " dump` (set containerd_path)")
+    elif config_exists:
+        before_dump = runner.dump_tree(config_path, "the current config %s (refusing to overwrite a config containerd"
+                                                    " cannot load today; nothing was changed)" % config_path)
+    candidate = runner.compute(config_path, drop_in_path, mode, p["runtime_name"], p["runtime_path"],
+                               p["set_as_default"], p["cdi_enabled"], live)
+    if candidate.stray:
+        raise ContainerdConfigError("nvidia-ctk wrote files other than the ones asked for: %s%s. Nothing was changed."
+                                    % (", ".join(candidate.stray),
+                                       " (nvidia-ctk 1.18.0's wrong drop-in directory, #1404)"
+                                       if any("/config.d/" in s for s in candidate.stray) else ""))
+    if candidate.files.get(config_path) is None and mode == "in_place":
+        raise ContainerdConfigError("nvidia-ctk left no %s; nothing was changed" % config_path)
+    lost = lost_imports(source, candidate.trees.get(config_path, {}))
+    if lost:
+        raise ContainerdConfigError("nvidia-ctk %s would drop existing imports %s from %s (the 1.18.0 bug, PR"
+                                    " #1382, fixed in 1.18.1); nothing was changed. Upgrade %s."
+                                    % (version_string(ctk_version), lost, config_path, CTK_PACKAGE))
+    if mode == "drop_in" and candidate.files.get(drop_in_path) is None:
+        raise ContainerdConfigError("nvidia-ctk %s did not write the drop-in %s; nothing was changed"
+                                    % (version_string(ctk_version), drop_in_path))
+    # What containerd will run: its own merged view when it can be asked, else the files' approximation.
+    if candidate.dump is not None:
+        after_view, before_view = candidate.dump, before_dump
+        view_version = config_version(candidate.dump, "config dump")
+        before_version = config_version(before_dump, "config dump") if before_dump else view_version
+        problems, dump_warnings = check_candidate_dump(candidate.dump, p["runtime_name"], p["runtime_path"],
+                                                       p["set_as_default"], p["cdi_enabled"], containerd_version)
+        if problems:
+            raise ContainerdConfigError("containerd %s would not run this candidate, so it was refused and nothing"
+                                        " was changed: %s" % (containerd_version, "; ".join(problems)))
+        warnings += dump_warnings
+    else:
+        after_view = effective_cri_tree(candidate.trees.get(config_path), candidate.trees.get(drop_in_path),
+                                        version)
+        before_view = effective_cri_tree(source, parse_toml(live[drop_in_path], "drop_in_path " + drop_in_path)
+                                         if live.get(drop_in_path) else None, version)
+        view_version = before_version = version
+        if not isinstance(runtimes_of(after_view, version).get(p["runtime_name"]), dict):
+            raise ContainerdConfigError("nvidia-ctk's result defines no runtime %r; nothing was changed"
+                                        % p["runtime_name"])
+    sc_errors, sc_warnings = systemd_cgroup_findings(before_view if before_version == view_version else None,
+                                                     after_view, view_version, p["runtime_name"],
+                                                     source_runtime_name(source, version))
+    if sc_errors:
+        raise ContainerdConfigError(" ".join(sc_errors) + " Nothing was changed.")
+    warnings += sc_warnings
+    changes = []
+    if candidate.dump is not None and before_view is not None:
+        changes = effective_changes(before_view, after_view, p["runtime_name"], before_version, view_version)
+        if changes:
+            warnings.append("containerd's merged configuration also changes: %s" % "; ".join(changes))
+    fields = {
+        "edit_mode": mode,
+        "config_version": version,
+        "nvidia_ctk_version": version_string(ctk_version),
+        "containerd_version": containerd_version,
+        "validated": candidate.dump is not None,
+        "effective_changes": changes,
+    }
+    return Evaluation(plan_files(live, candidate.files), fields, warnings)
+
+
+def run_module(module):
+    """The containerd_runtime module: a stamp hit, or a full evaluation, then the writes and a new stamp."""
+    p = module.params
+    try:
+        validate_params(p["config_path"], p["drop_in_path"], p["edit_mode"], p["runtime_name"], p["runtime_path"])
+    except ContainerdConfigError as exc:
+        module.fail_json(msg=str(exc))
+    if _toml_reader()[0] is None:
+        raise TomlLibraryMissing("to read containerd's TOML on Python < 3.11")
+    ctk = find_binary(module, p["nvidia_ctk_path"], "nvidia-ctk", "nvidia_ctk_path",
+                      required_msg="nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin): install the"
+                                   " %s package, which provides it, or set nvidia_ctk_path" % CTK_PACKAGE)
+    containerd = find_binary(module, p["containerd_path"], "containerd", "containerd_path")
+    stamp = Stamp(p, ctk, containerd)
+    earlier = stamp.verified_result()
+    if earlier is not None:
+        for warning in earlier["trap_warnings"]:
+            module.warn(warning)
+        if module._diff:
+            earlier["diff"] = []
+        module.exit_json(**earlier)
+
+    runner = NvidiaCtkRunner(module.run_command, ctk, containerd, tmp_parent=module.tmpdir)
+    ctk_version = runner.ctk_version()
+    containerd_version = runner.containerd_version()
+    ev = evaluate(module, runner, p, ctk_version, containerd_version)
+    files = []
+    for item in ev.plan:
+        entry = {"path": item["path"], "action": item["action"]}
+        if ev.changed and not module.check_mode and item["action"] in ("update", "delete") and p["backup"]:
+            entry["backup_file"] = module.backup_local(item["path"])
+        files.append(entry)
+    if ev.changed and not module.check_mode:
+        for item in ev.plan:
+            if item["action"] in ("create", "update"):
+                write_atomic(module, item["path"], item["after"])
+            elif item["action"] == "delete":
+                os.unlink(item["path"])
+        for item in ev.plan:
+            now = read_live(module, item["path"], "written file")
+            if now != item["after"]:
+                module.fail_json(msg="%s does not hold what was written (changed underneath?)" % item["path"],
+                                 changed=True, files=files)
+    for warning in ev.warnings:
+        module.warn(warning)
+    result = dict(ev.fields, changed=ev.changed, files=files, restart_required=ev.changed, trap_warnings=ev.warnings,
+                  files_changed=[item["path"] for item in ev.plan if item["action"] != "none"])
+    if module._diff:
+        result["diff"] = diff_entries(ev.plan)
+    if not module.check_mode:
+        _record(module, stamp, runner, p, ctk_version, containerd_version, None if ev.changed else ev)
+    module.exit_json(**result)
+
+
+def _record(module, stamp, runner, p, ctk_version, containerd_version, unchanged):
+    """Write the stamp for the files as they are now. After a change, the new files are first evaluated again
+    exactly as the next run would (nvidia-ctk on them, containerd loading them): only when that finds nothing to
+    change is its result recorded. A failure here never fails the module (the files are written and containerd
+    must still be restarted): it only leaves no stamp, so the next run checks in full."""
+    try:
+        again = unchanged or evaluate(module, runner, p, ctk_version, containerd_version)
+        if again.changed:
+            module.warn("nvidia-ctk changes its own output again when run on it (%s): not recording a verified "
+                        "state, the next run checks in full" % ", ".join(
+                            item["path"] for item in again.plan if item["action"] != "none"))
+            return
+        stamp.write(module, again)
+    except (ContainerdConfigError, IOError, OSError) as exc:
+        module.warn("the written configuration was not recorded as verified (%s); the next run checks it in full"
+                    % exc)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The verified-state stamp: a later run with nothing changed skips nvidia-ctk and containerd
+# ------------------------------------------------------------------------------------------------------
+STAMP_SCHEMA = 1
+STAMP_SUFFIX = ".gpuops-verified.json"
+# every parameter that the result depends on (backup only matters when something is written)
+STAMP_PARAMS = ("config_path", "drop_in_path", "edit_mode", "runtime_name", "set_as_default", "cdi_enabled",
+                "runtime_path")
+
+
+def stamp_path(config_path):
+    """``/etc/containerd/.config.toml.gpuops-verified.json``: beside the config, like the backups; never matched
+    by a ``*.toml`` import."""
+    directory, name = os.path.split(config_path)
+    return os.path.join(directory, "." + name + STAMP_SUFFIX)
+
+
+def file_digest(path):
+    """sha256 of a file's bytes; None when absent; a marker (never equal to a digest) for anything else: not a
+    regular file (a FIFO is never opened, a device never read), over the size read_live accepts, unreadable."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return hashlib.sha256(read_bytes(path, "file")).hexdigest()
+    except InputFileError as exc:
+        return "unusable: %s" % exc
+
+
+def binary_identity(path):
+    """What identifies an installed binary without reading it: its real path and the inode's number, size,
+    mtime and ctime (a package upgrade or any rewrite gives a new inode or a new ctime; ctime cannot be set back
+    by user tools). Files up to 64 KiB (scripts) are also hashed."""
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return ["unreadable", real, exc.__class__.__name__]
+    out = [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+    if st.st_size <= 65536:
+        out.append(file_digest(real))
+    return out
+
+
+def _imports_of(path):
+    """The import patterns of a TOML file, resolved against its directory; [] when it cannot be read or parsed
+    (its digest is recorded either way, so any change to it is still seen)."""
+    loads, error, _name = _toml_reader()
+    try:
+        tree = loads(read_text(path, "file"))
+    except Exception:  # pylint: disable=broad-except  # unreadable, not UTF-8, not TOML: recorded by digest
+        return []
+    return [entry if os.path.isabs(entry) else os.path.join(os.path.dirname(path), entry)
+            for entry in list_strings(tree, "imports")]
+
+
+def watched_files(config_path, drop_in_path):
+    """Every file whose bytes the result depends on: the config, the drop-in, nvidia-ctk 1.18.0's wrong drop-in
+    (a warning depends on it), every file of the drop-in directory's ``*.toml`` (validated with it), and every
+    file any of them imports, followed through imports of imports."""
+    paths = set([config_path, drop_in_path])
+    wrong = wrong_drop_in_1180(drop_in_path)
+    if wrong:
+        paths.add(wrong)
+    todo = [config_path] + sorted(glob.glob(import_pattern(drop_in_path)))
+    paths.update(todo)
+    seen = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not os.path.isfile(path):
+            continue
+        seen.add(path)
+        for pattern in _imports_of(path):
+            matches = sorted(glob.glob(pattern))  # a file added later is a new key: a miss
+            paths.update(matches)
+            todo.extend(matches)
+    paths.discard(stamp_path(config_path))
+    return sorted(paths)
+
+
+def _code_digest():
+    """sha256 of this file's source (the code that decides the result), or None when the loader cannot give it
+    (then nothing is ever recorded or trusted)."""
+    try:
+        source = __loader__.get_source(__name__)  # noqa: F821  # pylint: disable=undefined-variable
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return hashlib.sha256(source.encode("utf-8")).hexdigest() if source else None
+
+
+class Stamp(object):
+    """What a full run verified, recorded beside the config (``stamp_path``), and its check.
+
+    Why a hit cannot hide a change: the result of a full run is a function of (1) the bytes of the files it reads
+    (``watched_files``: the config, the drop-in, the other ``*.toml`` files of the drop-in directory, everything
+    they import), (2) the parameters (``STAMP_PARAMS``), (3) what nvidia-ctk and containerd do, fixed by their
+    binaries (``binary_identity``), (4) this code (``_code_digest``) and the TOML reader. The stamp records all of
+    them, as they were after a full evaluation found nothing to change, with that evaluation's result. A later
+    run recomputes them; only when every one is equal does it return the recorded result without running the
+    tools. Any difference (a file edited, added to conf.d or deleted, a package upgrade, another parameter, a
+    new collection version) is a miss and a full run. Assumed, not checked: that the tools read no other input
+    (environment variables, other files) than the arguments the module passes and the files above; a wrapper
+    script that runs another file is identified by its own bytes only.
+    """
+
+    def __init__(self, params, ctk_path, containerd_path):
+        self.path = stamp_path(params["config_path"])
+        self.params = params
+        self.ctk_path = ctk_path
+        self.containerd_path = containerd_path
+
+    def inputs(self):
+        code = _code_digest()
+        if code is None:
+            return None
+        return {"schema": STAMP_SCHEMA, "code": code, "toml": _toml_reader()[2],
+                "params": dict((k, self.params[k]) for k in STAMP_PARAMS),
+                "nvidia_ctk": binary_identity(self.ctk_path), "containerd": binary_identity(self.containerd_path),
+                "files": dict((path, file_digest(path))
+                              for path in watched_files(self.params["config_path"], self.params["drop_in_path"]))}
+
+    def verified_result(self):
+        """The recorded result when every input is as recorded, else None."""
+        try:
+            with open(self.path) as handle:
+                recorded = json.load(handle)
+        except (IOError, OSError, ValueError):
+            return None
+        now = self.inputs()
+        if now is None or not isinstance(recorded, dict) or recorded.get("inputs") != json.loads(json.dumps(now)):
+            return None
+        result = recorded.get("result")
+        return dict(result, verified_earlier=True) if isinstance(result, dict) else None
+
+    def write(self, module, evaluation):
+        now = self.inputs()
+        if now is None:
+            return
+        result = dict(evaluation.fields, changed=False, restart_required=False, files_changed=[],
+                      files=[{"path": item["path"], "action": "none"} for item in evaluation.plan],
+                      trap_warnings=evaluation.warnings)
+        write_atomic(module, self.path, json.dumps({"inputs": now, "result": result}, sort_keys=True) + "\n")

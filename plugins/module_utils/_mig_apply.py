@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What mig_mode and mig_layout share on the target: reading a layout source, deciding the MIG-mode step
-per GPU (pure), and ending processes when the user forces destruction."""
+"""What mig_mode, mig_layout and gpu_node_plan share on the target: reading a layout source, deciding the
+MIG-mode step per GPU and the layout plan (pure, so a check-mode run of either module and gpu_node_plan compute the
+same plan with the same code), and ending processes when the user forces destruction."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import os
 import signal
 import time
@@ -16,17 +18,13 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, load_yaml, read_text
 
-try:
-    import yaml
-    HAS_YAML = True
-except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    HAS_YAML = False
-
 
 def load_config_file(path):
     """Read a mig-parted config file (YAML or JSON): a regular UTF-8 file of at most 16 MiB, not nested or
     aliased past _input_file's limits. Raises MigLayoutError with the reason."""
-    if not HAS_YAML:
+    try:
+        import yaml  # only here: most runs never read a mig-parted file, and the import costs every module run
+    except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
         raise mp.MigLayoutError("PyYAML is needed to read config_file")
     try:
         return load_yaml(read_text(path, "config_file"), "config_file %s" % path, yaml)
@@ -130,6 +128,100 @@ def mode_step(gpu, want, allow_reset):
         out["reset_required"] = True
         out["reason"] = "a GPU reset activates the pending mode; allow_reset is false"
     return out
+
+
+def desired_modes(gpus, params):
+    """mig_mode's declaration per GPU: ({index: want MIG (bool)}, skipped list), from ``enabled`` (with ``gpus``)
+    or from a layout source (resolve_from_params). Raises MigLayoutError."""
+    if params.get("enabled") is None:
+        res = resolve_from_params(gpus, params)
+        return dict((i, s["mig_enabled"]) for i, s in res["gpus"].items()), res["skipped"]
+    selector = params.get("gpus") or ["all"]
+    chosen = select_gpus(gpus, selector)
+    if not chosen:
+        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
+            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus)))
+    explicit = selector not in (["all"], "all")
+    want, skipped = {}, []
+    for gpu in chosen:
+        if not gpu.get("mig_supported"):
+            if explicit and params["enabled"]:
+                raise mp.MigLayoutError("%s does not support MIG; MIG-capable GPUs here: %s" % (
+                    mp.gpu_label(gpu), ", ".join(str(g["index"]) for g in gpus if g.get("mig_supported")) or "none"))
+            skipped.append({"index": gpu["index"], "reason": "GPU does not support MIG"})
+            continue
+        want[gpu["index"]] = params["enabled"]
+    if not want and params["enabled"]:
+        raise mp.MigLayoutError("none of the selected GPUs supports MIG")
+    return want, skipped
+
+
+def mode_problems(by_index, want, allow_reset):
+    """Why the declared modes cannot be applied at all (processes on instances that disabling would destroy):
+    one message, or None. Checked for every GPU before the first change."""
+    problems = [p for p in (busy_clear_problem(by_index[i], mode_step(by_index[i], want[i], allow_reset))
+                            for i in sorted(want)) if p]
+    return "; ".join(problems) + ". Nothing was changed." if problems else None
+
+
+def mode_result(results, skipped):
+    """mig_mode's result from its per-GPU entries (apply_mode's)."""
+    return dict(changed=any(r["changed"] for r in results), gpus=results, skipped_gpus=skipped,
+                pending=[r["index"] for r in results if r["pending"]],
+                reset_required=[r["index"] for r in results if r["reset_required"]],
+                reboot_required=[r["index"] for r in results if r["reboot_required"]])
+
+
+def plan_modes(gpus, params):
+    """mig_mode in check mode, as a pure function of the GPU facts: its result (without diff). Raises
+    MigLayoutError with the message mig_mode fails with."""
+    want, skipped = desired_modes(gpus, params)
+    by_index = dict((g["index"], g) for g in gpus)
+    problem = mode_problems(by_index, want, params.get("allow_reset"))
+    if problem:
+        raise mp.MigLayoutError(problem)
+    return mode_result([apply_mode(None, by_index[i], want[i], params.get("allow_reset"), check_mode=True)
+                        for i in sorted(want)], skipped)
+
+
+def plan_layouts(gpus, params, check_mode):
+    """mig_layout's plan: (resolved declaration, per-GPU plans, indices planned as if mig_mode had changed their
+    mode first). In check mode a GPU whose MIG mode is not yet the declared one is planned with that mode and no
+    instances, the state mig_mode leaves it in. Raises MigLayoutError (MigBusyError when instances in use would
+    be destroyed without force)."""
+    resolved = resolve_from_params(gpus, params)
+    planning, assumed = [], set()
+    for gpu in gpus:
+        spec = resolved["gpus"].get(gpu["index"])
+        want = "Enabled" if spec and spec["mig_enabled"] else "Disabled"
+        if check_mode and spec and gpu.get("mig_supported") and gpu.get("mig_mode_current") != want:
+            gpu = copy.deepcopy(gpu)
+            gpu.update({"mig_mode_current": want, "gpu_instances": [], "mig_devices": []})
+            assumed.add(gpu["index"])
+        planning.append(gpu)
+    return resolved, mp.plan_layout(planning, resolved, force=params.get("force")), assumed
+
+
+def assumed_warning(assumed):
+    return ("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had changed it "
+            "(check mode)" % ", ".join(str(i) for i in sorted(assumed)))
+
+
+def layout_entry(plan, assumed, gpu):
+    """mig_layout's per-GPU result entry for a plan not (yet) executed: ``gpu`` is the GPU as read."""
+    entry = dict(plan)
+    entry["planned_as_enabled"] = plan["index"] in assumed and plan["mig_enabled"]
+    entry["planned_after_mode_change"] = plan["index"] in assumed
+    if plan["index"] in assumed:
+        entry["before"] = mp.layout_view(gpu)
+    entry["mig_devices"] = devices_of(gpu)
+    return entry
+
+
+def layout_result(resolved, entries):
+    """mig_layout's result (without diff) from its per-GPU entries."""
+    return dict(changed=any(e["changed"] for e in entries), gpus=entries, config_name=resolved.get("config_name"),
+                skipped_gpus=resolved["skipped"])
 
 
 def terminate_processes(backend, pids, timeout=30):

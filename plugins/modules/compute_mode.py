@@ -133,13 +133,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import mo
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
-    NVIDIA_SMI_MODE, ComputeModeError, plan_settings, state_view)
-
-
-def report(gpus):
-    return [{"index": g["index"], "uuid": g["uuid"], "name": g["name"], "compute_mode": g.get("compute_mode"),
-             "nvidia_smi_mode": NVIDIA_SMI_MODE.get(g.get("compute_mode")),
-             "persistence_mode": bool(g.get("persistence_mode"))} for g in gpus]
+    ComputeModeError, plan_settings, planned_state, report, state_view)
 
 
 def main():
@@ -180,16 +174,7 @@ def _run(module):
         selected = todo["selected"]
         changes = [dict(c) for c in todo["changes"]]
         before = state_view(selected)
-        planned = []
-        for g in selected:
-            g2 = dict(g)
-            for c in changes:
-                if c["index"] == g["index"]:
-                    if c["compute_mode"]:
-                        g2["compute_mode"] = c["compute_mode"][1]
-                    if c["persistence_mode"]:
-                        g2["persistence_mode"] = c["persistence_mode"][1]
-            planned.append(g2)
+        planned = planned_state(todo)
         result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes, "calls": [],
                   "modes": dict((str(k), v) for k, v in todo["modes"].items())}
         if module._diff:

@@ -198,8 +198,6 @@ skipped_gpus:
   elements: dict
 """
 
-import copy
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
@@ -208,13 +206,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import secon
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
-    name_source, resolve_from_params, terminate_processes)
-
-
-def _devices(gpu):
-    return [{"uuid": m.get("uuid"), "gi_id": m.get("gi_id"), "ci_id": m.get("ci_id"),
-             "gi_profile": m.get("gi_profile"), "profile": m.get("profile"), "placement": m.get("placement")}
-            for m in gpu.get("mig_devices") or []]
+    assumed_warning,
+    devices_of,
+    layout_entry,
+    layout_result,
+    name_source,
+    plan_layouts,
+    terminate_processes,
+)
 
 
 def main():
@@ -251,39 +250,18 @@ def _run(module):
         facts = backend.read_all()
         gpus = facts["gpus"]
         try:
-            resolved = resolve_from_params(gpus, module.params)
-        except mp.MigLayoutError as exc:
-            module.fail_json(msg=str(exc))
-        planning = []
-        assumed = set()
-        for gpu in gpus:
-            spec = resolved["gpus"].get(gpu["index"])
-            want = "Enabled" if spec and spec["mig_enabled"] else "Disabled"
-            if (module.check_mode and spec and gpu.get("mig_supported") and gpu.get("mig_mode_current") != want):
-                # check mode of a whole flow: mig_mode would change the mode first; plan on that GPU
-                gpu = copy.deepcopy(gpu)
-                gpu.update({"mig_mode_current": want, "gpu_instances": [], "mig_devices": []})
-                assumed.add(gpu["index"])
-            planning.append(gpu)
-        try:
-            plans = mp.plan_layout(planning, resolved, force=module.params["force"])
+            resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
         except mp.MigBusyError as exc:
             module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
         except mp.MigLayoutError as exc:
             module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
-            module.warn("MIG mode is not yet what the layout declares on GPU(s) %s: planned as if mig_mode had "
-                        "changed it (check mode)"
-                        % ", ".join(str(i) for i in sorted(assumed)))
+            module.warn(assumed_warning(assumed))
 
         by_index = dict((g["index"], g) for g in gpus)
         for plan in plans:
             index = plan["index"]
-            entry = dict(plan)
-            entry["planned_as_enabled"] = index in assumed and plan["mig_enabled"]
-            entry["planned_after_mode_change"] = index in assumed
-            if index in assumed:
-                entry["before"] = mp.layout_view(by_index[index])
+            entry = layout_entry(plan, assumed, by_index[index])
             if not module.check_mode and plan["operations"]:
                 pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
                 if pids:
@@ -296,10 +274,8 @@ def _run(module):
                     changed = changed or bool(entry["executed"])
                 gpu_now = backend.read_gpu(index)
                 entry["after"] = mp.layout_view(gpu_now)
-                entry["mig_devices"] = _devices(gpu_now)
+                entry["mig_devices"] = devices_of(gpu_now)
                 entry.pop("executed")
-            else:
-                entry["mig_devices"] = _devices(by_index[index])
             changed = changed or plan["changed"]
             results.append(entry)
     except NvmlError as exc:
@@ -310,8 +286,7 @@ def _run(module):
     finally:
         backend.close()
 
-    result = dict(changed=changed, gpus=results, config_name=resolved.get("config_name"),
-                  skipped_gpus=resolved["skipped"])
+    result = layout_result(resolved, results)
     if module._diff:
         result["diff"] = {
             "before": dict(("gpu %d" % r["index"], r["before"]) for r in results if r["changed"]),

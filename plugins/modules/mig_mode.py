@@ -169,44 +169,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
-    GpuBackendError,
-    NvmlError,
-    get_backend,
-    select_gpus,
-)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     apply_mode,
-    busy_clear_problem,
-    mode_step,
-    resolve_from_params,
+    desired_modes,
+    mode_problems,
+    mode_result,
 )
-
-
-def _desired(module, gpus):
-    """{index: want(bool)}, skipped list. Raises MigLayoutError."""
-    p = module.params
-    if p["enabled"] is None:
-        res = resolve_from_params(gpus, p)
-        return dict((i, s["mig_enabled"]) for i, s in res["gpus"].items()), res["skipped"]
-    selector = p["gpus"] or ["all"]
-    chosen = select_gpus(gpus, selector)
-    if not chosen:
-        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
-            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus)))
-    explicit = selector not in (["all"], "all")
-    want, skipped = {}, []
-    for gpu in chosen:
-        if not gpu.get("mig_supported"):
-            if explicit and p["enabled"]:
-                raise mp.MigLayoutError("%s does not support MIG; MIG-capable GPUs here: %s" % (
-                    mp.gpu_label(gpu), ", ".join(str(g["index"]) for g in gpus if g.get("mig_supported")) or "none"))
-            skipped.append({"index": gpu["index"], "reason": "GPU does not support MIG"})
-            continue
-        want[gpu["index"]] = p["enabled"]
-    if not want and p["enabled"]:
-        raise mp.MigLayoutError("none of the selected GPUs supports MIG")
-    return want, skipped
 
 
 def main():
@@ -234,41 +203,29 @@ def _run(module):
         backend = get_backend()
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
-    results, changed = [], False
+    results = []
     try:
         facts = backend.read_all()
         by_index = dict((g["index"], g) for g in facts["gpus"])
         try:
-            want, skipped = _desired(module, facts["gpus"])
+            want, skipped = desired_modes(facts["gpus"], module.params)
         except mp.MigLayoutError as exc:
             module.fail_json(msg=str(exc))
-        problems = []
+        problem = mode_problems(by_index, want, module.params["allow_reset"])
+        if problem:
+            module.fail_json(msg=problem)
         for index in sorted(want):
-            gpu = by_index[index]
-            problem = busy_clear_problem(gpu, mode_step(gpu, want[index], module.params["allow_reset"]))
-            if problem:
-                problems.append(problem)
-        if problems:
-            module.fail_json(msg="; ".join(problems) + ". Nothing was changed.")
-        for index in sorted(want):
-            entry = apply_mode(backend, by_index[index], want[index], module.params["allow_reset"],
-                               check_mode=module.check_mode)
-            changed = changed or entry["changed"]
-            results.append(entry)
+            results.append(apply_mode(backend, by_index[index], want[index], module.params["allow_reset"],
+                                      check_mode=module.check_mode))
     except NvmlError as exc:
         module.fail_json(msg="NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
-                         gpus=results, changed=changed)
+                         gpus=results, changed=any(r["changed"] for r in results))
     except GpuBackendError as exc:
-        module.fail_json(msg=str(exc), gpus=results, changed=changed)
+        module.fail_json(msg=str(exc), gpus=results, changed=any(r["changed"] for r in results))
     finally:
         backend.close()
 
-    result = dict(
-        changed=changed, gpus=results, skipped_gpus=skipped,
-        pending=[r["index"] for r in results if r["pending"]],
-        reset_required=[r["index"] for r in results if r["reset_required"]],
-        reboot_required=[r["index"] for r in results if r["reboot_required"]],
-    )
+    result = mode_result(results, skipped)
     if module._diff:
         result["diff"] = {
             "before": dict(("gpu %d" % r["index"], r["before"]) for r in results),

@@ -1,7 +1,14 @@
 """site.yml on the lab inventory (simulated DGX A100 with MIG all-balanced, simulated HGX H200 with MPS x4), from
 scratch, through real ansible-playbook: check mode reports changes and touches nothing, apply converges, a second
-run changes nothing and makes no GPU call (no reset, no reboot); a bad declaration fails before any change."""
+run changes nothing, makes no GPU call (no reset, no reboot) and includes no role (the node plan found nothing);
+whatever is then changed behind its back (a boot file, the reboot marker, a compute mode, a unit's mode, the
+containerd drop-in) is found by the node plan and put back by exactly the role that owns it; a bad declaration
+fails before any change."""
+import os
+
 import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from tests.integration.site_helpers import NODES, Site
 
@@ -56,6 +63,43 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
         assert len(site.gpus(node)["call_log"]) == calls[node], node
         assert site.files(node) == before[node], node
     assert site.gpus("lab-dgx-a100")["boot_id"] == boot
+    for node in NODES:
+        plan = res.task("Read the GPUs and plan every step", node)[0]
+        assert all(reasons == [] for reasons in plan["steps"].values()), plan["steps"]
+        assert _role_tasks(res, node) == set(), node
+
+    # Behind the play's back: each change must be found by the plan and undone by the role that owns it, only that.
+    mig_lib = site.state / "lab-dgx-a100" / "usr/local/lib/gpuops/gpuops-mig-lib.json"
+    mig_lib.write_bytes(mig_lib.read_bytes() + b" ")
+    (site.state / "lab-dgx-a100" / "var/lib/gpuops/mig-reboot-attempted").write_text("{}\n")
+    os.chmod(str(site.state / "lab-hgx-h200" / "etc/systemd/system/gpuops-compute-mode.service"), 0o600)
+    SimulatedBackend(str(site.state / "lab-hgx-h200.json")).set_compute_mode(3, "Prohibited")
+    drop_in = site.state / "lab-hgx-h200" / "etc/containerd/conf.d/99-nvidia.toml"
+    drop_in.write_text(drop_in.read_text() + "# edited by hand\n")
+    res = site.run()
+    assert res.rc == 0, res
+    assert _role_tasks(res, "lab-dgx-a100") == {"mig"}, res.stats
+    assert _role_tasks(res, "lab-hgx-h200") == {"compute_mode", "containerd_runtime"}, res.stats
+    for node in NODES:
+        assert res.changed(node) > 0
+        assert _no_backups(site.files(node)) == _no_backups(before[node]), node
+    assert [g["compute_mode"] for g in site.gpus("lab-hgx-h200")["gpus"]] == ["Default"] * 8
+    assert os.stat(str(site.state / "lab-hgx-h200" / "etc/systemd/system/gpuops-compute-mode.service")).st_mode & 0o777 == 0o644
+    res = site.run()
+    assert res.rc == 0 and all(res.changed(n) == 0 and _role_tasks(res, n) == set() for n in NODES), res
+
+
+ROLE_TASKS = {"mig": "Lay out GPU and compute instances", "compute_mode": "Set compute mode (and persistence mode)",
+              "containerd_runtime": "Configure containerd's NVIDIA runtime (nvidia-ctk"}
+
+
+def _no_backups(files):
+    return dict((path, data) for path, data in files.items() if not path.endswith("~"))
+
+
+def _role_tasks(res, node):
+    """The roles whose main task ran on ``node``."""
+    return set(role for role, task in ROLE_TASKS.items() if res.task(task, node))
 
 
 @pytest.mark.parametrize("extra,words", [

@@ -257,6 +257,17 @@ MODULES = {
                                                        "name": OPERATOR_HINTS["namespace"],
                                                        "profiles[].resources": _RESOURCES}),
                              files=KUBE_FILES),
+    # Reads only: the sandbox's files (and the pool's FIFO, device, huge file...) as files[].path, the unit as
+    # compute_mode.boot_unit.path; units[] asks systemctl, which the rig's PATH does not have (reported as work).
+    "gpu_node_plan": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
+                          args={"mig": {"manage": "disable", "config_name": "all-disabled"},
+                                "compute_mode": {"settings": [{"gpus": ["all"], "mode": "Default"}],
+                                                 "boot_unit": {"path": SANDBOX + "/gpuops-compute-mode.service"}},
+                                "files": [{"step": "compute_mode", "path": SANDBOX + "/absent", "state": "absent"}]},
+                          hints={"mig.layout": LAYOUT, "mig.config_name": CONFIG_NAME,
+                                 "files[].path": fv.paths(), "compute_mode.boot_unit.path": fv.paths(),
+                                 "lock_timeout": TIMEOUTS},
+                          files=MIGPARTED),
 }
 
 
@@ -290,7 +301,18 @@ _PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
     st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
     _ANY)}), _ANY)
 
+_UNIT_GPUS = st.one_of(st.lists(st.fixed_dictionaries({"index": st.one_of(st.integers(-1, 9), _ANY),
+                                                      "uuid": st.one_of(st.just("GPU-0a1b2c3d-0000-1111-2222-333344445555"),
+                                                                        st.just("GPU-1\nExecStart=/bin/sh -c id"),
+                                                                        _ANY),
+                                                      "nvidia_smi_mode": st.one_of(st.sampled_from(
+                                                          ["DEFAULT", "PROHIBITED", "EXCLUSIVE_PROCESS", None]), _ANY)}),
+                                max_size=3), _ANY)
 FILTERS = {
+    "compute_mode_unit": {"compute_mode_unit": {
+        "gpus": _UNIT_GPUS, "persistence": st.one_of(st.booleans(), _ANY),
+        "nvidia_smi": st.one_of(st.sampled_from(["/usr/bin/nvidia-smi", "nvidia-smi", "/usr/bin/nvidia smi",
+                                                 "/x\nExecStart=/bin/true"]), _ANY)}},
     "sharing": {"mps_shares": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
                 "mps_daemon_defaults": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
                 "mps_limits": {"limits": st.one_of(st.fixed_dictionaries({}, optional={

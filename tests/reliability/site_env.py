@@ -171,13 +171,19 @@ def _is_backup(name):
     return name.endswith("~")
 
 
+def _is_stamp(name):
+    """containerd_runtime's verified-state stamp: a cache of what a run verified, not declared state (it names the
+    binaries' inodes, which differ between fleets); it must parse whenever it is there."""
+    return name.endswith(".gpuops-verified.json")
+
+
 def node_files(site, node):
     """{relative path: bytes} of a node's files, backups and lock files left out."""
     root = str(site.site.state / node)
     out = {}
     for dirpath, dummy, names in os.walk(root):
         for name in names:
-            if _is_backup(name) or name.endswith(".lock"):
+            if _is_backup(name) or _is_stamp(name) or name.endswith(".lock"):
                 continue
             path = os.path.join(dirpath, name)
             with open(path, "rb") as handle:
@@ -252,6 +258,9 @@ def check_integrity(site, reference):
         root = str(site.site.state / node)
         for dirpath, dummy, names in os.walk(root):
             for name in names:
+                if _is_stamp(name):
+                    with open(os.path.join(dirpath, name)) as handle:
+                        json.load(handle)                 # written atomically: never half a stamp
                 if _is_backup(name):
                     with open(os.path.join(dirpath, name), "rb") as handle:
                         assert _comparable(site, handle.read()) == seed, (node, name, "a backup that is not the config it replaced")

@@ -161,7 +161,7 @@ def run_example(name, mutation, base_dir):
         try:
             fv.make_pool(sandbox, harness.get("files"))
             rigs.os_environ_apply(rig.env)
-            args = dict(rig.args, **harness["args"])
+            args = dict(rig.args, **fv.resolve(harness["args"], sandbox))
             for option, value in mutation.items():
                 if value == OMIT:
                     args.pop(option, None)

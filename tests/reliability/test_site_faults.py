@@ -32,8 +32,10 @@ NVML_ERRORS = ("UNKNOWN", "IN_USE", "INSUFFICIENT_RESOURCES")
 # - API writes: the cluster lock's namespace and Lease (taken, released; its renewals are not steps), the fleet's
 #   profile record, helm's release records and objects, the RuntimeClass, both nodes' labels, the cordon, the
 #   eviction, the uncordon;
-# - one helm upgrade --install; containerd validates the current config and the candidate on each node.
-STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 17, "helm": 1, "containerd": 4}
+# - one helm upgrade --install; containerd validates the current config and the candidate on each node, then, after
+#   writing, the written config and its candidate again (containerd_runtime's check that the written state is a
+#   fixed point before it records it as verified; a fault there leaves no record, the converge still succeeds).
+STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 17, "helm": 1, "containerd": 8}
 CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
          + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
 

@@ -584,3 +584,150 @@ def test_shadowing_another_drop_in_is_reported(env):
     assert ("plugins.io.containerd.grpc.v1.cri.sandbox_image: 'mirror.example/pause:3.9' ->"
             " 'registry.k8s.io/pause:3.9'") in result["effective_changes"]
     assert any("merged configuration also changes" in w for w in result["trap_warnings"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# the verified-state stamp: a run that finds everything as an earlier run verified it skips both tools
+# ------------------------------------------------------------------------------------------------------
+def _logging_tools(env):
+    """nvidia-ctk (the stand-in) and containerd wrapped so that every invocation is logged."""
+    log = env.tmp / "tools.log"
+    ctk = ctk_env.ctk_wrapper(env.tmp / "bin" / "logged", "1.20.0", log=str(env.tmp / "ctk-calls.log"))
+    wrapped = env.tmp / "bin" / "logged" / "containerd"
+    wrapped.write_text('#!/bin/sh\necho "containerd $*" >> "%s"\nexec "%s" "$@"\n' % (log, ctk_env.require_containerd()))
+    wrapped.chmod(0o755)
+    return ctk, str(wrapped), [log, env.tmp / "ctk-calls.log"]
+
+
+def _calls(logs):
+    return sum(len(p.read_text().splitlines()) for p in logs if p.exists())
+
+
+def _warnings(result):
+    """The texts of a result's warnings (ansible-core 2.19 reports them as structured events)."""
+    return [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]
+
+
+def _stamp(env):
+    return env.etc / (".config.toml" + cd.STAMP_SUFFIX)
+
+
+def test_a_verified_state_is_recognised_without_running_the_tools(env):
+    env.config.write_text(GOLDEN_INPUT)
+    ctk, containerd, logs = _logging_tools(env)
+    first = env.run(nvidia_ctk_path=ctk, containerd_path=containerd)
+    assert first["changed"] is True and "verified_earlier" not in first
+    stamp = json.loads(_stamp(env).read_text())
+    wrong_dir = str(env.tmp / "etc" / "containerd" / "config.d" / "99-nvidia.toml")  # (#1404's: a warning's input)
+    assert sorted(stamp["inputs"]["files"]) == sorted([str(env.config), str(env.drop_in), wrong_dir])
+    snap, calls = env.files(), _calls(logs)
+    second = env.run(nvidia_ctk_path=ctk, containerd_path=containerd)
+    assert _calls(logs) == calls, "a stamp hit must not run nvidia-ctk or containerd"
+    assert env.files() == snap
+    assert second["changed"] is False and second["verified_earlier"] is True and second["diff"] == []
+    # the stamp's answer is exactly what a full run answers
+    _stamp(env).unlink()
+    full = env.run(nvidia_ctk_path=ctk, containerd_path=containerd)
+    assert _calls(logs) > calls
+    for key in ("changed", "files", "files_changed", "restart_required", "edit_mode", "config_version",
+                "nvidia_ctk_version", "containerd_version", "validated", "trap_warnings", "effective_changes",
+                "warnings", "diff"):
+        assert second.get(key) == full.get(key), key
+
+
+def _edit_config(env):
+    env.config.write_text(env.config.read_text() + "# edited by hand\n")
+
+
+def _add_drop_in(env):
+    (env.drop_in.parent / "50-other.toml").write_text("version = 2\n")
+
+
+def _edit_import_of_import(env):
+    (env.drop_in.parent / "50-other.toml").write_text('version = 2\nimports = ["%s"]\n' % (env.tmp / "deep.toml"))
+
+
+def _new_ctk(env):
+    env.set_ctk("1.20.0")  # a fresh binary of the same version: another inode
+    return {"nvidia_ctk_path": env.ctk}
+
+
+@pytest.mark.parametrize("change", [
+    "config edited", "drop-in edited", "drop-in deleted", "another drop-in added", "an imported file's import edited",
+    "nvidia-ctk replaced", "another runtime_path", "another collection version", "corrupt stamp", "check mode"])
+def test_any_change_to_what_was_verified_is_a_full_run(env, monkeypatch, change):
+    env.config.write_text(GOLDEN_INPUT)
+    ctk, containerd, logs = _logging_tools(env)
+    args = dict(nvidia_ctk_path=ctk, containerd_path=containerd)
+    env.run(**args)
+    if change == "an imported file's import edited":
+        _edit_import_of_import(env)
+        env.run(**args)
+        (env.tmp / "deep.toml").write_text("version = 2\n")
+    calls = _calls(logs)
+    if change == "config edited":
+        _edit_config(env)
+    elif change == "drop-in edited":
+        env.drop_in.write_text(env.drop_in.read_text() + "\n")
+    elif change == "drop-in deleted":
+        env.drop_in.unlink()
+    elif change == "another drop-in added":
+        _add_drop_in(env)
+    elif change == "nvidia-ctk replaced":
+        args["nvidia_ctk_path"] = ctk_env.ctk_wrapper(env.tmp / "bin" / "other", "1.20.0",
+                                                      log=str(env.tmp / "ctk-calls.log"))
+    elif change == "another runtime_path":
+        args["runtime_path"] = "/usr/local/bin/nvidia-container-runtime"
+    elif change == "another collection version":
+        monkeypatch.setattr(cd, "_code_digest", lambda: "0" * 64)
+    elif change == "corrupt stamp":
+        _stamp(env).write_text('{"inputs": ')
+    result = env.run(check=change == "check mode", **args)
+    if change == "check mode":  # check mode reads the stamp too: a hit, and nothing written
+        assert result["verified_earlier"] is True and _calls(logs) == calls
+        return
+    assert result["rc"] == 0 and "verified_earlier" not in result, result
+    assert _calls(logs) > calls, "the tools must run again"
+    again = env.run(**args)
+    assert again["changed"] is False and again["verified_earlier"] is True
+
+
+@pytest.fixture
+def target_warnings(monkeypatch):
+    """Module warnings in the result, as on a target: once any controller-side ansible code is imported in this
+    process (filter tests do), ansible-core 2.19 sends module.warn() to its display instead."""
+    from ansible.module_utils import _internal
+    monkeypatch.setattr(_internal, "is_controller", False)
+
+
+def test_no_stamp_in_check_mode_or_when_the_written_state_is_not_a_fixed_point(env, target_warnings):
+    env.config.write_text(GOLDEN_INPUT)
+    env.run(check=True)
+    assert not _stamp(env).exists()
+    # an nvidia-ctk whose output changes each time it runs on it: changed, written, but never recorded as verified
+    drifting = env.tmp / "bin" / "drifting" / "nvidia-ctk"
+    drifting.parent.mkdir(parents=True)
+    drifting.write_text('#!/bin/sh\n"%s" "$@" || exit $?\nfor a in "$@"; do case "$a" in --drop-in-config=*)'
+                        ' echo "# $(date +%%s%%N)" >> "${a#--drop-in-config=}";; esac; done\n' % env.ctk)
+    drifting.chmod(0o755)
+    result = env.run(nvidia_ctk_path=str(drifting))
+    assert result["rc"] == 0 and result["changed"] is True
+    assert any("changes its own output again" in w for w in _warnings(result)), result
+    assert not _stamp(env).exists()
+
+
+def test_a_failure_while_verifying_the_written_files_leaves_no_stamp_and_does_not_fail(env, target_warnings):
+    """containerd refuses the second look (after the files were written): the change stands and is reported
+    (the role must still restart containerd), only no verified state is recorded."""
+    counter = env.tmp / "dumps"
+    flaky = env.tmp / "bin" / "flaky-containerd"
+    flaky.write_text('#!/bin/sh\ncase "$*" in *"config dump"*) n=$(($(cat "%s" 2>/dev/null || echo 0) + 1));'
+                     ' echo $n > "%s"; [ $n -ge 3 ] && { echo boom >&2; exit 1; };; esac\nexec "%s" "$@"\n'
+                     % (counter, counter, ctk_env.require_containerd()))
+    flaky.chmod(0o755)
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run(containerd_path=str(flaky))
+    assert result["rc"] == 0 and result["changed"] is True and result["restart_required"] is True
+    assert any("not recorded as verified" in w and "boom" in w for w in _warnings(result)), result
+    assert not _stamp(env).exists()
+    assert env.drop_in.read_text() == GOLDEN_V2

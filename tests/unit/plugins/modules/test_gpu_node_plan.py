@@ -1,0 +1,238 @@
+"""gpu_node_plan in-process on simulated nodes: it plans exactly what mig_mode, mig_layout and compute_mode plan in
+check mode (same results, same errors), finds every declared file, directory, unit and containerd state that is
+not as declared, changes nothing (check mode or not), and refuses bad input before reading anything."""
+import hashlib
+import os
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.modules import (
+    compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
+from tests.support import ctk_env
+from tests.support.modrun import run_main, run_main_ok
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A simulated node (``node(shape)`` -> SimulatedBackend), the process pointed at it."""
+    def _make(shape):
+        path = str(tmp_path / "state.json")
+        monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", path)
+        monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", shape)
+        sim = SimulatedBackend(path, shape=shape)
+        sim.read_all()
+        return sim
+    return _make
+
+
+def _digest(sim):
+    with open(sim.path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _plan(args, check=False):
+    return run_main(gpu_node_plan.main, args, check_mode=check)
+
+
+def _strip(result):
+    return dict((k, v) for k, v in result.items() if k not in ("invocation", "warnings"))
+
+
+def _enable_balanced(sim):
+    args = {"config_name": "all-balanced", "allow_reset": True}
+    run_main_ok(mig_mode.main, args)
+    run_main_ok(mig_layout.main, {"config_name": "all-balanced"})
+
+
+@pytest.mark.parametrize("shape,setup,declared", [
+    ("dgx-a100-40gb", None, {"config_name": "all-balanced"}),            # first converge: mode and layout
+    ("dgx-a100-40gb", _enable_balanced, {"config_name": "all-balanced"}),  # nothing to do
+    ("dgx-a100-40gb", _enable_balanced, {"config_name": "all-1g"}),        # a new layout
+    ("hgx-h200", _enable_balanced, {"config_name": "all-disabled"}),       # disable MIG
+    ("mixed", None, {"layout": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}),
+])
+def test_mig_plans_are_the_check_mode_results_of_mig_mode_and_mig_layout(node, shape, setup, declared):
+    sim = node(shape)
+    if setup:
+        setup(sim)
+    sim.clear_call_log()
+    before = _digest(sim)
+    plan = _plan({"mig": dict(declared, manage="declared", allow_reset=True)})
+    mode = run_main(mig_mode.main, dict(declared, allow_reset=True), check_mode=True)
+    layout = run_main(mig_layout.main, dict(declared), check_mode=True)
+    assert plan["changed"] is False and plan["mig"]["managed"] is True
+    changes = any(g["changed"] for g in mode["gpus"]) or mode["pending"] or layout["changed"]
+    assert bool(plan["mig"]["disruptive"]) == bool(changes)
+    assert bool(plan["steps"]["mig"]) == bool(changes)
+    if changes:
+        assert plan["mig"]["mode_plan"] == _strip(mode)
+        assert plan["mig"]["layout_plan"] == _strip(layout)
+    else:
+        assert "mode_plan" not in plan["mig"]
+    assert plan["ansible_facts"]["nvidia_gpus"]["gpus"] == sim.read_all()["gpus"]
+    assert _digest(sim) == before and sim.raw_state()["call_log"] == []
+
+
+def test_mig_errors_are_those_of_the_modules_and_nothing_is_planned_on_bad_input(node):
+    sim = node("dgx-a100-40gb")
+    before = _digest(sim)
+    plan = _plan({"mig": {"manage": "declared", "config_name": "all-nonsense"}})
+    mode = run_main(mig_mode.main, {"config_name": "all-nonsense"}, check_mode=True)
+    assert plan["failed"] and plan["msg"] == mode["msg"] and "all-balanced" in plan["msg"]
+    _enable_balanced(sim)
+    gi = sim.read_all()["gpus"][0]["gpu_instances"][0]
+    sim.add_process(0, 4242, "trainer", gi_id=gi["id"], ci_id=gi["compute_instances"][0]["id"])
+    plan = _plan({"mig": {"manage": "declared", "config_name": "all-disabled"}})
+    mode = run_main(mig_mode.main, {"config_name": "all-disabled"}, check_mode=True)
+    assert plan["failed"] and plan["msg"] == mode["msg"] and "pid 4242 (trainer)" in plan["msg"]
+    assert _digest(sim) != before  # (the setup changed it; the plans did not:)
+    after_setup = _digest(sim)
+    _plan({"mig": {"manage": "declared", "config_name": "all-disabled"}})
+    assert _digest(sim) == after_setup
+
+
+@pytest.mark.parametrize("shape,mig_on,manage,managed", [
+    ("l40s-x2", False, "declared", False),   # no MIG-capable GPU: never managed
+    ("hgx-h200", False, "declared", True),
+    ("hgx-h200", False, "disable", False),   # another sharing strategy, MIG off: nothing to disable
+    ("hgx-h200", True, "disable", True),     # another sharing strategy, MIG on: disable it
+])
+def test_whether_mig_is_managed(node, shape, mig_on, manage, managed):
+    sim = node(shape)
+    if mig_on:
+        sim.set_mig_mode(3, True)
+    plan = _plan({"mig": {"manage": manage, "config_name": "all-disabled" if manage == "disable" else "all-balanced"}})
+    assert plan["mig"]["managed"] is managed
+    if manage == "disable" and managed:
+        assert plan["mig"]["disruptive"] == ["MIG mode changes on GPU(s) 3"], plan["mig"]
+
+
+def test_compute_mode_plan_and_boot_unit(node, tmp_path):
+    sim = node("hgx-h200")
+    sim.set_compute_mode(2, "Prohibited")
+    unit = tmp_path / "units" / "gpuops-compute-mode.service"
+    args = {"compute_mode": {"settings": [{"gpus": ["all"], "mode": "Default"}], "persistence_mode": True,
+                             "boot_unit": {"path": str(unit)}}}
+    plan = _plan(args)
+    check = run_main(compute_mode.main, {"settings": [{"gpus": ["all"], "mode": "Default"}], "persistence_mode": True},
+                     check_mode=True)
+    assert plan["compute_mode"]["changes"] == check["changes"] and plan["compute_mode"]["gpus"] == check["gpus"]
+    assert plan["steps"]["compute_mode"][0] == "GPU 2: compute mode Prohibited -> Default"
+    assert any("is absent, declared file" in r for r in plan["steps"]["compute_mode"]), plan["steps"]
+    # the modes as declared and the unit the role writes (the filter's text for compute_mode's result): no work
+    applied = run_main_ok(compute_mode.main, {"settings": [{"gpus": ["all"], "mode": "Default"}],
+                                              "persistence_mode": True})
+    unit.parent.mkdir()
+    unit.write_text(boot_unit(applied["gpus"], True, "/usr/bin/nvidia-smi"))
+    unit.chmod(0o644)
+    assert _plan(args)["steps"]["compute_mode"] == []
+    # persistence off in the declaration: another unit text
+    args["compute_mode"]["persistence_mode"] = False
+    assert _plan(args)["steps"]["compute_mode"] != []
+
+
+def _sha1(text):
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def test_files_and_directories_declared(node, tmp_path):
+    node("h200-x1")
+    (tmp_path / "d").mkdir(mode=0o755)
+    (tmp_path / "d").chmod(0o755)
+    (tmp_path / "f").write_text("hello\n")
+    (tmp_path / "f").chmod(0o644)
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    (tmp_path / "marker").write_text("x")
+    files = [
+        {"step": "a", "path": str(tmp_path / "d"), "state": "directory", "mode": "0755"},
+        {"step": "a", "path": str(tmp_path / "f"), "checksum": _sha1("hello\n"), "mode": "0644"},
+        {"step": "a", "path": str(tmp_path / "absent"), "state": "absent"},
+        {"step": "b", "path": str(tmp_path / "f"), "checksum": _sha1("hello!\n"), "mode": "0644"},
+        {"step": "c", "path": str(tmp_path / "f"), "checksum": _sha1("hello\n"), "mode": "0600"},
+        {"step": "d", "path": str(tmp_path / "link"), "checksum": _sha1("hello\n")},
+        {"step": "e", "path": str(tmp_path / "marker"), "state": "absent"},
+        {"step": "f", "path": str(tmp_path / "missing"), "checksum": _sha1("x")},
+        {"step": "g", "path": str(tmp_path / "f"), "state": "directory"},
+        {"step": "h", "path": str(tmp_path / "f")},   # no checksum: exists is enough here
+    ]
+    plan = _plan({"files": files})
+    steps = plan["steps"]
+    assert steps["a"] == [] and steps["h"] == []
+    assert steps["b"] == ["%s differs from what is declared" % (tmp_path / "f")]
+    assert steps["c"] == ["%s has mode 0644, declared 0600" % (tmp_path / "f")]
+    assert steps["d"] == ["%s is link, declared file" % (tmp_path / "link")]
+    assert steps["e"] == ["%s exists (file) and must not" % (tmp_path / "marker")]
+    assert steps["f"] == ["%s is absent, declared file" % (tmp_path / "missing")]
+    assert steps["g"] == ["%s is file, declared directory" % (tmp_path / "f")]
+    assert plan["files"][str(tmp_path / "f")] == {"state": "file", "mode": "0644", "checksum": _sha1("hello\n")}
+
+
+def test_units_must_be_reported_enabled(node, tmp_path, monkeypatch):
+    node("h200-x1")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text('#!/bin/sh\ncase "$2" in on.service) echo enabled;; static.service) echo static;;'
+                         ' *) echo disabled; exit 1;; esac\n')
+    systemctl.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+    plan = _plan({"units": [{"step": "a", "name": "on.service"}, {"step": "b", "name": "static.service"},
+                            {"step": "c", "name": "off.service"}]})
+    assert plan["steps"] == {"a": [], "b": ["unit static.service is static"], "c": ["unit off.service is disabled"]}
+
+
+def test_containerd_step_follows_the_modules_verified_state(node, tmp_path):
+    node("h200-x1")
+    etc = tmp_path / "etc" / "containerd"
+    etc.mkdir(parents=True)
+    (etc / "config.toml").write_text(ctk_env.fixture_text("golden-input-v2.toml"))
+    args = {"config_path": str(etc / "config.toml"), "drop_in_path": str(etc / "conf.d" / "99-nvidia.toml"),
+            "nvidia_ctk_path": ctk_env.ctk_wrapper(tmp_path / "bin", "1.20.0"),
+            "containerd_path": ctk_env.require_containerd()}
+    plan = _plan({"containerd": dict(args)})
+    assert plan["containerd"] == {"verified": False} and plan["steps"]["containerd_runtime"]
+    applied = run_main_ok(containerd_runtime.main, dict(args, _ansible_tmpdir=str(tmp_path)))
+    assert applied["changed"] is True
+    plan = _plan({"containerd": dict(args)}, check=True)
+    assert plan["containerd"]["verified"] is True and plan["steps"]["containerd_runtime"] == []
+    again = run_main_ok(containerd_runtime.main, dict(args, _ansible_tmpdir=str(tmp_path)))
+    assert again["verified_earlier"] is True
+    assert plan["containerd"]["result"] == _strip(again)
+    # another parameter than the one verified: the step has work
+    plan = _plan({"containerd": dict(args, runtime_name="nvidia-legacy")})
+    assert plan["steps"]["containerd_runtime"] and plan["containerd"] == {"verified": False}
+    plan = _plan({"containerd": dict(args, nvidia_ctk_path=str(tmp_path / "nope"))})
+    assert plan["steps"]["containerd_runtime"] == ["containerd: nvidia-ctk %s is not executable" % (tmp_path / "nope")]
+
+
+@pytest.mark.parametrize("bad,words", [
+    ({"files": [{"step": "a", "path": "relative/file"}]}, ["must be absolute"]),
+    ({"files": [{"step": "a", "path": "/x", "checksum": "abc"}]}, ["sha1", "40 characters"]),
+    ({"files": [{"step": "a", "path": "/x", "mode": "u+rw"}]}, ["octal", "0644"]),
+    ({"files": [{"step": "a", "path": "/x", "state": "link"}]}, ["file, directory, absent"]),
+    ({"mig": {"manage": "sometimes", "config_name": "all-balanced"}}, ["declared, disable"]),
+    ({"mig": {"manage": "declared"}}, ["layout", "config_name"]),
+    ({"compute_mode": {"settings": [{"mode": "Shared"}]}}, ["Shared", "Exclusive_Process"]),
+])
+def test_bad_input_fails_before_reading_or_changing_anything(tmp_path, monkeypatch, bad, words):
+    path = tmp_path / "state.json"
+    monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", str(path))
+    monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", "h200-x1")
+    result = _plan(bad)
+    assert result.get("failed"), result
+    for word in words:
+        assert word in result["msg"], result["msg"]
+    if "compute_mode" not in bad:  # (compute modes are checked against the GPUs, after reading them)
+        assert not path.exists()
+
+
+def test_mig_files_are_no_work_where_mig_is_not_managed(node, tmp_path):
+    node("hgx-h200")
+    files = [{"step": "mig", "path": str(tmp_path / "missing"), "checksum": _sha1("x")}]
+    plan = _plan({"mig": {"manage": "disable", "config_name": "all-disabled"}, "files": files})
+    assert plan["mig"]["managed"] is False and plan["steps"]["mig"] == []
+    assert plan["files"][str(tmp_path / "missing")]["state"] == "absent"
+    plan = _plan({"mig": {"manage": "declared", "config_name": "all-balanced"}, "files": files})
+    assert "%s is absent, declared file" % (tmp_path / "missing") in plan["steps"]["mig"]
