@@ -81,8 +81,8 @@ def read_bytes(path, option, limit=MAX_BYTES):
     finally:
         os.close(fd)
     if size > limit:
-        raise InputFileError("%s %s is larger than %d bytes (%d MiB): refused" % (option, path, limit,
-                                                                               limit // (1024 * 1024)))
+        raise InputFileError("%s %s is larger than %d bytes (%d MiB): refused"
+                             % (option, path, limit, limit // (1024 * 1024)))
     return b"".join(chunks)
 
 
@@ -93,7 +93,7 @@ def read_text(path, option, limit=MAX_BYTES):
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputFileError("%s %s is not UTF-8 text (byte 0x%02x at offset %d); give a text file"
-                             % (option, path, bytearray(data[exc.start:exc.start + 1])[0], exc.start))
+                             % (option, path, bytearray(data[int(exc.start):int(exc.start) + 1])[0], exc.start))
 
 
 def check_shape(value, what, max_depth=MAX_DEPTH, max_values=MAX_VALUES):

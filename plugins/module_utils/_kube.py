@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import os
 import re
 import socket
@@ -244,6 +245,9 @@ def auth_param_errors(params):
         elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
             errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
                           "as one line" % (name, shown))
+        elif name == "api_key" and any(not 0x20 < ord(char) < 0x7f for char in value):
+            errors.append("api_key (hidden) holds characters other than printable ASCII without spaces; a bearer "
+                          "token is printable ASCII (RFC 6750) and goes into an HTTP header")
         elif name == "kubeconfig":
             path = _kubeconfig_from_param(value)[0]
             if path and os.path.lexists(path):      # one that does not exist: said where it would be read
@@ -402,6 +406,11 @@ class Kube(object):
                 raise KubeError(_UNREACHABLE % (host, what, reason, self.timeout))
         except (_Urllib3Error, socket.error, OSError) as exc:
             raise KubeError(_UNREACHABLE % (host, what, exc, self.timeout))
+        except UnicodeError:
+            # http.client sends headers as Latin-1: a token from a kubeconfig (api_key is checked before) that is not
+            raise KubeError("cannot send a request to the Kubernetes API at %s while trying to %s: the credentials hold "
+                            "characters that cannot go into an HTTP header (a bearer token is printable ASCII). Check "
+                            "the kubeconfig's user token" % (host, what))
         if isinstance(data, bytes):
             data = data.decode("utf-8", "replace")
         if not 200 <= int(status) < 300:
@@ -433,16 +442,6 @@ class Kube(object):
         if field_manager:
             query["fieldManager"] = field_manager
         return self.request(what, "PUT", path, query=query or None, body=body)
-
-
-def get_optional(kube, what, path):
-    """GET an object; None when it does not exist (404)."""
-    try:
-        return kube.get(what, path)
-    except KubeError as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def write_configmap(kube, namespace, name, data, current, dry_run=False, labels=None):
@@ -484,8 +483,8 @@ def request_timeout(value):
     a value is a typo, and near 1e308 the socket layer overflows). None: 30."""
     if value is None:
         return 30.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or \
-            not 0 < value <= MAX_REQUEST_TIMEOUT:
+    nan = isinstance(value, float) and math.isnan(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or nan or not 0 < value <= MAX_REQUEST_TIMEOUT:
         raise KubeError("request_timeout must be a number of seconds above 0 and at most %d, got %r"
                         % (MAX_REQUEST_TIMEOUT, value))
     return float(value)

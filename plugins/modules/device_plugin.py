@@ -483,8 +483,14 @@ def main():
                         record.end()
             module.exit_json(**result)
 
-        chart_meta = helm.show_chart(chart_ref, p["chart_version"] if not p["chart_path"] else None, repo_url,
-                                     yaml_module=yaml)
+        try:
+            chart_meta = helm.show_chart(chart_ref, p["chart_version"] if not p["chart_path"] else None, repo_url,
+                                         yaml_module=yaml)
+        except _helm.HelmError as exc:
+            if not p["chart_path"]:
+                raise
+            module.fail_json(msg="chart_path %s is not a helm chart (a chart directory or .tgz archive) that helm can "
+                                 "read: %s. Nothing was changed." % (p["chart_path"], exc.msg), commands=helm.commands)
         chart_version = str(chart_meta.get("version") or "")
         chart_name = chart_meta.get("name") or p["chart_ref"]
         if p["chart_path"] and p["chart_version"] and p["chart_version"] != chart_version:

@@ -238,6 +238,15 @@ mig:
       return in check mode.
   returned: when O(mig) is given
   type: dict
+  contains:
+    managed:
+      description: Whether MIG is managed on this node (see O(mig.manage)).
+      type: bool
+      sample: true
+    disruptive:
+      description: Reasons the GPUs change (a reset or reboot), for the cordon; empty when nothing disruptive is due.
+      type: list
+      elements: str
 compute_mode:
   description: C(changes), C(mode), C(modes) and C(gpus) as M(gpuops.nvidia.compute_mode) returns them in check mode.
   returned: when O(compute_mode) is given

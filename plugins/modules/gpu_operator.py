@@ -266,7 +266,7 @@ def seed_mig_config(kube, namespace, policy):
     now (or the operator's default one), so node labels that worked keep working."""
     current = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name") \
         or op.OPERATOR_MIG_CONFIGMAP
-    source = _kube.get_optional(kube, "read ConfigMap %s/%s" % (namespace, current),
+    source = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, current),
                                 _kube.configmap_path(namespace, current))
     text = ((source or {}).get("data") or {}).get(op.MIG_CONFIG_KEY)
     try:
@@ -366,7 +366,7 @@ def main():
         before_maps, after_maps = {}, {}
         dp_data = dict((prof, dp.dump_config(cfg, yaml)) for prof, cfg in sorted(built["configs"].items()))
         cm_path = _kube.configmap_path(namespace, p["device_plugin_config_map"])
-        current = _kube.get_optional(kube, "read ConfigMap %s/%s" % (namespace, p["device_plugin_config_map"]),
+        current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, p["device_plugin_config_map"]),
                                      cm_path)
         answer = _kube.write_configmap(kube, namespace, p["device_plugin_config_map"], dp_data, current,
                                        dry_run=dry, labels=MANAGED_LABELS)
@@ -380,7 +380,7 @@ def main():
         if p["mig_config_map"]:
             mig_name = p["mig_config_map"]
             mig_path = _kube.configmap_path(namespace, mig_name)
-            current = _kube.get_optional(kube, "read ConfigMap %s/%s" % (namespace, mig_name), mig_path)
+            current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, mig_name), mig_path)
             if current is None:
                 doc, seeded_from = seed_mig_config(kube, namespace, policy)
             else:

@@ -168,7 +168,7 @@ def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
     (published, answer)."""
     path = _kube.configmap_path(namespace, name)
     for attempt in range(attempts):
-        current = _kube.get_optional(kube, "read ConfigMap %s/%s" % (namespace, name), path)
+        current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, name), path)
         text = ((current or {}).get("data") or {}).get(op.MIG_CONFIG_KEY)
         doc = op.parse_config_text(text, yaml)
         if current is not None and (doc.get("mig-configs") or {}).get(config) == entries:

@@ -319,6 +319,10 @@ def run(module):
     try:
         pipe_dir = check_path("pipe_directory", p["pipe_directory"])
         log_dir = check_path("log_directory", p["log_directory"])
+        for option, directory in (("pipe_directory", pipe_dir), ("log_directory", log_dir)):
+            if os.path.lexists(directory) and not os.path.isdir(directory):
+                raise MpsError("%s %s exists and is not a directory; give a directory (created when missing)"
+                               % (option, directory))
         name = check_service_name(p["name"])
         pct, limits = normalize_defaults(p["default_active_thread_percentage"], p["default_pinned_device_mem_limit"])
         error = seconds_error("timeout", p["timeout"], minimum=1)

@@ -110,6 +110,7 @@ _RESOURCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
     "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(fv.HUGE_INTS), fv.hostile()),
     "devices": st.just("all"), "rename": fv.strings()}), max_size=3), fv.hostile())
 
+
 def _facts_of(shape, mig_on=()):
     """gpu_info's facts of a simulated node of ``shape``; ``mig_on``: GPUs with MIG enabled and one 3g instance."""
     import shutil
@@ -301,13 +302,12 @@ _PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
     st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
     _ANY)}), _ANY)
 
-_UNIT_GPUS = st.one_of(st.lists(st.fixed_dictionaries({"index": st.one_of(st.integers(-1, 9), _ANY),
-                                                      "uuid": st.one_of(st.just("GPU-0a1b2c3d-0000-1111-2222-333344445555"),
-                                                                        st.just("GPU-1\nExecStart=/bin/sh -c id"),
-                                                                        _ANY),
-                                                      "nvidia_smi_mode": st.one_of(st.sampled_from(
-                                                          ["DEFAULT", "PROHIBITED", "EXCLUSIVE_PROCESS", None]), _ANY)}),
-                                max_size=3), _ANY)
+_UNIT_GPU = st.fixed_dictionaries({
+    "index": st.one_of(st.integers(-1, 9), _ANY),
+    "uuid": st.one_of(st.sampled_from(["GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-1\nExecStart=/bin/sh -c id"]),
+                      _ANY),
+    "nvidia_smi_mode": st.one_of(st.sampled_from(["DEFAULT", "PROHIBITED", "EXCLUSIVE_PROCESS", None]), _ANY)})
+_UNIT_GPUS = st.one_of(st.lists(_UNIT_GPU, max_size=3), _ANY)
 FILTERS = {
     "compute_mode_unit": {"compute_mode_unit": {
         "gpus": _UNIT_GPUS, "persistence": st.one_of(st.booleans(), _ANY),
@@ -317,8 +317,8 @@ FILTERS = {
                 "mps_daemon_defaults": {"gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE},
                 "mps_limits": {"limits": st.one_of(st.fixed_dictionaries({}, optional={
                     "active_thread_percentage": _ANY,
-                    "pinned_device_mem_limit": st.one_of(st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 5000 + "G"]),
-                                                         _ANY)}), _ANY),
+                    "pinned_device_mem_limit": st.one_of(
+                        st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 5000 + "G"]), _ANY)}), _ANY),
                     "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
     "gpu_summary": {"gpu_summary": {"facts": _facts()}},
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},

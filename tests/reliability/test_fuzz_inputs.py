@@ -151,7 +151,7 @@ def run_example(name, mutation, base_dir):
     """Run module ``name`` with the harness's arguments changed by ``mutation`` ({option: value or OMIT}) in a
     forked child; returns (outcome, report) where report has the module's result and what changed."""
     harness = fuzz_harness.MODULES[name]
-    module, _ = argument_spec(name)
+    module = argument_spec(name)[0]
 
     def work():
         sandbox = tempfile.mkdtemp(prefix="ex-", dir=base_dir)
@@ -264,8 +264,7 @@ def test_harness_run_succeeds(name, tmp_path):
 
 @pytest.mark.parametrize("name", MODULE_NAMES)
 def test_fuzz_module(name, tmp_path):
-    _, kwargs = argument_spec(name)
-    spec = kwargs["argument_spec"]
+    spec = argument_spec(name)[1]["argument_spec"]
     harness = fuzz_harness.MODULES[name]
 
     @settings_for(EXAMPLES)
@@ -336,7 +335,15 @@ def spec_errors(options, values):
     does), as ansible-core's validator reports it."""
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
     spec = dict((k, dict(v, default=None)) for k, v in options.items())
-    return ArgumentSpecValidator(spec).validate(dict(values)).error_messages
+    try:
+        return ArgumentSpecValidator(spec).validate(dict(values)).error_messages
+    except OverflowError as exc:        # a float option given an int past 1e308: see CORE_OVERFLOW
+        return [CORE_OVERFLOW + str(exc)]
+
+
+# ansible-core's check_type_float converts an int past 1e308 with float() and lets the OverflowError escape (seen with
+# 2.19.14), in validate_argument_spec too: such a host fails with that exception's text, which names no variable.
+CORE_OVERFLOW = "ansible-core OverflowError: "
 
 
 def _yaml_safe(value, depth=0):
@@ -411,6 +418,9 @@ def test_fuzz_role_variables(tmp_path):
                 problems.append("%s %s: not refused, though its argument spec says %s" % (host, shown, errors[:1]))
             continue
         text = res["text"]
+        if errors and errors[0].startswith(CORE_OVERFLOW) and "too large to convert to float" in text + str(
+                res.get("exception")):
+            continue                    # KNOWN: ansible-core's own escape (CORE_OVERFLOW), refused all the same
         if "Traceback (most recent call last)" in str(res.get("exception")) or "unhandled exception" in text:
             problems.append("%s %s: a traceback: %s %s" % (host, shown, text, str(res.get("exception"))[-1500:]))
         elif not any(name in text for name in values):

@@ -14,13 +14,15 @@ each step, on a fresh fleet:
    files, node labels, schedulability (no node cordoned), the device plugin's objects and a deployed helm release.
 
 Each step is its own test, so that pytest-xdist spreads them over the cores; STEPS lists them and the first test
-checks that it is exactly what the clean converge makes.
+checks that it is exactly what the clean converge makes. `make test` runs a fixed sample of the steps (the first and
+last of each kind, every fourth between: site_env.sampled); GPUOPS_RELIABILITY=full runs every one.
 """
 import os
 
 import pytest
 
-from tests.reliability.site_env import MIG_NODE, MPS_NODE, SmallSite, check_integrity, declared, differences
+from tests.reliability.site_env import (
+    MIG_NODE, MPS_NODE, SmallSite, check_integrity, declared, differences, sampled)
 from tests.integration.site_helpers import HELM
 
 pytestmark = [pytest.mark.slow,
@@ -36,8 +38,10 @@ NVML_ERRORS = ("UNKNOWN", "IN_USE", "INSUFFICIENT_RESOURCES")
 #   writing, the written config and its candidate again (containerd_runtime's check that the written state is a
 #   fixed point before it records it as verified; a fault there leaves no record, the converge still succeeds).
 STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 17, "helm": 1, "containerd": 8}
-CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
-         + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
+ALL_CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
+             + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
+# make test: a fixed sample of the steps (site_env.sampled); GPUOPS_RELIABILITY=full: every step
+CASES = [c for c in ALL_CASES if sampled(c[2], STEPS[c[1] or c[0]])]
 
 
 def test_the_reference_converge_has_every_kind_of_step(reference):

@@ -98,7 +98,7 @@ def run_bounded(func, wall_s=60):
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+            ready = select.select([read_fd], [], [], min(left, 1.0))[0]
             if ready:
                 chunk = os.read(read_fd, 1 << 16)
                 if not chunk:
@@ -111,7 +111,7 @@ def run_bounded(func, wall_s=60):
                 os.killpg(pid, signal.SIGKILL)      # the child and every program it started
             except OSError:
                 pass
-        _, status = os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
     seconds = time.time() - start
     if timed_out:
         return Outcome(timed_out=True, seconds=seconds)

@@ -83,7 +83,7 @@ def deep():
     def nest(shape):
         kind, depth = shape
         value = "x"
-        for _ in range(depth):
+        for _level in range(depth):
             value = [value] if kind == "list" else {"k": value}
         return value
     return st.tuples(st.sampled_from(["list", "dict"]), st.sampled_from([50, 300, 600])).map(nest)

@@ -1,0 +1,40 @@
+"""The MIG boot script's bundle (roles/mig/vars/main.yml __mig_lib_files) holds every module_util that its files
+import: the boot script runs without the collection installed, so a missing one fails only at boot (found when
+_mig_apply.py began to read config files through _input_file.py)."""
+import os
+import re
+
+import yaml
+
+from tests.support.ansible_run import ROOT
+
+UTILS = os.path.join(ROOT, "plugins", "module_utils")
+IMPORT = re.compile(r"ansible_collections\.gpuops\.nvidia\.plugins\.module_utils(?:\.(\w+)| import \(?([\w, ]+))")
+
+
+def imported(name):
+    """The module_utils file names that ``name`` imports."""
+    with open(os.path.join(UTILS, name)) as handle:
+        text = handle.read()
+    out = set()
+    for single, many in IMPORT.findall(text):
+        for module in ([single] if single else [m.split()[0] for m in many.split(",") if m.strip()]):
+            if module and os.path.exists(os.path.join(UTILS, module + ".py")):
+                out.add(module + ".py")
+    return out
+
+
+def test_the_bundle_holds_what_its_files_import():
+    with open(os.path.join(ROOT, "roles", "mig", "vars", "main.yml")) as handle:
+        bundle = set(yaml.safe_load(handle)["__mig_lib_files"])
+    assert "_mig_apply.py" in bundle
+    missing = {}
+    for name in sorted(bundle):
+        lacking = imported(name) - bundle
+        if lacking:
+            missing[name] = sorted(lacking)
+    assert not missing, "roles/mig/vars/main.yml __mig_lib_files lacks what these import: %s" % missing
+
+
+def test_the_import_scan_sees_both_forms():
+    assert "_input_file.py" in imported("_mig_apply.py") and "_mig_plan.py" in imported("_mig_apply.py")
