@@ -22,7 +22,7 @@ import math
 import os
 import re
 import socket
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 try:
     import kubernetes
@@ -229,6 +229,18 @@ def mask_kubeconfig_secrets(module):
         module.no_log_values.update(kubeconfig_secrets(content))
 
 
+def _host_error(host):
+    """Why ``host`` is not the URL of an API server (http or https), or None."""
+    try:
+        parts = urlsplit(host)
+        parts.port                                  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return "is not a URL (%s); give the API server's address, e.g. https://10.0.0.1:6443" % exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http(s) URL with a host name; give the API server's address, e.g. https://10.0.0.1:6443"
+    return None
+
+
 def auth_param_errors(params):
     """What is wrong with the authentication parameters: a NUL cannot be passed to helm's environment or to a file
     name, and a line break in host, api_key or context would end an HTTP header or a variable; the files they name
@@ -245,6 +257,8 @@ def auth_param_errors(params):
         elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
             errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
                           "as one line" % (name, shown))
+        elif name == "host" and _host_error(value):
+            errors.append("host %s %s" % (shown, _host_error(value)))
         elif name == "api_key" and any(not 0x20 < ord(char) < 0x7f for char in value):
             errors.append("api_key (hidden) holds characters other than printable ASCII without spaces; a bearer "
                           "token is printable ASCII (RFC 6750) and goes into an HTTP header")
@@ -269,9 +283,13 @@ def kubeconfig_file_errors(paths, option):
         if not path or not os.path.lexists(path):
             continue
         try:
-            load_yaml(read_text(path, option), "%s %s" % (option, path), yaml)
+            data = load_yaml(read_text(path, option), "%s %s" % (option, path), yaml)
         except InputFileError as exc:
             errors.append(str(exc))
+            continue
+        if data is not None and not isinstance(data, dict):
+            errors.append("%s %s holds YAML that is not a mapping (a kubeconfig is a mapping with clusters, users and "
+                          "contexts), got a %s" % (option, path, type(data).__name__))
     return errors
 
 
@@ -637,9 +655,9 @@ def find_node(nodes, node_name=None, hostnames=None, internal_ips=None, method="
                             % (len(found), tried[-1], ", ".join(sorted(n["metadata"]["name"] for n in found))))
     if not tried:
         raise KubeError("cannot look up this host's node: give node_name, hostname or internal_ips")
-    raise KubeError("no Kubernetes node matches %s; the cluster has %s. Give node_name (the name `kubectl get "
-                    "nodes` shows) if the node is registered under another name"
-                    % (" or ".join(tried), ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
+    raise KubeError("no Kubernetes node matches %s (node_lookup=%s); the cluster has %s. Give node_name (the name "
+                    "`kubectl get nodes` shows) if the node is registered under another name"
+                    % (" or ".join(tried), method, ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
 
 
 def find_this_node(kube, params):
@@ -656,6 +674,9 @@ def find_this_node(kube, params):
 
 def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method="auto"):
     """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
+    if node_name and (len(node_name) > 253 or not _DNS1123_SUBDOMAIN.match(node_name)):
+        raise KubeError("node_name %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
+                        "characters); nothing was changed" % repr(node_name)[:120])
     if node_name and method in ("auto", "name"):
         try:
             return kube.get("read node %s" % node_name, node_path(node_name)), "name"

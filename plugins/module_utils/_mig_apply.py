@@ -39,7 +39,7 @@ def name_source(params, text):
         option = "layout"
     elif params.get("config_file"):
         option = "config_file %s" % params["config_file"]
-    elif params.get("config_name"):
+    elif params.get("config_name") is not None:
         option = "config_name %s" % params["config_name"]
     else:
         return text

@@ -226,6 +226,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeErr
 
 # More slices than this is a typo: a slice runs ansible-playbook on an execution node of its own.
 MAX_SLICES = 1000
+# Linux's largest pid_max (2**22, /proc/sys/kernel/pid_max): no process ID is larger.
+MAX_PID = 4194304
 
 
 def _public(lease):
@@ -255,8 +257,8 @@ def validate(p):
         errors.append("run_slices=%d needs run_id, the identifier the slices of one run share" % p["run_slices"])
     if p["converged"] is not None and p["state"] != "released":
         errors.append("converged is recorded on release: use it with state=released, not state=%s" % p["state"])
-    if p["owner_pid"] is not None and p["owner_pid"] < 1:
-        errors.append("owner_pid must be a process ID (1 or more), got %d" % p["owner_pid"])
+    if p["owner_pid"] is not None and not 1 <= p["owner_pid"] <= MAX_PID:
+        errors.append("owner_pid must be a process ID (1 to %d), got %d" % (MAX_PID, p["owner_pid"]))
     return errors
 
 
@@ -327,6 +329,9 @@ def main():
         namespace = "present"
         if p["create_namespace"]:
             namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check)
+        elif _kube.read_or_none(kube, "read namespace %s" % p["namespace"], _kube.namespace_path(p["namespace"])) is None:
+            module.fail_json(msg="namespace %s does not exist and create_namespace=false: create it, or let the "
+                                 "module create it (create_namespace=true). Nothing was changed." % p["namespace"])
         if namespace == "would be created":
             result.update(changed=True, how="created", previous_holder="", waited=0, lease={}, converged={},
                           msg="namespace %s and %s would be created and taken (check mode)"

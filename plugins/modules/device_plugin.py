@@ -297,6 +297,7 @@ rollback_error:
 
 import json
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -306,6 +307,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+
+# helm's own check of a release name (pkg/chartutil ValidateReleaseName: a DNS-1123 subdomain of at most 53).
+_RELEASE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 try:
     import yaml
@@ -434,6 +438,15 @@ def main():
     if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
         errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
                       "0.17.0) so the chart does not change under you between runs")
+    if not p["release_name"] or len(p["release_name"]) > 53 or not _RELEASE_NAME.match(p["release_name"]):
+        errors.append("release_name %s is not a helm release name (lowercase letters, digits, '-' and '.', starting "
+                      "and ending with a letter or digit, at most 53 characters)" % repr(p["release_name"])[:80])
+    if p["binary_path"] and not (os.path.isfile(p["binary_path"]) and os.access(p["binary_path"], os.X_OK)):
+        errors.append("binary_path %s is not an executable file (give the path of the helm program)"
+                      % p["binary_path"])
+    if os.path.lexists(p["record_dir"]) and not os.path.isdir(p["record_dir"]):
+        errors.append("record_dir %s exists and is not a directory; give a directory (created when missing)"
+                      % p["record_dir"])
     if p["chart_path"] and not os.path.exists(p["chart_path"]):
         errors.append("chart_path %s does not exist" % p["chart_path"])
     for option in ("pending_timeout", "verify_timeout"):
@@ -488,7 +501,10 @@ def main():
                                          yaml_module=yaml)
         except _helm.HelmError as exc:
             if not p["chart_path"]:
-                raise
+                module.fail_json(msg="cannot read chart %s version %s from chart_repo_url %s: %s. Check chart_version, "
+                                     "chart_repo_url and the network path to the repository (or give chart_path). Nothing "
+                                     "was changed." % (p["chart_ref"], p["chart_version"], repo_url, exc.msg),
+                                 commands=helm.commands)
             module.fail_json(msg="chart_path %s is not a helm chart (a chart directory or .tgz archive) that helm can "
                                  "read: %s. Nothing was changed." % (p["chart_path"], exc.msg), commands=helm.commands)
         chart_version = str(chart_meta.get("version") or "")

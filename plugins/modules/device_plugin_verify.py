@@ -117,6 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
 
@@ -143,8 +144,11 @@ def main():
         errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
     if profile["sharing"] == "mps" and not p["namespace"]:
         errors.append("namespace is required with an MPS profile (where the MPS control daemon's pods run)")
-    if p["timeout"] < 0 or p["interval"] <= 0:
-        errors.append("timeout must be >= 0 and interval > 0 seconds, got %s and %s" % (p["timeout"], p["interval"]))
+    error = seconds_error("timeout", p["timeout"])
+    if error:
+        errors.append(error)
+    if not (isinstance(p["interval"], (int, float)) and 0.01 <= p["interval"] <= 3600):   # also NaN and inf
+        errors.append("interval must be a number of seconds from 0.01 to 3600, got %r" % (p["interval"],))
     if errors:
         module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
     expected = dp.expected_allocatable(profile, gpus)

@@ -143,6 +143,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
@@ -227,8 +228,11 @@ def main():
     if p["config_map"] == op.OPERATOR_MIG_CONFIGMAP:
         errors.append("config_map %s is refused: the operator rewrites its own ConfigMap; use the one the collection "
                       "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % op.OPERATOR_MIG_CONFIGMAP)
-    if p["timeout"] < 0 or p["interval"] <= 0:
-        errors.append("timeout must be >= 0 and interval > 0 seconds, got %s and %s" % (p["timeout"], p["interval"]))
+    error = seconds_error("timeout", p["timeout"])
+    if error:
+        errors.append(error)
+    if not (isinstance(p["interval"], (int, float)) and 0.01 <= p["interval"] <= 3600):   # also NaN and inf
+        errors.append("interval must be a number of seconds from 0.01 to 3600, got %r" % (p["interval"],))
     gpus = _gpus(p["gpus"])
     if gpus is None:
         errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")

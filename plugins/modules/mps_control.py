@@ -330,6 +330,9 @@ def run(module):
             raise MpsError(error)
         executable = p["executable"] or module.get_bin_path("nvidia-cuda-mps-control", required=True)
         check_path("executable", executable)
+        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+            raise MpsError("executable %s is not an executable file (give the path of nvidia-cuda-mps-control)"
+                           % executable)
     except MpsError as e:
         module.fail_json(msg=str(e))
     if not os.access(executable, os.X_OK):

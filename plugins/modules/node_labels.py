@@ -251,6 +251,10 @@ def main():
                              % type(raw).__name__)
         labels = dict((k, _kube.normalize_label_value(v)) for k, v in raw.items())
         if p["device_plugin_config"] is not None:
+            config_errors = _kube.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])
+            if config_errors:
+                module.fail_json(msg="invalid input, nothing changed: device_plugin_config: " + "; ".join(
+                    e[:300] for e in config_errors), errors=config_errors)
             labels[DEVICE_PLUGIN_CONFIG_LABEL] = p["device_plugin_config"]
         if p["gpu_present"] == "always":
             labels[GPU_PRESENT_LABEL] = "true"

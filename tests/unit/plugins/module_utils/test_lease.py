@@ -3,6 +3,7 @@
 real processes."""
 import json
 import os
+import time
 import subprocess
 import sys
 
@@ -233,6 +234,11 @@ def test_find_owner_is_the_topmost_ansible_playbook_and_the_liveness_checks(tmp_
     sleeper = subprocess.Popen(["sleep", "30"], env=dict(os.environ, **{L.MARKER_ENV: "run-7f3a"}))
     try:
         owner = L.owner_info(sleeper.pid)
+        # the child's environment is the marker's only after its exec: until then /proc shows the parent's (seen
+        # on the loaded 2-core machine), so wait for it, bounded
+        deadline = time.monotonic() + 10
+        while not L.marker_alive("run-7f3a") and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert L.owner_alive(owner) and L.marker_alive("run-7f3a")
         assert not L.marker_alive("run-other") and not L.marker_alive("run-7f3a", exclude=(sleeper.pid,))
         assert not L.owner_alive(dict(owner, start=owner["start"] + 1))      # a reused PID is not the owner
