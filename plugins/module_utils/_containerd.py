@@ -762,10 +762,9 @@ def evaluate(module, runner, p, ctk_version, containerd_version):
                                                        p["set_as_default"], p["cdi_enabled"], containerd_version)
         if problems:
             raise ContainerdConfigError("containerd %s would not run this candidate, so it was refused and nothing"
-                                        " was changed: %s%s" % (containerd_version, "; ".join(problems), "" if
-                                                                config_exists else " (config_path %s does not exist: "
-                                                                "the candidate was built from an empty config)"
-                                                                % config_path))
+                                        " was changed: %s (the candidate built from config_path %s%s)"
+                                        % (containerd_version, "; ".join(problems), config_path,
+                                           "" if config_exists else ", which does not exist: from an empty config"))
         warnings += dump_warnings
     else:
         after_view = effective_cri_tree(candidate.trees.get(config_path), candidate.trees.get(drop_in_path),

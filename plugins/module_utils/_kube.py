@@ -206,13 +206,16 @@ def _kubeconfig_from_param(kubeconfig):
 
 def kubeconfig_secrets(config):
     """Secret values inside a kubeconfig dict, to add to module.no_log_values (as kubernetes.core does)."""
+    def mapping(value):
+        return value if isinstance(value, dict) else {}
     out = set()
-    for user in (config or {}).get("users") or []:
-        data = (user or {}).get("user") or {}
+    users = mapping(config).get("users")
+    for user in users if isinstance(users, list) else []:     # a kubeconfig of another shape: nothing to mask
+        data = mapping(mapping(user).get("user"))
         for key in ("token", "password", "client-key-data", "client-certificate-data"):
             if data.get(key):
                 out.add(str(data[key]))
-        auth = (data.get("auth-provider") or {}).get("config") or {}
+        auth = mapping(mapping(data.get("auth-provider")).get("config"))
         for key in ("access-token", "id-token", "refresh-token", "client-secret"):
             if auth.get(key):
                 out.add(str(auth[key]))
@@ -257,7 +260,7 @@ def auth_param_errors(params):
         elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
             errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
                           "as one line" % (name, shown))
-        elif name == "host" and _host_error(value):
+        elif name == "host" and value and _host_error(value):
             errors.append("host %s %s" % (shown, _host_error(value)))
         elif name == "api_key" and any(not 0x20 < ord(char) < 0x7f for char in value):
             errors.append("api_key (hidden) holds characters other than printable ASCII without spaces; a bearer "

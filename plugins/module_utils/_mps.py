@@ -42,7 +42,10 @@ class MpsError(ValueError):
 def check_path(what, path):
     if not isinstance(path, str) or not _SAFE_PATH.match(path) or "//" in path or "/../" in path + "/":
         raise MpsError("%s must be an absolute path of letters, digits and _ . / + - (it goes into a systemd "
-                       "unit and the daemon's environment), got %r" % (what, path))
+                       "unit and the daemon's environment), got %r" % (what, path[:120] if isinstance(path, str) else path))
+    if len(path) > 4095 or any(len(part) > 255 for part in path.split("/")):
+        raise MpsError("%s is longer than a path may be (at most 255 characters a name, 4095 in all), got %r"
+                       % (what, path[:120] + "..."))
     return path.rstrip("/") or "/"
 
 

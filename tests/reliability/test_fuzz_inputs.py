@@ -28,6 +28,7 @@ import inspect
 import os
 import shutil
 import socket
+import sys
 import tempfile
 
 import pytest
@@ -299,7 +300,14 @@ def test_fuzz_module(name, tmp_path):
 
     if SEED is not None:
         one = seed(int(SEED))(one)
-    one()
+    # hypothesis prints a failing example with its pretty-printer, which recurses once per level of a value nested
+    # 600 deep (fuzz_values.deep) and hit the default limit, hiding the failure behind a RecursionError
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    try:
+        one()
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 # ---- filters ------------------------------------------------------------------------------------------------------
