@@ -355,6 +355,11 @@ def build_configuration(params, environ=None):
                     source = "host"
     except (kubernetes.config.ConfigException, IOError, OSError, ValueError) as exc:
         raise KubeError("cannot load Kubernetes configuration from %s: %s" % (_source_option(source, in_cluster), exc))
+    except (TypeError, AttributeError, KeyError) as exc:
+        # the client walks the kubeconfig as kubectl writes it and breaks on another shape (a user that is a number)
+        raise KubeError("cannot load Kubernetes configuration from %s: it is not shaped as a kubeconfig (clusters, "
+                        "contexts and users: lists of mappings with name and cluster/context/user mappings): %s: %s"
+                        % (_source_option(source, in_cluster), type(exc).__name__, exc))
     # Parameters override what the kubeconfig said (kubernetes.core does the same).
     if host:
         cfg.host = host

@@ -187,6 +187,8 @@ KNOWN_CORE_GAPS = {
     # no_log scan (_list_no_log_values) converts it with check_type_dict before the type check runs, and
     # AnsibleModule reports only that first error, which names no option (seen with ansible-core 2.19).
     "dictionary requested, could not parse JSON or key=value",
+    # the same, for a string element that starts like JSON ('{'): check_type_dict's literal_eval message
+    "unable to evaluate string as dictionary",
 }
 # Prefixes of such messages. A NUL in any string option, on a host with syslog (journald's /dev/log): AnsibleModule
 # logs its invocation to syslog before any code of ours runs, syslog refuses the NUL, and the module fails with this
