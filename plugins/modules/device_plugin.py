@@ -435,6 +435,8 @@ def main():
     if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
         errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "
                       "recommended\"); use a dedicated namespace such as nvidia-device-plugin")
+    if p["state"] == "present" and not p["profiles"]:
+        errors.append("profiles must list at least one sharing profile with state=present, got %r" % (p["profiles"],))
     if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
         errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
                       "0.17.0) so the chart does not change under you between runs")

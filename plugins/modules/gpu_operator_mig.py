@@ -245,7 +245,8 @@ def main():
         config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
         differ = op.gpus_differ(gpus, resolved)
     except mp.MigLayoutError as exc:
-        module.fail_json(msg="node %s: %s. Nothing was changed." % (node, name_source(p, str(exc))))
+        module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them). Nothing was changed."
+                             % (node, name_source(p, str(exc)).rstrip(". ")))
     _kube.mask_kubeconfig_secrets(module)
 
     dry = module.check_mode

@@ -274,7 +274,7 @@ def main():
             errors.append("state=absent only removes the keys in labels; purge_prefix, device_plugin_config, "
                           "gpu_present and mig_owner apply to state=present")
         labels = dict((k, None) for k in keys)
-    errors.extend(_kube.validate_labels(labels))
+    errors.extend("labels: " + error for error in _kube.validate_labels(labels))
     errors.extend(purge_prefix_errors(p["purge_prefix"]))
     if p["device_plugin_config"] == "":
         errors.append("device_plugin_config must name a config (a key of the device plugin's config.map), got ''")
