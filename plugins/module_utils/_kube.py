@@ -155,8 +155,8 @@ def label_key_errors(key):
 
 def label_value_errors(key, value):
     if not isinstance(value, string_types):
-        return ["label %s: value %s must be a string, got a %s" % (repr(key)[:100], repr(value)[:100],
-                                                                  type(value).__name__)]
+        return ["label %s: value %s must be a string, got a %s"
+                % (repr(key)[:100], repr(value)[:100], type(value).__name__)]
     errs = []
     if len(value) > 63:
         errs.append("label %r: value %r must be no more than 63 characters" % (key, value))
