@@ -15,6 +15,14 @@ __metaclass__ = type
 MAX_WAIT_S = 86400
 
 
+def interval_error(option, value, minimum=0.01, maximum=3600):
+    """None when ``value`` is a finite number of seconds from ``minimum`` to ``maximum`` (a poll interval), else the
+    error message (NaN and inf fail the comparison)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        return "%s must be a number of seconds from %s to %s, got %r" % (option, minimum, maximum, value)
+    return None
+
+
 def seconds_error(option, value, minimum=0, maximum=MAX_WAIT_S):
     """None when ``value`` is a whole number of seconds from ``minimum`` to ``maximum``, else the error message."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:

@@ -256,13 +256,14 @@ def auth_param_errors(params):
         if not isinstance(value, string_types):
             continue
         shown = "(hidden)" if name == "api_key" else repr(value[:80])
+        host_problem = _host_error(value) if name == "host" and value else None
         if "\x00" in value:
             errors.append("%s %s contains a NUL character" % (name, shown))
         elif name in ("host", "api_key", "context") and ("\n" in value or "\r" in value):
             errors.append("%s %s contains a line break; it goes into an HTTP header or an environment variable "
                           "as one line" % (name, shown))
-        elif name == "host" and value and _host_error(value):
-            errors.append("host %s %s" % (shown, _host_error(value)))
+        elif host_problem:
+            errors.append("host %s %s" % (shown, host_problem))
         elif name == "api_key" and any(not 0x20 < ord(char) < 0x7f for char in value):
             errors.append("api_key (hidden) holds characters other than printable ASCII without spaces; a bearer "
                           "token is printable ASCII (RFC 6750) and goes into an HTTP header")
@@ -535,11 +536,15 @@ def namespace_path(name=None):
     return "/api/v1/namespaces" + ("/%s" % quote(name, safe="") if name else "")
 
 
-def ensure_namespace(kube, namespace, dry_run=False):
+def ensure_namespace(kube, namespace, dry_run=False, create=True):
     """Create ``namespace`` when it does not exist (as helm's --create-namespace does). Returns "present",
-    "created", or "would be created" (dry run: the API validated the create, nothing was stored)."""
+    "created", or "would be created" (dry run: the API validated the create, nothing was stored). With
+    ``create=False`` a missing namespace is a KubeError that says so."""
     if read_or_none(kube, "read namespace %s" % namespace, namespace_path(namespace)) is not None:
         return "present"
+    if not create:
+        raise KubeError("namespace %s does not exist and create_namespace=false: create it, or let the module create "
+                        "it (create_namespace=true). Nothing was changed." % namespace)
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     try:
         kube.create("create namespace %s" % namespace, namespace_path(), body, dry_run=dry_run)
@@ -683,7 +688,7 @@ def find_this_node(kube, params):
 
 def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method="auto"):
     """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
-    if node_name and (len(node_name) > 253 or not _DNS1123_SUBDOMAIN.match(node_name)):
+    if node_name and dns_subdomain_errors(node_name):
         raise KubeError("node_name %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
                         "characters); nothing was changed" % repr(node_name)[:120])
     if node_name and method in ("auto", "name"):

@@ -326,12 +326,7 @@ def main():
             module.exit_json(**result)
 
         # state=acquired
-        namespace = "present"
-        if p["create_namespace"]:
-            namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check)
-        elif _kube.read_or_none(kube, "read namespace %s" % p["namespace"], _kube.namespace_path(p["namespace"])) is None:
-            module.fail_json(msg="namespace %s does not exist and create_namespace=false: create it, or let the "
-                                 "module create it (create_namespace=true). Nothing was changed." % p["namespace"])
+        namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check, create=p["create_namespace"])
         if namespace == "would be created":
             result.update(changed=True, how="created", previous_holder="", waited=0, lease={}, converged={},
                           msg="namespace %s and %s would be created and taken (check mode)"

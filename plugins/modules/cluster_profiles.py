@@ -176,12 +176,7 @@ def main():
     try:
         kube = _kube.Kube.from_params(p)
         store = record.RecordStore(kube, p["namespace"], p["name"])
-        namespace = "present"
-        if p["create_namespace"]:
-            namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check)
-        elif _kube.read_or_none(kube, "read namespace %s" % p["namespace"], _kube.namespace_path(p["namespace"])) is None:
-            module.fail_json(msg="namespace %s does not exist and create_namespace=false: create it, or let the "
-                                 "module create it (create_namespace=true). Nothing was changed." % p["namespace"])
+        namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check, create=p["create_namespace"])
         if namespace == "would be created":
             # nothing inside a namespace that does not exist can be dry-run: plan from an empty record
             before = {"nodes": {}, "profiles": {}}

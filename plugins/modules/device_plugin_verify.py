@@ -117,7 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
 
@@ -144,11 +144,7 @@ def main():
         errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
     if profile["sharing"] == "mps" and not p["namespace"]:
         errors.append("namespace is required with an MPS profile (where the MPS control daemon's pods run)")
-    error = seconds_error("timeout", p["timeout"])
-    if error:
-        errors.append(error)
-    if not (isinstance(p["interval"], (int, float)) and 0.01 <= p["interval"] <= 3600):   # also NaN and inf
-        errors.append("interval must be a number of seconds from 0.01 to 3600, got %r" % (p["interval"],))
+    errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
     if errors:
         module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
     expected = dp.expected_allocatable(profile, gpus)

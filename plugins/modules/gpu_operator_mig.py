@@ -143,7 +143,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
@@ -228,11 +228,7 @@ def main():
     if p["config_map"] == op.OPERATOR_MIG_CONFIGMAP:
         errors.append("config_map %s is refused: the operator rewrites its own ConfigMap; use the one the collection "
                       "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % op.OPERATOR_MIG_CONFIGMAP)
-    error = seconds_error("timeout", p["timeout"])
-    if error:
-        errors.append(error)
-    if not (isinstance(p["interval"], (int, float)) and 0.01 <= p["interval"] <= 3600):   # also NaN and inf
-        errors.append("interval must be a number of seconds from 0.01 to 3600, got %r" % (p["interval"],))
+    errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
     gpus = _gpus(p["gpus"])
     if gpus is None:
         errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
