@@ -20,6 +20,8 @@ A module entry:
   (the MIG manager's state, a rollout that did not show), not an input error: such a run may report changed=true
   and need not name an option (it must still not let an exception escape). Keep them exact and few.
 """
+import os
+
 from hypothesis import strategies as st
 
 from tests.support import fuzz_values as fv
@@ -302,6 +304,14 @@ _PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
     st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
     _ANY)}), _ANY)
 
+_DECLARATION = st.one_of(st.fixed_dictionaries({}, optional=dict((k, st.one_of(st.sampled_from(good), _ANY)) for k, good in (
+    ("sharing", ["mig", "mps", "time-slicing", "none"]), ("replicas", [2, "4", None]), ("mig_layout", [[]]),
+    ("mig_config_name", ["all-balanced", "", None]), ("mig_strategy", ["single", "mixed"]),
+    ("compute_mode", ["Default", "Prohibited"]), ("mig_owner", ["", "gpu_operator"]), ("provider", ["chart"]),
+    ("provider_var", ["gpuops_device_plugin_provider"]), ("containerd_owner", ["auto"]),
+    ("operator_poll_interval", [5.0, "0.05", 3600])))), _ANY)
+_ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+
 _UNIT_GPU = st.fixed_dictionaries({
     "index": st.one_of(st.integers(-1, 9), _ANY),
     "uuid": st.one_of(st.sampled_from(["GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-1\nExecStart=/bin/sh -c id"]),
@@ -324,6 +334,12 @@ FILTERS = {
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
     "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
+    "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
+        st.sampled_from(["n1", "gpu-node-1"]), _ANY)}},
+    "role_options": {"role_options": {"roles": st.one_of(st.lists(st.sampled_from(
+        ["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster", "mps_control", "nope", "../roles/mig",
+         "Mig", ""]), max_size=4), _ANY), "roles_dir": st.one_of(st.sampled_from(
+            [_ROLES_DIR, "/nonexistent", "/dev", "/proc/self", "", "roles\x00"]), _ANY)}},
 }
 
 # ---- roles: how their variables are validated -------------------------------------------------------------------

@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: node_declaration_errors
+short_description: What is wrong with a GPU node's declared sharing, replicas, MIG, compute mode and providers
+version_added: 0.3.0
+description:
+  - The checks gpuops.nvidia.gpu_node makes first, before every variable's type (roles/gpu_node/tasks/validate.yml),
+    in one filter so that one task makes them all (issue 14: one task per node instead of six). Each message says what
+    is wrong and what is valid, starts with C(node NAME:) and ends with C(Nothing was changed.).
+  - The input holds the variables as the role sees them, defaults applied (see validate.yml); C(provider_var) names the
+    variable the provider came from.
+positional: _input, node
+options:
+  _input:
+    description: >-
+      The declaration: sharing, replicas, mig_layout, mig_config_name (null when not set), mig_strategy,
+      compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval.
+    type: dict
+    required: true
+  node:
+    description: The node's inventory name, for the messages.
+    type: str
+    required: true
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Check the declaration
+  vars:
+    __errors: "{{ {'sharing': gpu_node_sharing, 'replicas': gpu_node_replicas} | gpuops.nvidia.node_declaration_errors(inventory_hostname) }}"
+  ansible.builtin.assert:
+    that: __errors | length == 0
+    fail_msg: "{{ __errors | join(' ') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One message per failed check, in the order sharing, replicas, MIG, compute mode and MIG owner,
+    providers, poll interval; empty when the declaration passes.
+  type: list
+  elements: str
+"""
+
+import re
+
+from ansible.errors import AnsibleFilterError
+from ansible.plugins.filter.core import to_json
+
+SHARING = ("mig", "mps", "time-slicing", "none")
+COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited")
+MIG_OWNERS = ("", "collection", "gpu_operator")
+PROVIDERS = ("chart", "gpu_operator")
+CONTAINERD_OWNERS = ("auto", "collection", "gpu_operator")
+_WHOLE = re.compile(r"^[0-9]+$")
+_SECONDS = re.compile(r"^[0-9]{1,6}([.][0-9]{1,6})?$")
+_DONE = "Nothing was changed."
+
+
+def node_declaration_errors(declared, node):
+    if not isinstance(declared, dict):
+        raise AnsibleFilterError("node_declaration_errors expects the node's declaration (a dict), got %s"
+                                 % type(declared).__name__)
+    d = dict(declared)
+    sharing = d.get("sharing", "none")
+    head = "node %s:" % _text(node)
+    errors = []
+    if not _among(sharing, SHARING):
+        errors.append("%s gpu_node_sharing=%s is not a sharing strategy; valid: %s. %s"
+                      % (head, _json(sharing), ", ".join(SHARING), _DONE))
+    if _among(sharing, ("mps", "time-slicing")) and not _replicas_ok(d.get("replicas")):
+        errors.append("%s gpu_node_sharing=%s needs gpu_node_replicas, a whole number of 2 or more; got %s. %s"
+                      % (head, sharing, _json(d.get("replicas")), _DONE))
+    if sharing == "mig":
+        config_name = d.get("mig_config_name")
+        named = _length(d.get("mig_layout", [])) > 0 or _length("all-balanced" if config_name is None
+                                                                 else config_name) > 0
+        strategy = d.get("mig_strategy", "mixed")
+        if not (named and _among(strategy, ("single", "mixed"))):
+            errors.append("%s sharing=mig needs gpu_node_mig_config_name (a named layout such as all-balanced) or "
+                          "gpu_node_mig_layout, and gpu_node_mig_strategy single or mixed; got config_name=%s, "
+                          "strategy=%s. %s" % (head, _json("" if config_name is None else config_name),
+                                               _json(strategy), _DONE))
+    mode, owner = d.get("compute_mode", "Default"), d.get("mig_owner", "")
+    if not (_among(mode, COMPUTE_MODES) and _among(owner, MIG_OWNERS)
+            and (not _among(sharing, ("mps", "time-slicing")) or mode == "Default")):
+        errors.append("%s gpu_node_compute_mode=%s (valid: %s; mps and time-slicing need Default), "
+                      "gpu_node_mig_owner=%s (valid: '', collection, gpu_operator). %s"
+                      % (head, _json(mode), ", ".join(COMPUTE_MODES), _json(owner), _DONE))
+    provider, containerd = d.get("provider", "chart"), d.get("containerd_owner", "auto")
+    if not (_among(provider, PROVIDERS) and _among(containerd, CONTAINERD_OWNERS)):
+        errors.append("%s %s=%s (valid: %s), gpu_node_containerd_owner=%s (valid: %s). %s"
+                      % (head, d.get("provider_var", "gpuops_device_plugin_provider"), _json(provider),
+                         ", ".join(PROVIDERS), _json(containerd), ", ".join(CONTAINERD_OWNERS), _DONE))
+    interval = d.get("operator_poll_interval", 5.0)
+    if not _seconds_ok(interval):
+        errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
+                      % (head, _json(_truncate(_text(interval), 40)), _DONE))
+    return errors
+
+
+def _among(value, valid):
+    """``value in valid`` as Jinja's ``in`` test sees it (any value, hashable or not)."""
+    return any(value == v for v in valid)
+
+
+def _text(value):
+    """Jinja's ``string`` filter (and a stand-in where Python cannot write the number: past 4300 digits)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except ValueError:
+        return "(a number of more than 4300 digits)"
+
+
+def _length(value):
+    """Jinja's ``length``; a value without one (a number, say) counts as empty, so the message says what is valid."""
+    try:
+        return len(value)
+    except TypeError:
+        return 0
+
+
+def _replicas_ok(replicas):
+    if replicas is None or not _WHOLE.match(_text(replicas)):
+        return False
+    try:
+        return int(_text(replicas)) >= 2
+    except ValueError:  # past Python's 4300-digit limit for int(str): not a replica count either
+        return False
+
+
+def _seconds_ok(interval):
+    # as text first: a number past 1e308 would overflow the float conversion
+    return bool(_SECONDS.match(_text(interval))) and 0.05 <= float(_text(interval)) <= 3600
+
+
+def _truncate(text, length):
+    """Jinja's ``truncate(length)`` with its defaults (leeway 5, whole words, '...')."""
+    if len(text) <= length + 5:
+        return text
+    return text[:length - 3].rsplit(" ", 1)[0] + "..."
+
+
+def _json(value):
+    try:
+        return to_json(value)
+    except (TypeError, ValueError, RecursionError):  # not JSON (bytes, an object), past 4300 digits, nested deep
+        return to_json(_text(value))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"node_declaration_errors": node_declaration_errors}

@@ -1,0 +1,64 @@
+"""node_declaration_errors (roles/gpu_node/tasks/validate.yml's first checks, in one filter): the same messages as the
+six assert tasks it replaced, every failed check reported, and any value refused with a message, never a crash."""
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuops.nvidia.plugins.filter.node_declaration import node_declaration_errors
+
+with open(os.path.join(os.path.dirname(__file__), "node_declaration_messages.json")) as _handle:
+    RECORDED = json.load(_handle)["cases"]
+
+# roles/gpu_node/defaults/main.yml, as validate.yml sees them
+ROLE_DEFAULTS = {"gpu_node_sharing": "none", "gpu_node_replicas": None, "gpu_node_mig_config_name": "all-balanced",
+                 "gpu_node_mig_layout": [], "gpu_node_mig_strategy": "mixed", "gpu_node_mig_owner": "",
+                 "gpu_node_compute_mode": "Default", "gpu_node_containerd_owner": "auto",
+                 "gpu_node_operator_poll_interval": 5.0}
+
+
+def declared(variables):
+    """What validate.yml's task hands the filter for these inventory variables (role defaults in scope)."""
+    v = dict(ROLE_DEFAULTS, **variables)
+    return {"sharing": v["gpu_node_sharing"], "replicas": v["gpu_node_replicas"],
+            "mig_layout": v["gpu_node_mig_layout"], "mig_config_name": v["gpu_node_mig_config_name"],
+            "mig_strategy": v["gpu_node_mig_strategy"], "compute_mode": v["gpu_node_compute_mode"],
+            "mig_owner": v["gpu_node_mig_owner"],
+            # the role's default for it is gpuops_device_plugin_provider | default('chart'): always defined
+            "provider": v.get("gpu_node_device_plugin_provider", v.get("gpuops_device_plugin_provider", "chart")),
+            "provider_var": "gpu_node_device_plugin_provider",
+            "containerd_owner": v["gpu_node_containerd_owner"],
+            "operator_poll_interval": v["gpu_node_operator_poll_interval"]}
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=[c["id"] for c in RECORDED])
+def test_same_message_as_the_assert_tasks_it_replaced(case):
+    errors = node_declaration_errors(declared(case["vars"]), case["id"])
+    assert errors == ([case["message"]] if case["message"] else [])
+
+
+def test_every_failed_check_is_reported_in_order():
+    errors = node_declaration_errors(declared({"gpu_node_sharing": "mps", "gpu_node_compute_mode": "Prohibited",
+                                               "gpu_node_operator_poll_interval": "never"}), "n1")
+    assert [e.split(" ")[2].split("=")[0] for e in errors] == [
+        "gpu_node_sharing", "gpu_node_compute_mode", "gpu_node_operator_poll_interval"], errors
+    assert all(e.startswith("node n1: ") and e.endswith("Nothing was changed.") for e in errors)
+
+
+def test_the_fleet_wide_variable_is_named_when_the_node_one_is_not_set():
+    d = dict(declared({}), provider="helm", provider_var="gpuops_device_plugin_provider")
+    assert node_declaration_errors(d, "n1")[0].startswith('node n1: gpuops_device_plugin_provider="helm" (valid')
+
+
+@pytest.mark.parametrize("value", [10 ** 5000, "9" * 5000, float("inf"), float("nan"), {"a": 1}, [2], b"2", object()],
+                         ids=["int-5000-digits", "text-5000-digits", "inf", "nan", "dict", "list", "bytes", "object"])
+def test_any_replicas_or_interval_gets_a_message(value):
+    errors = node_declaration_errors(declared({"gpu_node_sharing": "mps", "gpu_node_replicas": value,
+                                               "gpu_node_operator_poll_interval": value}), "n1")
+    assert len(errors) == 2 and "gpu_node_replicas" in errors[0] and "poll_interval" in errors[1], errors
+
+
+def test_not_a_declaration():
+    with pytest.raises(AnsibleFilterError, match="expects the node's declaration"):
+        node_declaration_errors(["mig"], "n1")
