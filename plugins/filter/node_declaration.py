@@ -12,8 +12,8 @@ short_description: What is wrong with a GPU node's declared sharing, replicas, M
 version_added: 0.3.0
 description:
   - The checks gpuops.nvidia.gpu_node makes first, before every variable's type (roles/gpu_node/tasks/validate.yml),
-    in one filter so that one task makes them all (issue 14: one task per node instead of six). Each message says what
-    is wrong and what is valid, starts with C(node NAME:) and ends with C(Nothing was changed.).
+    in one filter so that one task makes them all (issue 14; one task per node instead of six). Each message says what
+    is wrong and what is valid, starts with the node's name and ends with C(Nothing was changed.).
   - The input holds the variables as the role sees them, defaults applied (see validate.yml); C(provider_var) names the
     variable the provider came from.
 positional: _input, node
@@ -80,8 +80,8 @@ def node_declaration_errors(declared, node):
                       % (head, sharing, _json(d.get("replicas")), _DONE))
     if sharing == "mig":
         config_name = d.get("mig_config_name")
-        named = _length(d.get("mig_layout", [])) > 0 or _length("all-balanced" if config_name is None
-                                                                 else config_name) > 0
+        config_or_default = "all-balanced" if config_name is None else config_name
+        named = _length(d.get("mig_layout", [])) > 0 or _length(config_or_default) > 0
         strategy = d.get("mig_strategy", "mixed")
         if not (named and _among(strategy, ("single", "mixed"))):
             errors.append("%s sharing=mig needs gpu_node_mig_config_name (a named layout such as all-balanced) or "

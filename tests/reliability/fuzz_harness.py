@@ -336,10 +336,12 @@ FILTERS = {
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
         st.sampled_from(["n1", "gpu-node-1"]), _ANY)}},
-    "role_options": {"role_options": {"roles": st.one_of(st.lists(st.sampled_from(
-        ["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster", "mps_control", "nope", "../roles/mig",
-         "Mig", ""]), max_size=4), _ANY), "roles_dir": st.one_of(st.sampled_from(
-            [_ROLES_DIR, "/nonexistent", "/dev", "/proc/self", "", "roles\x00"]), _ANY)}},
+    "role_options": {"role_options": {
+        "roles": st.one_of(st.lists(st.sampled_from(["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster",
+                                                     "mps_control", "nope", "../roles/mig", "Mig", ""]), max_size=4),
+                           _ANY),
+        "roles_dir": st.one_of(st.sampled_from([_ROLES_DIR, "/nonexistent", "/dev", "/proc/self", "", "roles\x00"]),
+                               _ANY)}},
 }
 
 # ---- roles: how their variables are validated -------------------------------------------------------------------
