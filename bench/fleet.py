@@ -31,6 +31,7 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --compare ada3a85 --out docs/readings  # old against new, side by side, interleaved
                              # (1 MIG node, 1 MPS node, 10 and 25 nodes; bench/fleet_compare.py)
        python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
+       python bench/fleet.py --slices-merge a/slices.json,b/slices.json --cpus 16 --out DIR  # runs made in parts
                              # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
 """
 import argparse
@@ -387,7 +388,14 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=3, help="rounds of re-run and empty play per side (--compare)")
     parser.add_argument("--slices", help="e.g. 1,2,4: site.yml as that many AWX job slices at once against the fake "
                         "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
+    parser.add_argument("--slices-merge", metavar="A.json,B.json",
+                        help="one --slices report and plot from several runs' slices.json (bench/fleet_slices.py)")
+    parser.add_argument("--cpus", type=int, help="with --slices-merge: the CPUs of the machine the runs ran on")
+    parser.add_argument("--machine", help="with --slices-merge: that machine, in words")
     args = parser.parse_known_args(argv)[0]
+    if args.slices_merge:
+        import fleet_slices  # (bench/fleet_slices.py, beside this file)
+        return fleet_slices.merge(args)
     if args.issue8:
         args.nodes, args.empty_at, args.gpus_per_node, args.gpus_nodes = "1,50,10,25", "1,50", "1,2,4,8", 10
     if args.quick:

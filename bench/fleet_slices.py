@@ -237,6 +237,9 @@ def table(rows):
                       "%.1f/%.1f" % (max(a["slice_walls"]), min(a["slice_walls"])), "%.1f" % a["cpu"],
                       "%.1f" % a["load"], "%d/%d" % (f["upgrades"], a["upgrades"]),
                       ",".join(str(v) for v in a["revisions"]), str(f["refused"] + a["refused"]), str(a["changed"])])
+    if any("commit" in r for r in rows):  # a merged report (--slices-merge): the rows of several runs
+        header += ("commit",)
+        lines = [line + [r.get("commit", "")] for line, r in zip(lines, rows)]
     return fleet._table(header, lines)
 
 
@@ -271,8 +274,9 @@ def plot(rows, path):
 
 
 def report(rows, args, note=""):
-    out = ["%s UTC, commit %s, %d CPU(s) on this machine, load average %s at the start." % (
-           args.started, args.commit, os.cpu_count() or 0, args.load),
+    out = ["%s UTC, commit %s, %d CPU(s) on %s, load average %s at the start." % (
+           args.started, args.commit, getattr(args, "cpus", None) or os.cpu_count() or 0,
+           getattr(args, "machine", None) or "this machine", args.load),
            "site.yml as AWX job slices: N ansible-playbook runs at once, each with --limit to AWX's slice of one "
            "inventory (hosts sorted by name, every N-th), forks %d each, serial %s; the first half of the nodes "
            "(rounded up) MIG all-balanced, the rest MPS x4; simulated GPUs (%s); against the fake Kubernetes API "
@@ -317,11 +321,47 @@ def main(args):
     return 1 if errors else 0
 
 
+def merge(args):
+    """--slices-merge A.json,B.json: one report and plot from the slices.json of several runs (a fleet measured in
+    parts, e.g. one run per slice count where a whole run would not fit a time limit). Rows keep their own load;
+    the header gives the first run's start and each run's commit; --cpus and --machine say where it ran when the
+    JSON does not (runs before it recorded its CPU count)."""
+    rows, errors, runs = [], [], []
+    for path in args.slices_merge.split(","):
+        with open(path) as handle:
+            saved = json.load(handle)
+        rows.extend(dict(row, commit=row.get("commit", saved["commit"])) for row in saved["rows"])
+        errors.extend(saved.get("errors", []))
+        runs.append(saved)
+    first = runs[0]
+    for key in ("started", "load", "forks", "serial", "shape"):
+        setattr(args, key, first.get(key))
+    args.commit = ", ".join(sorted(set(r["commit"] for r in runs)))
+    args.cpus = args.cpus or first.get("cpus")
+    notes = list(errors) + ["Merged from %d runs: %s." % (len(runs), "; ".join(
+        "%s (commit %s, load %s at its start)" % (r["started"], r["commit"], r["load"]) for r in runs))]
+    if args.out and len(rows) > 1:
+        os.makedirs(args.out, exist_ok=True)
+        notes.append(plot(rows, os.path.join(args.out, "slices.svg")))
+    text = report(rows, args, "\n\n".join(notes))
+    if args.out:
+        with open(os.path.join(args.out, "slices.md"), "w") as handle:
+            handle.write(text)
+        with open(os.path.join(args.out, "slices.json"), "w") as handle:
+            json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
+                       "cpus": args.cpus, "machine": args.machine, "serial": args.serial, "shape": args.shape,
+                       "rows": rows, "errors": errors, "merged": [p for p in args.slices_merge.split(",")]},
+                      handle, indent=1)
+    print(text)
+    return 1 if errors else 0
+
+
 def _save(args, rows, errors, text=None):
     with open(os.path.join(args.out, "slices.md"), "w") as handle:
         handle.write(text or report(rows, args, "\n\n".join(errors)))
     with open(os.path.join(args.out, "slices.json"), "w") as handle:
         json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
+                   "cpus": os.cpu_count(),
                    "serial": args.serial, "shape": args.shape, "rows": rows, "errors": errors}, handle, indent=1)
 
 
