@@ -350,7 +350,7 @@ def merge(args):
         with open(os.path.join(args.out, "slices.json"), "w") as handle:
             json.dump({"started": args.started, "load": args.load, "commit": args.commit, "forks": args.forks,
                        "cpus": args.cpus, "machine": args.machine, "serial": args.serial, "shape": args.shape,
-                       "rows": rows, "errors": errors, "merged": [p for p in args.slices_merge.split(",")]},
+                       "rows": rows, "errors": errors, "merged": args.slices_merge.split(",")},
                       handle, indent=1)
     print(text)
     return 1 if errors else 0
