@@ -68,47 +68,41 @@ def node_declaration_errors(declared, node):
     if not isinstance(declared, dict):
         raise AnsibleFilterError("node_declaration_errors expects the node's declaration (a dict), got %s"
                                  % type(declared).__name__)
-    d = dict(declared)
-    sharing = d.get("sharing", "none")
+    sharing = declared.get("sharing", "none")
     head = "node %s:" % _text(node)
     errors = []
-    if not _among(sharing, SHARING):
+    if sharing not in SHARING:
         errors.append("%s gpu_node_sharing=%s is not a sharing strategy; valid: %s. %s"
                       % (head, _json(sharing), ", ".join(SHARING), _DONE))
-    if _among(sharing, ("mps", "time-slicing")) and not _replicas_ok(d.get("replicas")):
+    if sharing in ("mps", "time-slicing") and not _replicas_ok(declared.get("replicas")):
         errors.append("%s gpu_node_sharing=%s needs gpu_node_replicas, a whole number of 2 or more; got %s. %s"
-                      % (head, sharing, _json(d.get("replicas")), _DONE))
+                      % (head, sharing, _json(declared.get("replicas")), _DONE))
     if sharing == "mig":
-        config_name = d.get("mig_config_name")
+        config_name = declared.get("mig_config_name")
         config_or_default = "all-balanced" if config_name is None else config_name
-        named = _length(d.get("mig_layout", [])) > 0 or _length(config_or_default) > 0
-        strategy = d.get("mig_strategy", "mixed")
-        if not (named and _among(strategy, ("single", "mixed"))):
+        named = _length(declared.get("mig_layout", [])) > 0 or _length(config_or_default) > 0
+        strategy = declared.get("mig_strategy", "mixed")
+        if not (named and strategy in ("single", "mixed")):
             errors.append("%s sharing=mig needs gpu_node_mig_config_name (a named layout such as all-balanced) or "
                           "gpu_node_mig_layout, and gpu_node_mig_strategy single or mixed; got config_name=%s, "
                           "strategy=%s. %s" % (head, _json("" if config_name is None else config_name),
                                                _json(strategy), _DONE))
-    mode, owner = d.get("compute_mode", "Default"), d.get("mig_owner", "")
-    if not (_among(mode, COMPUTE_MODES) and _among(owner, MIG_OWNERS)
-            and (not _among(sharing, ("mps", "time-slicing")) or mode == "Default")):
+    mode, owner = declared.get("compute_mode", "Default"), declared.get("mig_owner", "")
+    if not (mode in COMPUTE_MODES and owner in MIG_OWNERS
+            and (sharing not in ("mps", "time-slicing") or mode == "Default")):
         errors.append("%s gpu_node_compute_mode=%s (valid: %s; mps and time-slicing need Default), "
                       "gpu_node_mig_owner=%s (valid: '', collection, gpu_operator). %s"
                       % (head, _json(mode), ", ".join(COMPUTE_MODES), _json(owner), _DONE))
-    provider, containerd = d.get("provider", "chart"), d.get("containerd_owner", "auto")
-    if not (_among(provider, PROVIDERS) and _among(containerd, CONTAINERD_OWNERS)):
+    provider, containerd = declared.get("provider", "chart"), declared.get("containerd_owner", "auto")
+    if not (provider in PROVIDERS and containerd in CONTAINERD_OWNERS):
         errors.append("%s %s=%s (valid: %s), gpu_node_containerd_owner=%s (valid: %s). %s"
-                      % (head, d.get("provider_var", "gpuops_device_plugin_provider"), _json(provider),
+                      % (head, declared.get("provider_var", "gpuops_device_plugin_provider"), _json(provider),
                          ", ".join(PROVIDERS), _json(containerd), ", ".join(CONTAINERD_OWNERS), _DONE))
-    interval = d.get("operator_poll_interval", 5.0)
+    interval = declared.get("operator_poll_interval", 5.0)
     if not _seconds_ok(interval):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
                       % (head, _json(_truncate(_text(interval), 40)), _DONE))
     return errors
-
-
-def _among(value, valid):
-    """``value in valid`` as Jinja's ``in`` test sees it (any value, hashable or not)."""
-    return any(value == v for v in valid)
 
 
 def _text(value):

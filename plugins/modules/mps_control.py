@@ -335,8 +335,6 @@ def run(module):
                            % executable)
     except MpsError as e:
         module.fail_json(msg=str(e))
-    if not os.access(executable, os.X_OK):
-        module.fail_json(msg="executable %s is not an executable file" % executable)
     systemd = p["service_manager"] == "systemd"
     state = p["state"]
     daemon = Daemon(module, executable, pipe_dir, log_dir)  # the daemon as declared

@@ -3,9 +3,9 @@
 real processes."""
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 
 import pytest
 
