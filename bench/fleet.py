@@ -30,6 +30,8 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --quick                              # 2 single-GPU nodes (the test runs this)
        python bench/fleet.py --compare ada3a85 --out docs/readings  # old against new, side by side, interleaved
                              # (1 MIG node, 1 MPS node, 10 and 25 nodes; bench/fleet_compare.py)
+       python bench/fleet.py --floor --nodes 1mig,1mps --repeat 5  # re-run, empty play, and the empty play with the
+                             # node plan run for real: the floor under a re-run (bench/fleet_floor.py)
        python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
        python bench/fleet.py --slices-merge a/slices.json,b/slices.json --cpus 16 --out DIR  # runs made in parts
                              # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
@@ -147,7 +149,10 @@ def batches(data):
             module = any("invocation" in r or any("invocation" in i for i in r.get("results", []))
                          for r in results.values())
             batch["tasks"].append({"name": t["task"]["name"], "module": module, "loop": items, "ran": ran,
-                                   "skipped": sorted(h for h, r in results.items() if _skipped(r))})
+                                   "skipped": sorted(h for h, r in results.items() if _skipped(r)),
+                                   "action": t["task"].get("action"),
+                                   "args": dict((h, r["invocation"]["module_args"]) for h, r in results.items()
+                                                if "invocation" in r)})
         batch["hosts"] = sorted(batch["hosts"])
         out.append(batch)
     return out
@@ -159,10 +164,22 @@ def task_counts(shape, host):
     return ran, sum(1 for b in shape for t in b["tasks"] if host in t["skipped"])
 
 
-def empty_playbook(tmp, shape):
+def _given(value):
+    """A module's reported arguments without the options it reports as None (not given): given as None, some
+    count as present (mutually_exclusive)."""
+    if isinstance(value, dict):
+        return dict((k, _given(v)) for k, v in value.items() if v is not None)
+    if isinstance(value, list):
+        return [_given(v) for v in value]
+    return value
+
+
+def empty_playbook(tmp, shape, real=(), name="empty.yml"):
     """The same batches and tasks, each task replaced by ansible.builtin.ping (where it ran a module) or an
     ansible.builtin.debug (controller-side code), run on the same hosts, skipped on the same hosts, with the same
-    loop lengths and run_once: what Ansible itself costs for that run."""
+    loop lengths and run_once: what Ansible itself costs for that run. A module task whose action is in `real`
+    (without a loop) runs that module again instead, on each host with the arguments it had there and the node's
+    gpuops_environment (bench/fleet_floor.py's floor play)."""
     plays = []
     for batch in shape:
         tasks = []
@@ -171,18 +188,26 @@ def empty_playbook(tmp, shape):
             if not hosts:  # meta tasks (flush_handlers) report no host result
                 continue
             task = {"name": "Task %d" % i}
-            task.update({"ansible.builtin.ping": None} if t["module"] else {"ansible.builtin.debug": {"msg": ""}})
+            if t["module"] and t.get("action") in real and not t["loop"]:
+                args = dict((h, _given(a)) for h, a in t["args"].items())
+                keys = sorted(set(k for a in args.values() for k in a))
+                task[t["action"]] = dict((k, "{{ __args[inventory_hostname][%r] | default(omit) }}" % k)
+                                         for k in keys)
+                task["vars"] = {"__args": args}
+                task["environment"] = "{{ gpuops_environment | default({}) }}"
+            else:
+                task.update({"ansible.builtin.ping": None} if t["module"] else {"ansible.builtin.debug": {"msg": ""}})
             if t["loop"]:
                 task["loop"] = list(range(t["loop"]))
             if len(hosts) == 1 and len(batch["hosts"]) > 1:
                 task["run_once"] = True
             if t["skipped"]:
-                task["vars"] = {"__on": t["ran"]}
+                task.setdefault("vars", {})["__on"] = t["ran"]
                 task["when"] = "inventory_hostname in __on"
             tasks.append(task)
         plays.append({"name": "Empty: " + batch["name"], "hosts": ",".join(batch["hosts"]), "gather_facts": False,
                       "tasks": tasks})
-    path = os.path.join(tmp, "empty.yml")
+    path = os.path.join(tmp, name)
     with open(path, "w") as handle:
         yaml.safe_dump(plays, handle, sort_keys=False)
     return path
@@ -385,7 +410,11 @@ def main(argv=None):
     parser.add_argument("-e", "--extra", action="append", default=[], help="KEY=VALUE group var for every node")
     parser.add_argument("--compare", metavar="COMMIT", help="old against new: this commit (git archive) and the working "
                         "tree, the same fleets interleaved; --nodes default 1mig,1mps,10,25 (bench/fleet_compare.py)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of re-run and empty play per side (--compare)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of re-run and empty play per side (--compare), or of re-run, empty and floor play")
+    parser.add_argument("--floor", action="store_true", help="the floor under a re-run: its empty play with the node "
+                        "plan run for real; --nodes default 1mig,1mps (bench/fleet_floor.py)")
+    parser.add_argument("--real", help="with --floor: the actions that run for real (default gpuops.nvidia.gpu_node_plan)")
     parser.add_argument("--slices", help="e.g. 1,2,4: site.yml as that many AWX job slices at once against the fake "
                         "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
     parser.add_argument("--slices-merge", metavar="A.json,B.json",
@@ -407,6 +436,13 @@ def main(argv=None):
             args.nodes = fleet_compare.DEFAULT_FLEETS
         args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
         return fleet_compare.main(args)
+    if args.floor:
+        import fleet_floor  # (bench/fleet_floor.py, beside this file)
+        if args.nodes == parser.get_default("nodes"):
+            args.nodes = "1mig,1mps"
+        args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
+        args.commit = _commit()
+        return fleet_floor.main(args)
     runs = plan(args)
     if args.issue8:
         runs.append((100, args.shape, False))  # last: the longest, after everything else is in the report

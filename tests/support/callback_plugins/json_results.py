@@ -35,7 +35,8 @@ class CallbackModule(CallbackBase):
     def _task_start(self, task, **kwargs):
         if not self.results:
             self.results.append({"play": {"name": "adhoc"}, "tasks": []})
-        self.results[-1]["tasks"].append({"task": {"name": task.get_name()}, "hosts": {}})
+        # action: the module or action as the task names it (bench/fleet.py's floor play runs one of them again)
+        self.results[-1]["tasks"].append({"task": {"name": task.get_name(), "action": task.action}, "hosts": {}})
 
     v2_playbook_on_task_start = _task_start
     v2_playbook_on_handler_task_start = _task_start
