@@ -419,6 +419,10 @@ def main(argv=None):
                         "API server and the real helm, for every --nodes size (bench/fleet_slices.py)")
     parser.add_argument("--slices-merge", metavar="A.json,B.json",
                         help="one --slices report and plot from several runs' slices.json (bench/fleet_slices.py)")
+    parser.add_argument("--slices-phase", choices=["first", "again"],
+                        help="with --slices-keep: only the first converge (the fleet kept there), or only the re-run "
+                        "of the fleet kept there (one row over two commands)")
+    parser.add_argument("--slices-keep", metavar="DIR", help="with --slices-phase: where the fleet is kept")
     parser.add_argument("--cpus", type=int, help="with --slices-merge: the CPUs of the machine the runs ran on")
     parser.add_argument("--machine", help="with --slices-merge: that machine, in words")
     args = parser.parse_known_args(argv)[0]

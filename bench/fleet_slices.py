@@ -59,21 +59,43 @@ exec %(real)s "$@"
 class SlicedFleet(object):
     """A fleet of simulated nodes (bench/fleet.py's inventory) with a cluster: the fake API server and the real helm.
     ``run(count, run_id)`` runs site.yml as ``count`` slices at once; ``start(hosts, ...)`` starts one slice for a
-    test to kill. Use as a context manager (the API server stops, the directory goes)."""
+    test to kill. Use as a context manager (the API server stops, the directory goes).
 
-    def __init__(self, nodes, shape, mig_share=0.5, extra=None, forks=10, args=(), group_vars=None):
-        self.tmp = tempfile.mkdtemp(prefix="gpuops-slices-")
-        self.inv, self.mig = fleet.inventory(self.tmp, nodes, shape, mig_share, group_vars)
+    ``keep``: a directory that holds the fleet instead of a temporary one, kept when the fleet closes, with the API
+    server's objects (api.json): a fleet made there earlier is taken up again, its objects served by a new server
+    (one measurement split over two processes, where one may run for a limited time)."""
+
+    def __init__(self, nodes, shape, mig_share=0.5, extra=None, forks=10, args=(), group_vars=None, keep=None):
+        self.keep = keep
+        self.tmp = keep or tempfile.mkdtemp(prefix="gpuops-slices-")
         self.hosts = ["node-%03d" % i for i in range(nodes)]
         self.forks, self.args = forks, list(args)
+        saved = os.path.join(self.tmp, "fleet.json")
         self.api = FakeKubeApi(tokens=None).start()
-        for host in self.hosts:
-            self.api.add_node(host)
-        kubeconfig = os.path.join(self.tmp, "kubeconfig")
+        if keep and os.path.exists(saved):
+            with open(saved) as handle:
+                fleet_data = json.load(handle)
+            if (fleet_data["nodes"], fleet_data["shape"]) != (nodes, shape):
+                self.api.stop()
+                raise fleet.BenchError("%s holds a fleet of %d x %s, not %d x %s" % (
+                    keep, fleet_data["nodes"], fleet_data["shape"], nodes, shape))
+            self.inv, self.mig = os.path.join(self.tmp, "inventory"), fleet_data["mig"]
+            with open(os.path.join(self.tmp, "api.json")) as handle:
+                self.api.restore(json.load(handle))
+        else:
+            if keep:
+                os.makedirs(keep)
+            self.inv, self.mig = fleet.inventory(self.tmp, nodes, shape, mig_share, group_vars)
+            for host in self.hosts:
+                self.api.add_node(host)
+            shutil.copytree(CHART, os.path.join(self.tmp, "chart"))
+            if keep:
+                with open(saved, "w") as handle:
+                    json.dump({"nodes": nodes, "shape": shape, "mig": self.mig}, handle)
+        chart = os.path.join(self.tmp, "chart")
+        kubeconfig = os.path.join(self.tmp, "kubeconfig")  # (written again when taken up: a new server, a new port)
         with open(kubeconfig, "w") as handle:
             yaml.safe_dump(self.api.kubeconfig(), handle)
-        chart = os.path.join(self.tmp, "chart")
-        shutil.copytree(CHART, chart)
         self.helm_log, self.hold = os.path.join(self.tmp, "helm.log"), os.path.join(self.tmp, "hold-upgrade")
         wrapper = os.path.join(self.tmp, "helm")
         with open(wrapper, "w") as handle:
@@ -91,8 +113,12 @@ class SlicedFleet(object):
         self.close()
 
     def close(self):
+        if self.keep:
+            with open(os.path.join(self.tmp, "api.json"), "w") as handle:
+                json.dump(self.api.snapshot(), handle)
         self.api.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def command(self, hosts, run_id, slices, extra=None, args=()):
         ev = dict(self.extra, gpuops_run_id=run_id, gpuops_job_slices=slices)
@@ -202,18 +228,35 @@ class SlicesRun(object):
                 "revisions": self.revisions, "refused": self.refused}
 
 
-def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=(), extra=None, inspect=None):
+def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=(), extra=None, inspect=None,
+            keep=None, phase=None):
     """First converge and re-run of a fresh fleet as ``slices`` slices at once; errors are BenchErrors.
-    ``inspect(sliced, first, again)``, if given, looks at the fleet before it goes (tests)."""
-    with SlicedFleet(nodes, shape, mig_share, extra=extra, forks=forks, args=args, group_vars=group_vars) as sliced:
+    ``inspect(sliced, first, again)``, if given, looks at the fleet before it goes (tests). With ``keep`` (a
+    directory) and ``phase``: "first" converges a fleet kept there and returns None (its figures so far in
+    row.json), "again" re-runs that fleet and returns the whole row (SlicedFleet's ``keep``)."""
+    with SlicedFleet(nodes, shape, mig_share, extra=extra, forks=forks, args=args, group_vars=group_vars,
+                     keep=keep) as sliced:
         row = {"nodes": nodes, "slices": len(awx_slices(sliced.hosts, slices)), "shape": shape,
                "gpus": len(fleet.MACHINE_SHAPES[shape]), "mig": sliced.mig, "forks": forks}
-        first = sliced.run(slices, "first")
-        row["first"] = first.figures()
-        if first.refused or first.upgrades != 1 or first.revisions != [1]:
-            raise fleet.BenchError("the device plugin release was not installed exactly once: %d helm upgrade(s), "
-                                   "revisions %s, %d refused helm command(s)"
-                                   % (first.upgrades, first.revisions, first.refused))
+        saved = os.path.join(keep, "row.json") if keep else None
+        first = None  # (with phase "again", the converge ran in another process: inspect gets None)
+        if phase == "again":
+            with open(saved) as handle:
+                first_row = json.load(handle)
+            if dict((k, first_row[k]) for k in row) != row:
+                raise fleet.BenchError("%s holds the converge of %s, not of %s" % (saved, first_row, row))
+            row = first_row
+        else:
+            first = sliced.run(slices, "first")
+            row["first"] = first.figures()
+            if first.refused or first.upgrades != 1 or first.revisions != [1]:
+                raise fleet.BenchError("the device plugin release was not installed exactly once: %d helm "
+                                       "upgrade(s), revisions %s, %d refused helm command(s)"
+                                       % (first.upgrades, first.revisions, first.refused))
+            if phase == "first":
+                with open(saved, "w") as handle:
+                    json.dump(row, handle)
+                return None
         again = sliced.run(slices, "again")
         row["again"] = again.figures()
         if again.changed() or again.upgrades or again.refused:
@@ -295,6 +338,9 @@ def main(args):
     """The --slices measurement: every --nodes size with every --slices count, report and plot under --out."""
     counts = [int(n) for n in args.slices.split(",") if n]
     sizes = [int(n) for n in args.nodes.split(",") if n]
+    if bool(args.slices_phase) != bool(args.slices_keep) or (args.slices_phase and len(counts) * len(sizes) != 1):
+        raise SystemExit("--slices-phase (first or again) and --slices-keep DIR go together, with one --slices count "
+                         "and one --nodes size")
     rows, errors = [], []
     extra_args = ["-e", "gpuops_serial=%s" % args.serial] if args.serial else []
     group_vars = dict(kv.split("=", 1) for kv in args.extra)
@@ -305,7 +351,13 @@ def main(args):
                 file=sys.stderr)
             sys.stderr.flush()
             try:
-                rows.append(measure(nodes, count, args.shape, args.forks, args.mig_share, group_vars, extra_args))
+                row = measure(nodes, count, args.shape, args.forks, args.mig_share, group_vars, extra_args,
+                              keep=args.slices_keep, phase=args.slices_phase)
+                if row is None:
+                    print("# converged; the fleet is kept in %s for --slices-phase again" % args.slices_keep,
+                          file=sys.stderr)
+                else:
+                    rows.append(row)
             except fleet.BenchError as exc:
                 errors.append("ERROR (%d nodes, %d slices): %s" % (nodes, count, exc))
                 print(errors[-1], file=sys.stderr)

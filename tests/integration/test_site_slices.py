@@ -77,6 +77,31 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
     assert line.startswith("| 3 (1/2) | 3 | ") and "| 1/0 | 1 | 0 | 0 |" in line, line
 
 
+def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
+    # --slices-phase first / again: the converge in one bench process, the re-run in another, the fleet and the
+    # API server's objects kept in between (a 200-node row on a machine whose commands may run 10 minutes)
+    keep = str(tmp_path / "keep")
+    assert fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="first") is None
+    assert {"api.json", "fleet.json", "inventory", "row.json"} <= set(os.listdir(keep))
+    with pytest.raises(fleet_slices.fleet.BenchError, match="holds a fleet of 2 x h200-x1, not 3 x h200-x1"):
+        fleet_slices.measure(3, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again")
+
+    seen = {}
+
+    def inspect(sliced, first, again):
+        # the release the first process installed is there, served by the new server: the re-run finds it
+        assert first is None and again.changed() == 0  # the converge ran in the first process
+        seen["revisions"] = sliced.revisions()
+        seen["labels"] = sliced.api.node_labels("node-000")[CONFIG_LABEL]
+
+    row = fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again", inspect=inspect)
+    assert seen == {"revisions": [1], "labels": "mig-mixed"}
+    assert (row["nodes"], row["slices"], row["mig"]) == (2, 1, 1)
+    assert row["first"]["upgrades"] == 1 and row["first"]["changed"] > 0, row["first"]
+    assert (row["again"]["changed"], row["again"]["upgrades"], row["again"]["refused"]) == (0, 0, 0), row["again"]
+    assert os.path.isdir(keep)  # kept: the caller removes it
+
+
 def test_a_killed_lock_holder_is_taken_over_after_its_lease_expires(tmp_path):
     with fleet_slices.SlicedFleet(1, "h200-x1", mig_share=0, forks=2,
                                   extra=dict(SMALL, cluster_lock_duration=6)) as sliced:

@@ -381,6 +381,21 @@ class FakeKubeApi(object):
             self.objects[(group, plural, meta.get("namespace", ""), meta["name"])] = copy.deepcopy(obj)
         return obj
 
+    def snapshot(self):
+        """The stored objects, last-applied configurations and resource version counter, as JSON-able data
+        (``restore`` loads them into another server: a bench run split over two processes)."""
+        with self._lock:
+            return {"objects": [[list(key), obj] for key, obj in self.objects.items()],
+                    "applied": [[list(key), manager, config] for (key, manager), config in self.applied.items()],
+                    "rv": self._rv}
+
+    def restore(self, data):
+        """Load what ``snapshot`` returned, replacing everything stored."""
+        with self._lock:
+            self.objects = dict((tuple(key), obj) for key, obj in data["objects"])
+            self.applied = dict(((tuple(key), manager), config) for key, manager, config in data["applied"])
+            self._rv = data["rv"]
+
     def get(self, group, plural, name, namespace=""):
         with self._lock:
             obj = self.objects.get((group, plural, namespace, name))
