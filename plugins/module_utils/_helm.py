@@ -235,7 +235,7 @@ class OperationRecord(object):
     def begin(self, operation):
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
-            os.makedirs(directory, 0o700)
+            os.makedirs(directory, 0o700, exist_ok=True)  # (another slice's helm step may create it at once)
         self._handle = open(self.path, "a+")
         fcntl.flock(self._handle, fcntl.LOCK_EX)
         self._handle.seek(0)

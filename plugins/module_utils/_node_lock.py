@@ -101,7 +101,8 @@ class NodeLock(object):
         directory = os.path.dirname(self.path)
         try:
             if directory and not os.path.isdir(directory):
-                os.makedirs(directory, 0o755)
+                # exist_ok: another node's module may create it at the same moment (a shared state directory)
+                os.makedirs(directory, 0o755, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise NodeLockError("cannot open the node lock file %s: %s (set %s to a writable path). Nothing was "

@@ -160,3 +160,22 @@ def test_killed_holder_leaves_no_stale_lock(tmp_path):
     proc.wait()
     with nl.NodeLock(path=path, timeout=5) as lock:
         assert lock.fd is not None
+
+
+def test_lock_directory_made_by_another_run_at_the_same_moment(tmp_path, monkeypatch):
+    # two nodes' modules sharing a state directory start at once: both see no directory, one creates it first;
+    # the other must take the lock, not fail with "File exists" (seen in a 10-node simulated fleet's converge)
+    directory = tmp_path / "state"
+    directory.mkdir()
+    real_isdir, seen = os.path.isdir, []
+
+    def isdir(path):  # the lock's own look finds no directory; it is there by the time makedirs looks
+        if path == str(directory) and not seen:
+            seen.append(path)
+            return False
+        return real_isdir(path)
+
+    monkeypatch.setattr(nl.os.path, "isdir", isdir)
+    with nl.NodeLock(path=str(directory / "node-000.json.node.lock"), timeout=0, owner="late") as lock:
+        assert lock.fd is not None and lock.waited < 1
+    assert seen == [str(directory)]
