@@ -240,6 +240,15 @@ def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, arg
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def save_report(out, name, text, data):
+    """NAME.md (the report) and NAME.json (its figures) under `out` (made if missing)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name + ".md"), "w") as handle:
+        handle.write(text)
+    with open(os.path.join(out, name + ".json"), "w") as handle:
+        json.dump(data, handle, indent=1)
+
+
 def _table(header, lines):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(line) + " |" for line in lines]

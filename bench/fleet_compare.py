@@ -17,7 +17,6 @@ issue 14 part a, about an hour on the 2-core machine):
 
 Writes fleet-compare.md and fleet-compare.json under --out.
 """
-import json
 import os
 import shutil
 import statistics
@@ -182,13 +181,9 @@ def main(args):
                 print(errors[-1], file=sys.stderr)
             text = report(results, sides, args, errors)
             if args.out:
-                os.makedirs(args.out, exist_ok=True)
-                with open(os.path.join(args.out, "fleet-compare.md"), "w") as handle:
-                    handle.write(text)
-                with open(os.path.join(args.out, "fleet-compare.json"), "w") as handle:
-                    json.dump({"started": args.started, "load": args.load, "command": args.command,
-                               "sides": [[s.name, s.commit] for s in sides], "results": results, "errors": errors},
-                              handle, indent=1)
+                fleet.save_report(args.out, "fleet-compare", text, {
+                    "started": args.started, "load": args.load, "command": args.command,
+                    "sides": [[s.name, s.commit] for s in sides], "results": results, "errors": errors})
         print(text)
         return 1 if errors else 0
     finally:

@@ -20,7 +20,6 @@ below floor / empty is out of reach of the playbook and roles, and only the modu
 
 Writes fleet-floor.md and fleet-floor.json under --out.
 """
-import json
 import os
 import shutil
 import statistics
@@ -122,13 +121,9 @@ def main(args):
         except BenchError as exc:
             errors.append("ERROR (%s): %s" % (name, exc))
             print(errors[-1], file=sys.stderr)
-        text = report(results, args, errors)
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "fleet-floor.md"), "w") as handle:
-                handle.write(text)
-            with open(os.path.join(args.out, "fleet-floor.json"), "w") as handle:
-                json.dump({"started": args.started, "load": args.load, "commit": args.commit,
-                           "command": args.command, "results": results, "errors": errors}, handle, indent=1)
+        if args.out:  # after every fleet, so an interrupted run keeps what it measured
+            fleet.save_report(args.out, "fleet-floor", report(results, args, errors), {
+                "started": args.started, "load": args.load, "commit": args.commit, "command": args.command,
+                "results": results, "errors": errors})
     print(report(results, args, errors))
     return 1 if errors else 0
