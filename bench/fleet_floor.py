@@ -113,8 +113,8 @@ def main(args):
         args.nodes, args.repeat, " --real %s" % args.real if args.real else "")
     results, errors = [], []
     for nodes, share, name in parse_fleets(args.nodes):
-        print("# %s: %s node(s), %d rounds (load %.1f)" % (time.strftime("%H:%M:%S"), name, args.repeat,
-                                                         os.getloadavg()[0]), file=sys.stderr)
+        print("# %s: %s node(s), %d rounds (load %.1f)" % (
+            time.strftime("%H:%M:%S"), name, args.repeat, os.getloadavg()[0]), file=sys.stderr)
         try:
             results.append({"fleet": name, "nodes": nodes,
                             "figures": measure(nodes, share, args.shape, args.forks, args.repeat, real)})

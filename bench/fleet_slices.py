@@ -234,6 +234,11 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
     ``inspect(sliced, first, again)``, if given, looks at the fleet before it goes (tests). With ``keep`` (a
     directory) and ``phase``: "first" converges a fleet kept there and returns None (its figures so far in
     row.json), "again" re-runs that fleet and returns the whole row (SlicedFleet's ``keep``)."""
+    if phase == "first" and os.path.exists(keep):
+        raise fleet.BenchError("%s exists: --slices-phase first makes a new fleet there" % keep)
+    if phase == "again" and not os.path.exists(os.path.join(keep, "row.json")):
+        raise fleet.BenchError("%s holds no converged fleet: run --slices-phase first with --slices-keep %s first"
+                               % (keep, keep))
     with SlicedFleet(nodes, shape, mig_share, extra=extra, forks=forks, args=args, group_vars=group_vars,
                      keep=keep) as sliced:
         row = {"nodes": nodes, "slices": len(awx_slices(sliced.hosts, slices)), "shape": shape,

@@ -81,7 +81,12 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     # --slices-phase first / again: the converge in one bench process, the re-run in another, the fleet and the
     # API server's objects kept in between (a 200-node row on a machine whose commands may run 10 minutes)
     keep = str(tmp_path / "keep")
+    with pytest.raises(fleet_slices.fleet.BenchError, match="holds no converged fleet: run --slices-phase first"):
+        fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again")
+    assert not os.path.exists(keep)
     assert fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="first") is None
+    with pytest.raises(fleet_slices.fleet.BenchError, match="exists: --slices-phase first makes a new fleet there"):
+        fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="first")
     assert {"api.json", "fleet.json", "inventory", "row.json"} <= set(os.listdir(keep))
     with pytest.raises(fleet_slices.fleet.BenchError, match="holds a fleet of 2 x h200-x1, not 3 x h200-x1"):
         fleet_slices.measure(3, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again")
