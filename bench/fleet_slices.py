@@ -224,6 +224,8 @@ class SlicesRun(object):
 
     def figures(self):
         return {"wall": self.wall, "cpu": self.cpu, "load": self.load, "changed": self.changed(),
+                # CPU s of the slices' ansible-playbook main processes alone (the rest: workers and modules)
+                "main_cpu": round(sum(d.get("controller", {}).get("cpu", 0) for d in self.data), 1),
                 "slice_walls": [round(w, 1) for w in self.slice_walls], "upgrades": self.upgrades,
                 "revisions": self.revisions, "refused": self.refused}
 

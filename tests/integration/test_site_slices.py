@@ -104,6 +104,8 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     assert (row["nodes"], row["slices"], row["mig"]) == (2, 1, 1)
     assert row["first"]["upgrades"] == 1 and row["first"]["changed"] > 0, row["first"]
     assert (row["again"]["changed"], row["again"]["upgrades"], row["again"]["refused"]) == (0, 0, 0), row["again"]
+    for run in ("first", "again"):  # the main processes' own CPU: part of the whole, not all of it
+        assert 0 < row[run]["main_cpu"] < row[run]["cpu"], row[run]
     assert os.path.isdir(keep)  # kept: the caller removes it
 
 

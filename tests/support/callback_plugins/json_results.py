@@ -16,6 +16,7 @@ description: Plays, tasks, per-host results and stats as JSON, like ansible.posi
 """
 
 import json
+import resource
 
 from ansible.plugins.callback import CallbackBase
 
@@ -66,8 +67,12 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats):
         summary = dict((h, stats.summarize(h)) for h in sorted(stats.processed))
-        self._display.display(json.dumps({"plays": self.results, "stats": summary}, indent=1,
-                                         sort_keys=True, default=str))
+        # controller.cpu: CPU seconds of ansible-playbook's main process alone (its workers are not in it), so a
+        # bench can tell the strategy's own cost from the tasks' (bench/fleet_slices.py)
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        self._display.display(json.dumps({"plays": self.results, "stats": summary,
+                                          "controller": {"cpu": round(own.ru_utime + own.ru_stime, 3)}},
+                                         indent=1, sort_keys=True, default=str))
 
     # ad-hoc runs end without a stats event in some versions: print what we have on exit
     def v2_playbook_on_no_hosts_matched(self):
