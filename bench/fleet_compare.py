@@ -44,6 +44,23 @@ def parse_fleets(text):
     return out
 
 
+def run_fleets(args, key, measure_one, save):
+    """Every fleet of --nodes, in order: ``measure_one(nodes, share)`` is stored under ``key`` of the fleet's result;
+    a BenchError is recorded as an error (and the next fleet measured), not raised; ``save(results, errors)`` runs
+    after every fleet, so an interrupted run keeps what it measured. Returns (results, errors)."""
+    results, errors = [], []
+    for nodes, share, name in parse_fleets(args.nodes):
+        print("# %s: %s node(s), %d rounds (load %.1f)" % (
+            time.strftime("%H:%M:%S"), name, args.repeat, os.getloadavg()[0]), file=sys.stderr)
+        try:
+            results.append({"fleet": name, "nodes": nodes, key: measure_one(nodes, share)})
+        except BenchError as exc:
+            errors.append("ERROR (%s): %s" % (name, exc))
+            print(errors[-1], file=sys.stderr)
+        save(results, errors)
+    return results, errors
+
+
 def export(commit, dest):
     """`git archive` of ``commit`` in ``dest``, set up to run as this checkout does; returns its short hash."""
     full = subprocess.run(["git", "rev-parse", "--short", commit], cwd=fleet.ROOT, stdout=subprocess.PIPE,
@@ -169,22 +186,16 @@ def main(args):
         sides = [base, Side("new", fleet.ROOT, fleet._commit())]
         args.command = "python bench/fleet.py --compare %s --nodes %s --repeat %d" % (
             args.compare, args.nodes, args.repeat)
-        results, errors = [], []
-        for nodes, share, name in parse_fleets(args.nodes):
-            print("# %s: %s node(s), %d rounds (load %.1f)" % (
-                time.strftime("%H:%M:%S"), name, args.repeat, os.getloadavg()[0]), file=sys.stderr)
-            try:
-                results.append({"fleet": name, "nodes": nodes,
-                                "sides": measure(sides, nodes, share, args.shape, args.forks, args.repeat)})
-            except BenchError as exc:
-                errors.append("ERROR (%s): %s" % (name, exc))
-                print(errors[-1], file=sys.stderr)
-            text = report(results, sides, args, errors)
+
+        def save(results, errors):
             if args.out:
-                fleet.save_report(args.out, "fleet-compare", text, {
+                fleet.save_report(args.out, "fleet-compare", report(results, sides, args, errors), {
                     "started": args.started, "load": args.load, "command": args.command,
                     "sides": [[s.name, s.commit] for s in sides], "results": results, "errors": errors})
-        print(text)
+
+        results, errors = run_fleets(args, "sides", lambda nodes, share: measure(
+            sides, nodes, share, args.shape, args.forks, args.repeat), save)
+        print(report(results, sides, args, errors))
         return 1 if errors else 0
     finally:
         shutil.rmtree(sides_dir, ignore_errors=True)

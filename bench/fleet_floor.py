@@ -23,13 +23,11 @@ Writes fleet-floor.md and fleet-floor.json under --out.
 import os
 import shutil
 import statistics
-import sys
 import tempfile
-import time
 
 import fleet
 from fleet import BenchError, Run, batches, empty_playbook, task_counts
-from fleet_compare import parse_fleets
+from fleet_compare import run_fleets
 
 DEFAULT_REAL = "gpuops.nvidia.gpu_node_plan"
 
@@ -111,19 +109,14 @@ def main(args):
     real = tuple(a.strip() for a in (args.real or DEFAULT_REAL).split(",") if a.strip())
     args.command = "python bench/fleet.py --floor --nodes %s --repeat %d%s" % (
         args.nodes, args.repeat, " --real %s" % args.real if args.real else "")
-    results, errors = [], []
-    for nodes, share, name in parse_fleets(args.nodes):
-        print("# %s: %s node(s), %d rounds (load %.1f)" % (
-            time.strftime("%H:%M:%S"), name, args.repeat, os.getloadavg()[0]), file=sys.stderr)
-        try:
-            results.append({"fleet": name, "nodes": nodes,
-                            "figures": measure(nodes, share, args.shape, args.forks, args.repeat, real)})
-        except BenchError as exc:
-            errors.append("ERROR (%s): %s" % (name, exc))
-            print(errors[-1], file=sys.stderr)
-        if args.out:  # after every fleet, so an interrupted run keeps what it measured
+
+    def save(results, errors):
+        if args.out:
             fleet.save_report(args.out, "fleet-floor", report(results, args, errors), {
                 "started": args.started, "load": args.load, "commit": args.commit, "command": args.command,
                 "results": results, "errors": errors})
+
+    results, errors = run_fleets(args, "figures", lambda nodes, share: measure(
+        nodes, share, args.shape, args.forks, args.repeat, real), save)
     print(report(results, args, errors))
     return 1 if errors else 0
