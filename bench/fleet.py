@@ -174,6 +174,12 @@ def _given(value):
     return value
 
 
+def runs_real(task, real):
+    """Whether empty_playbook runs this task of the shape for real: a module task, without a loop, of an action in
+    `real`."""
+    return bool(task["module"] and task.get("action") in real and not task["loop"])
+
+
 def empty_playbook(tmp, shape, real=(), name="empty.yml"):
     """The same batches and tasks, each task replaced by ansible.builtin.ping (where it ran a module) or an
     ansible.builtin.debug (controller-side code), run on the same hosts, skipped on the same hosts, with the same
@@ -188,7 +194,7 @@ def empty_playbook(tmp, shape, real=(), name="empty.yml"):
             if not hosts:  # meta tasks (flush_handlers) report no host result
                 continue
             task = {"name": "Task %d" % i}
-            if t["module"] and t.get("action") in real and not t["loop"]:
+            if runs_real(t, real):
                 args = dict((h, _given(a)) for h, a in t["args"].items())
                 keys = sorted(set(k for a in args.values() for k in a))
                 task[t["action"]] = dict((k, "{{ __args[inventory_hostname][%r] | default(omit) }}" % k)

@@ -26,7 +26,7 @@ import statistics
 import tempfile
 
 import fleet
-from fleet import BenchError, Run, batches, empty_playbook, task_counts
+from fleet import BenchError, Run, batches, empty_playbook, runs_real, task_counts
 from fleet_compare import run_fleets
 
 DEFAULT_REAL = "gpuops.nvidia.gpu_node_plan"
@@ -46,9 +46,10 @@ def measure(nodes, share, shape, forks, repeat, real):
             raise BenchError("NOT IDEMPOTENT: the re-run changed %s; tasks: %s" % (
                 shaping.changed_hosts()[:5], shaping.changed_tasks()[:10]))
         shape_run = batches(shaping.data)
-        kept = [t["name"] for b in shape_run for t in b["tasks"] if t["module"] and t["action"] in real]
+        kept = [t["name"] for b in shape_run for t in b["tasks"] if runs_real(t, real)]
         if not kept:
-            raise BenchError("the re-run ran none of %s: no floor play" % ", ".join(real))
+            raise BenchError("the re-run ran none of %s (as a module task without a loop): no floor play"
+                             % ", ".join(real))
         out["real"] = sorted(set(kept))
         out["tasks"] = sorted(set(task_counts(shape_run, h) for h in shaping.stats))
         empty = empty_playbook(tmp, shape_run)

@@ -65,3 +65,13 @@ def test_the_empty_play_is_unchanged_by_the_floor(tmp_path):
     assert [sorted(k for k in t if k != "name") for t in play["tasks"]] == [
         ["ansible.builtin.debug"], ["ansible.builtin.ping"], ["ansible.builtin.ping", "vars", "when"]]
     assert os.path.basename(fleet.empty_playbook(str(tmp_path), shape)) == "empty.yml"
+
+
+def test_only_module_tasks_without_a_loop_run_for_real():
+    # the floor bench counts the tasks it keeps with the same test empty_playbook uses: a looped task of the action
+    # would be mirrored by a ping, and the bench must then say it has no floor play instead of measuring one
+    plan = {"module": True, "action": PLAN, "loop": 0}
+    assert fleet.runs_real(plan, (PLAN,))
+    assert not fleet.runs_real(dict(plan, loop=3), (PLAN,))
+    assert not fleet.runs_real(dict(plan, module=False), (PLAN,))
+    assert not fleet.runs_real(plan, ("gpuops.nvidia.node_labels",))
