@@ -436,7 +436,9 @@ def main(argv=None):
                         help="one --slices report and plot from several runs' slices.json (bench/fleet_slices.py)")
     parser.add_argument("--slices-phase", choices=["first", "again"],
                         help="with --slices-keep: only the first converge (the fleet kept there), or only the re-run "
-                        "of the fleet kept there (one row over two commands)")
+                        "of the fleet kept there (one row over two commands). Keep containerd and nvidia-ctk the same "
+                        "files in between (-e containerd_runtime_containerd_path=... and ..._nvidia_ctk_path=...): "
+                        "replaced, they make every node check containerd in full, and the bench refuses that re-run")
     parser.add_argument("--slices-keep", metavar="DIR", help="with --slices-phase: where the fleet is kept")
     parser.add_argument("--cpus", type=int, help="with --slices-merge: the CPUs of the machine the runs ran on")
     parser.add_argument("--machine", help="with --slices-merge: that machine, in words")

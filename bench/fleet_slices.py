@@ -35,6 +35,7 @@ from tests.support.fake_kube_api import FakeKubeApi
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
 RELEASE, RELEASE_NS = "nvdp", "nvidia-device-plugin"
+CONTAINERD_ACTION = "gpuops.nvidia.containerd_runtime"
 REFUSED = "another operation (install/upgrade/rollback) is in progress"
 LEASE = ("coordination.k8s.io", "leases", "gpuops-nvidia-cluster", RELEASE_NS)
 
@@ -222,8 +223,17 @@ class SlicesRun(object):
                     return next(iter(task["hosts"].values()))
         return None
 
+    def ran(self, action):
+        """How many hosts ran a task of ``action`` (as the task names it) in any slice, skipped hosts not counted."""
+        return sum(1 for data in self.data for play in data["plays"] for task in play["tasks"]
+                   if task["task"].get("action") == action
+                   for result in task["hosts"].values() if not result.get("skipped"))
+
     def figures(self):
         return {"wall": self.wall, "cpu": self.cpu, "load": self.load, "changed": self.changed(),
+                # hosts whose containerd_runtime module ran: 0 on a re-run, where every node's plan finds the
+                # verified-state stamp (measure refuses a re-run with any)
+                "containerd_checked": self.ran(CONTAINERD_ACTION),
                 # CPU s of the slices' ansible-playbook main processes alone (the rest: workers and modules)
                 "main_cpu": round(sum(d.get("controller", {}).get("cpu", 0) for d in self.data), 1),
                 "slice_walls": [round(w, 1) for w in self.slice_walls], "upgrades": self.upgrades,
@@ -269,6 +279,14 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
         if again.changed() or again.upgrades or again.refused:
             raise fleet.BenchError("NOT IDEMPOTENT: the sliced re-run changed %d thing(s), ran %d helm upgrade(s), "
                                    "%d refused" % (again.changed(), again.upgrades, again.refused))
+        if row["again"]["containerd_checked"]:
+            raise fleet.BenchError(
+                "not a steady-state re-run: %d node(s) checked containerd in full (nvidia-ctk and containerd run), "
+                "where the node plan should have found containerd_runtime's verified-state stamp. The stamp misses "
+                "when containerd or nvidia-ctk is another file than at the converge (a tree or tools/ copied or "
+                "unpacked again between --slices-phase first and again: give the converge stable paths, "
+                "-e containerd_runtime_containerd_path=... -e containerd_runtime_nvidia_ctk_path=...), or when "
+                "the stamp is broken" % row["again"]["containerd_checked"])
         if inspect:
             inspect(sliced, first, again)
         return row

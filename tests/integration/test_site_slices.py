@@ -12,6 +12,7 @@ bench's machinery (bench/fleet_slices.py).
 """
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -65,6 +66,8 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
 
         # the re-run: nothing changed, no helm upgrade, still revision 1
         assert again.changed() == 0 and again.upgrades == 0 and again.refused == 0, again.figures()
+        # each node checked containerd in full on the converge, and found the verified-state stamp on the re-run
+        assert (first.figures()["containerd_checked"], again.figures()["containerd_checked"]) == (3, 0)
         assert sliced.revisions() == [1]
 
     row = fleet_slices.measure(3, 3, "h200-x1", 2, mig_share=0.3, extra=SMALL, inspect=inspect)
@@ -81,15 +84,22 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     # --slices-phase first / again: the converge in one bench process, the re-run in another, the fleet and the
     # API server's objects kept in between (a 200-node row on a machine whose commands may run 10 minutes)
     keep = str(tmp_path / "keep")
+    # nvidia-ctk (the stand-in) from a copy this test can replace between the phases, as a device run that unpacks
+    # its tools again would
+    ctk = tmp_path / "tools" / "bin" / "nvidia-ctk"
+    ctk.parent.mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "tests", "support", "bin", "nvidia-ctk"), str(ctk))
+    shutil.copy(os.path.join(ROOT, "tests", "support", "nvidia_ctk_standin.py"), str(tmp_path / "tools"))
+    small = dict(SMALL, containerd_runtime_nvidia_ctk_path=str(ctk))
     with pytest.raises(fleet_slices.fleet.BenchError, match="holds no converged fleet: run --slices-phase first"):
-        fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again")
+        fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
     assert not os.path.exists(keep)
-    assert fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="first") is None
+    assert fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="first") is None
     with pytest.raises(fleet_slices.fleet.BenchError, match="exists: --slices-phase first makes a new fleet there"):
-        fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="first")
+        fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="first")
     assert {"api.json", "fleet.json", "inventory", "row.json"} <= set(os.listdir(keep))
     with pytest.raises(fleet_slices.fleet.BenchError, match="holds a fleet of 2 x h200-x1, not 3 x h200-x1"):
-        fleet_slices.measure(3, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again")
+        fleet_slices.measure(3, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
 
     seen = {}
 
@@ -99,14 +109,25 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
         seen["revisions"] = sliced.revisions()
         seen["labels"] = sliced.api.node_labels("node-000")[CONFIG_LABEL]
 
-    row = fleet_slices.measure(2, 1, "h200-x1", 2, extra=SMALL, keep=keep, phase="again", inspect=inspect)
+    row = fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="again", inspect=inspect)
     assert seen == {"revisions": [1], "labels": "mig-mixed"}
     assert (row["nodes"], row["slices"], row["mig"]) == (2, 1, 1)
     assert row["first"]["upgrades"] == 1 and row["first"]["changed"] > 0, row["first"]
     assert (row["again"]["changed"], row["again"]["upgrades"], row["again"]["refused"]) == (0, 0, 0), row["again"]
     for run in ("first", "again"):  # the main processes' own CPU: part of the whole, not all of it
         assert 0 < row[run]["main_cpu"] < row[run]["cpu"], row[run]
+    # every node checked containerd in full on the converge, none on the re-run (the verified-state stamp)
+    assert (row["first"]["containerd_checked"], row["again"]["containerd_checked"]) == (2, 0), row
     assert os.path.isdir(keep)  # kept: the caller removes it
+
+    # nvidia-ctk is another file now (same bytes, new inode): every node's stamp misses and it checks containerd in
+    # full; the bench refuses that re-run as a measurement of the steady state, and says why
+    replacement = str(ctk) + ".new"
+    shutil.copy(str(ctk), replacement)
+    os.replace(replacement, str(ctk))
+    with pytest.raises(fleet_slices.fleet.BenchError,
+                       match="not a steady-state re-run: 2 node.s. checked containerd in full"):
+        fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
 
 
 def test_a_killed_lock_holder_is_taken_over_after_its_lease_expires(tmp_path):
