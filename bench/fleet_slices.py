@@ -224,10 +224,9 @@ class SlicesRun(object):
         return None
 
     def ran(self, action):
-        """How many hosts ran a task of ``action`` (as the task names it) in any slice, skipped hosts not counted."""
-        return sum(1 for data in self.data for play in data["plays"] for task in play["tasks"]
-                   if task["task"].get("action") == action
-                   for result in task["hosts"].values() if not result.get("skipped"))
+        """How many hosts ran a task of ``action`` (as the task names it) in any slice (fleet.batches' shape)."""
+        return sum(len(task["ran"]) for data in self.data for batch in fleet.batches(data)
+                   for task in batch["tasks"] if task["action"] == action)
 
     def figures(self):
         return {"wall": self.wall, "cpu": self.cpu, "load": self.load, "changed": self.changed(),
