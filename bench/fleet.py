@@ -180,12 +180,13 @@ def runs_real(task, real):
     return bool(task["module"] and task.get("action") in real and not task["loop"])
 
 
-def empty_playbook(tmp, shape, real=(), name="empty.yml"):
+def empty_playbook(tmp, shape, real=(), name="empty.yml", stand_in=None):
     """The same batches and tasks, each task replaced by ansible.builtin.ping (where it ran a module) or an
     ansible.builtin.debug (controller-side code), run on the same hosts, skipped on the same hosts, with the same
     loop lengths and run_once: what Ansible itself costs for that run. A module task whose action is in `real`
     (without a loop) runs that module again instead, on each host with the arguments it had there and the node's
-    gpuops_environment (bench/fleet_floor.py's floor play)."""
+    gpuops_environment (bench/fleet_floor.py's floor play). `stand_in` ({action: module}) mirrors such a task of an
+    action in it by that module, without arguments, instead of a ping (bench/fleet_floor.py's imports play)."""
     plays = []
     for batch in shape:
         tasks = []
@@ -194,7 +195,9 @@ def empty_playbook(tmp, shape, real=(), name="empty.yml"):
             if not hosts:  # meta tasks (flush_handlers) report no host result
                 continue
             task = {"name": "Task %d" % i}
-            if runs_real(t, real):
+            if stand_in and runs_real(t, stand_in):
+                task[stand_in[t["action"]]] = None
+            elif runs_real(t, real):
                 args = dict((h, _given(a)) for h, a in t["args"].items())
                 keys = sorted(set(k for a in args.values() for k in a))
                 task[t["action"]] = dict((k, "{{ __args[inventory_hostname][%r] | default(omit) }}" % k)

@@ -17,8 +17,8 @@ given the one module run it cannot do without.
   imports and returns nothing (imports_playbook): what loading the plan's code costs (the controller builds the
   AnsiballZ payload from those files, the module process compiles them from the zip), apart from its work and facts;
 - then --repeat rounds, each a re-run, an empty play, a floor play, the bare empty play, the bare floor play and
-  the imports play, recording CPU seconds of the ansible-playbook process tree, wall seconds and the 1-minute load average before each
-  run. A re-run or floor play that changes anything, or fails, is an error.
+  the imports play, recording CPU seconds of the ansible-playbook process tree, wall seconds and the 1-minute load
+  average before each run. A re-run or floor play that changes anything, or fails, is an error.
 
 floor / empty is what that module run costs above a ping, as a share of Ansible's own cost for the run. A playbook
 that runs the module cannot cost less than the floor play, whatever else is restructured: a re-run / empty target
@@ -33,8 +33,6 @@ import os
 import shutil
 import statistics
 import tempfile
-
-import yaml
 
 import fleet
 from fleet import BenchError, Run, batches, empty_playbook, runs_real, task_counts
@@ -71,26 +69,15 @@ def imports_only(action):
 
 
 def imports_playbook(tmp, bare, real):
-    """The bare empty play, with each ping that stands for a task of `real` replaced by its imports-only module
-    (written to library/ beside the playbook, where ansible-playbook finds it)."""
-    path = empty_playbook(tmp, bare, name="bare-imports.yml")
-    with open(path) as handle:
-        plays = yaml.safe_load(handle)
-    actions = set()
-    for play, batch in zip(plays, bare):
-        for i, task in enumerate(batch["tasks"]):
-            if runs_real(task, real):
-                (mirror,) = [t for t in play["tasks"] if t["name"] == "Task %d" % i]
-                del mirror["ansible.builtin.ping"]
-                mirror[imports_module(task["action"])] = None
-                actions.add(task["action"])
+    """The bare empty play, with each ping that stands for a task of `real` replaced by that action's imports-only
+    module (written to library/ beside the playbook, where ansible-playbook finds it)."""
+    actions = set(t["action"] for batch in bare for t in batch["tasks"] if runs_real(t, real))
     os.makedirs(os.path.join(tmp, "library"), exist_ok=True)
     for action in actions:
         with open(os.path.join(tmp, "library", imports_module(action) + ".py"), "w") as out:
             out.write(imports_only(action))
-    with open(path, "w") as handle:
-        yaml.safe_dump(plays, handle, sort_keys=False)
-    return path
+    return empty_playbook(tmp, bare, name="bare-imports.yml",
+                          stand_in=dict((action, imports_module(action)) for action in actions))
 
 
 def bare_shape(shape, real):

@@ -80,7 +80,6 @@ def test_only_module_tasks_without_a_loop_run_for_real():
 
 
 def test_the_bare_plays_keep_only_the_node_plan(tmp_path):
-
     data = _run_data()
     validate = {"play": {"name": "Validate"}, "tasks": [
         {"task": {"name": "Check", "action": "ansible.builtin.assert"},
