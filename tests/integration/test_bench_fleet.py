@@ -62,8 +62,8 @@ def test_an_error_is_not_a_figure(tmp_path):
 
 
 def test_floor_bench_runs_the_node_plan_for_real(tmp_path):
-    # one single-GPU MPS node, one round: re-run, empty play, floor play, and the last two reduced to the node plan
-    # alone; the bench itself refuses a floor or empty play that does not run and skip the tasks it mirrors on the
+    # one single-GPU MPS node, one round: re-run, empty play, floor play, the last two reduced to the node plan
+    # alone, and the imports play; the bench itself refuses a play that does not run and skip the tasks it mirrors on the
     # same hosts
     out = tmp_path / "out"
     proc = _bench("--floor", "--nodes", "1mps", "--shape", "h200-x1", "--repeat", "1", "--out", str(out))
@@ -75,7 +75,7 @@ def test_floor_bench_runs_the_node_plan_for_real(tmp_path):
     assert (res["nodes"], figures["mig"]) == (1, 0)
     assert figures["real"] == ["gpuops.nvidia.gpu_node : Read the GPUs and plan every step (one module run; changes "
                                "nothing)"]
-    for run in ("again", "empty", "floor", "bare_empty", "bare_floor"):
+    for run in ("again", "empty", "floor", "bare_empty", "bare_floor", "bare_imports"):
         assert len(figures[run]) == 1 and figures[run][0]["cpu"] > 0.5, figures
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 1 MPS (0/1) |")]
     assert len(rows) == 1 and (out / "fleet-floor.md").read_text() in proc.stdout
