@@ -9,7 +9,7 @@ answers every one of those questions in one module run: the GPUs as they are (gp
 layout as mig_mode and mig_layout would plan them in check mode (the same functions, _mig_apply), compute and
 persistence mode as compute_mode would (_compute_mode), every file, directory and systemd unit the roles would
 write or enable (compared with what the roles declare), and containerd's runtime (containerd_runtime's own
-verified-state stamp, _containerd.Stamp). gpu_node then includes a role only when its step has work.
+verified-state stamp, _containerd_stamp.Stamp). gpu_node then includes a role only when its step has work.
 
 The comparisons below are conservative: anything they cannot prove unchanged (a symlink where a file is
 declared, an unreadable path, a unit systemd calls anything but "enabled") counts as work, so the role runs and

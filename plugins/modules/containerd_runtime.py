@@ -224,19 +224,38 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(cd.ARGUMENT_SPEC, backup=dict(type="bool", default=False)),
+        argument_spec=dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False)),
         supports_check_mode=True,
     )
     try:
-        cd.run_module(module)
-    except cd.TomlLibraryMissing as exc:
+        # validate: the parameters, a TOML reader and both tools, before anything is read or run
+        run = containerd_run.ContainerdRun(module)
+        # a verified state that still holds is the answer: every input as recorded, no tool run
+        earlier = run.verified_earlier()
+        if earlier is not None:
+            module.exit_json(**earlier)
+        # read current: both tools' versions, the live files, their traps, containerd's view of them
+        current = run.read_current()
+        # plan: nvidia-ctk on private copies, validated by containerd, compared with the live files (reasons + diff)
+        planned = run.plan(current)
+        # apply outside check mode: backups, atomic writes, read back (no rollback: see ContainerdRun.apply)
+        if planned.changed and not module.check_mode:
+            files = run.apply(planned)
+        else:
+            files = run.files(planned)
+        result = run.result(planned, files)
+        if not module.check_mode:
+            run.record(planned)  # the verified state, for the next run and gpu_node_plan
+        module.exit_json(**result)
+    except containerd_config.TomlLibraryMissing as exc:
         module.fail_json(msg=missing_required_lib("tomli", reason=str(exc)))
-    except cd.ContainerdConfigError as exc:
+    except containerd_config.ContainerdConfigError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except (IOError, OSError) as exc:
         module.fail_json(msg="containerd_runtime: %s" % exc, exception=traceback.format_exc())

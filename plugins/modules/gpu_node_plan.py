@@ -95,6 +95,10 @@ options:
             description: Path of nvidia-smi in the unit.
             type: path
             default: /usr/bin/nvidia-smi
+          mode:
+            description: Declared permission bits of the unit file, octal.
+            type: str
+            default: "0644"
   files:
     description: Files, directories and absences the steps declare.
     type: list
@@ -269,14 +273,13 @@ ansible_facts:
       type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan as np_
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, boot_unit, plan_settings, planned_state, report)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
@@ -299,7 +302,8 @@ def main():
                 persistence_mode=dict(type="bool"),
                 boot_unit=dict(type="dict", options=dict(
                     path=dict(type="path", required=True),
-                    nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"))),
+                    nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
+                    mode=dict(type="str", default="0644"))),
             )),
             files=dict(type="list", elements="dict", default=[], options=dict(
                 step=dict(type="str", required=True),
@@ -312,7 +316,7 @@ def main():
                 step=dict(type="str", required=True),
                 name=dict(type="str", required=True),
             )),
-            containerd=dict(type="dict", options=dict(cd.ARGUMENT_SPEC,
+            containerd=dict(type="dict", options=dict(CONTAINERD_SPEC,
                                                       step=dict(type="str", default="containerd_runtime"))),
         ),
         supports_check_mode=True,
@@ -420,32 +424,16 @@ def _compute_mode(module, gpus):
     unit = p["boot_unit"]
     if unit is not None:
         text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
-        reason = np_.file_reason({"path": unit["path"], "mode": "0644", "checksum": np_.sha1(text)},
+        reason = np_.file_reason({"path": unit["path"], "mode": unit["mode"], "checksum": np_.sha1(text)},
                                  np_.observe(unit["path"]))
         reasons += [reason] if reason else []
     return out, reasons
 
 
 def _containerd(module):
-    """containerd_runtime's stamp check, with its binaries found the way it finds them (a binary it would not
-    find or run is work: the module then fails with its own message)."""
-    p = module.params["containerd"]
-    if cd._toml_reader()[0] is None:
-        return {"verified": False}, "containerd: no TOML reader on this Python"
-    binaries = []
-    for given, name in ((p["nvidia_ctk_path"], "nvidia-ctk"), (p["containerd_path"], "containerd")):
-        if given:
-            if not (os.path.isfile(given) and os.access(given, os.X_OK)):
-                return {"verified": False}, "containerd: %s %s is not executable" % (name, given)
-            binaries.append(given)
-        else:
-            binaries.append(module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/local/bin", "/usr/sbin"]))
-    if binaries[0] is None:
-        return {"verified": False}, "containerd: nvidia-ctk not found"
-    recorded = cd.Stamp(p, binaries[0], binaries[1]).verified_result()
-    if recorded is None:
-        return {"verified": False}, "containerd: no verified state matches %s and what it loads" % p["config_path"]
-    return {"verified": True, "result": recorded}, None
+    """containerd_runtime's verified-state stamp, checked for the tools it would run (found the way it finds
+    them: a tool it would not find or run is work, and the module then fails with its own message)."""
+    return verified_state(module, module.params["containerd"])
 
 
 if __name__ == "__main__":

@@ -35,6 +35,30 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11 on the test machine
     import tomli as tomllib
 
+
+def _collections_path():
+    """Where ``ansible_collections.gpuops.nvidia`` is importable from: the repository's .collections beside this
+    file, else an entry of ANSIBLE_COLLECTIONS_PATH (a copy of this script elsewhere, run by ansible-playbook)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    for path in [os.path.join(here, ".collections")] + os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep):
+        if path and os.path.isdir(os.path.join(path, "ansible_collections", "gpuops", "nvidia", "plugins")):
+            return path
+    sys.stderr.write("stand-in nvidia-ctk: the gpuops.nvidia collection (for its config_version) is neither in the"
+                     " repository beside this script nor in ANSIBLE_COLLECTIONS_PATH\n")
+    sys.exit(1)
+
+
+_COLLECTIONS = _collections_path()
+if _COLLECTIONS not in sys.path:
+    sys.path.insert(0, _COLLECTIONS)
+# nvidia-ctk's version rule (parseVersion, NVIDIA/nvidia-container-toolkit v1.20.0 = 5505e2f9,
+# pkg/config/engine/containerd/containerd.go; the same in v1.17.8 and v1.18.0): a missing or empty config is
+# version 2, keys without `version` are version 1, an integer is itself, any other type is an error. The
+# collection's config_version is that same rule, so the stand-in imports it instead of keeping a copy that could
+# drift; only the error's wording below is nvidia-ctk's. (get_in is a plain walk down nested tables.)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+    ContainerdConfigError, config_version, get_in)
+
 VERSION_ENV = "NVIDIA_CTK_STANDIN_VERSION"
 DEFAULT_VERSION = "1.20.0"
 # Test hook: when set, every invocation's argv is appended (one JSON list per line) to this file.
@@ -139,20 +163,15 @@ def _version_tuple(text):
 
 
 def _cri_key(version):
+    """nvidia-ctk's criRuntimePluginName (NVIDIA/nvidia-container-toolkit v1.20.0 = 5505e2f9,
+    pkg/config/engine/containerd/containerd.go). Kept independent of the collection's cri_key on purpose: NVIDIA's
+    maps every version but 1 and 2 (0 and negative ones too) to the version 3 key, where cri_key maps versions
+    below 1 to "cri"; the stand-in models the real tool."""
     if version == 1:
         return "cri"
     if version == 2:
         return "io.containerd.grpc.v1.cri"
     return "io.containerd.cri.v1.runtime"
-
-
-def _get(tree, keys):
-    node = tree
-    for k in keys:
-        if not isinstance(node, dict) or k not in node:
-            return None
-        node = node[k]
-    return node
 
 
 def _set(tree, keys, value):
@@ -163,7 +182,7 @@ def _set(tree, keys, value):
 
 
 def _delete(tree, keys):
-    node = _get(tree, keys[:-1])
+    node = get_in(tree, keys[:-1])
     if isinstance(node, dict):
         node.pop(keys[-1], None)
 
@@ -181,20 +200,16 @@ def _load(path):
 
 
 def _parse_version(tree):
-    if not tree:
-        return 2
-    if "version" not in tree:
-        return 1
-    version = tree["version"]
-    if isinstance(version, bool) or not isinstance(version, int):
+    try:
+        return config_version(tree)
+    except ContainerdConfigError:
         raise CtkError("unable to load config: failed to parse config version: unsupported type for version field: %r"
-                       % (version,))
-    return version
+                       % (tree["version"],))
 
 
 def _default_runtime_options(tree, cri):
-    runtimes = _get(tree, ["plugins", cri, "containerd", "runtimes"]) or {}
-    default = _get(tree, ["plugins", cri, "containerd", "default_runtime_name"])
+    runtimes = get_in(tree, ["plugins", cri, "containerd", "runtimes"]) or {}
+    default = get_in(tree, ["plugins", cri, "containerd", "default_runtime_name"])
     candidates = []
     if isinstance(default, str) and default and not default.startswith("nvidia"):
         candidates.append(default)
@@ -227,7 +242,7 @@ def _add_runtime(tree, version, opts, ctk_version):
     default_keys = ["plugins", cri, "containerd", "default_runtime_name"]
     if opts["set_as_default"]:
         _set(tree, default_keys, opts["name"])
-    elif _get(tree, default_keys) == opts["name"]:
+    elif get_in(tree, default_keys) == opts["name"]:
         _delete(tree, default_keys)
     if opts["cdi"]:
         _set(tree, ["plugins", cri, "enable_cdi"], True)
@@ -260,7 +275,7 @@ def configure(opts, ctk_version):
     cri = _cri_key(version)
     top = copy.deepcopy(source)
     drop_tree = {"version": version}
-    section = _get(source, ["plugins", cri])
+    section = get_in(source, ["plugins", cri])
     if isinstance(section, dict):
         drop_tree["plugins"] = {cri: copy.deepcopy(section)}
     # steps 5-7 on the drop-in copy; the default runtime options come from the source tree

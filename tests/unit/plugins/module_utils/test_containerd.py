@@ -1,4 +1,5 @@
-"""Tests of _containerd (pure parts and runner) and of the nvidia-ctk STAND-IN's golden outputs.
+"""Tests of _containerd_config (the pure analysis), _nvidia_ctk (versions, edit mode, the runner) and of the
+nvidia-ctk STAND-IN's golden outputs.
 
 The nvidia-ctk here is tests/support/nvidia_ctk_standin.py, a stand-in (the real tool cannot be installed on
 these machines). The golden tests compare its output with the exact TOML that shared/reference/containerd.md
@@ -7,13 +8,21 @@ Every configuration produced here is also loaded by Debian's real containerd (`c
 """
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 
 from tests.support import ctk_env  # noqa: E402
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+    ContainerdConfigError, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_PATH, TomlLibraryMissing,
+    WRONG_DROP_IN_1180, analyse_source, check_candidate_dump, config_version, cri_key, diff_entries,
+    effective_changes, effective_cri_tree, get_in, lost_imports, parse_toml, plan_files, runtimes_of,
+    source_runtime_name, systemd_cgroup_findings, systemd_cgroup_runtimes, toml_reader, validate_params)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (  # noqa: E402
+    NvidiaCtkRunner, choose_edit_mode, configure_args, parse_containerd_version, parse_ctk_version, substitute)
 
 GOLDEN_INPUT = ctk_env.fixture_text("golden-input-v2.toml")
 GOLDEN_V2 = ctk_env.fixture_text("golden-v2-in-place-1.17.8.toml")
@@ -56,8 +65,8 @@ def configure(tmp_path, version, text, *extra, drop_in=True):
 def assert_loads_with_nvidia(config, containerd_key="io.containerd.grpc.v1.cri"):
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0, result.stderr
-    dump = cd.parse_toml(result.stdout, "dump")
-    assert isinstance(cd.get_in(dump, ["plugins", containerd_key, "containerd", "runtimes", "nvidia"]), dict)
+    dump = parse_toml(result.stdout, "dump")
+    assert isinstance(get_in(dump, ["plugins", containerd_key, "containerd", "runtimes", "nvidia"]), dict)
     return dump
 
 
@@ -136,9 +145,9 @@ def test_v3_on_containerd_1_6_is_silently_dropped(tmp_path):
     config, _drop_in = configure(tmp_path, "1.20.0", INPUT_V3, "--nvidia-set-as-default")
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0
-    dump = cd.parse_toml(result.stdout, "dump")
+    dump = parse_toml(result.stdout, "dump")
     assert dump["version"] == 2
-    problems, _warnings = cd.check_candidate_dump(dump, "nvidia", cd.DEFAULT_RUNTIME_PATH, True, False, "1.6.20")
+    problems, _warnings = check_candidate_dump(dump, "nvidia", DEFAULT_RUNTIME_PATH, True, False, "1.6.20")
     assert any("does not see runtime 'nvidia'" in p for p in problems)
 
 
@@ -155,18 +164,18 @@ def test_standin_is_idempotent_in_content(tmp_path, version, text):
 def test_1_18_0_drops_existing_imports_and_1_18_1_keeps_them(tmp_path):
     text = 'imports = ["/foo/bar/*.toml"]\n' + GOLDEN_INPUT
     config, drop_in = configure(tmp_path / "a", "1.18.0", text)
-    tree = cd.parse_toml(config.read_text(), "c")
+    tree = parse_toml(config.read_text(), "c")
     assert tree["imports"] == [str(drop_in.parent / "*.toml")]
-    assert cd.lost_imports(cd.parse_toml(text, "in"), tree) == ["/foo/bar/*.toml"]
+    assert lost_imports(parse_toml(text, "in"), tree) == ["/foo/bar/*.toml"]
     config, drop_in = configure(tmp_path / "b", "1.18.1", text)
-    tree = cd.parse_toml(config.read_text(), "c")
+    tree = parse_toml(config.read_text(), "c")
     assert tree["imports"] == ["/foo/bar/*.toml", str(drop_in.parent / "*.toml")]
 
 
 def test_1_18_0_default_drop_in_is_the_wrong_directory():
     standin = load_standin()
-    assert standin.parse_args(["--runtime=containerd"], (1, 18, 0))["drop_in"] == cd.WRONG_DROP_IN_1180
-    assert standin.parse_args(["--runtime=containerd"], (1, 18, 1))["drop_in"] == cd.DEFAULT_DROP_IN
+    assert standin.parse_args(["--runtime=containerd"], (1, 18, 0))["drop_in"] == WRONG_DROP_IN_1180
+    assert standin.parse_args(["--runtime=containerd"], (1, 18, 1))["drop_in"] == DEFAULT_DROP_IN
     with pytest.raises(standin.CtkError, match="not defined"):
         standin.parse_args(["--runtime=containerd", "--drop-in-config=/x.toml"], (1, 17, 8))
     with pytest.raises(standin.CtkError, match="needs an argument"):
@@ -175,8 +184,8 @@ def test_1_18_0_default_drop_in_is_the_wrong_directory():
 
 def test_empty_drop_in_config_is_broken_on_1_20(tmp_path):
     config, _drop_in = configure(tmp_path, "1.20.0", GOLDEN_INPUT, "--drop-in-config", "", drop_in=False)
-    tree = cd.parse_toml(config.read_text(), "c")
-    assert "nvidia" not in cd.runtimes_of(tree, 2)
+    tree = parse_toml(config.read_text(), "c")
+    assert "nvidia" not in runtimes_of(tree, 2)
     assert tree["imports"] == [str(config.parent / "*.toml")]
 
 
@@ -184,15 +193,15 @@ def test_docker_v1_config_goes_to_drop_in_untouched_top_level(tmp_path):
     text = 'disabled_plugins = ["cri"]\n'
     config, drop_in = configure(tmp_path, "1.20.0", text)
     assert config.read_text() == text
-    tree = cd.parse_toml(drop_in.read_text(), "d")
+    tree = parse_toml(drop_in.read_text(), "d")
     assert tree["version"] == 1 and tree["disabled_plugins"] == ["cri"]
     assert tree["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]["options"] == {
-        "BinaryName": cd.DEFAULT_RUNTIME_PATH, "Runtime": cd.DEFAULT_RUNTIME_PATH}
+        "BinaryName": DEFAULT_RUNTIME_PATH, "Runtime": DEFAULT_RUNTIME_PATH}
     # Real containerd loads the top-level file happily: the trap is invisible to `config dump`.
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0
-    dump = cd.parse_toml(result.stdout, "d")
-    problems, _warnings = cd.check_candidate_dump(dump, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
+    dump = parse_toml(result.stdout, "d")
+    problems, _warnings = check_candidate_dump(dump, "nvidia", DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
     assert any("disables the CRI plugin" in p for p in problems)
 
 
@@ -221,6 +230,38 @@ def test_standin_dry_run_prints_two_documents_and_writes_nothing(tmp_path):
     assert (etc / "config.toml").read_text() == GOLDEN_INPUT and not (etc / "d").exists()
 
 
+@pytest.mark.parametrize("text,version", [("", 2), ("# only a comment\n", 2), ("oom_score = 0\n", 1),
+                                          ("version = 3\n", 3), ('version = "2"\n', None), ("version = 2.0\n", None),
+                                          ("version = true\n", None), ("[version]\nx = 1\n", None)])
+def test_standin_picks_the_config_version_as_nvidia_ctk_does(tmp_path, text, version):
+    """NVIDIA's parseVersion (v1.20.0, pkg/config/engine/containerd/containerd.go): empty -> 2, keys without
+    `version` -> 1, an integer -> itself, any other type -> an error that leaves the file alone."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    result = ctk_env.run_standin(["runtime", "configure", "--runtime=containerd", "--config=%s" % config,
+                                  "--drop-in-config=%s" % (tmp_path / "conf.d" / "99-nvidia.toml")])
+    if version is None:
+        assert result.returncode == 1 and "unsupported type for version field" in result.stderr, result.stderr
+        assert config.read_text() == text and not (tmp_path / "conf.d").exists()
+        return
+    assert result.returncode == 0, result.stderr
+    written = parse_toml((tmp_path / "conf.d" / "99-nvidia.toml").read_text(), "out")  # (version 1: the whole tree)
+    assert written["version"] == version and isinstance(runtimes_of(written, version).get("nvidia"), dict)
+
+
+def test_a_copy_of_the_standin_finds_the_collection_through_ansible_collections_path(tmp_path):
+    # (tests/integration/test_site_slices.py runs such a copy, under ansible-playbook, which sets the variable)
+    copy = tmp_path / "tools" / "nvidia_ctk_standin.py"
+    copy.parent.mkdir()
+    shutil.copy(ctk_env.STANDIN, str(copy))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ctk_env.ROOT, ".collections"))
+    found = subprocess.run([sys.executable, str(copy), "--version"], env=env, capture_output=True, text=True)
+    assert found.returncode == 0 and "stand-in" in found.stdout, found.stderr
+    env.pop("ANSIBLE_COLLECTIONS_PATH")
+    lost = subprocess.run([sys.executable, str(copy), "--version"], env=env, capture_output=True, text=True)
+    assert lost.returncode == 1 and "ANSIBLE_COLLECTIONS_PATH" in lost.stderr
+
+
 # ------------------------------------------------------------------------------------------------------
 # what Debian 12's containerd 1.6.20 does and does not catch (docs/containerd.md lists this)
 # ------------------------------------------------------------------------------------------------------
@@ -247,63 +288,64 @@ def test_real_containerd_missing_file_fails_on_1_6(tmp_path):
 # pure helpers
 # ------------------------------------------------------------------------------------------------------
 def test_config_version_rules():
-    assert cd.config_version({}) == 2
-    assert cd.config_version({"disabled_plugins": ["cri"]}) == 1
-    assert cd.config_version({"version": 3}) == 3
-    with pytest.raises(cd.ContainerdConfigError, match="must be an integer"):
-        cd.config_version({"version": "2"})
-    assert [cd.cri_key(v) for v in (1, 2, 3, 4)] == ["cri", "io.containerd.grpc.v1.cri",
-                                                     "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.runtime"]
+    assert config_version({}) == 2
+    assert config_version({"disabled_plugins": ["cri"]}) == 1
+    assert config_version({"version": 3}) == 3
+    with pytest.raises(ContainerdConfigError, match="must be an integer"):
+        config_version({"version": "2"})
+    assert [cri_key(v) for v in (1, 2, 3, 4)] == ["cri", "io.containerd.grpc.v1.cri",
+                                                  "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.runtime"]
 
 
 def test_trap_no_version_docker_file():
-    version, errors, _warnings = cd.analyse_source({"disabled_plugins": ["cri"]}, "/etc/containerd/config.toml", True)
+    version, errors, _warnings = analyse_source({"disabled_plugins": ["cri"]}, "/etc/containerd/config.toml", True)
     assert version == 1
     assert len(errors) == 1
     assert "no `version` key" in errors[0] and "Docker's containerd.io" in errors[0] and "#1430" in errors[0]
 
 
 def test_trap_cri_disabled_with_version():
-    _version, errors, _warnings = cd.analyse_source({"version": 2, "disabled_plugins": ["io.containerd.grpc.v1.cri"]}, "/c", True)
+    _version, errors, _warnings = analyse_source({"version": 2, "disabled_plugins": ["io.containerd.grpc.v1.cri"]},
+                                                 "/c", True)
     assert len(errors) == 1 and "disables the CRI plugin" in errors[0]
 
 
 def test_trap_k3s_path_warns():
-    _version, errors, warnings = cd.analyse_source(
+    _version, errors, warnings = analyse_source(
         {"version": 2}, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", True)
     assert not errors and "regenerate config.toml" in warnings[0]
 
 
 def test_clean_config_has_no_traps():
-    tree = cd.parse_toml(GOLDEN_INPUT, "in")
-    assert cd.analyse_source(tree, "/c", True) == (2, [], [])
-    assert cd.analyse_source({}, "/c", False) == (2, [], [])
+    tree = parse_toml(GOLDEN_INPUT, "in")
+    assert analyse_source(tree, "/c", True) == (2, [], [])
+    assert analyse_source({}, "/c", False) == (2, [], [])
 
 
 def test_parse_toml_errors_name_the_file_and_templates():
-    with pytest.raises(cd.ContainerdConfigError, match="/x.toml is not valid TOML"):
-        cd.parse_toml("version = 2\n[plugins\n", "/x.toml")
-    with pytest.raises(cd.ContainerdConfigError, match="Go template"):
-        cd.parse_toml('{{ template "base" . }}\n', "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl")
+    with pytest.raises(ContainerdConfigError, match="/x.toml is not valid TOML"):
+        parse_toml("version = 2\n[plugins\n", "/x.toml")
+    with pytest.raises(ContainerdConfigError, match="Go template"):
+        parse_toml('{{ template "base" . }}\n', "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl")
 
 
 def test_toml_fallback_to_tomlkit(monkeypatch):
     monkeypatch.setitem(sys.modules, "tomllib", None)
     monkeypatch.setitem(sys.modules, "tomli", None)
-    assert cd._toml_reader()[2] == "tomlkit"
-    tree = cd.parse_toml(GOLDEN_INPUT, "in")
+    assert toml_reader()[2] == "tomlkit"
+    tree = parse_toml(GOLDEN_INPUT, "in")
     # exactly dict: tomlkit's documents are dict subclasses, and parse_toml must hand back plain data
     assert type(tree) is dict and tree["version"] == 2  # pylint: disable=unidiomatic-typecheck
-    assert cd.source_runtime_name(tree, 2) == "runc"
-    with pytest.raises(cd.ContainerdConfigError, match="not valid TOML"):
-        cd.parse_toml("[a\n", "x")
+    assert source_runtime_name(tree, 2) == "runc"
+    with pytest.raises(ContainerdConfigError, match="not valid TOML"):
+        parse_toml("[a\n", "x")
 
 
 def test_no_toml_library(monkeypatch):
     for name in ("tomllib", "tomli", "tomlkit"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(cd.TomlLibraryMissing, match="tomli"):
-        cd.parse_toml("version = 2", "x")
+    with pytest.raises(TomlLibraryMissing, match="tomli"):
+        parse_toml("version = 2", "x")
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -312,24 +354,24 @@ def test_no_toml_library(monkeypatch):
     ("garbage", None),
 ])
 def test_parse_ctk_version(text, expected):
-    assert cd.parse_ctk_version(text) == expected
+    assert parse_ctk_version(text) == expected
 
 
 def test_parse_containerd_version():
     text = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
-    assert cd.parse_containerd_version(text) == "1.6.20~ds1"
-    assert cd.parse_containerd_version("containerd containerd.io v2.1.4 abc") == "v2.1.4"
+    assert parse_containerd_version(text) == "1.6.20~ds1"
+    assert parse_containerd_version("containerd containerd.io v2.1.4 abc") == "v2.1.4"
 
 
 def test_choose_edit_mode():
-    assert cd.choose_edit_mode("auto", (1, 17, 8)) == ("in_place", [])
-    assert cd.choose_edit_mode("auto", (1, 20, 0)) == ("drop_in", [])
-    mode, warnings = cd.choose_edit_mode("auto", (1, 18, 0))
+    assert choose_edit_mode("auto", (1, 17, 8)) == ("in_place", [])
+    assert choose_edit_mode("auto", (1, 20, 0)) == ("drop_in", [])
+    mode, warnings = choose_edit_mode("auto", (1, 18, 0))
     assert mode == "drop_in" and "#1404" in warnings[0]
-    with pytest.raises(cd.ContainerdConfigError, match="needs nvidia-ctk 1.18.1"):
-        cd.choose_edit_mode("drop_in", (1, 17, 8))
-    with pytest.raises(cd.ContainerdConfigError, match="in_place is broken"):
-        cd.choose_edit_mode("in_place", (1, 20, 0))
+    with pytest.raises(ContainerdConfigError, match="needs nvidia-ctk 1.18.1"):
+        choose_edit_mode("drop_in", (1, 17, 8))
+    with pytest.raises(ContainerdConfigError, match="in_place is broken"):
+        choose_edit_mode("in_place", (1, 20, 0))
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -344,101 +386,101 @@ def test_choose_edit_mode():
     ({"edit_mode": "both"}, "edit_mode must be one of"),
 ])
 def test_validate_params_rejects(kwargs, match):
-    args = dict(config_path=cd.DEFAULT_CONFIG, drop_in_path=cd.DEFAULT_DROP_IN, edit_mode="auto",
-                runtime_name="nvidia", runtime_path=cd.DEFAULT_RUNTIME_PATH)
+    args = dict(config_path=DEFAULT_CONFIG, drop_in_path=DEFAULT_DROP_IN, edit_mode="auto",
+                runtime_name="nvidia", runtime_path=DEFAULT_RUNTIME_PATH)
     args.update(kwargs)
-    with pytest.raises(cd.ContainerdConfigError, match=match):
-        cd.validate_params(**args)
+    with pytest.raises(ContainerdConfigError, match=match):
+        validate_params(**args)
 
 
 def test_validate_params_in_place_ignores_drop_in():
-    cd.validate_params("/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "", "in_place", "nvidia",
-                       cd.DEFAULT_RUNTIME_PATH)
+    validate_params("/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "", "in_place", "nvidia",
+                    DEFAULT_RUNTIME_PATH)
 
 
 def test_configure_args_are_a_list_with_every_flag():
-    args = cd.configure_args("/usr/bin/nvidia-ctk", "/t/c.toml", "/t/d/99.toml", "drop_in", "nv", "/bin/r", True,
-                             True)
+    args = configure_args("/usr/bin/nvidia-ctk", "/t/c.toml", "/t/d/99.toml", "drop_in", "nv", "/bin/r", True,
+                          True)
     assert args == ["/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=containerd", "--config=/t/c.toml",
                     "--drop-in-config=/t/d/99.toml", "--nvidia-runtime-name=nv", "--nvidia-runtime-path=/bin/r",
                     "--nvidia-set-as-default", "--cdi.enabled"]
-    in_place_args = cd.configure_args("c", "/c", "/d.toml", "in_place", "n", "/r", False, False)
+    in_place_args = configure_args("c", "/c", "/d.toml", "in_place", "n", "/r", False, False)
     assert "--drop-in-config=/t/d/99.toml" not in in_place_args
 
 
 def test_substitute_replaces_only_whole_quoted_strings():
     text = "imports = ['/etc/containerd/conf.d/*.toml', \"/etc/containerd/conf.d/*.tomlx\"]"
-    out = cd.substitute(text, [("/etc/containerd/conf.d/*.toml", "/tmp/x/conf.d/*.toml")])
+    out = substitute(text, [("/etc/containerd/conf.d/*.toml", "/tmp/x/conf.d/*.toml")])
     assert out == "imports = [\"/tmp/x/conf.d/*.toml\", \"/etc/containerd/conf.d/*.tomlx\"]"
-    assert cd.substitute(None, []) is None
+    assert substitute(None, []) is None
 
 
 def test_source_runtime_and_systemd_cgroup_helpers():
-    tree = cd.parse_toml(GOLDEN_INPUT, "in")
-    assert cd.source_runtime_name(tree, 2) == "runc"
-    assert cd.systemd_cgroup_runtimes(tree, 2) == ["runc"]
+    tree = parse_toml(GOLDEN_INPUT, "in")
+    assert source_runtime_name(tree, 2) == "runc"
+    assert systemd_cgroup_runtimes(tree, 2) == ["runc"]
     tree["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] = "nvidia-legacy"
-    assert cd.source_runtime_name(tree, 2) == "runc"  # names starting with nvidia are skipped
-    assert cd.source_runtime_name({"version": 2}, 2) is None
+    assert source_runtime_name(tree, 2) == "runc"  # names starting with nvidia are skipped
+    assert source_runtime_name({"version": 2}, 2) is None
 
 
 def test_systemd_cgroup_lost_on_existing_runtime_is_an_error():
-    before = cd.parse_toml(GOLDEN_V2, "b")
-    after = cd.parse_toml(GOLDEN_V2.replace("SystemdCgroup = true", "SystemdCgroup = false"), "a")
-    errors, _warnings = cd.systemd_cgroup_findings(before, after, 2, "nvidia", "runc")
+    before = parse_toml(GOLDEN_V2, "b")
+    after = parse_toml(GOLDEN_V2.replace("SystemdCgroup = true", "SystemdCgroup = false"), "a")
+    errors, _warnings = systemd_cgroup_findings(before, after, 2, "nvidia", "runc")
     assert len(errors) == 2 and "would lose SystemdCgroup" in errors[0]
 
 
 def test_systemd_cgroup_missing_on_nvidia_warns():
-    tree = cd.parse_toml(GOLDEN_V2.replace(
+    tree = parse_toml(GOLDEN_V2.replace(
         'BinaryName = "/usr/bin/nvidia-container-runtime"\n            SystemdCgroup = true',
         'BinaryName = "/usr/bin/nvidia-container-runtime"'), "a")
-    errors, warnings = cd.systemd_cgroup_findings(None, tree, 2, "nvidia", "crun")
+    errors, warnings = systemd_cgroup_findings(None, tree, 2, "nvidia", "crun")
     assert not errors and "gets no SystemdCgroup" in warnings[0] and "runc has it" in warnings[0]
-    errors, warnings = cd.systemd_cgroup_findings(None, cd.parse_toml(GOLDEN_MISSING, "m"), 2, "nvidia", None)
+    errors, warnings = systemd_cgroup_findings(None, parse_toml(GOLDEN_MISSING, "m"), 2, "nvidia", None)
     assert not errors and "fallback options without SystemdCgroup" in warnings[0]
-    assert cd.systemd_cgroup_findings(cd.parse_toml(GOLDEN_INPUT, "i"), cd.parse_toml(GOLDEN_V2, "o"), 2, "nvidia",
-                                      "runc") == ([], [])
+    assert systemd_cgroup_findings(parse_toml(GOLDEN_INPUT, "i"), parse_toml(GOLDEN_V2, "o"), 2, "nvidia",
+                                   "runc") == ([], [])
 
 
 def test_check_candidate_dump_problems():
-    good = cd.parse_toml(GOLDEN_V2, "g")
-    assert cd.check_candidate_dump(good, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20") == ([], [])
-    problems, _warnings = cd.check_candidate_dump(good, "nvidia", "/opt/other", True, False, "1.6.20")
+    good = parse_toml(GOLDEN_V2, "g")
+    assert check_candidate_dump(good, "nvidia", DEFAULT_RUNTIME_PATH, False, False, "1.6.20") == ([], [])
+    problems, _warnings = check_candidate_dump(good, "nvidia", "/opt/other", True, False, "1.6.20")
     assert any("BinaryName" in p for p in problems) and any("default_runtime_name" in p for p in problems)
-    dangling = cd.parse_toml(GOLDEN_V2.replace('default_runtime_name = "runc"', 'default_runtime_name = "kata"'), "d")
-    problems, _warnings = cd.check_candidate_dump(dangling, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
+    dangling = parse_toml(GOLDEN_V2.replace('default_runtime_name = "runc"', 'default_runtime_name = "kata"'), "d")
+    problems, _warnings = check_candidate_dump(dangling, "nvidia", DEFAULT_RUNTIME_PATH, False, False, "1.6.20")
     assert any("names no configured runtime" in p for p in problems)
-    _problems, warnings = cd.check_candidate_dump(good, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, True, "1.6.20")
+    _problems, warnings = check_candidate_dump(good, "nvidia", DEFAULT_RUNTIME_PATH, False, True, "1.6.20")
     assert "enable_cdi" in warnings[0]
-    problems, _warnings = cd.check_candidate_dump({"version": 2}, "nvidia", cd.DEFAULT_RUNTIME_PATH, False, False, "x")
+    problems, _warnings = check_candidate_dump({"version": 2}, "nvidia", DEFAULT_RUNTIME_PATH, False, False, "x")
     assert "no CRI plugin section" in problems[0]
 
 
 def test_effective_changes_ignores_our_keys_and_reports_others():
-    before = cd.parse_toml(GOLDEN_INPUT, "b")
-    after = cd.parse_toml(GOLDEN_V2.replace("pause:3.9", "pause:3.6"), "a")
+    before = parse_toml(GOLDEN_INPUT, "b")
+    after = parse_toml(GOLDEN_V2.replace("pause:3.9", "pause:3.6"), "a")
     after["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] = True
-    changes = cd.effective_changes(before, after, "nvidia", 2, 2)
+    changes = effective_changes(before, after, "nvidia", 2, 2)
     assert changes == ["plugins.io.containerd.grpc.v1.cri.sandbox_image: 'registry.k8s.io/pause:3.9' ->"
                        " 'registry.k8s.io/pause:3.6'"]
-    assert cd.effective_changes(before, after, "nvidia", 2, 3) == []
+    assert effective_changes(before, after, "nvidia", 2, 3) == []
 
 
 def test_plan_files_and_diff_entries():
-    plan = cd.plan_files({"/d": None, "/c": "old\n", "/x": "same"}, {"/d": "new\n", "/c": "new\n", "/x": "same"})
+    plan = plan_files({"/d": None, "/c": "old\n", "/x": "same"}, {"/d": "new\n", "/c": "new\n", "/x": "same"})
     assert [(p["path"], p["action"]) for p in plan] == [("/d", "create"), ("/c", "update"), ("/x", "none")]
-    diffs = cd.diff_entries(plan)
+    diffs = diff_entries(plan)
     assert diffs[0] == {"before_header": "/d (absent)", "after_header": "/d", "before": "", "after": "new\n"}
     assert diffs[1]["before"] == "old\n" and len(diffs) == 2
-    assert cd.plan_files({"/a": "x"}, {"/a": None})[0]["action"] == "delete"
+    assert plan_files({"/a": "x"}, {"/a": None})[0]["action"] == "delete"
 
 
 def test_effective_cri_tree_drop_in_replaces_section():
-    top = cd.parse_toml(GOLDEN_INPUT, "t")
-    drop = cd.parse_toml(GOLDEN_V2, "d")
-    merged = cd.effective_cri_tree(top, drop, 2)
-    assert "nvidia" in cd.runtimes_of(merged, 2) and "nvidia" not in cd.runtimes_of(top, 2)
+    top = parse_toml(GOLDEN_INPUT, "t")
+    drop = parse_toml(GOLDEN_V2, "d")
+    merged = effective_cri_tree(top, drop, 2)
+    assert "nvidia" in runtimes_of(merged, 2) and "nvidia" not in runtimes_of(top, 2)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -463,10 +505,10 @@ def test_runner_never_touches_live_files_and_maps_import_back(tmp_path):
     before = ctk_env.snapshot(tmp_path)
     tmp_parent = tmp_path / "private"
     tmp_parent.mkdir()
-    runner = cd.NvidiaCtkRunner(_run, ctk, ctk_env.require_containerd(), tmp_parent=str(tmp_parent))
+    runner = NvidiaCtkRunner(_run, ctk, ctk_env.require_containerd(), tmp_parent=str(tmp_parent))
     live = {str(config): config.read_text(), str(etc / "conf.d" / "99-nvidia.toml"): None}
     candidate = runner.compute(str(config), str(etc / "conf.d" / "99-nvidia.toml"), "drop_in", "nvidia",
-                               cd.DEFAULT_RUNTIME_PATH, False, False, live)
+                               DEFAULT_RUNTIME_PATH, False, False, live)
     after = ctk_env.snapshot(tmp_path)
     after.pop("calls.log")
     assert after == before  # nothing live was written, mtimes included
@@ -482,8 +524,8 @@ def test_runner_reports_ctk_failure(tmp_path):
     etc = tmp_path / "etc"
     etc.mkdir()
     ctk = ctk_env.ctk_wrapper(tmp_path / "bin", "1.17.8")
-    runner = cd.NvidiaCtkRunner(_run, ctk, None, tmp_parent=str(tmp_path))
-    with pytest.raises(cd.ContainerdConfigError, match="flag provided but not defined"):
+    runner = NvidiaCtkRunner(_run, ctk, None, tmp_parent=str(tmp_path))
+    with pytest.raises(ContainerdConfigError, match="flag provided but not defined"):
         runner.compute(str(etc / "config.toml"), str(etc / "conf.d" / "99.toml"), "drop_in", "nvidia",
-                       cd.DEFAULT_RUNTIME_PATH, False, False, {str(etc / "config.toml"): None})
+                       DEFAULT_RUNTIME_PATH, False, False, {str(etc / "config.toml"): None})
     assert runner.ctk_version() == (1, 17, 8)

@@ -12,7 +12,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from tests.support import ctk_env  # noqa: E402
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd as cd  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_stamp as containerd_stamp  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+    parse_toml, runtimes_of)
 from ansible_collections.gpuops.nvidia.plugins.modules import containerd_runtime  # noqa: E402
 
 GOLDEN_INPUT = ctk_env.fixture_text("golden-input-v2.toml")
@@ -67,8 +69,8 @@ def env(tmp_path, capsys):
 def assert_valid_live(config, runtime="nvidia"):
     result = ctk_env.containerd_dump(config)
     assert result.returncode == 0, result.stderr
-    dump = cd.parse_toml(result.stdout, "dump")
-    assert runtime in cd.runtimes_of(dump, 2)
+    dump = parse_toml(result.stdout, "dump")
+    assert runtime in runtimes_of(dump, 2)
     return dump
 
 
@@ -225,7 +227,7 @@ def test_existing_imports_kept_and_other_drop_ins_validated(env):
     other.write_text("version = 2\n")
     env.config.write_text('imports = ["%s"]\n' % other + GOLDEN_INPUT)
     env.run()
-    tree = cd.parse_toml(env.config.read_text(), "c")
+    tree = parse_toml(env.config.read_text(), "c")
     assert tree["imports"] == [str(other), "%s/*.toml" % env.drop_in.parent]
     assert env.run()["changed"] is False
 
@@ -549,7 +551,7 @@ def test_relative_imports_are_mirrored_for_validation(env):
     env.config.write_text('imports = ["extra.toml"]\n' + GOLDEN_INPUT)
     result = env.run()
     assert result["rc"] == 0 and result["changed"] is True and result["validated"] is True
-    assert cd.parse_toml(env.config.read_text(), "c")["imports"] == ["extra.toml", "%s/*.toml" % env.drop_in.parent]
+    assert parse_toml(env.config.read_text(), "c")["imports"] == ["extra.toml", "%s/*.toml" % env.drop_in.parent]
     assert_valid_live(env.config)
 
 
@@ -609,7 +611,7 @@ def _warnings(result):
 
 
 def _stamp(env):
-    return env.etc / (".config.toml" + cd.STAMP_SUFFIX)
+    return env.etc / (".config.toml" + containerd_stamp.STAMP_SUFFIX)
 
 
 def test_a_verified_state_is_recognised_without_running_the_tools(env):
@@ -679,7 +681,7 @@ def test_any_change_to_what_was_verified_is_a_full_run(env, monkeypatch, change)
     elif change == "another runtime_path":
         args["runtime_path"] = "/usr/local/bin/nvidia-container-runtime"
     elif change == "another collection version":
-        monkeypatch.setattr(cd, "_code_digest", lambda: "0" * 64)
+        monkeypatch.setattr(containerd_stamp, "code_digest", lambda: "0" * 64)
     elif change == "corrupt stamp":
         _stamp(env).write_text('{"inputs": ')
     result = env.run(check=change == "check mode", **args)
