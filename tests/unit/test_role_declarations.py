@@ -1,0 +1,100 @@
+"""Each role states what it writes once, in its `declared` entry point, and its own tasks write only that.
+
+A static reading of the roles' task files: every task that writes a file, a directory or a unit (copy, template,
+file, systemd_service enabled) or passes parameters to containerd_runtime takes them from the role's declaration
+fact, so a path cannot be added to the apply without the node plan comparing it too. The run-time half (the role
+writes exactly what it declares, and the node plan then finds no work) is tests/integration/test_role_declarations.py.
+"""
+import os
+import re
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = os.path.join(ROOT, "roles")
+WRITERS = {"ansible.builtin.copy": "dest", "ansible.builtin.template": "dest", "ansible.builtin.file": "path",
+           "ansible.builtin.systemd_service": "name"}
+# Writes that are not part of a role's declared state, each with the reason.
+NOT_DECLARED = {
+    # the reboot marker is declared absent; reboot.yml writes it just before a reboot so that the role never
+    # reboots twice for the same change, and main.yml removes it (the declared absence) once the mode is active
+    ("mig", "reboot.yml", "Write the reboot marker"),
+}
+
+
+def tasks_of(role):
+    """(file, task) for every task of the role's task files, blocks flattened."""
+    folder = os.path.join(ROLES, role, "tasks")
+    out = []
+
+    def walk(name, tasks):
+        for task in tasks or []:
+            for key in ("block", "rescue", "always"):
+                walk(name, task.get(key))
+            if not any(key in task for key in ("block", "rescue", "always")):
+                out.append((name, task))
+
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name)) as handle:
+            walk(name, yaml.safe_load(handle))
+    return out
+
+
+def writes(task):
+    """The module and the destination argument of a task that writes something, else None."""
+    for module, arg in WRITERS.items():
+        if module in task:
+            args = task[module] or {}
+            if module == "ansible.builtin.systemd_service" and not args.get("enabled"):
+                return None         # daemon_reload, stop, start: no state of the node's own
+            if module == "ansible.builtin.file" and args.get("state") not in ("directory", "absent", "touch", None):
+                return None
+            return module, str(args.get(arg, ""))
+    return None
+
+
+def from_declaration(task, value, fact):
+    """Whether ``value`` is the declaration's own (the fact itself, or a loop item over the fact)."""
+    if fact in value:
+        return True
+    return bool(re.search(r"\bitem\.(path|name)\b", value)) and fact in str(task.get("loop", ""))
+
+
+@pytest.mark.parametrize("role,fact", [("mig", "__mig_declared"), ("compute_mode", "__compute_mode_declared"),
+                                       ("containerd_runtime", "__containerd_runtime_declared"),
+                                       ("gpu_node", "__gpu_node_containerd_seed")])
+def test_every_write_of_the_role_comes_from_its_declaration(role, fact):
+    loose = []
+    for name, task in tasks_of(role):
+        what = writes(task)
+        if what is None or (role, name, task.get("name")) in NOT_DECLARED:
+            continue
+        if role == "gpu_node" and "force" in (task.get(what[0]) or {}):
+            continue            # the initial containerd config, copied only where none exists (not compared)
+        if not from_declaration(task, what[1], fact):
+            loose.append("%s: %r writes %s" % (name, task.get("name"), what[1]))
+    assert not loose, "writes that the node plan would not compare (declare them in %s):\n%s" % (fact, "\n".join(loose))
+
+
+def test_the_check_catches_a_write_outside_the_declaration():
+    task = {"name": "x", "ansible.builtin.copy": {"content": "y", "dest": "{{ mig_etc_dir }}/extra.conf"}}
+    assert not from_declaration(task, writes(task)[1], "__mig_declared")
+    looped = {"name": "x", "ansible.builtin.copy": {"dest": "{{ item.path }}"}, "loop": "{{ other_list }}"}
+    assert not from_declaration(looped, writes(looped)[1], "__mig_declared")
+    ok = {"name": "x", "ansible.builtin.copy": {"dest": "{{ item.path }}"},
+          "loop": "{{ __mig_declared.files | selectattr('state', 'equalto', 'file') | list }}"}
+    assert from_declaration(ok, writes(ok)[1], "__mig_declared")
+
+
+def test_containerd_runtime_passes_exactly_its_declared_parameters():
+    with open(os.path.join(ROLES, "containerd_runtime", "tasks", "declared.yml")) as handle:
+        declared = yaml.safe_load(handle)[0]["ansible.builtin.set_fact"]["__containerd_runtime_declared"]
+    calls = [task["gpuops.nvidia.containerd_runtime"] for _name, task in tasks_of("containerd_runtime")
+             if "gpuops.nvidia.containerd_runtime" in task]
+    assert len(calls) == 1
+    passed = dict(calls[0])
+    assert passed.pop("backup") == "{{ containerd_runtime_backup }}"     # how to write, not what: not compared
+    assert sorted(passed) == sorted(declared), "main.yml and declared.yml pass different parameters"
+    for key, value in passed.items():
+        assert value == "{{ __containerd_runtime_declared.%s }}" % key, (key, value)
