@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import pause_expression
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError, replica_shares
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -349,6 +350,57 @@ def _flatten(prefix, value, out):
         out.append(".".join(prefix))
 
 
+# The required node-affinity terms of NVIDIA's chart (its values.yaml `affinity`, the same in v0.17.0 and v0.20.0,
+# NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml): a node with an NVIDIA PCI device as
+# node-feature-discovery labels it, a Tegra node, or a node labelled nvidia.com/gpu.present=true. Helm replaces a
+# list value whole, so the terms are given again with the pause expression added to each.
+CHART_AFFINITY_TERMS = (
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}]},
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                           "values": ["NVIDIA"]}]},
+    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+)
+
+
+def _required_terms(affinity):
+    node = (affinity or {}).get("nodeAffinity")
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    return required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+
+
+def affinity_errors(affinity):
+    """A user's ``affinity`` chart value that the pause expression cannot be added to."""
+    if affinity is None:
+        return []
+    terms = _required_terms(affinity) if isinstance(affinity, dict) else None
+    if not isinstance(affinity, dict) or (terms is not None and not (
+            isinstance(terms, list) and terms and all(isinstance(t, dict) for t in terms)
+            and all(isinstance(t.get("matchExpressions", []), list) for t in terms))):
+        return ["helm value affinity must be a mapping whose nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                ".nodeSelectorTerms, where given, is a non-empty list of terms with matchExpressions lists (the "
+                "collection adds its pause expression to each term), got %r" % (affinity,)]
+    return []
+
+
+def pausable_affinity(affinity=None):
+    """The chart's ``affinity`` value with the expression that keeps the release's pods off a node whose GPU pods
+    gpuops.nvidia.node_gpu_pods paused, in every required node-affinity term (terms are ORed). ``affinity`` is the
+    user's own value (its terms and other keys are kept), else the chart's default terms are used."""
+    out = dict(affinity or {})
+    terms = _required_terms(affinity)
+    terms = [dict(t) for t in (terms if terms else CHART_AFFINITY_TERMS)]
+    for term in terms:
+        expressions = list(term.get("matchExpressions") or [])
+        if pause_expression() not in expressions:
+            expressions.append(pause_expression())
+        term["matchExpressions"] = expressions
+    node = dict(out.get("nodeAffinity") or {})
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = dict(
+        node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}, nodeSelectorTerms=terms)
+    out["nodeAffinity"] = node
+    return out
+
+
 def extra_values_errors(values):
     """Chart values the user passes beside the generated ones: refuse those that defeat per-node configs."""
     errs = []
@@ -358,6 +410,7 @@ def extra_values_errors(values):
                         "node, and a flag or environment variable beats the config file (device plugin precedence: "
                         "flag > environment > config file), so it would override %s in every per-node config; set "
                         "it per profile instead" % (key, env, flag))
+    errs.extend(affinity_errors((values or {}).get("affinity")))
     config = (values or {}).get("config")
     if isinstance(config, dict):
         if config.get("name"):
@@ -520,5 +573,6 @@ def build(profiles, default_profile, chart_version=None, nodes=None, extra_value
     if gfd is not None or uses_mps:
         values["gfd"] = {"enabled": bool(gfd) or uses_mps}
     values = merge_values(values, extra_values)
+    values["affinity"] = pausable_affinity((extra_values or {}).get("affinity"))
     return dict(values=values, configs=configs, node_labels=node_labels, shares=shares, expected=expected,
                 warnings=warnings, default_profile=default_profile, label=CONFIG_LABEL)

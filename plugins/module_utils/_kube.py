@@ -575,6 +575,11 @@ def pods_path(namespace=None, name=None, sub=None):
     return path + ("/" + sub if sub else "")
 
 
+def daemonsets_path(namespace, name=None):
+    path = "/apis/apps/v1/namespaces/%s/daemonsets" % quote(namespace, safe="")
+    return path + ("/%s" % quote(name, safe="") if name else "")
+
+
 def _status_message(body, reason):
     try:
         doc = json.loads(body)

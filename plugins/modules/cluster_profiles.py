@@ -92,7 +92,7 @@ EXAMPLES = r"""
 
 - name: The device plugin with every node's profile
   gpuops.nvidia.device_plugin:
-    chart_version: 0.17.0
+    chart_version: 0.20.0
     profiles: "{{ fleet.profiles }}"
     default_profile: default
   delegate_to: localhost

@@ -209,7 +209,7 @@ author:
 EXAMPLES = r"""
 - name: Device plugin with a default config, 4-way time-slicing and 4-way MPS profiles
   gpuops.nvidia.device_plugin:
-    chart_version: 0.17.0
+    chart_version: 0.20.0
     default_profile: default
     profiles:
       - name: default
@@ -234,7 +234,7 @@ EXAMPLES = r"""
 
 - name: Air-gapped - a chart tarball copied next to the playbook
   gpuops.nvidia.device_plugin:
-    chart_path: /opt/charts/nvidia-device-plugin-0.17.0.tgz
+    chart_path: /opt/charts/nvidia-device-plugin-0.20.0.tgz
     profiles:
       - name: default
         sharing: time-slicing
@@ -246,7 +246,7 @@ chart_version:
   description: Chart version applied (or that would be).
   returned: always
   type: str
-  sample: 0.17.0
+  sample: 0.20.0
 values:
   description: The complete chart values applied.
   returned: always
@@ -439,7 +439,7 @@ def main():
         errors.append("profiles must list at least one sharing profile with state=present, got %r" % (p["profiles"],))
     if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
         errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
-                      "0.17.0) so the chart does not change under you between runs")
+                      "0.20.0) so the chart does not change under you between runs")
     if not p["release_name"] or len(p["release_name"]) > 53 or not _RELEASE_NAME.match(p["release_name"]):
         errors.append("release_name %s is not a helm release name (lowercase letters, digits, '-' and '.', starting "
                       "and ending with a letter or digit, at most 53 characters)" % repr(p["release_name"])[:80])

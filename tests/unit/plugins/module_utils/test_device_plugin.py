@@ -259,7 +259,7 @@ def test_helm_template_renders_configmap_and_gfd(tmp_path):
     assert cm["metadata"]["name"] == "nvdp-nvidia-device-plugin-configs"
     assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == out["configs"]
     names = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "DaemonSet")
-    assert names == ["nvdp-nvidia-device-plugin", "nvdp-nvidia-device-plugin-gfd",
+    assert names == ["nvdp-nvidia-device-plugin", "nvdp-nvidia-device-plugin-gpu-feature-discovery",
                      "nvdp-nvidia-device-plugin-mps-control-daemon"]
     plugin = [d for d in docs if d["metadata"]["name"] == "nvdp-nvidia-device-plugin"][0]
     env = {e["name"]: e.get("value") for e in plugin["spec"]["template"]["spec"]["initContainers"][0]["env"]}

@@ -93,7 +93,7 @@ def test_apply_then_idempotent_then_change(rig):
     first = run_module(device_plugin.main, args(rig), diff=True)
     assert first["changed"] is True, first
     rel = rig.release()
-    assert len(rel) == 1 and rel[0]["status"] == "deployed" and rel[0]["chart"] == "nvidia-device-plugin-0.17.0"
+    assert len(rel) == 1 and rel[0]["status"] == "deployed" and rel[0]["chart"] == "nvidia-device-plugin-0.20.0"
     assert rel[0]["values"] == first["values"]
     upgrade = [e["argv"] for e in rig.data()["log"] if e["argv"][0] == "upgrade"][0]
     vf = upgrade[upgrade.index("--values") + 1]
@@ -112,9 +112,9 @@ def test_apply_then_idempotent_then_change(rig):
 
 def test_chart_version_change_is_a_change(rig):
     run_module(device_plugin.main, args(rig))
-    rig.set_chart_version("0.18.0")
+    rig.set_chart_version("0.20.1")
     res = run_module(device_plugin.main, args(rig))
-    assert res["changed"] and "chart version 0.17.0 -> 0.18.0" in res["changes"]
+    assert res["changed"] and "chart version 0.20.0 -> 0.20.1" in res["changes"]
 
 
 def test_repo_install_argument_list_and_pinned_version_required(rig):
@@ -179,8 +179,8 @@ def test_global_value_refused(rig):
 
 
 def test_chart_path_version_mismatch(rig):
-    res = run_module(device_plugin.main, args(rig, chart_version="0.20.0"))
-    assert res["failed"] and "is version 0.17.0" in res["msg"]
+    res = run_module(device_plugin.main, args(rig, chart_version="0.17.0"))
+    assert res["failed"] and "is version 0.20.0" in res["msg"]
 
 
 def test_default_namespace_refused(rig):

@@ -81,7 +81,7 @@ def test_install_idempotent_upgrade(cluster):
     cm = configmap(cluster)
     assert {k: yaml.safe_load(v) for k, v in cm["data"].items()} == first["configs"]
     ds = sorted(name for (g, plural, ns, name) in cluster.objects if plural == "daemonsets")
-    assert ds == ["nvdp-nvidia-device-plugin", "nvdp-nvidia-device-plugin-gfd",
+    assert ds == ["nvdp-nvidia-device-plugin", "nvdp-nvidia-device-plugin-gpu-feature-discovery",
                   "nvdp-nvidia-device-plugin-mps-control-daemon"]
     writes = len(cluster.writes())
     second = run_module(device_plugin.main, args(cluster))

@@ -1,0 +1,294 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: node_gpu_pods
+short_description: Pause and resume the GPU DaemonSet pods of one Kubernetes Node, without deleting a pod
+version_added: 0.3.0
+description:
+  - A node's device plugin, GPU feature discovery and MPS control daemon pods (and a DCGM exporter, if one runs) hold
+    its GPUs while they run, so a GPU reset fails, and the device plugin keeps advertising the devices it found when it
+    started. This module makes them leave the node before a disruptive GPU change and come back after it.
+  - O(state=paused) labels the node C(gpuops.nvidia/gpu-pods-paused=true), with the annotations
+    C(gpuops.nvidia/gpu-pods-paused-by=OWNER) and C(gpuops.nvidia/gpu-pods-paused-daemonsets) (the DaemonSets that
+    had a pod there) in the same change, then waits until no pod of the O(daemonsets) is left on the node. Each of
+    those DaemonSets must keep its pods off such a node: every term of its required node affinity holds
+    C({key: gpuops.nvidia/gpu-pods-paused, operator: NotIn, values: ["true"]}) (the device plugin release of
+    M(gpuops.nvidia.device_plugin) has it). One that does not is named, and nothing is changed. The DaemonSet
+    controller removes the pods: nothing races it.
+  - O(state=running) removes the label and annotations, only where the annotation says O(owner) paused the node, and
+    waits until each DaemonSet recorded at the pause has a Ready pod on the node again. A node paused by anyone else
+    is left as it is. A run killed in between leaves the mark, so the next run resumes the node.
+  - O(state=query) only reads.
+  - Check mode reads, and reports the change and the pods that would leave or come back.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  node_name:
+    description: The Node's name, as C(kubectl get nodes) shows it.
+    type: str
+    required: true
+  state:
+    description: V(paused), V(running) or V(query).
+    type: str
+    choices: [paused, running, query]
+    default: query
+  daemonsets:
+    description:
+      - The DaemonSets whose pods hold the node's GPUs, each found by its namespace and a label selector (or its name).
+      - A selector that matches no DaemonSet is reported in RV(warnings), not an error (the DaemonSet may not be
+        installed yet).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      namespace:
+        description: Namespace of the DaemonSets.
+        type: str
+        required: true
+      selector:
+        description: Label selector (C(app.kubernetes.io/instance=nvdp)); empty means every DaemonSet of the namespace.
+        type: str
+        default: ""
+      name:
+        description: One DaemonSet by name, instead of a selector.
+        type: str
+  owner:
+    description: Who pauses; stored in the annotation, and only this owner's pause is released.
+    type: str
+    default: gpuops.nvidia.gpu_node
+  timeout:
+    description: Seconds to wait for the pods to leave (V(paused)) or to be Ready again (V(running)), 0 to 86400.
+    type: int
+    default: 300
+  interval:
+    description: Seconds between two reads while waiting.
+    type: float
+    default: 2.0
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; reports what would change.
+  diff_mode:
+    support: full
+    details: The node's pause label and annotations before and after.
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Make the device plugin release's pods (and the DCGM exporter's) leave the node before a MIG change
+  gpuops.nvidia.node_gpu_pods:
+    node_name: gpu-node-17
+    state: paused
+    daemonsets:
+      - {namespace: nvidia-device-plugin, selector: app.kubernetes.io/instance=nvdp}
+      - {namespace: monitoring, selector: app=dcgm-exporter}
+  delegate_to: localhost
+
+- name: Let them back once the change is done, and wait until they are Ready
+  gpuops.nvidia.node_gpu_pods:
+    node_name: gpu-node-17
+    state: running
+    daemonsets:
+      - {namespace: nvidia-device-plugin, selector: app.kubernetes.io/instance=nvdp}
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+paused:
+  description: Whether the node carries the pause label now (in check mode, would).
+  returned: success
+  type: bool
+paused_by:
+  description: The C(gpuops.nvidia/gpu-pods-paused-by) annotation before this task (null when absent).
+  returned: success
+  type: str
+  sample: gpuops.nvidia.gpu_node
+daemonsets:
+  description: C(namespace/name) of the DaemonSets found from O(daemonsets).
+  returned: success
+  type: list
+  elements: str
+holding:
+  description: C(namespace/name) of the DaemonSets that had a pod on the node when this task started.
+  returned: success
+  type: list
+  elements: str
+waited:
+  description: Seconds spent waiting for pods to leave or to be Ready.
+  returned: success
+  type: float
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
+
+
+class NodeGpuPods(object):
+    """validate -> read (node, DaemonSets, their pods on the node) -> plan (patch, reasons, diff) -> apply and wait."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.kube = None
+
+    def validate(self):
+        p = self.params
+        errors = [e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e]
+        errors.extend(_kube.dns_subdomain_errors(p["node_name"], "node_name"))
+        for entry in p["daemonsets"]:
+            errors.extend(_kube.dns_label_errors(entry["namespace"], "daemonsets namespace"))
+            if entry["name"] and entry["selector"]:
+                errors.append("daemonsets entry in %s: give a name or a selector, not both" % entry["namespace"])
+        if not 0 < len(p["owner"]) <= 253:
+            errors.append("owner must be 1 to 253 characters (an annotation value), got %r" % p["owner"])
+        if errors:
+            self.module.fail_json(msg="invalid input: %s; nothing changed" % "; ".join(errors), errors=errors)
+
+    def read(self):
+        p = self.params
+        node = self.kube.get("read node %s" % p["node_name"], _kube.node_path(p["node_name"]))
+        daemonsets, warnings = [], []
+        for entry in p["daemonsets"]:
+            if entry["name"]:
+                found = _kube.read_or_none(self.kube, "read DaemonSet %s/%s" % (entry["namespace"], entry["name"]),
+                                           _kube.daemonsets_path(entry["namespace"], entry["name"]))
+                found = [found] if found else []
+            else:
+                query = {"labelSelector": entry["selector"]} if entry["selector"] else {}
+                found = self.kube.get("list DaemonSets in %s" % entry["namespace"],
+                                      _kube.daemonsets_path(entry["namespace"]), **query).get("items") or []
+            for item in found:
+                item.setdefault("metadata", {}).setdefault("namespace", entry["namespace"])
+            if not found:
+                warnings.append("no DaemonSet in namespace %s matches %s" % (
+                    entry["namespace"], "name %s" % entry["name"] if entry["name"] else
+                    "selector %r" % entry["selector"]))
+            daemonsets.extend(found)
+        unique = dict((_gpu_pods.daemonset_id(d), d) for d in daemonsets)
+        return node, [unique[k] for k in sorted(unique)], warnings
+
+    def pods(self, daemonsets):
+        listed = self.kube.get("list pods on node %s" % self.params["node_name"], _kube.pods_path(),
+                               fieldSelector="spec.nodeName=%s" % self.params["node_name"])
+        return _gpu_pods.owned_pods(listed.get("items") or [], daemonsets)
+
+    def plan(self, node, daemonsets, holding):
+        """(patch or None, paused after) for the requested state."""
+        p = self.params
+        label = _gpu_pods.mark(node)[0]
+        if p["state"] == "paused":
+            problems = _gpu_pods.not_pausable(daemonsets)
+            if problems:
+                self.module.fail_json(msg="node %s: %s. Nothing changed." % (p["node_name"], "; ".join(problems)),
+                                      problems=problems)
+            return _gpu_pods.pause_patch(node, p["owner"], holding), True
+        if p["state"] == "running":
+            patch = _gpu_pods.resume_patch(node, p["owner"])
+            return patch, label == _gpu_pods.PAUSE_VALUE and patch is None
+        return None, label == _gpu_pods.PAUSE_VALUE
+
+    def wait(self, daemonsets, recorded):
+        """Until no pod of the DaemonSets is on the node (paused), or each recorded DaemonSet that still exists has a
+        Ready pod there (running). Fails after the timeout, naming the pods."""
+        p = self.params
+        start = time.time()
+        while True:
+            owned = self.pods(daemonsets)
+            if p["state"] == "paused":
+                pending = sorted("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
+                                 for pods in owned.values() for pod in pods)
+                what = "still on the node"
+            else:
+                known = set(_gpu_pods.daemonset_id(d) for d in daemonsets)
+                pending = sorted(ds for ds in recorded if ds in known
+                                 and not any(_gpu_pods.pod_ready(pod) for pod in owned.get(ds, [])))
+                what = "without a Ready pod on the node"
+            if not pending:
+                return round(time.time() - start, 1)
+            if time.time() - start >= p["timeout"]:
+                state = ("paused (label %s=%s) and as it was" % (_gpu_pods.PAUSE_LABEL, _gpu_pods.PAUSE_VALUE)
+                         if p["state"] == "paused" else "resumed")
+                self.module.fail_json(msg="node %s: after %ss, %s %s. The node stays %s; a later run resumes from "
+                                      "there." % (p["node_name"], p["timeout"], ", ".join(pending), what, state),
+                                      pending=pending, changed=True)
+            time.sleep(p["interval"])
+
+    def run(self):
+        p = self.params
+        self.validate()
+        _kube.mask_kubeconfig_secrets(self.module)
+        self.kube = _kube.Kube.from_params(p)
+        node, daemonsets, warnings = self.read()
+        for warning in warnings:
+            self.module.warn(warning)
+        holding = sorted(self.pods(daemonsets))
+        label, paused_by, recorded = _gpu_pods.mark(node)
+        patch, paused = self.plan(node, daemonsets, holding)
+        result = dict(changed=patch is not None, paused=paused, paused_by=paused_by, waited=0.0, holding=holding,
+                      daemonsets=[_gpu_pods.daemonset_id(d) for d in daemonsets])
+        if patch is not None and self.module._diff:
+            result["diff"] = dict(before=self.view(label, paused_by, recorded), after=self.view_after(patch),
+                                  before_header="node/%s" % p["node_name"], after_header="node/%s" % p["node_name"])
+        if self.module.check_mode or p["state"] == "query":
+            return result
+        if patch is not None:
+            self.kube.patch("%s the GPU pods of node %s" % ("pause" if p["state"] == "paused" else "resume",
+                                                            p["node_name"]), _kube.node_path(p["node_name"]), patch)
+        if p["state"] == "paused" or patch is not None:    # an earlier run's pause may still be emptying the node
+            result["waited"] = self.wait(daemonsets, recorded)
+        return result
+
+    @staticmethod
+    def view(label, paused_by, recorded):
+        return {_gpu_pods.PAUSE_LABEL: label, _gpu_pods.PAUSED_BY: paused_by, _gpu_pods.PAUSED_DAEMONSETS: recorded}
+
+    @staticmethod
+    def view_after(patch):
+        meta = patch["metadata"]
+        recorded = (meta.get("annotations") or {}).get(_gpu_pods.PAUSED_DAEMONSETS)
+        return {_gpu_pods.PAUSE_LABEL: (meta.get("labels") or {}).get(_gpu_pods.PAUSE_LABEL),
+                _gpu_pods.PAUSED_BY: (meta.get("annotations") or {}).get(_gpu_pods.PAUSED_BY),
+                _gpu_pods.PAUSED_DAEMONSETS: json.loads(recorded) if recorded else None}
+
+
+def main():
+    argument_spec = dict(
+        node_name=dict(type="str", required=True),
+        state=dict(type="str", default="query", choices=["paused", "running", "query"]),
+        daemonsets=dict(type="list", elements="dict", default=[], options=dict(
+            namespace=dict(type="str", required=True),
+            selector=dict(type="str", default=""),
+            name=dict(type="str"))),
+        owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
+        timeout=dict(type="int", default=300),
+        interval=dict(type="float", default=2.0),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if not _kube.HAS_KUBERNETES:
+        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    try:
+        module.exit_json(**NodeGpuPods(module).run())
+    except _kube.KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason)
+
+
+if __name__ == "__main__":
+    main()
