@@ -15,8 +15,9 @@ setup: .setup-done
 	touch $@
 
 # The main job: site.yml against the simulated `lab` inventory. With ARGS='-e gpuops_device_plugin_provider=gpu_operator'
-# and no cluster given, the run gets a FAKE cluster with a FAKE GPU Operator (tests/support/lab_cluster.py).
-LAB_CLUSTER := $(if $(findstring gpuops_device_plugin_provider=gpu_operator,$(ARGS)),$(BIN)/python -m tests.support.lab_cluster --)
+# (or =chart) and no cluster given, the run gets a FAKE cluster: a FAKE GPU Operator, or the fixture chart with FAKE
+# DaemonSet pods (tests/support/lab_cluster.py).
+LAB_CLUSTER := $(if $(findstring gpuops_device_plugin_provider=,$(ARGS)),$(BIN)/python -m tests.support.lab_cluster --)
 lab: setup
 	$(LAB_CLUSTER) $(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
 

@@ -22,8 +22,9 @@ Rules modelled (sources in ../shared/reference/mig.md; where a behaviour is not 
   creating on occupied slices (or beyond a profile's max instances) fails INSUFFICIENT_RESOURCES; a placement
   NVML does not list for the profile fails INVALID_ARGUMENT.
 - Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
-- Test hooks: processes attached to a GPU or a MIG device, a fault injected into the Nth mutating call, a
-  reboot event, and a log of every mutating call (state["call_log"]).
+- Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
+  CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE), a fault injected into the
+  Nth mutating call, a reboot event, and a log of every mutating call (state["call_log"]).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -268,6 +269,10 @@ class SimulatedBackend(GpuBackend):
             if busy:
                 raise NvmlInUse("GPU %d is in use by %d process(es): %s" % (
                     index, len(busy), ", ".join("%s (pid %d)" % (p["name"], p["pid"]) for p in busy)))
+            held = [h["name"] for h in state.get("holders", []) if index in h["gpus"]]
+            if held:
+                raise NvmlInUse("GPU %d is in use by another client: %s keep its device files open"
+                                % (index, ", ".join(held)))
             _apply_reset(gpu)
 
     def create_gpu_instance(self, index, profile_id, start):
@@ -388,6 +393,7 @@ class SimulatedBackend(GpuBackend):
         with self._locked() as state:
             state["boot_id"] += 1
             state["processes"] = []
+            state["holders"] = []
             for gpu in state["gpus"]:
                 gpu["gpu_instances"] = []
                 gpu["compute_mode"] = "Default"
@@ -421,6 +427,20 @@ class SimulatedBackend(GpuBackend):
     def remove_process(self, pid):
         with self._locked() as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+
+    def hold(self, holder, indices=None):
+        """A program that keeps the GPUs' device files open without a CUDA context (a device plugin, GPU feature
+        discovery, a DCGM exporter): NVML lists no process for it, yet a GPU reset fails while it runs. ``indices``
+        None holds every GPU. ``release(holder)`` ends it; a reboot ends every holder."""
+        with self._locked() as state:
+            every = [g["index"] for g in state["gpus"]]
+            held = every if indices is None else [_gpu(state, i)["index"] for i in indices]
+            state["holders"] = [h for h in state.get("holders", []) if h["name"] != holder]
+            state["holders"].append({"name": str(holder), "gpus": sorted(held)})
+
+    def release(self, holder):
+        with self._locked() as state:
+            state["holders"] = [h for h in state.get("holders", []) if h["name"] != holder]
 
     def inject_fault(self, after_calls, error, call=None):
         """Make the `after_calls`-th mutating call from now (1 = the next one), counting only calls named

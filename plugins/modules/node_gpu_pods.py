@@ -18,10 +18,10 @@ description:
   - O(state=paused) labels the node C(gpuops.nvidia/gpu-pods-paused=true), with the annotations
     C(gpuops.nvidia/gpu-pods-paused-by=OWNER) and C(gpuops.nvidia/gpu-pods-paused-daemonsets) (the DaemonSets that
     had a pod there) in the same change, then waits until no pod of the O(daemonsets) is left on the node. Each of
-    those DaemonSets must keep its pods off such a node: every term of its required node affinity holds
-    C({key: gpuops.nvidia/gpu-pods-paused, operator: NotIn, values: ["true"]}) (the device plugin release of
+    those DaemonSets must keep its pods off such a node; every term of its required node affinity holds the
+    expression C(key=gpuops.nvidia/gpu-pods-paused operator=NotIn values=[true]) (the device plugin release of
     M(gpuops.nvidia.device_plugin) has it). One that does not is named, and nothing is changed. The DaemonSet
-    controller removes the pods: nothing races it.
+    controller removes the pods, so nothing races it.
   - O(state=running) removes the label and annotations, only where the annotation says O(owner) paused the node, and
     waits until each DaemonSet recorded at the pause has a Ready pod on the node again. A node paused by anyone else
     is left as it is. A run killed in between leaves the mark, so the next run resumes the node.
@@ -43,7 +43,7 @@ options:
   daemonsets:
     description:
       - The DaemonSets whose pods hold the node's GPUs, each found by its namespace and a label selector (or its name).
-      - A selector that matches no DaemonSet is reported in RV(warnings), not an error (the DaemonSet may not be
+      - A selector that matches no DaemonSet is reported as a warning of the task, not an error (the DaemonSet may not be
         installed yet).
     type: list
     elements: dict

@@ -1,14 +1,18 @@
 """site.yml's Kubernetes part against the fake API server (tests/support/fake_kube_api.py, real HTTP, the real
 kubernetes client) with the real helm binary: the device plugin release carries every group's config, each node is
 labelled with its own, a node that needs a MIG change is cordoned (its GPU pods drained when enabled) and uncordoned,
-a node already in its declared state is never cordoned, and the GPU Operator's mig-manager is not fought."""
+a node already in its declared state is never cordoned, and the GPU Operator's mig-manager is not fought. The
+release's DaemonSet pods run on the nodes (tests/support/fake_daemonsets.py), so the node flow's pause, verify and
+uncordon run as on a live cluster (tests/integration/test_site_chart_flow.py tests that flow itself)."""
 import os
 
 import pytest
 import yaml
 
 from tests.integration.site_helpers import HELM, Site
+from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.lab_cluster import lab_nodes
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")]
@@ -54,7 +58,15 @@ def cluster(kube, tmp_path):
     kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
     site = Site(tmp_path, gpuops_kubeconfig=kube_api.kubeconfig_path, cluster_device_plugin_helm=HELM)
     site.extra["cluster_device_plugin_chart_path"] = site.chart()
-    return kube_api, site
+    # the device plugin release's pods, on the nodes its affinity admits (tests/support/fake_daemonsets.py)
+    shapes = lab_nodes()
+    fake = FakeDaemonSets(kube_api, dict((n, (str(site.state / ("%s.json" % n)), shapes[n]))
+                                         for n in ("lab-dgx-a100", "lab-hgx-h200"))).start()
+    try:
+        yield kube_api, site
+    finally:
+        fake.stop()
+        assert fake.errors == [], fake.errors[0]
 
 
 def test_converge_cordons_only_the_node_that_changes_then_nothing(cluster):
@@ -71,8 +83,8 @@ def test_converge_cordons_only_the_node_that_changes_then_nothing(cluster):
     assert api.get("", "pods", "web", "default") is not None
     cordon = res.task("Cordon the node", "lab-dgx-a100")[0]
     assert cordon["evicted"] == ["default/trainer"] and cordon["unschedulable"] is True
-    # The H200 (MPS, MIG already off) had nothing disruptive to do: never cordoned.
-    assert _cordon_patches(api, "lab-hgx-h200") == []
+    # The H200 (MIG already off) went from the default config to MPS, which restarts its GPU pods: cordoned too.
+    assert _cordon_patches(api, "lab-hgx-h200") == [True, False]
 
     # Labels: each node selects its own config, which the device plugin's config map holds.
     assert api.node_labels("lab-dgx-a100")[CONFIG_LABEL] == "mig-mixed"
@@ -103,7 +115,12 @@ def test_converge_cordons_only_the_node_that_changes_then_nothing(cluster):
     a100 = api.get("", "nodes", "lab-dgx-a100")
     assert not a100["spec"].get("unschedulable") and mark not in (a100["metadata"].get("annotations") or {})
     assert api.get("", "nodes", "lab-hgx-h200")["spec"]["unschedulable"] is True
-    assert res.changed("lab-dgx-a100") == 1 and res.changed("lab-hgx-h200") == 0, res
+    # On the standalone chart our leftover cordon means an interrupted sequence: the A100's GPU pods are paused and let
+    # back (so its device plugin enumerates the GPUs afresh), it is verified, then uncordoned: three changes.
+    changed = [name for name in ("Pause the node's GPU DaemonSet pods", "Let the node's GPU DaemonSet pods back",
+                                 "Uncordon the node if this collection cordoned it")
+               if [t for t in res.task(name, "lab-dgx-a100") if t.get("changed")]]
+    assert len(changed) == 3 and res.changed("lab-dgx-a100") == 3 and res.changed("lab-hgx-h200") == 0, (changed, res)
 
 
 def test_gpu_operator_mig_manager_is_not_fought(cluster):

@@ -110,9 +110,9 @@ def test_first_look_converge_and_rerun(cluster):
 
     # The H200 node: MPS x4; verified as advertised (8 x 4) with a ready MPS daemon; MIG stays off.
     assert api.node_labels("lab-hgx-h200")["nvidia.com/device-plugin.config"] == "mps-4"
-    verified = res.task("GPU Operator - the node advertises", "lab-hgx-h200")[0]
+    verified = res.task("The node advertises what its device plugin config promises", "lab-hgx-h200")[0]
     assert verified["allocatable"] == {"nvidia.com/gpu": "32"}, verified
-    assert res.task("GPU Operator - the node advertises", "lab-dgx-a100")[0]["allocatable"] == {
+    assert res.task("The node advertises what its device plugin config promises", "lab-dgx-a100")[0]["allocatable"] == {
         "nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-2g.10gb": "8", "nvidia.com/mig-3g.20gb": "8"}
 
     # containerd: the operator's toolkit owns it on both nodes; skipped, and said so.
@@ -149,4 +149,4 @@ def test_failed_mig_state_fails_the_node_and_its_batch_goes_on(cluster):
     assert _cordons(api, "lab-dgx-a100") == [True, False]          # uncordoned after the failure
     # The other node of the batch went on to the end.
     assert res.stats["lab-hgx-h200"]["failures"] == 0 and res.stats["lab-hgx-h200"]["ok"] > 0, res
-    assert res.task("GPU Operator - the node advertises", "lab-hgx-h200")[0]["allocatable"] == {"nvidia.com/gpu": "32"}
+    assert res.task("The node advertises what its device plugin config promises", "lab-hgx-h200")[0]["allocatable"] == {"nvidia.com/gpu": "32"}

@@ -26,9 +26,11 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._lease import RENEWER_FIELD_MANAGER
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import PAUSE_LABEL, PAUSED_BY
 from ansible_collections.gpuops.nvidia.plugins.modules.node_cordon import OWNER_ANNOTATION
 from tests.integration.site_helpers import HELM, NODES, Site
 from tests.support.ansible_run import ROOT
+from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
 
 CONTAINERD = os.path.join(ROOT, "tools", "bin", "containerd")
@@ -82,11 +84,15 @@ class SmallSite(object):
         self.progress_file = tmp_path / "progress.txt"
         self.site.env.update(GPUOPS_TEST_PROGRESS=str(self.progress_file), ANSIBLE_CALLBACKS_ENABLED="task_progress")
         self.site.state.mkdir()
+        # the device plugin release's pods on the nodes, holding their GPUs (tests/support/fake_daemonsets.py)
+        self.daemonsets = FakeDaemonSets(self.api, dict((n, (self.state_file(n), SMALL["gpuops_simulated_machine"]))
+                                                        for n in NODES)).start()
         mps = self.backend(MPS_NODE)
         mps.set_compute_mode(0, "Prohibited")
         mps.clear_call_log()
 
     def close(self):
+        self.daemonsets.stop()
         self.api.stop()
 
     def state_file(self, node):
@@ -240,7 +246,8 @@ def helm_release_status(site):
 def check_integrity(site, reference):
     """No corrupted file after a failed or killed run: every state file loads, every node file is either absent, as
     the clean converge left it, or (containerd's config) the seed it started from; TOML parses; every backup is an
-    earlier whole version; no node is left cordoned unless it carries our mark (so the next run releases it).
+    earlier whole version; no node is left cordoned or with its GPU pods paused unless it carries our mark (so the
+    next run releases it).
     Returns the files that are not yet as declared (for the test's report)."""
     with open(SEED_CONFIG, "rb") as handle:
         seed = _comparable(site, handle.read())
@@ -268,6 +275,9 @@ def check_integrity(site, reference):
         if (obj.get("spec") or {}).get("unschedulable"):
             mark = (obj["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
             assert mark == "gpuops.nvidia.gpu_node", (node, "cordoned without our mark: no run would release it")
+        if PAUSE_LABEL in (obj["metadata"].get("labels") or {}):
+            mark = (obj["metadata"].get("annotations") or {}).get(PAUSED_BY)
+            assert mark == "gpuops.nvidia.gpu_node", (node, "GPU pods paused without our mark: no run would resume them")
     return behind
 
 

@@ -32,7 +32,6 @@ Its writes go straight into the fake server's store (they bump resourceVersion l
 ``FakeKubeApi.requests``, which so holds only what the collection sent.
 """
 
-import copy
 import os
 import threading
 import time
@@ -46,6 +45,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBacke
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from . import fake_crd
+from .fake_daemonsets import advertised, set_allocatable
 
 FIXTURES = fake_crd.FIXTURES
 POLICY_FIXTURE = os.path.join(FIXTURES, "clusterpolicy-v25.10.1-helm.yaml")
@@ -245,35 +245,11 @@ class FakeGpuOperator(object):
                 return          # config-manager: "specified config ... does not exist"; the plugin keeps its config
             config = yaml.safe_load(text) or {}
         strategy = (spec.get("mig") or {}).get("strategy") or (config.get("flags") or {}).get("migStrategy") or "none"
-        sharing = config.get("sharing") or {}
-        mps = "mps" in sharing
-        block = sharing.get("mps") or sharing.get("timeSlicing") or {}
-        gpus = self._backend(name).read_all()["gpus"]
-        counts = {}
-        for gpu in gpus:
-            if gpu.get("mig_mode_current") == "Enabled" and strategy in ("single", "mixed"):
-                for dev in gpu.get("mig_devices") or []:
-                    res = "nvidia.com/gpu" if strategy == "single" else "nvidia.com/mig-%s" % dev["profile"]
-                    counts[res] = counts.get(res, 0) + 1
-            else:
-                counts["nvidia.com/gpu"] = counts.get("nvidia.com/gpu", 0) + 1
-        mig_on = any(g.get("mig_mode_current") == "Enabled" for g in gpus)
-        if mps and mig_on:
+        mps = "mps" in (config.get("sharing") or {})
+        counts = advertised(self._backend(name).read_all()["gpus"], config, strategy)
+        if counts is None:
             return              # the plugin exits: "sharing using MPS is not supported for MIG devices"
-        for res in block.get("resources") or []:
-            res_name = res["name"] if "/" in res["name"] else "nvidia.com/" + res["name"]
-            if res_name in counts:
-                total = counts.pop(res_name) * int(res["replicas"])
-                counts[res_name + (".shared" if block.get("renameByDefault") else "")] = total
-        with self.api._lock:
-            node = self.api.get("", "nodes", name)
-            alloc = dict((k, v) for k, v in (node["status"].get("allocatable") or {}).items()
-                         if not k.startswith("nvidia.com/"))
-            alloc.update((k, str(v)) for k, v in counts.items())
-            if alloc != node["status"].get("allocatable"):
-                node["status"]["allocatable"] = alloc
-                node["status"]["capacity"] = dict(alloc)
-                self.api.put(node)
+        set_allocatable(self.api, name, counts)
         self._set_labels(name, {"nvidia.com/mps.capable": "true" if mps else "false"})
         self._mps_pod(name, mps)
 
@@ -292,8 +268,3 @@ class FakeGpuOperator(object):
         elif not wanted and have is not None:
             with self.api._lock:
                 self.api.objects.pop(("", "pods", self.namespace, pod_name), None)
-
-    def snapshot(self):
-        """The fake server's objects, for saving between lab runs."""
-        with self.api._lock:
-            return [copy.deepcopy(obj) for obj in self.api.objects.values()]

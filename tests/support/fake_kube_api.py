@@ -433,15 +433,15 @@ class FakeKubeApi(object):
 
     # ---- request handling ---------------------------------------------------------------------------
     def handle(self, method, raw_path, headers, body_bytes):
-        """Answer one request: (status code, body). Every request is recorded in ``requests``; the HTTP handler
-        adds the code it was answered."""
+        """Answer one request: (status code, body). Every request is recorded in ``requests`` (with the time it
+        came, for benches); the HTTP handler adds the code it was answered."""
         parts = urlsplit(raw_path)
         path = parts.path.rstrip("/") or "/"
         query = parse_qs(parts.query)
         ctype = (headers.get("Content-Type") or "").split(";")[0].strip()
         auth = headers.get("Authorization") or ""
         record = {"method": method, "path": path, "query": query, "content_type": ctype, "body": None,
-                  "authorization": auth.split(" ")[0] if auth else None}
+                  "authorization": auth.split(" ")[0] if auth else None, "time": time.time()}
         with self._lock:
             self.requests.append(record)
         self._local.record = record

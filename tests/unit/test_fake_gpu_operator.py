@@ -179,14 +179,15 @@ def test_lab_cluster_runs_a_command_against_the_fake_and_keeps_its_objects(tmp_p
     env = dict(os.environ, GPUOPS_LAB_STATE_DIR=str(tmp_path))
     for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST"):
         env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "tests.support.lab_cluster", "--", sys.executable, "-c", probe],
+    out = subprocess.run([sys.executable, "-m", "tests.support.lab_cluster", "--", sys.executable, "-c", probe,
+                          "-e", "gpuops_device_plugin_provider=gpu_operator"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAKE CLUSTER" in out.stdout and "NOT" not in out.stdout.split("FAKE CLUSTER")[0]
     assert "POLICIES ['cluster-policy']" in out.stdout
     assert "NODES %s" % lab_hosts() in out.stdout      # one Node per host of the lab inventory
     with open(str(tmp_path / "fake-cluster" / "objects.json")) as handle:
-        kinds = sorted(set(o["kind"] for o in json.load(handle)))
+        kinds = sorted(set(o["kind"] for key, o in json.load(handle)["objects"]))
     assert kinds == ["ClusterPolicy", "ConfigMap", "Namespace", "Node"]
     env["K8S_AUTH_HOST"] = "https://example.invalid"
     out = subprocess.run([sys.executable, "-m", "tests.support.lab_cluster", "--", sys.executable, "-c", "print(1)"],

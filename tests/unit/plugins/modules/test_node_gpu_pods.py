@@ -29,8 +29,8 @@ def daemonset(name, terms):
             "nodeSelectorTerms": terms}}}
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/instance": "nvdp"}},
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
-                                                                             "spec": spec}}}
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
 
 
 def pod(name, owner, node="gpu-node-1", ready=True):

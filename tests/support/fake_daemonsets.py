@@ -1,0 +1,292 @@
+"""A fake DaemonSet controller and kubelet, with a fake NVIDIA device plugin, GFD and MPS control daemon, running in a
+thread beside the fake API server (fake_kube_api.py), for the standalone chart's node flow.
+
+It is NOT Kubernetes or NVIDIA's code: it does the few things of them that decide whether a node serves exactly the
+devices its GPUs have after a change, each rule taken from the real code:
+
+- Which nodes run a DaemonSet's pod: the pod template's ``nodeSelector`` and every required node-affinity term
+  (terms ORed, expressions ANDed; operators In, NotIn, Exists, DoesNotExist) against the node's labels
+  (kubernetes/kubernetes v1.33 pkg/controller/daemon/daemon_controller.go ``NodeShouldRunDaemonPod``, evaluated by
+  staging/src/k8s.io/component-helpers/scheduling/corev1/nodeaffinity). A cordoned node still runs DaemonSet pods:
+  the controller gives them the ``node.kubernetes.io/unschedulable`` toleration
+  (pkg/controller/daemon/util/daemonset_util.go ``AddOrUpdateDaemonPodTolerations``). Taints are not modelled.
+- A pod on a node that no longer matches is deleted by the controller; the kubelet ends it after
+  ``terminate_seconds``. A new pod becomes Running and Ready after ``start_seconds`` (the kubelet).
+- NVIDIA's device plugin (NVIDIA/k8s-device-plugin v0.20.0, commit 1b826acc6af3079d8923bac395c3124b8861a9a6,
+  cmd/nvidia-device-plugin/main.go ``start``): it enumerates the GPUs and registers its resources when it starts,
+  and again only when it restarts - on a new kubelet socket, or on SIGHUP, which its config-manager sidecar sends
+  when the node's ``nvidia.com/device-plugin.config`` label selects another config. So ``status.allocatable`` is
+  computed from the simulated GPUs when the pod starts and when that label changes; a MIG change alone leaves it
+  stale. Counting (MIG strategies, replicas, ``.shared`` with renameByDefault) is ``advertised`` below, the same
+  rule the fake GPU Operator uses. When the pod ends, its resources are advertised as 0 (the kubelet marks a
+  plugin's devices unhealthy when its endpoint stops).
+- While a pod of the release (device plugin, GFD, MPS control daemon) or of another DaemonSet named in
+  ``holders`` runs on a node, it holds the node's simulated GPUs (SimulatedBackend.hold): a GPU reset then fails
+  IN_USE, as it does on a real node ("in use by another client").
+- GFD labels the node ``nvidia.com/mps.capable=true`` while its config uses MPS (the chart's MPS control daemon
+  DaemonSet selects on it: deployments/helm/nvidia-device-plugin/templates/daemonset-mps-control-daemon.yml).
+
+Its writes go straight into the fake server's store and are not in ``FakeKubeApi.requests``.
+"""
+
+import threading
+import time
+import traceback
+
+import yaml
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MPS_CAPABLE = "nvidia.com/mps.capable"
+
+
+def advertised(gpus, config, strategy):
+    """{resource: count} that NVIDIA's device plugin registers for these GPUs with this config (a dict of its
+    config file) and MIG strategy; None when the plugin exits instead (MPS with MIG enabled: "sharing using MPS is
+    not supported for MIG devices")."""
+    counts = {}
+    for gpu in gpus:
+        if gpu.get("mig_mode_current") == "Enabled" and strategy in ("single", "mixed"):
+            for dev in gpu.get("mig_devices") or []:
+                res = "nvidia.com/gpu" if strategy == "single" else "nvidia.com/mig-%s" % dev["profile"]
+                counts[res] = counts.get(res, 0) + 1
+        else:
+            counts["nvidia.com/gpu"] = counts.get("nvidia.com/gpu", 0) + 1
+    sharing = (config or {}).get("sharing") or {}
+    if "mps" in sharing and any(g.get("mig_mode_current") == "Enabled" for g in gpus):
+        return None
+    block = sharing.get("mps") or sharing.get("timeSlicing") or {}
+    for res in block.get("resources") or []:
+        name = res["name"] if "/" in res["name"] else "nvidia.com/" + res["name"]
+        if name in counts:
+            total = counts.pop(name) * int(res["replicas"])
+            counts[name + (".shared" if block.get("renameByDefault") else "")] = total
+    return counts
+
+
+def set_allocatable(api, node, counts):
+    """Replace the node's nvidia.com/* allocatable (and capacity) with ``counts``; None (the plugin ended) keeps
+    the names at 0."""
+    with api._lock:
+        node_obj = api.get("", "nodes", node)
+        alloc = node_obj["status"].get("allocatable") or {}
+        kept = dict((k, v) for k, v in alloc.items() if not k.startswith("nvidia.com/"))
+        if counts is None:
+            kept.update((k, "0") for k in alloc if k.startswith("nvidia.com/"))
+        else:
+            kept.update((k, str(v)) for k, v in counts.items())
+        if kept != alloc:
+            node_obj["status"]["allocatable"] = kept
+            node_obj["status"]["capacity"] = dict(kept)
+            api.put(node_obj)
+
+
+def _expression_matches(labels, expr):
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise ValueError("operator %r is not modelled by the fake DaemonSet controller" % op)
+
+
+def should_run(pod_spec, labels):
+    """Whether a DaemonSet's pod belongs on a node with these labels."""
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in ((pod_spec or {}).get("nodeSelector") or {}).items()):
+        return False
+    affinity = ((pod_spec or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if not terms:
+        return True
+    return any(all(_expression_matches(labels, e) for e in term.get("matchExpressions") or []) for term in terms)
+
+
+def _env(pod_spec, name):
+    for container in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or []):
+        for env in container.get("env") or []:
+            if env.get("name") == name and "value" in env:
+                return env["value"]
+    return None
+
+
+class FakeDaemonSets(object):
+    """``nodes``: {node name: (simulated GPU state file, machine shape)}; ``holders``: label selectors (dicts) of
+    other DaemonSets whose pods hold the GPUs (a DCGM exporter, say)."""
+
+    def __init__(self, api, nodes, holders=(), start_seconds=0.2, terminate_seconds=0.2, poll=0.05):
+        self.api, self.nodes, self.holders = api, dict(nodes), list(holders)
+        self.start_seconds, self.terminate_seconds, self.poll = start_seconds, terminate_seconds, poll
+        self.events = []           # (time, node, what) in order: pods started/ended, plugin (re)registrations
+        self.errors = []           # tracebacks of the loop (a test asserts there are none)
+        self._started = {}         # pod key -> time it was created
+        self._ending = {}          # pod key -> time the controller deleted it
+        self._plugin_seen = {}     # pod key -> the config label the plugin last registered with
+        self._serial = 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="fake-daemonsets", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception:  # noqa: BLE001 - a bug in the fake must be seen by the test, not kill the thread
+                self.errors.append(traceback.format_exc())
+            self._stop.wait(self.poll)
+
+    # ---- what the API server holds ------------------------------------------------------------------------------
+    def _objects(self, plural):
+        with self.api._lock:
+            return [dict(o) for (g, p, ns, n), o in self.api.objects.items() if p == plural and g in ("", "apps")]
+
+    def pods_on(self, node):
+        return [p for p in self._objects("pods") if (p.get("spec") or {}).get("nodeName") == node
+                and any(r.get("kind") == "DaemonSet" for r in p["metadata"].get("ownerReferences") or [])]
+
+    @staticmethod
+    def kind(daemonset):
+        """device-plugin, gfd, mps-control-daemon or None, by the chart's DaemonSet names."""
+        name = daemonset["metadata"]["name"]
+        if daemonset["metadata"].get("labels", {}).get("app.kubernetes.io/name") != "nvidia-device-plugin":
+            return None
+        if name.endswith("-gpu-feature-discovery"):
+            return "gfd"
+        if name.endswith("-mps-control-daemon"):
+            return "mps-control-daemon"
+        return "device-plugin"
+
+    def _holds(self, daemonset):
+        labels = daemonset["metadata"].get("labels") or {}
+        return self.kind(daemonset) is not None or any(
+            all(labels.get(k) == v for k, v in sel.items()) for sel in self.holders)
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def reconcile(self):
+        now = time.time()
+        daemonsets = [d for d in self._objects("daemonsets") if d.get("kind") == "DaemonSet"]
+        for node_name in sorted(self.nodes):
+            node = self.api.get("", "nodes", node_name)
+            if node is None:
+                continue
+            labels = node["metadata"].get("labels") or {}
+            pods = dict((p["metadata"]["ownerReferences"][0]["name"], p) for p in self.pods_on(node_name))
+            for ds in daemonsets:
+                spec = ds["spec"]["template"].get("spec") or {}
+                have = pods.get(ds["metadata"]["name"])
+                if should_run(spec, labels) and have is None:
+                    self._create_pod(ds, node_name)
+                elif have is not None and not should_run(spec, labels):
+                    self._end_pod(ds, have, node_name, now)
+                elif have is not None:
+                    self._kubelet(ds, have, node_name, now)
+            for name, pod in pods.items():
+                if not [d for d in daemonsets if d["metadata"]["name"] == name]:
+                    self._end_pod(None, pod, node_name, now)      # its DaemonSet was deleted (helm uninstall)
+
+    def _key(self, pod):
+        return (pod["metadata"].get("namespace"), pod["metadata"]["name"])
+
+    def _create_pod(self, ds, node):
+        self._serial += 1
+        meta = ds["metadata"]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "%s-%s-%d" % (meta["name"], node, self._serial),
+                            "namespace": meta.get("namespace"),
+                            "labels": dict(ds["spec"]["template"].get("metadata", {}).get("labels") or {}),
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
+                                                 "uid": meta.get("uid", "")}]},
+               "spec": dict(ds["spec"]["template"].get("spec") or {}, nodeName=node),
+               "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}
+        self.api.put(pod)
+        self._started[self._key(pod)] = time.time()
+        self.events.append((time.time(), node, "created %s" % pod["metadata"]["name"]))
+
+    def _kubelet(self, ds, pod, node, now):
+        key = self._key(pod)
+        if pod["status"].get("phase") != "Running":
+            if now - self._started.get(key, now) < self.start_seconds:
+                return
+            pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+            self.api.put(pod)
+            self.events.append((now, node, "running %s" % pod["metadata"]["name"]))
+            if self._holds(ds):
+                self._backend(node).hold("pod %s/%s" % key)
+        if self.kind(ds) == "device-plugin":
+            self._device_plugin(ds, pod, node)
+        elif self.kind(ds) == "gfd":
+            self._gfd(ds, node)
+
+    def _end_pod(self, ds, pod, node, now):
+        key = self._key(pod)
+        if key not in self._ending:
+            self._ending[key] = now
+            meta = dict(pod["metadata"], deletionTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            self.api.put(dict(pod, metadata=meta))
+            return
+        if now - self._ending[key] < self.terminate_seconds:
+            return
+        with self.api._lock:
+            self.api.objects.pop(("", "pods", key[0], key[1]), None)
+        self._ending.pop(key, None)
+        self._started.pop(key, None)
+        self._backend(node).release("pod %s/%s" % key)
+        self.events.append((now, node, "ended %s" % pod["metadata"]["name"]))
+        if ds is not None and self.kind(ds) == "device-plugin" and self._plugin_seen.pop(key, None) is not None:
+            self._set_allocatable(node, None)
+
+    # ---- the release's daemons --------------------------------------------------------------------------------
+    def _backend(self, node):
+        path, shape = self.nodes[node]
+        return SimulatedBackend(path, shape=shape)
+
+    def _config(self, ds, node):
+        """(config dict, MIG strategy) the device plugin on this node reads: the node's config label, else the
+        chart's default, from the release's ConfigMap."""
+        spec = ds["spec"]["template"].get("spec") or {}
+        label = (self.api.get("", "nodes", node)["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+        names = [v["configMap"]["name"] for v in spec.get("volumes") or [] if v.get("configMap")]
+        config = {}
+        if names:
+            cm = self.api.get("", "configmaps", names[0], ds["metadata"].get("namespace", ""))
+            text = ((cm or {}).get("data") or {}).get(label or _env(spec, "DEFAULT_CONFIG") or "")
+            config = yaml.safe_load(text) if text else {}
+        strategy = _env(spec, "MIG_STRATEGY") or ((config or {}).get("flags") or {}).get("migStrategy") or "none"
+        return config or {}, strategy
+
+    def _device_plugin(self, ds, pod, node):
+        key = self._key(pod)
+        label = (self.api.get("", "nodes", node)["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+        if key in self._plugin_seen and self._plugin_seen[key] == label:
+            return                 # running: it does not see a MIG change until it restarts
+        config, strategy = self._config(ds, node)
+        counts = advertised(self._backend(node).read_all()["gpus"], config, strategy)
+        self._plugin_seen[key] = label
+        self._set_allocatable(node, counts)
+        self.events.append((time.time(), node, "registered %s" % (counts,)))
+
+    def _gfd(self, ds, node):
+        config, dummy = self._config(ds, node)
+        mps = "mps" in ((config or {}).get("sharing") or {})
+        node_obj = self.api.get("", "nodes", node)
+        labels = node_obj["metadata"].setdefault("labels", {})
+        if labels.get(MPS_CAPABLE) != ("true" if mps else "false"):
+            labels[MPS_CAPABLE] = "true" if mps else "false"
+            self.api.put(node_obj)
+
+    def _set_allocatable(self, node, counts):
+        set_allocatable(self.api, node, counts)
