@@ -305,6 +305,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
@@ -430,7 +431,7 @@ def main():
         module.fail_json(msg=missing_required_lib("PyYAML"))
 
     errors = _kube.auth_param_errors(p)
-    ns_errs = _kube.dns_label_errors(p["namespace"], "namespace")
+    ns_errs = _kube_names.dns_label_errors(p["namespace"], "namespace")
     errors.extend(ns_errs)
     if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
         errors.append("namespace 'default' is refused by NVIDIA's chart (\"Running in the 'default' namespace is not "

@@ -117,6 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
@@ -151,7 +152,7 @@ def main():
     _kube.mask_kubeconfig_secrets(module)
     try:
         kube = _kube.Kube.from_params(p)
-        _kube.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
+        _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
         found = _rollout.verify_rollout(kube, {p["node_name"]: expected},
                                         [p["node_name"]] if profile["sharing"] == "mps" else [], p["namespace"],
                                         p["timeout"], p["interval"])

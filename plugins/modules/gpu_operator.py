@@ -217,6 +217,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
 try:
@@ -294,13 +295,13 @@ def main():
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
 
-    errors = _kube.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
+    errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
     if p["namespace"] is not None:
-        errors += _kube.dns_label_errors(p["namespace"], "namespace")
+        errors += _kube_names.dns_label_errors(p["namespace"], "namespace")
     if p["policy_name"] is not None:
-        errors += _kube.dns_subdomain_errors(p["policy_name"], "policy_name")
+        errors += _kube_names.dns_subdomain_errors(p["policy_name"], "policy_name")
     if p["mig_config_map"] is not None:
-        errors += _kube.dns_subdomain_errors(p["mig_config_map"], "mig_config_map")
+        errors += _kube_names.dns_subdomain_errors(p["mig_config_map"], "mig_config_map")
         if p["mig_config_map"] == op.OPERATOR_MIG_CONFIGMAP:
             errors.append("mig_config_map %s is refused: the operator creates and rewrites that ConfigMap itself; "
                           "name one of your own (e.g. gpuops-mig-parted-config)" % op.OPERATOR_MIG_CONFIGMAP)

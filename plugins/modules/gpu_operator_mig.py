@@ -143,6 +143,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
@@ -219,12 +221,12 @@ def main():
         module.fail_json(msg=missing_required_lib("PyYAML"))
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    errors = _kube.dns_subdomain_errors(p["node_name"], "node_name")
+    errors = _kube_names.dns_subdomain_errors(p["node_name"], "node_name")
     for key in ("config_map", "policy_name"):
         if p[key] is not None:
-            errors += _kube.dns_subdomain_errors(p[key], key)
+            errors += _kube_names.dns_subdomain_errors(p[key], key)
     if p["namespace"] is not None:
-        errors += _kube.dns_label_errors(p["namespace"], "namespace")
+        errors += _kube_names.dns_label_errors(p["namespace"], "namespace")
     if p["config_map"] == op.OPERATOR_MIG_CONFIGMAP:
         errors.append("config_map %s is refused: the operator rewrites its own ConfigMap; use the one the collection "
                       "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % op.OPERATOR_MIG_CONFIGMAP)
@@ -266,7 +268,7 @@ def main():
                     "(site.yml's cluster step does, with gpu_node_mig_owner=gpu_operator)"
                     % (policy["metadata"]["name"], named or "(unset)"))
         result["config_map"] = "%s/%s" % (namespace, cm_name)
-        node_obj = _kube.lookup_node(kube, node_name=node, method="name")[0]     # a name no Node has: says so
+        node_obj = _kube_nodes.lookup_node(kube, node_name=node, method="name")[0]     # a name no Node has: says so
         labels = node_obj["metadata"].get("labels") or {}
         keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
         before = dict((k, labels.get(k)) for k in keys)
