@@ -302,7 +302,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
@@ -408,7 +408,7 @@ def main():
         chart_repo_url=dict(type="str", default="https://nvidia.github.io/k8s-device-plugin"),
         chart_version=dict(type="str"),
         chart_path=dict(type="path"),
-        profiles=dict(type="list", elements="dict", options=dp.PROFILE_ARG_SPEC),
+        profiles=dict(type="list", elements="dict", options=_device_plugin.PROFILE_ARG_SPEC),
         default_profile=dict(type="str"),
         nodes=dict(type="list", elements="dict", options=NODE_OPTIONS),
         gfd=dict(type="bool"),
@@ -516,11 +516,11 @@ def main():
             module.fail_json(msg="chart_version %s was given but the chart at %s is version %s; nothing changed"
                                  % (p["chart_version"], p["chart_path"], chart_version), commands=helm.commands)
         try:
-            built = dp.build([dict((k, v) for k, v in prof.items() if v is not None or k == "name")
+            built = _device_plugin.build([dict((k, v) for k, v in prof.items() if v is not None or k == "name")
                               for prof in p["profiles"]],
                              p["default_profile"], chart_version=chart_version, nodes=p["nodes"],
                              extra_values=p["values"], gfd=p["gfd"], yaml_module=yaml)
-        except dp.DevicePluginConfigError as exc:
+        except _device_plugin.DevicePluginConfigError as exc:
             module.fail_json(msg="invalid device plugin configuration, nothing changed: " + "; ".join(exc.errors),
                              errors=exc.errors, commands=helm.commands)
         for warning in built["warnings"]:

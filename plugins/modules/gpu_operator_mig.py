@@ -141,12 +141,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 
@@ -172,12 +172,13 @@ def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
     path = _kube.configmap_path(namespace, name)
     for attempt in range(attempts):
         current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, name), path)
-        text = ((current or {}).get("data") or {}).get(op.MIG_CONFIG_KEY)
-        doc = op.parse_config_text(text, yaml)
+        text = ((current or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
+        doc = _gpu_operator.parse_config_text(text, yaml)
         if current is not None and (doc.get("mig-configs") or {}).get(config) == entries:
             return False, current
         data = dict((current or {}).get("data") or {})
-        data[op.MIG_CONFIG_KEY] = op.dump_config(op.with_config(doc, config, entries), yaml)
+        data[_gpu_operator.MIG_CONFIG_KEY] = _gpu_operator.dump_config(
+            _gpu_operator.with_config(doc, config, entries), yaml)
         try:
             return True, _kube.write_configmap(kube, namespace, name, data, current, dry_run=dry_run)
         except KubeError as exc:
@@ -190,7 +191,7 @@ def wait_state(kube, node, timeout, interval, sleep=time.sleep):
     start = time.time()
     while True:
         labels = kube.get("read node %s" % node, _kube.node_path(node))["metadata"].get("labels") or {}
-        state = labels.get(op.MIG_STATE_LABEL)
+        state = labels.get(_gpu_operator.MIG_STATE_LABEL)
         waited = round(time.time() - start, 1)
         if state in ("success", "failed") or waited >= timeout:
             return state, waited
@@ -227,9 +228,9 @@ def main():
             errors += _kube_names.dns_subdomain_errors(p[key], key)
     if p["namespace"] is not None:
         errors += _kube_names.dns_label_errors(p["namespace"], "namespace")
-    if p["config_map"] == op.OPERATOR_MIG_CONFIGMAP:
+    if p["config_map"] == _gpu_operator.OPERATOR_MIG_CONFIGMAP:
         errors.append("config_map %s is refused: the operator rewrites its own ConfigMap; use the one the collection "
-                      "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % op.OPERATOR_MIG_CONFIGMAP)
+                      "manages (gpuops.nvidia.gpu_operator's mig_config_map)" % _gpu_operator.OPERATOR_MIG_CONFIGMAP)
     errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
     gpus = _gpus(p["gpus"])
     if gpus is None:
@@ -240,9 +241,10 @@ def main():
     if not any(g.get("mig_supported") for g in gpus):
         module.exit_json(changed=False, gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
     try:
-        config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
-        differ = op.gpus_differ(gpus, resolved)
-    except mp.MigLayoutError as exc:
+        config, entries, resolved = _gpu_operator.node_config(gpus, layout=p["layout"],
+                                                              config_name_hint=p["config_name"])
+        differ = _gpu_operator.gpus_differ(gpus, resolved)
+    except _mig_plan.MigLayoutError as exc:
         module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them). Nothing was changed."
                              % (node, name_source(p, str(exc)).rstrip(". ")))
     _kube.mask_kubeconfig_secrets(module)
@@ -253,16 +255,16 @@ def main():
         kube = _kube.Kube.from_params(p)
         cm_name, namespace = p["config_map"], p["namespace"]
         if not cm_name or not namespace:
-            items = kube.get("list ClusterPolicies", op.policy_path()).get("items") or []
-            policy = op.select_policy(items, p["policy_name"])
-            namespace = op.namespace_of(policy, namespace)
+            items = kube.get("list ClusterPolicies", _gpu_operator.policy_path()).get("items") or []
+            policy = _gpu_operator.select_policy(items, p["policy_name"])
+            namespace = _gpu_operator.namespace_of(policy, namespace)
             named = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name")
             cm_name = cm_name or named
             if not namespace:
-                raise op.OperatorError("ClusterPolicy %s has no status.namespace: give namespace"
+                raise _gpu_operator.OperatorError("ClusterPolicy %s has no status.namespace: give namespace"
                                        % policy["metadata"]["name"])
-            if not cm_name or cm_name == op.OPERATOR_MIG_CONFIGMAP:
-                raise op.OperatorError(
+            if not cm_name or cm_name == _gpu_operator.OPERATOR_MIG_CONFIGMAP:
+                raise _gpu_operator.OperatorError(
                     "ClusterPolicy %s does not point the MIG manager at a ConfigMap of this collection "
                     "(spec.migManager.config.name=%s): run gpuops.nvidia.gpu_operator with mig_config_map first "
                     "(site.yml's cluster step does, with gpu_node_mig_owner=gpu_operator)"
@@ -270,37 +272,37 @@ def main():
         result["config_map"] = "%s/%s" % (namespace, cm_name)
         node_obj = _kube_nodes.lookup_node(kube, node_name=node, method="name")[0]     # a name no Node has: says so
         labels = node_obj["metadata"].get("labels") or {}
-        keys = (op.MIG_CONFIG_LABEL, op.MIG_STATE_LABEL, op.MIG_MANAGER_DEPLOY_LABEL)
+        keys = (_gpu_operator.MIG_CONFIG_LABEL, _gpu_operator.MIG_STATE_LABEL, _gpu_operator.MIG_MANAGER_DEPLOY_LABEL)
         before = dict((k, labels.get(k)) for k in keys)
-        result["state"] = before[op.MIG_STATE_LABEL]
+        result["state"] = before[_gpu_operator.MIG_STATE_LABEL]
 
         published, dummy = publish(kube, namespace, cm_name, config, entries, dry)
         result["published"] = published
-        relabel = before[op.MIG_CONFIG_LABEL] != config
+        relabel = before[_gpu_operator.MIG_CONFIG_LABEL] != config
         if not relabel and not published:
-            state = before[op.MIG_STATE_LABEL]
+            state = before[_gpu_operator.MIG_STATE_LABEL]
             if state == "failed":
-                module.fail_json(msg=op.state_problem(node, state, config, namespace), **result)
+                module.fail_json(msg=_gpu_operator.state_problem(node, state, config, namespace), **result)
             if state == "success" and differ:
                 module.fail_json(msg="node %s: the MIG manager reported success for %s=%s, but GPU(s) %s do not "
                                  "match it. It applies a config only when the label changes or at its start: "
                                  "delete the node's MIG manager pod (kubectl -n %s delete pod -l "
                                  "app=nvidia-mig-manager --field-selector spec.nodeName=%s) to have it applied "
-                                 "again, then re-run" % (node, op.MIG_CONFIG_LABEL, config,
+                                 "again, then re-run" % (node, _gpu_operator.MIG_CONFIG_LABEL, config,
                                                          ", ".join(map(str, differ)), namespace, node), **result)
         if relabel:
-            patch = {op.MIG_CONFIG_LABEL: config, op.MIG_STATE_LABEL: None}
-            if str(before[op.MIG_MANAGER_DEPLOY_LABEL]).lower() == "false":
-                patch[op.MIG_MANAGER_DEPLOY_LABEL] = "true"
+            patch = {_gpu_operator.MIG_CONFIG_LABEL: config, _gpu_operator.MIG_STATE_LABEL: None}
+            if str(before[_gpu_operator.MIG_MANAGER_DEPLOY_LABEL]).lower() == "false":
+                patch[_gpu_operator.MIG_MANAGER_DEPLOY_LABEL] = "true"
             kube.patch("label node %s" % node, _kube.node_path(node), {"metadata": {"labels": patch}},
                        dry_run=dry)
         result["changed"] = relabel or published
         if module._diff and result["changed"]:
             after = dict(before)
             if relabel:
-                after.update({op.MIG_CONFIG_LABEL: config, op.MIG_STATE_LABEL: None})
-                if op.MIG_MANAGER_DEPLOY_LABEL in patch:
-                    after[op.MIG_MANAGER_DEPLOY_LABEL] = "true"
+                after.update({_gpu_operator.MIG_CONFIG_LABEL: config, _gpu_operator.MIG_STATE_LABEL: None})
+                if _gpu_operator.MIG_MANAGER_DEPLOY_LABEL in patch:
+                    after[_gpu_operator.MIG_MANAGER_DEPLOY_LABEL] = "true"
             result["diff"] = dict(before={"node/%s labels" % node: before},
                                   after={"node/%s labels" % node: after,
                                          "%s/%s config %s" % (namespace, cm_name, config): entries},
@@ -310,9 +312,9 @@ def main():
         state, waited = wait_state(kube, node, p["timeout"], p["interval"])
         result.update(state=state, waited=waited)
         if state != "success":
-            module.fail_json(msg=op.state_problem(node, state, config, namespace, waited), **result)
+            module.fail_json(msg=_gpu_operator.state_problem(node, state, config, namespace, waited), **result)
         module.exit_json(**result)
-    except op.OperatorError as exc:
+    except _gpu_operator.OperatorError as exc:
         module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", **result)
     except KubeError as exc:
         module.fail_json(msg=exc.msg, status=exc.status, **result)

@@ -59,12 +59,12 @@ def test_default_kubeconfig_used_when_nothing_given(tmp_path, monkeypatch):
 
 
 def test_in_cluster_service_account(tmp_path, monkeypatch):
-    import kubernetes.config.incluster_config as ic
+    from kubernetes.config import incluster_config
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("sa-token")
     ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    monkeypatch.setattr(ic, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(ic, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cfg = _kube.build_configuration(params())
