@@ -63,7 +63,7 @@ def gi_profiles(handle):
         entry = {"nvml_index": index}
         info = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, index)
         entry["v1"] = info if isinstance(info, dict) else _struct(info)
-        if hasattr(nv, "nvmlDeviceGetGpuInstanceProfileInfoV"):
+        if hasattr(pynvml, "nvmlDeviceGetGpuInstanceProfileInfoV"):
             info_v = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfoV, handle, index)
             entry["v"] = info_v if isinstance(info_v, dict) else _struct(info_v)
         if not isinstance(info, dict):
