@@ -4,7 +4,8 @@
 """NVIDIA GPU Operator: what the collection writes into a ClusterPolicy, and the mig-parted configs it publishes
 for the operator's MIG manager (PRIVATE). Pure: no I/O.
 
-Facts used here, with their sources (shared/reference/device-plugin.md section 3, mig.md section 1.9):
+Facts used here, with their sources (NVIDIA/gpu-operator at v24.9.2, v25.3.4 and v25.10.0; NVIDIA/mig-parted at
+commit bd7160f4 for the MIG manager):
 
 - ClusterPolicy ``nvidia.com/v1``, cluster-scoped, named ``cluster-policy`` by NVIDIA's chart
   (NVIDIA/gpu-operator deployments/gpu-operator/templates/clusterpolicy.yaml). Its chart labels carry the operator
