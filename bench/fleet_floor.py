@@ -5,8 +5,8 @@ given the one module run it cannot do without.
 
 - per fleet (--nodes as for --compare: 1mig, 1mps, 10, ...), a fresh fleet is converged and re-run once (that re-run
   must change nothing); from that re-run come two playbooks with the same plays, batches and tasks:
-  - the empty play (fleet_common.empty_playbook): every task replaced by ansible.builtin.ping where it ran a module and by
-    ansible.builtin.debug where it ran only on the controller;
+  - the empty play (fleet_common.empty_playbook): every task replaced by ansible.builtin.ping where it ran a module
+    and by ansible.builtin.debug where it ran only on the controller;
   - the floor play: the empty play, except that every task of --real (default gpuops.nvidia.gpu_node_plan, the
     node plan: it reads the GPUs and plans every step) runs that module again, on each host with the very
     arguments it had there in the re-run and the node's gpuops_environment;

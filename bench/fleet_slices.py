@@ -248,8 +248,8 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
     if phase == "first" and os.path.exists(keep):
         raise fleet_common.BenchError("%s exists: --slices-phase first makes a new fleet there" % keep)
     if phase == "again" and not os.path.exists(os.path.join(keep, "row.json")):
-        raise fleet_common.BenchError("%s holds no converged fleet: run --slices-phase first with --slices-keep %s first"
-                               % (keep, keep))
+        raise fleet_common.BenchError("%s holds no converged fleet: run --slices-phase first with --slices-keep %s "
+                                      "first" % (keep, keep))
     with SlicedFleet(nodes, shape, mig_share, extra=extra, forks=forks, args=args, group_vars=group_vars,
                      keep=keep) as sliced:
         row = {"nodes": nodes, "slices": len(awx_slices(sliced.hosts, slices)), "shape": shape,
@@ -267,8 +267,8 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
             row["first"] = first.figures()
             if first.refused or first.upgrades != 1 or first.revisions != [1]:
                 raise fleet_common.BenchError("the device plugin release was not installed exactly once: %d helm "
-                                       "upgrade(s), revisions %s, %d refused helm command(s)"
-                                       % (first.upgrades, first.revisions, first.refused))
+                                              "upgrade(s), revisions %s, %d refused helm command(s)"
+                                              % (first.upgrades, first.revisions, first.refused))
             if phase == "first":
                 with open(saved, "w") as handle:
                     json.dump(row, handle)
@@ -276,8 +276,8 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
         again = sliced.run(slices, "again")
         row["again"] = again.figures()
         if again.changed() or again.upgrades or again.refused:
-            raise fleet_common.BenchError("NOT IDEMPOTENT: the sliced re-run changed %d thing(s), ran %d helm upgrade(s), "
-                                   "%d refused" % (again.changed(), again.upgrades, again.refused))
+            raise fleet_common.BenchError("NOT IDEMPOTENT: the sliced re-run changed %d thing(s), ran %d helm "
+                                          "upgrade(s), %d refused" % (again.changed(), again.upgrades, again.refused))
         if row["again"]["containerd_checked"]:
             raise fleet_common.BenchError(
                 "not a steady-state re-run: %d node(s) checked containerd in full (nvidia-ctk and containerd run), "

@@ -177,7 +177,7 @@ def page_block(text, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--root", default=ROOT, help="the collection's root (default: this checkout)")
     parser.add_argument("--write", metavar="PAGE", help="replace the graph between the page's markers")
     parser.add_argument("--check", metavar="PAGE", help="exit 1 when the page's graph is not the code's")

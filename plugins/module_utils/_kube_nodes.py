@@ -83,7 +83,8 @@ def find_node(nodes, node_name=None, hostnames=None, internal_ips=None, method="
         raise KubeError("cannot look up this host's node: give node_name, hostname or internal_ips")
     raise KubeError("no Kubernetes node matches %s (node_lookup=%s); the cluster has %s. Give node_name (the name "
                     "`kubectl get nodes` shows) if the node is registered under another name"
-                    % (" or ".join(tried), method, ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
+                    % (" or ".join(tried), method,
+                       ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
 
 
 def find_this_node(kube, params):

@@ -242,7 +242,8 @@ def _diffable(lease):
 
 
 def validate(p):
-    errors = _kube_names.dns_subdomain_errors(p["name"], "name") + _kube_names.dns_label_errors(p["namespace"], "namespace")
+    errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+              + _kube_names.dns_label_errors(p["namespace"], "namespace"))
     if not p["holder"] or len(p["holder"]) > 200 or "\n" in p["holder"]:
         errors.append("holder must be one line of 1 to 200 characters, got %r" % (p["holder"],))
     error = seconds_error("lease_duration", p["lease_duration"], minimum=3)

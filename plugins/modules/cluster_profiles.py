@@ -164,7 +164,8 @@ def main():
     p = module.params
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    errors = _kube_names.dns_subdomain_errors(p["name"], "name") + _kube_names.dns_label_errors(p["namespace"], "namespace")
+    errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+              + _kube_names.dns_label_errors(p["namespace"], "namespace"))
     node_errors = _node_errors(p["nodes"] or {})
     errors += node_errors
     nodes = {} if node_errors else dict(p["nodes"] or {})

@@ -424,8 +424,8 @@ def _compute_mode(module, gpus):
     unit = p["boot_unit"]
     if unit is not None:
         text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
-        reason = _node_plan.file_reason({"path": unit["path"], "mode": unit["mode"], "checksum": _node_plan.sha1(text)},
-                                 _node_plan.observe(unit["path"]))
+        reason = _node_plan.file_reason({"path": unit["path"], "mode": unit["mode"],
+                                         "checksum": _node_plan.sha1(text)}, _node_plan.observe(unit["path"]))
         reasons += [reason] if reason else []
     return out, reasons
 

@@ -269,7 +269,7 @@ def _run(module):
                 entry["executed"] = []
                 try:
                     _mig_plan.execute_plan(backend, index, plan["operations"],
-                                    on_step=lambda op, res, e=entry: e["executed"].append(op))
+                                           on_step=lambda op, res, e=entry: e["executed"].append(op))
                 finally:
                     changed = changed or bool(entry["executed"])
                 gpu_now = backend.read_gpu(index)

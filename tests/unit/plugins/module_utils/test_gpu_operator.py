@@ -140,11 +140,12 @@ def test_containerd_ownership_and_refusals():
     assert owners == {"a": "gpu_operator", "b": "collection", "c": "collection", "d": "collection"}
     assert len(errs) == 1 and errs[0].startswith("node c:") and "writes /etc/containerd/config.toml too" in errs[0]
     owners, errs = _gpu_operator.containerd_owners(_policy(toolkit={"enabled": False}), None,
-                                        [{"name": "a", "owner": "gpu_operator", "files": []}], {})
+                                                   [{"name": "a", "owner": "gpu_operator", "files": []}], {})
     assert "spec.toolkit.enabled is false" in errs[0]
     assert _gpu_operator.toolkit_files(_policy(), "v25.3.4") == (True, ["/etc/containerd/config.toml"])
-    assert _gpu_operator.toolkit_files(_policy(toolkit={"env": [{"name": "CONTAINERD_CONFIG", "value": "/k3s.toml"}]}),
-                            "v25.10.1") == (True, ["/k3s.toml", "/etc/containerd/conf.d/99-nvidia.toml"])
+    k3s = _policy(toolkit={"env": [{"name": "CONTAINERD_CONFIG", "value": "/k3s.toml"}]})
+    assert _gpu_operator.toolkit_files(k3s, "v25.10.1") == (True, ["/k3s.toml",
+                                                                   "/etc/containerd/conf.d/99-nvidia.toml"])
 
 
 def test_select_policy_never_guesses():
