@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from fleet import SITE, Run, inventory, save_report  # noqa: E402  (bench/fleet.py, beside this file)
+from fleet_common import SITE, Run, inventory, save_report  # noqa: E402  (bench/fleet_common.py, beside this file)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import PAUSE_LABEL  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from tests.support.fake_daemonsets import FakeDaemonSets  # noqa: E402

@@ -39,187 +39,18 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import yaml
+from fleet_common import (  # (bench/fleet_common.py, beside this file)
+    MACHINE_SHAPES, ROOT, SITE, BenchError, Run, batches, current_commit, empty_playbook, inventory, markdown_table,
+    task_counts)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, ".collections"))
-
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_catalog import MACHINE_SHAPES  # noqa: E402
-from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
-
-SITE = os.path.join(ROOT, "site.yml")
 # GPUs per node -> the simulator's all-H200 shape (1: h200-x1, 2: h200-x2, 4: h200-x4, 8: hgx-h200)
 H200_SHAPES = dict((len(models), shape) for shape, models in MACHINE_SHAPES.items() if set(models) == {"H200"})
-
-
-def inventory(tmp, nodes, shape, mig_share=0.5, extra=None, repo=ROOT):
-    """An inventory directory like inventories/lab with `nodes` nodes of `shape` (the lab group_vars of the checkout
-    at `repo`, default this one); returns its path."""
-    inv = os.path.join(tmp, "inventory")
-    shutil.copytree(os.path.join(repo, "inventories", "lab", "group_vars"), os.path.join(inv, "group_vars"))
-    # The lab's gpu_nodes.yml finds the repository and the containerd seed config from inventory_dir: point them
-    # at this checkout, and every node's state and files at the temporary directory.
-    path = os.path.join(inv, "group_vars", "gpu_nodes.yml")
-    with open(path) as handle:
-        group = yaml.safe_load(handle)
-    group.update({"gpuops_repo_dir": repo,
-                  "gpu_node_containerd_initial_config": os.path.join(repo, "inventories", "lab-files",
-                                                                     "containerd-config.toml"),
-                  "gpuops_lab_state_dir": os.path.join(tmp, "state")})
-    group.update(extra or {})
-    with open(path, "w") as handle:
-        yaml.safe_dump(group, handle)
-    mig = nodes - int(nodes * (1 - mig_share))
-    hosts = dict(("node-%03d" % i, {"gpuops_simulated_machine": shape}) for i in range(nodes))
-    names = sorted(hosts)
-    groups = {"mig_nodes": {"hosts": dict((n, hosts[n]) for n in names[:mig])},
-              "mps_nodes": {"hosts": dict((n, hosts[n]) for n in names[mig:])}}
-    with open(os.path.join(inv, "hosts.yml"), "w") as handle:
-        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": groups}}}}, handle)
-    return inv, mig
-
-
-class BenchError(Exception):
-    """A run that is an error, not a figure: a failed host, no output, changes on the re-run."""
-
-
-class Run(object):
-    """One ansible-playbook run: wall and CPU seconds, load before, the JSON callback's output."""
-
-    def __init__(self, playbook, inv, forks, env, args=(), cwd=ROOT):
-        cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", inv, "-f", str(forks)] + list(args)
-        self.load = os.getloadavg()[0]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-        self.wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        try:
-            self.data = json.loads(proc.stdout[proc.stdout.index("{"):])
-        except ValueError:
-            raise BenchError("%s: no JSON output (rc %d): %s %s" % (playbook, proc.returncode, proc.stdout[-2000:],
-                                                                    proc.stderr[-2000:]))
-        self.stats = self.data["stats"]
-        failed = sorted(h for h, s in self.stats.items() if s.get("failures") or s.get("unreachable"))
-        if failed or proc.returncode != 0:
-            msgs = [(h, t["task"]["name"], r.get("msg")) for p in self.data["plays"] for t in p["tasks"]
-                    for h, r in t["hosts"].items() if r.get("failed")]
-            raise BenchError("%s failed (rc %d) on %d host(s) %s: %s %s" % (
-                playbook, proc.returncode, len(failed), failed[:5], msgs[:3], proc.stderr[-1000:]))
-
-    def figures(self):
-        return {"wall": self.wall, "cpu": self.cpu, "load": self.load,
-                "changed": sum(s.get("changed", 0) for s in self.stats.values())}
-
-    def changed_hosts(self):
-        return sorted(h for h, s in self.stats.items() if s.get("changed"))
-
-    def changed_tasks(self):
-        return sorted(set((t["task"]["name"], h) for p in self.data["plays"] for t in p["tasks"]
-                          for h, r in t["hosts"].items() if r.get("changed")))
-
-
-def _skipped(res):
-    return bool(res.get("skipped") or "skip_reason" in res)
-
-
-def batches(data):
-    """The run's shape, per play and serial batch: its hosts, and per task whether it ran a module (a result with
-    `invocation`) or only controller-side code (set_fact, debug, assert, include_*), its loop length, and the
-    hosts it ran on and skipped."""
-    out = []
-    for p in data["plays"]:
-        batch = {"name": p["play"]["name"], "hosts": set(), "tasks": []}
-        for t in p["tasks"]:
-            results = t["hosts"]
-            batch["hosts"].update(results)
-            ran = sorted(h for h, r in results.items() if not _skipped(r))
-            items = max([len(results[h].get("results", [])) for h in ran] or [0])
-            module = any("invocation" in r or any("invocation" in i for i in r.get("results", []))
-                         for r in results.values())
-            batch["tasks"].append({"name": t["task"]["name"], "module": module, "loop": items, "ran": ran,
-                                   "skipped": sorted(h for h, r in results.items() if _skipped(r)),
-                                   "action": t["task"].get("action"),
-                                   "args": dict((h, r["invocation"]["module_args"]) for h, r in results.items()
-                                                if "invocation" in r)})
-        batch["hosts"] = sorted(batch["hosts"])
-        out.append(batch)
-    return out
-
-
-def task_counts(shape, host):
-    """(tasks run, tasks skipped) on one host."""
-    ran = sum(1 for b in shape for t in b["tasks"] if host in t["ran"])
-    return ran, sum(1 for b in shape for t in b["tasks"] if host in t["skipped"])
-
-
-def _given(value):
-    """A module's reported arguments without the options it reports as None (not given): given as None, some
-    count as present (mutually_exclusive)."""
-    if isinstance(value, dict):
-        return dict((k, _given(v)) for k, v in value.items() if v is not None)
-    if isinstance(value, list):
-        return [_given(v) for v in value]
-    return value
-
-
-def runs_real(task, real):
-    """Whether empty_playbook runs this task of the shape for real: a module task, without a loop, of an action in
-    `real`."""
-    return bool(task["module"] and task.get("action") in real and not task["loop"])
-
-
-def empty_playbook(tmp, shape, real=(), name="empty.yml", stand_in=None):
-    """The same batches and tasks, each task replaced by ansible.builtin.ping (where it ran a module) or an
-    ansible.builtin.debug (controller-side code), run on the same hosts, skipped on the same hosts, with the same
-    loop lengths and run_once: what Ansible itself costs for that run. A module task whose action is in `real`
-    (without a loop) runs that module again instead, on each host with the arguments it had there and the node's
-    gpuops_environment (bench/fleet_floor.py's floor play). `stand_in` ({action: module}) mirrors such a task of an
-    action in it by that module, without arguments, instead of a ping (bench/fleet_floor.py's imports play)."""
-    plays = []
-    for batch in shape:
-        tasks = []
-        for i, t in enumerate(batch["tasks"]):
-            hosts = sorted(set(t["ran"]) | set(t["skipped"]))
-            if not hosts:  # meta tasks (flush_handlers) report no host result
-                continue
-            task = {"name": "Task %d" % i}
-            if stand_in and runs_real(t, stand_in):
-                task[stand_in[t["action"]]] = None
-            elif runs_real(t, real):
-                args = dict((h, _given(a)) for h, a in t["args"].items())
-                keys = sorted(set(k for a in args.values() for k in a))
-                task[t["action"]] = dict((k, "{{ __args[inventory_hostname][%r] | default(omit) }}" % k)
-                                         for k in keys)
-                task["vars"] = {"__args": args}
-                task["environment"] = "{{ gpuops_environment | default({}) }}"
-            else:
-                task.update({"ansible.builtin.ping": None} if t["module"] else {"ansible.builtin.debug": {"msg": ""}})
-            if t["loop"]:
-                task["loop"] = list(range(t["loop"]))
-            if len(hosts) == 1 and len(batch["hosts"]) > 1:
-                task["run_once"] = True
-            if t["skipped"]:
-                task.setdefault("vars", {})["__on"] = t["ran"]
-                task["when"] = "inventory_hostname in __on"
-            tasks.append(task)
-        plays.append({"name": "Empty: " + batch["name"], "hosts": ",".join(batch["hosts"]), "gather_facts": False,
-                      "tasks": tasks})
-    path = os.path.join(tmp, name)
-    with open(path, "w") as handle:
-        yaml.safe_dump(plays, handle, sort_keys=False)
-    return path
 
 
 def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, args=()):
@@ -249,21 +80,6 @@ def measure(playbook, nodes, shape, forks, empty, mig_share=0.5, extra=None, arg
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def save_report(out, name, text, data):
-    """NAME.md (the report) and NAME.json (its figures) under `out` (made if missing)."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, name + ".md"), "w") as handle:
-        handle.write(text)
-    with open(os.path.join(out, name + ".json"), "w") as handle:
-        json.dump(data, handle, indent=1)
-
-
-def _table(header, lines):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(line) + " |" for line in lines]
-    return "\n".join(out)
-
-
 def converge_table(rows):
     header = ("nodes (MIG/MPS)", "GPUs per node", "first converge: wall s", "CPU s", "CPU s per node",
               "load before", "re-run: wall s", "CPU s", "CPU s per node", "load before", "changed on re-run",
@@ -276,7 +92,7 @@ def converge_table(rows):
                       "%.1f" % f["wall"], "%.1f" % f["cpu"], "%.2f" % (f["cpu"] / n), "%.1f" % f["load"],
                       "%.1f" % a["wall"], "%.1f" % a["cpu"], "%.2f" % (a["cpu"] / n), "%.1f" % a["load"],
                       str(a["changed"]), r["tasks"]])
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 def overhead_table(rows):
@@ -288,7 +104,7 @@ def overhead_table(rows):
         lines.append([str(r["nodes"]), str(r["gpus"]), "%.1f" % a["wall"], "%.1f" % a["cpu"], "%.1f" % e["wall"],
                       "%.1f" % e["cpu"], "%.1f" % e["load"], "%.0f%%" % (100.0 * e["cpu"] / a["cpu"]),
                       "%.0f%%" % (100.0 * e["wall"] / a["wall"])])
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 def plot(rows, path):
@@ -327,14 +143,6 @@ def _shown(path):
     """A path relative to the repository when it is inside it."""
     rel = os.path.relpath(path, ROOT)
     return path if rel.startswith("..") else rel
-
-
-def _commit():
-    if os.environ.get("GPUOPS_BENCH_COMMIT"):  # a run from an exported copy of the tree (no .git)
-        return os.environ["GPUOPS_BENCH_COMMIT"]
-    proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
-    return proc.stdout.strip() or "unknown"
 
 
 def _gpu_series(rows):
@@ -465,7 +273,7 @@ def main(argv=None):
         if args.nodes == parser.get_default("nodes"):
             args.nodes = "1mig,1mps"
         args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
-        args.commit = _commit()
+        args.commit = current_commit()
         return fleet_floor.main(args)
     runs = plan(args)
     if args.issue8:
@@ -474,7 +282,7 @@ def main(argv=None):
         os.makedirs(args.out, exist_ok=True)
     args.started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     args.load = "%.1f/%.1f/%.1f" % os.getloadavg()
-    args.commit = _commit()
+    args.commit = current_commit()
     if args.slices:
         import fleet_slices  # (bench/fleet_slices.py, beside this file)
         return fleet_slices.main(args)

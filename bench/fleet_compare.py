@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 
-import fleet
-from fleet import BenchError, Run, batches, empty_playbook, task_counts
+import fleet_common
+from fleet_common import BenchError, Run, batches, empty_playbook, task_counts
 
 DEFAULT_FLEETS = "1mig,1mps,10,25"
 
@@ -63,14 +63,14 @@ def run_fleets(args, key, measure_one, save):
 
 def export(commit, dest):
     """`git archive` of ``commit`` in ``dest``, set up to run as this checkout does; returns its short hash."""
-    full = subprocess.run(["git", "rev-parse", "--short", commit], cwd=fleet.ROOT, stdout=subprocess.PIPE,
+    full = subprocess.run(["git", "rev-parse", "--short", commit], cwd=fleet_common.ROOT, stdout=subprocess.PIPE,
                           universal_newlines=True, check=True).stdout.strip()
-    archive = subprocess.Popen(["git", "archive", full], cwd=fleet.ROOT, stdout=subprocess.PIPE)
+    archive = subprocess.Popen(["git", "archive", full], cwd=fleet_common.ROOT, stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", dest], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
         raise SystemExit("git archive %s failed" % commit)
     for name in (".venv", "tools"):
-        os.symlink(os.path.realpath(os.path.join(fleet.ROOT, name)), os.path.join(dest, name))
+        os.symlink(os.path.realpath(os.path.join(fleet_common.ROOT, name)), os.path.join(dest, name))
     link = os.path.join(dest, ".collections", "ansible_collections", "gpuops")
     os.makedirs(link)
     os.symlink(dest, os.path.join(link, "nvidia"))
@@ -104,7 +104,7 @@ def measure(sides, nodes, share, shape, forks, repeat):
     try:
         for side in sides:
             tmp = tempfile.mkdtemp(prefix="gpuops-compare-")
-            inv, mig = fleet.inventory(tmp, nodes, shape, share, repo=side.tree)
+            inv, mig = fleet_common.inventory(tmp, nodes, shape, share, repo=side.tree)
             first = side.run(os.path.join(side.tree, "site.yml"), inv, forks, tmp)
             fleets[side.name] = {"tmp": tmp, "inv": inv, "mig": mig, "first": _figures(first), "again": [],
                                  "empty": []}
@@ -170,7 +170,7 @@ def report(results, sides, args, errors):
         args.started, os.cpu_count() or 0, args.load, args.command),
         "Old: %s (`git archive`); new: %s. Fleets of %s nodes (%d GPUs each), forks %d, site.yml's own serial (25%%); "
         "MIG nodes all-balanced, MPS nodes x4, lab group_vars, simulated GPUs, no cluster." % (
-            sides[0].commit, sides[1].commit, args.shape, len(fleet.MACHINE_SHAPES[args.shape]), args.forks),
+            sides[0].commit, sides[1].commit, args.shape, len(fleet_common.MACHINE_SHAPES[args.shape]), args.forks),
         "CPU s = user + system seconds of the ansible-playbook process tree, per node; in brackets the 1-minute load "
         "average before that run. Rounds interleaved: old and new re-run, then old and new empty play, the order of the"
         " two sides alternating each round.", "", body, ""] + notes
@@ -183,13 +183,13 @@ def main(args):
     sides_dir = tempfile.mkdtemp(prefix="gpuops-compare-base-")
     try:
         base = Side("old", sides_dir, export(args.compare, sides_dir))
-        sides = [base, Side("new", fleet.ROOT, fleet._commit())]
+        sides = [base, Side("new", fleet_common.ROOT, fleet_common.current_commit())]
         args.command = "python bench/fleet.py --compare %s --nodes %s --repeat %d" % (
             args.compare, args.nodes, args.repeat)
 
         def save(results, errors):
             if args.out:
-                fleet.save_report(args.out, "fleet-compare", report(results, sides, args, errors), {
+                fleet_common.save_report(args.out, "fleet-compare", report(results, sides, args, errors), {
                     "started": args.started, "load": args.load, "command": args.command,
                     "sides": [[s.name, s.commit] for s in sides], "results": results, "errors": errors})
 

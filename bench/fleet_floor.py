@@ -5,8 +5,8 @@ given the one module run it cannot do without.
 
 - per fleet (--nodes as for --compare: 1mig, 1mps, 10, ...), a fresh fleet is converged and re-run once (that re-run
   must change nothing); from that re-run come two playbooks with the same plays, batches and tasks:
-  - the empty play (fleet.empty_playbook): every task replaced by ansible.builtin.ping where it ran a module and by
-    ansible.builtin.debug where it ran only on the controller;
+  - the empty play (fleet_common.empty_playbook): every task replaced by ansible.builtin.ping where it ran a module
+    and by ansible.builtin.debug where it ran only on the controller;
   - the floor play: the empty play, except that every task of --real (default gpuops.nvidia.gpu_node_plan, the
     node plan: it reads the GPUs and plans every step) runs that module again, on each host with the very
     arguments it had there in the re-run and the node's gpuops_environment;
@@ -34,8 +34,8 @@ import shutil
 import statistics
 import tempfile
 
-import fleet
-from fleet import BenchError, Run, batches, empty_playbook, runs_real, task_counts
+import fleet_common
+from fleet_common import BenchError, Run, batches, empty_playbook, runs_real, task_counts
 from fleet_compare import run_fleets
 
 DEFAULT_REAL = "gpuops.nvidia.gpu_node_plan"
@@ -52,7 +52,7 @@ def module_source(action):
     prefix = "gpuops.nvidia."
     if not action.startswith(prefix):
         raise BenchError("%s is not a gpuops.nvidia module: no imports play" % action)
-    return os.path.join(fleet.ROOT, "plugins", "modules", action[len(prefix):] + ".py")
+    return os.path.join(fleet_common.ROOT, "plugins", "modules", action[len(prefix):] + ".py")
 
 
 def imports_only(action):
@@ -99,10 +99,10 @@ def measure(nodes, share, shape, forks, repeat, real):
     tmp = tempfile.mkdtemp(prefix="gpuops-floor-")
     env = {"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
     try:
-        inv, mig = fleet.inventory(tmp, nodes, shape, share)
-        out = {"mig": mig, "first": Run(fleet.SITE, inv, forks, env).figures()}
+        inv, mig = fleet_common.inventory(tmp, nodes, shape, share)
+        out = {"mig": mig, "first": Run(fleet_common.SITE, inv, forks, env).figures()}
         out.update((key, []) for key in RUNS)
-        shaping = Run(fleet.SITE, inv, forks, env)
+        shaping = Run(fleet_common.SITE, inv, forks, env)
         if shaping.changed_hosts():
             raise BenchError("NOT IDEMPOTENT: the re-run changed %s; tasks: %s" % (
                 shaping.changed_hosts()[:5], shaping.changed_tasks()[:10]))
@@ -114,7 +114,7 @@ def measure(nodes, share, shape, forks, repeat, real):
         out["real"] = sorted(set(kept))
         out["tasks"] = sorted(set(task_counts(shape_run, h) for h in shaping.stats))
         bare = bare_shape(shape_run, real)
-        plays = (("again", fleet.SITE, None), ("empty", empty_playbook(tmp, shape_run), shape_run),
+        plays = (("again", fleet_common.SITE, None), ("empty", empty_playbook(tmp, shape_run), shape_run),
                  ("floor", empty_playbook(tmp, shape_run, real=real, name="floor.yml"), shape_run),
                  ("bare_empty", empty_playbook(tmp, bare, name="bare-empty.yml"), bare),
                  ("bare_floor", empty_playbook(tmp, bare, real=real, name="bare-floor.yml"), bare),
@@ -170,7 +170,7 @@ def report(results, args, errors):
         "tree for the whole fleet; in brackets the 1-minute load average before the round's re-run. Each round: "
         "re-run, empty play, floor play, and both reduced to the node plan alone (each play's real task, or one "
         "debug), and that bare empty play with a module that only imports what the node plan imports." % (
-            args.shape, len(fleet.MACHINE_SHAPES[args.shape]), args.forks),
+            args.shape, len(fleet_common.MACHINE_SHAPES[args.shape]), args.forks),
         "", table(results), ""]
     if errors:
         out += errors
@@ -184,7 +184,7 @@ def main(args):
 
     def save(results, errors):
         if args.out:
-            fleet.save_report(args.out, "fleet-floor", report(results, args, errors), {
+            fleet_common.save_report(args.out, "fleet-floor", report(results, args, errors), {
                 "started": args.started, "load": args.load, "commit": args.commit, "command": args.command,
                 "results": results, "errors": errors})
 

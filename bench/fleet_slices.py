@@ -27,7 +27,7 @@ import time
 
 import yaml
 
-import fleet
+import fleet_common
 from ansible_collections.gpuops.nvidia.plugins.module_utils._lease import proc_stat
 from tests.support.ansible_run import BIN, ROOT, ansible_env, parse_output
 from tests.support.fake_kube_api import FakeKubeApi
@@ -78,7 +78,7 @@ class SlicedFleet(object):
                 fleet_data = json.load(handle)
             if (fleet_data["nodes"], fleet_data["shape"]) != (nodes, shape):
                 self.api.stop()
-                raise fleet.BenchError("%s holds a fleet of %d x %s, not %d x %s" % (
+                raise fleet_common.BenchError("%s holds a fleet of %d x %s, not %d x %s" % (
                     keep, fleet_data["nodes"], fleet_data["shape"], nodes, shape))
             self.inv, self.mig = os.path.join(self.tmp, "inventory"), fleet_data["mig"]
             with open(os.path.join(self.tmp, "api.json")) as handle:
@@ -86,7 +86,7 @@ class SlicedFleet(object):
         else:
             if keep:
                 os.makedirs(keep)
-            self.inv, self.mig = fleet.inventory(self.tmp, nodes, shape, mig_share, group_vars)
+            self.inv, self.mig = fleet_common.inventory(self.tmp, nodes, shape, mig_share, group_vars)
             for host in self.hosts:
                 self.api.add_node(host)
             shutil.copytree(CHART, os.path.join(self.tmp, "chart"))
@@ -124,7 +124,7 @@ class SlicedFleet(object):
     def command(self, hosts, run_id, slices, extra=None, args=()):
         ev = dict(self.extra, gpuops_run_id=run_id, gpuops_job_slices=slices)
         ev.update(extra or {})
-        cmd = [os.path.join(BIN, "ansible-playbook"), fleet.SITE, "-i", self.inv, "-f", str(self.forks),
+        cmd = [os.path.join(BIN, "ansible-playbook"), fleet_common.SITE, "-i", self.inv, "-f", str(self.forks),
                "--limit", ",".join(hosts), "-e", json.dumps(ev)] + self.args + list(args)
         return cmd, ansible_env(self.env)
 
@@ -209,7 +209,7 @@ class SlicesRun(object):
                              for h, r in t["hosts"].items() if r.get("failed")]
                 else:
                     msgs.append((i, "no JSON output", self.outputs[i - 1][-1500:]))
-            raise fleet.BenchError("%d of %d slices failed (slice, rc) %s: %s" % (
+            raise fleet_common.BenchError("%d of %d slices failed (slice, rc) %s: %s" % (
                 len(failed), len(parts), failed, msgs[:4]))
 
     def changed(self):
@@ -224,8 +224,8 @@ class SlicesRun(object):
         return None
 
     def ran(self, action):
-        """How many hosts ran a task of ``action`` (as the task names it) in any slice (fleet.batches' shape)."""
-        return sum(len(task["ran"]) for data in self.data for batch in fleet.batches(data)
+        """How many hosts ran a task of ``action`` (as the task names it) in any slice (fleet_common.batches' shape)."""
+        return sum(len(task["ran"]) for data in self.data for batch in fleet_common.batches(data)
                    for task in batch["tasks"] if task["action"] == action)
 
     def figures(self):
@@ -246,29 +246,29 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
     directory) and ``phase``: "first" converges a fleet kept there and returns None (its figures so far in
     row.json), "again" re-runs that fleet and returns the whole row (SlicedFleet's ``keep``)."""
     if phase == "first" and os.path.exists(keep):
-        raise fleet.BenchError("%s exists: --slices-phase first makes a new fleet there" % keep)
+        raise fleet_common.BenchError("%s exists: --slices-phase first makes a new fleet there" % keep)
     if phase == "again" and not os.path.exists(os.path.join(keep, "row.json")):
-        raise fleet.BenchError("%s holds no converged fleet: run --slices-phase first with --slices-keep %s first"
-                               % (keep, keep))
+        raise fleet_common.BenchError("%s holds no converged fleet: run --slices-phase first with --slices-keep %s "
+                                      "first" % (keep, keep))
     with SlicedFleet(nodes, shape, mig_share, extra=extra, forks=forks, args=args, group_vars=group_vars,
                      keep=keep) as sliced:
         row = {"nodes": nodes, "slices": len(awx_slices(sliced.hosts, slices)), "shape": shape,
-               "gpus": len(fleet.MACHINE_SHAPES[shape]), "mig": sliced.mig, "forks": forks}
+               "gpus": len(fleet_common.MACHINE_SHAPES[shape]), "mig": sliced.mig, "forks": forks}
         saved = os.path.join(keep, "row.json") if keep else None
         first = None  # (with phase "again", the converge ran in another process: inspect gets None)
         if phase == "again":
             with open(saved) as handle:
                 first_row = json.load(handle)
             if dict((k, first_row[k]) for k in row) != row:
-                raise fleet.BenchError("%s holds the converge of %s, not of %s" % (saved, first_row, row))
+                raise fleet_common.BenchError("%s holds the converge of %s, not of %s" % (saved, first_row, row))
             row = first_row
         else:
             first = sliced.run(slices, "first")
             row["first"] = first.figures()
             if first.refused or first.upgrades != 1 or first.revisions != [1]:
-                raise fleet.BenchError("the device plugin release was not installed exactly once: %d helm "
-                                       "upgrade(s), revisions %s, %d refused helm command(s)"
-                                       % (first.upgrades, first.revisions, first.refused))
+                raise fleet_common.BenchError("the device plugin release was not installed exactly once: %d helm "
+                                              "upgrade(s), revisions %s, %d refused helm command(s)"
+                                              % (first.upgrades, first.revisions, first.refused))
             if phase == "first":
                 with open(saved, "w") as handle:
                     json.dump(row, handle)
@@ -276,10 +276,10 @@ def measure(nodes, slices, shape, forks, mig_share=0.5, group_vars=None, args=()
         again = sliced.run(slices, "again")
         row["again"] = again.figures()
         if again.changed() or again.upgrades or again.refused:
-            raise fleet.BenchError("NOT IDEMPOTENT: the sliced re-run changed %d thing(s), ran %d helm upgrade(s), "
-                                   "%d refused" % (again.changed(), again.upgrades, again.refused))
+            raise fleet_common.BenchError("NOT IDEMPOTENT: the sliced re-run changed %d thing(s), ran %d helm "
+                                          "upgrade(s), %d refused" % (again.changed(), again.upgrades, again.refused))
         if row["again"]["containerd_checked"]:
-            raise fleet.BenchError(
+            raise fleet_common.BenchError(
                 "not a steady-state re-run: %d node(s) checked containerd in full (nvidia-ctk and containerd run), "
                 "where the node plan should have found containerd_runtime's verified-state stamp. The stamp misses "
                 "when containerd or nvidia-ctk is another file than at the converge (a tree or tools/ copied or "
@@ -307,7 +307,7 @@ def table(rows):
     if any("commit" in r for r in rows):  # a merged report (--slices-merge): the rows of several runs
         header += ("commit",)
         lines = [line + [r.get("commit", "")] for line, r in zip(lines, rows)]
-    return fleet._table(header, lines)
+    return fleet_common.markdown_table(header, lines)
 
 
 def plot(rows, path):
@@ -382,7 +382,7 @@ def main(args):
                           file=sys.stderr)
                 else:
                     rows.append(row)
-            except fleet.BenchError as exc:
+            except fleet_common.BenchError as exc:
                 errors.append("ERROR (%d nodes, %d slices): %s" % (nodes, count, exc))
                 print(errors[-1], file=sys.stderr)
             if args.out:
@@ -459,7 +459,7 @@ def kill_run(proc):
     deadline = time.monotonic() + 120
     while any(_live(pid) for pid in victims if pid != proc.pid):
         if time.monotonic() > deadline:
-            raise fleet.BenchError("processes of the killed slice still alive after 120 s")
+            raise fleet_common.BenchError("processes of the killed slice still alive after 120 s")
         time.sleep(0.2)
 
 

@@ -12,7 +12,7 @@ short_description: What is wrong with a GPU node's declared sharing, replicas, M
 version_added: 0.3.0
 description:
   - The checks gpuops.nvidia.gpu_node makes first, before every variable's type (roles/gpu_node/tasks/validate.yml),
-    in one filter so that one task makes them all (issue 14; one task per node instead of six). Each message says what
+    in one filter so that one task makes them all (one task per node instead of six). Each message says what
     is wrong and what is valid, starts with the node's name and ends with C(Nothing was changed.).
   - The input holds the variables as the role sees them, defaults applied (see validate.yml); C(provider_var) names the
     variable the provider came from.

@@ -15,7 +15,7 @@ description:
     entry points into one argument spec, with the options' C(default) dropped (a variable the inventory does not set
     is not checked; the roles check their own defaults when they start) and the C(description) texts left out.
   - What gpuops.nvidia.gpu_node's validation gives C(ansible.builtin.validate_argument_spec), so that one task
-    checks every variable of the roles site.yml runs (issue 14; the same result as merging the specs in Jinja, at a
+    checks every variable of the roles site.yml runs (the same result as merging the specs in Jinja, at a
     fraction of the controller's time).
 positional: _input, roles_dir
 options:

@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Compute mode: validate a declaration against the GPU facts and plan the per-GPU changes. Pure, no I/O.
 
-Facts (shared/reference/mig.md 2.6, 2.7): modes Default, Exclusive_Process, Prohibited (Exclusive_Thread is
-"Support Removed" in nvml.h); setting needs root and applies at once; the mode returns to Default on reboot and
-when the driver de-initialises an idle GPU without persistence mode; NVML refuses Exclusive_Process on a
-MIG-enabled GPU ("not supported on a MIG-enabled device").
+Facts (NVML's nvml.h, nvmlDeviceSetComputeMode, as vendored in NVIDIA/go-nvml at commit 2f9e261, gen/nvml/nvml.h;
+NVIDIA's MIG User Guide, MPS section; docs/compute-mode.md): modes Default, Exclusive_Process, Prohibited
+(Exclusive_Thread is "Support Removed" in nvml.h); setting needs root and applies at once; the mode returns to
+Default on reboot and when the driver de-initialises an idle GPU without persistence mode; NVML refuses
+Exclusive_Process on a MIG-enabled GPU ("not supported on a MIG-enabled device").
 """
 
 from __future__ import absolute_import, division, print_function

@@ -6,7 +6,9 @@
 Pure: no I/O. Every rule below is the device plugin's own (NVIDIA/k8s-device-plugin api/config/v1, cmd/
 nvidia-device-plugin/main.go, cmd/mps-control-daemon/mps/device.go, chart templates), checked before helm runs so a
 bad config never reaches a node, where the plugin would exit and crash-loop. Each error quotes the rule it enforces.
-Sources and details: shared/reference/device-plugin.md sections 1.3, 1.4, 2.2, 2.3, 6.
+Sources: NVIDIA/k8s-device-plugin at v0.17.0, v0.20.0 and commit 1b826acc
+(api/config/v1/{replicas,sharing,resources,consts}.go, cmd/config-manager/main.go,
+deployments/helm/nvidia-device-plugin/values.yaml and templates/); docs/sharing.md says what the user sees of them.
 """
 
 from __future__ import absolute_import, division, print_function

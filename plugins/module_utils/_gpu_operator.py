@@ -4,7 +4,8 @@
 """NVIDIA GPU Operator: what the collection writes into a ClusterPolicy, and the mig-parted configs it publishes
 for the operator's MIG manager (PRIVATE). Pure: no I/O.
 
-Facts used here, with their sources (shared/reference/device-plugin.md section 3, mig.md section 1.9):
+Facts used here, with their sources (NVIDIA/gpu-operator at v24.9.2, v25.3.4 and v25.10.0; NVIDIA/mig-parted at
+commit bd7160f4 for the MIG manager):
 
 - ClusterPolicy ``nvidia.com/v1``, cluster-scoped, named ``cluster-policy`` by NVIDIA's chart
   (NVIDIA/gpu-operator deployments/gpu-operator/templates/clusterpolicy.yaml). Its chart labels carry the operator
@@ -42,7 +43,7 @@ import hashlib
 import json
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_plugin import version_at_least
 
 GROUP_PATH = "/apis/nvidia.com/v1/clusterpolicies"
@@ -282,7 +283,7 @@ def render_entries(gpus, resolved):
     specs = {}
     for index, spec in resolved["gpus"].items():
         gpu = by_index[index]
-        devices = mp.validate_gpu_layout(gpu, spec) if spec.get("mig_enabled") else {}
+        devices = _mig_plan.validate_gpu_layout(gpu, spec) if spec.get("mig_enabled") else {}
         specs[index] = (bool(spec.get("mig_enabled")), _counts(devices))
     models = {}
     for gpu in gpus:
@@ -318,10 +319,10 @@ def config_name(hint, entries):
 def node_config(gpus, layout=None, config_name_hint=None):
     """(name, entries, resolved) of this node's declared layout: an inline ``layout`` or a named layout."""
     if layout:
-        resolved = mp.resolve_layout(gpus, layout=layout)
+        resolved = _mig_plan.resolve_layout(gpus, layout=layout)
         hint = "layout"
     else:
-        resolved = mp.resolve_layout(gpus, named=config_name_hint)
+        resolved = _mig_plan.resolve_layout(gpus, named=config_name_hint)
         hint = config_name_hint
     if hint == ALL_DISABLED or (resolved["gpus"] and not any(s["mig_enabled"] for s in resolved["gpus"].values())
                                 and all(g["index"] in resolved["gpus"] for g in gpus if g.get("mig_supported"))):
@@ -329,7 +330,7 @@ def node_config(gpus, layout=None, config_name_hint=None):
         return ALL_DISABLED, entries, resolved
     entries = render_entries(gpus, resolved)
     if not entries:
-        raise mp.MigLayoutError("the layout selects no MIG-capable GPU on this node")
+        raise _mig_plan.MigLayoutError("the layout selects no MIG-capable GPU on this node")
     return config_name(hint, entries), entries, resolved
 
 
@@ -345,8 +346,8 @@ def gpus_differ(gpus, resolved):
             out.append(index)
             continue
         if spec.get("mig_enabled"):
-            desired = mp.validate_gpu_layout(gpu, spec)
-            if mp.current_devices(gpu) != desired:
+            desired = _mig_plan.validate_gpu_layout(gpu, spec)
+            if _mig_plan.current_devices(gpu) != desired:
                 out.append(index)
     return out
 
@@ -371,7 +372,7 @@ def with_config(doc, name, entries):
     out["mig-configs"].setdefault(ALL_DISABLED, list(ALL_DISABLED_ENTRIES))
     if name:
         out["mig-configs"][name] = entries
-    mp.parse_migparted_config(out, name or ALL_DISABLED)
+    _mig_plan.parse_migparted_config(out, name or ALL_DISABLED)
     return out
 
 

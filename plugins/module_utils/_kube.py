@@ -9,8 +9,9 @@ the same order: host + api_key (or client cert) need nothing else; else kubeconf
 then the default kubeconfig. One difference: the configuration is built into a private ``Configuration`` object
 instead of the client's process-wide default, so two clusters in one process do not leak into each other.
 
-Also here: Kubernetes label syntax checks (apimachinery's rules, checked before any API call), node lookup by
-node name, hostname or InternalIP, and API errors turned into messages that say what to do.
+Also here: API errors turned into messages that say what to do (KubeError), the REST paths of the objects the
+modules touch, and the two small writes several modules share (ensure_namespace, write_configmap). Name and label
+syntax lives in _kube_names, finding this host's Node in _kube_nodes; both import this file, never the reverse.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +21,6 @@ __metaclass__ = type
 import json
 import math
 import os
-import re
 import socket
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -86,102 +86,6 @@ class KubeError(Exception):
 def missing_library_message():
     from ansible.module_utils.basic import missing_required_lib
     return missing_required_lib("kubernetes")
-
-
-# ---- label syntax (k8s.io/apimachinery/pkg/util/validation) ---------------------------------------------------
-QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-DNS1123_SUBDOMAIN_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_QUALIFIED_NAME = re.compile("^" + QUALIFIED_NAME_FMT + "$")
-_DNS1123_SUBDOMAIN = re.compile("^" + DNS1123_SUBDOMAIN_FMT + "$")
-_DNS1123_LABEL = re.compile("^" + DNS1123_LABEL_FMT + "$")
-
-NAME_RULE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-             "alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc', regex used for validation is '%s')"
-             % QUALIFIED_NAME_FMT)
-PREFIX_RULE = ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-               "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-               "validation is '%s')" % DNS1123_SUBDOMAIN_FMT)
-VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
-              "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', regex "
-              "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
-
-
-def dns_subdomain_errors(value, what="value"):
-    if not value:
-        return ["%s must not be empty" % what]
-    errs = []
-    if len(value) > 253:
-        errs.append("%s %r must be no more than 253 characters" % (what, value))
-    if not _DNS1123_SUBDOMAIN.match(value):
-        errs.append("%s %r: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-                    "or '.', and must start and end with an alphanumeric character (regex used for validation is "
-                    "'%s')" % (what, value, DNS1123_SUBDOMAIN_FMT))
-    return errs
-
-
-def dns_label_errors(value, what="value"):
-    if not value or len(value) > 63 or not _DNS1123_LABEL.match(value):
-        return ["%s %r: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', must "
-                "start and end with an alphanumeric character and be at most 63 characters (regex used for "
-                "validation is '%s')" % (what, value, DNS1123_LABEL_FMT)]
-    return []
-
-
-def label_key_errors(key):
-    """Errors for a label key, worded like the API server's (IsQualifiedName)."""
-    if not isinstance(key, string_types) or not key:
-        return ["label key %r: name part must be non-empty" % (key,)]
-    errs = []
-    name = key
-    if "/" in key:
-        prefix, name = key.split("/", 1)
-        if not prefix:
-            errs.append("label key %r: prefix part must be non-empty" % key)
-        else:
-            if len(prefix) > 253:
-                errs.append("label key %r: prefix part must be no more than 253 characters" % key)
-            if not _DNS1123_SUBDOMAIN.match(prefix):
-                errs.append("label key %r: %s" % (key, PREFIX_RULE))
-    if not name:
-        errs.append("label key %r: name part must be non-empty" % key)
-        return errs
-    if len(name) > 63:
-        errs.append("label key %r: name part must be no more than 63 characters" % key)
-    if not _QUALIFIED_NAME.match(name):
-        errs.append("label key %r: %s" % (key, NAME_RULE))
-    return errs
-
-
-def label_value_errors(key, value):
-    if not isinstance(value, string_types):
-        return ["label %s: value %s must be a string, got a %s"
-                % (repr(key)[:100], repr(value)[:100], type(value).__name__)]
-    errs = []
-    if len(value) > 63:
-        errs.append("label %r: value %r must be no more than 63 characters" % (key, value))
-    if value and not _QUALIFIED_NAME.match(value):
-        errs.append("label %r: value %r: %s" % (key, value, VALUE_RULE))
-    return errs
-
-
-def normalize_label_value(value):
-    """YAML turns ``true`` and ``4`` into bool/int; Kubernetes labels are strings ("true", "4")."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) or isinstance(value, float):
-        return str(value)
-    return value
-
-
-def validate_labels(labels):
-    """Return a list of errors for a {key: value} dict (values may be None when removing)."""
-    errs = []
-    for key, value in (labels or {}).items():
-        errs.extend(label_key_errors(key))
-        if value is not None:
-            errs.extend(label_value_errors(key, value))
-    return errs
 
 
 # ---- client construction ----------------------------------------------------------------------------------------
@@ -607,103 +511,3 @@ def api_error(status, reason, body, what, host):
     else:
         msg = "Kubernetes API error %s while trying to %s: %s" % (status, what, message)
     return KubeError(msg, status=status, reason=reason, body=doc)
-
-
-# ---- nodes ------------------------------------------------------------------------------------------------------
-def local_identity():
-    """This host's hostname, FQDN and IP addresses (used when the module runs on the node itself)."""
-    names = []
-    for name in (socket.gethostname(), socket.getfqdn()):
-        if name and name not in names:
-            names.append(name)
-    ips = []
-    try:
-        for info in socket.getaddrinfo(socket.gethostname(), None):
-            addr = info[4][0]
-            if addr not in ips and not addr.startswith("127.") and addr != "::1":
-                ips.append(addr)
-    except socket.error:
-        pass
-    return names, ips
-
-
-def _node_addresses(node, kind):
-    return [a.get("address") for a in ((node.get("status") or {}).get("addresses") or []) if a.get("type") == kind]
-
-
-def find_node(nodes, node_name=None, hostnames=None, internal_ips=None, method="auto"):
-    """Pick this host's Node from a list of node dicts.
-
-    method: ``name`` (metadata.name == node_name), ``hostname`` (metadata.name, the Hostname address or the
-    kubernetes.io/hostname label equals a hostname or its short form), ``internal_ip`` (an InternalIP address
-    equals one of ours), or ``auto`` (those three in order). Returns (node, how). Raises KubeError when nothing or
-    more than one node matches.
-    """
-    hostnames = [h for h in (hostnames or []) if h]
-    short = []
-    for h in hostnames:
-        for cand in (h, h.split(".")[0]):
-            if cand not in short:
-                short.append(cand)
-    internal_ips = [ip for ip in (internal_ips or []) if ip]
-    order = ["name", "hostname", "internal_ip"] if method == "auto" else [method]
-    tried = []
-    for how in order:
-        if how == "name":
-            if not node_name:
-                continue
-            tried.append("node name %r" % node_name)
-            found = [n for n in nodes if n["metadata"]["name"] == node_name]
-        elif how == "hostname":
-            if not short:
-                continue
-            tried.append("hostname %s" % "/".join(short))
-            found = [n for n in nodes
-                     if n["metadata"]["name"] in short
-                     or set(_node_addresses(n, "Hostname")) & set(short)
-                     or ((n["metadata"].get("labels") or {}).get("kubernetes.io/hostname") in short)]
-        else:
-            if not internal_ips:
-                continue
-            tried.append("InternalIP %s" % ", ".join(internal_ips))
-            found = [n for n in nodes if set(_node_addresses(n, "InternalIP")) & set(internal_ips)]
-        if len(found) == 1:
-            return found[0], how
-        if len(found) > 1:
-            raise KubeError("%d nodes match %s (%s): give node_name to say which one is this host"
-                            % (len(found), tried[-1], ", ".join(sorted(n["metadata"]["name"] for n in found))))
-    if not tried:
-        raise KubeError("cannot look up this host's node: give node_name, hostname or internal_ips")
-    raise KubeError("no Kubernetes node matches %s (node_lookup=%s); the cluster has %s. Give node_name (the name "
-                    "`kubectl get nodes` shows) if the node is registered under another name"
-                    % (" or ".join(tried), method, ", ".join(sorted(n["metadata"]["name"] for n in nodes)) or "no nodes"))
-
-
-def find_this_node(kube, params):
-    """This host's Node, from the modules' node_name / hostname / internal_ips / node_lookup parameters;
-    hostnames and IPs not given default to those of the machine the module runs on. Returns (node, how)."""
-    hostnames, ips = params["hostname"], params["internal_ips"]
-    if hostnames is None or ips is None:
-        local_names, local_ips = local_identity()
-        hostnames = local_names if hostnames is None else hostnames
-        ips = local_ips if ips is None else ips
-    return lookup_node(kube, node_name=params["node_name"], hostnames=hostnames, internal_ips=ips,
-                       method=params["node_lookup"])
-
-
-def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method="auto"):
-    """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
-    if node_name and dns_subdomain_errors(node_name):
-        raise KubeError("node_name %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
-                        "characters); nothing was changed" % repr(node_name)[:120])
-    if node_name and method in ("auto", "name"):
-        try:
-            return kube.get("read node %s" % node_name, node_path(node_name)), "name"
-        except KubeError as exc:
-            if exc.status != 404 or method == "name":
-                if exc.status == 404:
-                    raise KubeError("node %r does not exist in the cluster (404); check node_name" % node_name,
-                                    status=404)
-                raise
-    nodes = kube.get("list nodes", "/api/v1/nodes").get("items") or []
-    return find_node(nodes, node_name=node_name, hostnames=hostnames, internal_ips=internal_ips, method=method)

@@ -6,7 +6,7 @@
 Pure: no I/O. The module (plugins/modules/mps_control.py) runs what this builds.
 
 Facts this relies on (NVIDIA MPS docs, "Tools and Interface Reference"; device plugin
-cmd/mps-control-daemon; shared/reference/gpu-readings.md):
+cmd/mps-control-daemon; readings on a real H200 in docs/readings/h200-mps-caps.txt and docs/sharing-mps.md):
 - ``nvidia-cuda-mps-control -d`` starts the control daemon in the background; other invocations read commands
   on stdin, one per line, and print the answer on stdout (exit status non-zero when no daemon answers).
 - ``get_default_active_thread_percentage`` prints e.g. ``25.0``; ``get_default_device_pinned_mem_limit <dev>``

@@ -2,9 +2,10 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rollout verification of NVIDIA's device plugin (PRIVATE): poll until nodes advertise what their config promises
-(GPUs x replicas under the expected resource name, reference/device-plugin.md 1.5) and, on MPS nodes, run a ready pod
-of the MPS control daemon DaemonSet (the chart's ``<release>-mps-control-daemon`` and the GPU Operator's
-``nvidia-device-plugin-mps-control-daemon`` both end so). Shared by device_plugin and device_plugin_verify."""
+(GPUs x replicas under the expected resource name: NVIDIA/k8s-device-plugin at commit 1b826acc,
+internal/rm/device_map.go) and, on MPS nodes, run a ready pod of the MPS control daemon DaemonSet (the chart's
+``<release>-mps-control-daemon`` and the GPU Operator's ``nvidia-device-plugin-mps-control-daemon`` both end so).
+Shared by device_plugin and device_plugin_verify."""
 
 from __future__ import absolute_import, division, print_function
 

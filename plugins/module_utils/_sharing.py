@@ -106,7 +106,7 @@ def replica_shares(gpus, replicas, mode="per_gpu"):
 # ---------------------------------------------------------------------------------------------------------
 # Per-workload MPS limits (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).
 #
-# Measured on a real H200 (shared/reference/gpu-readings.md): CUDA silently ignores a malformed
+# Measured on a real H200 (docs/readings/h200-mps-caps.txt, docs/sharing-mps.md): CUDA silently ignores a malformed
 # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and then applies no cap at all, not even the daemon's default. One space,
 # one quote character or a missing device makes the whole variable void. So the grammar below is strict:
 # exactly ``<device>=<amount><unit>[,<device>=<amount><unit>...]``, nothing else.

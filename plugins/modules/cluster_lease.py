@@ -220,6 +220,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
@@ -241,7 +242,8 @@ def _diffable(lease):
 
 
 def validate(p):
-    errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["namespace"], "namespace")
+    errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+              + _kube_names.dns_label_errors(p["namespace"], "namespace"))
     if not p["holder"] or len(p["holder"]) > 200 or "\n" in p["holder"]:
         errors.append("holder must be one line of 1 to 200 characters, got %r" % (p["holder"],))
     error = seconds_error("lease_duration", p["lease_duration"], minimum=3)

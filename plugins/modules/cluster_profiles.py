@@ -122,6 +122,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
@@ -129,7 +130,7 @@ _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 def _key_errors(name):
-    errors = _kube.label_value_errors("nvidia.com/device-plugin.config", name)
+    errors = _kube_names.label_value_errors("nvidia.com/device-plugin.config", name)
     if not _CONFIGMAP_KEY.match(name):
         errors.append("profile name %r is not a ConfigMap key (letters, digits, '-', '_', '.')" % name)
     return errors
@@ -140,7 +141,7 @@ def _node_errors(nodes):
     errors = []
     for node, name in sorted(nodes.items(), key=lambda item: repr(item[0])):
         shown = repr(node)[:80]
-        if not isinstance(node, str) or _kube.dns_subdomain_errors(node):
+        if not isinstance(node, str) or _kube_names.dns_subdomain_errors(node):
             errors.append("nodes: %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
                           "characters)" % shown)
         if not isinstance(name, str):
@@ -163,7 +164,8 @@ def main():
     p = module.params
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["namespace"], "namespace")
+    errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+              + _kube_names.dns_label_errors(p["namespace"], "namespace"))
     node_errors = _node_errors(p["nodes"] or {})
     errors += node_errors
     nodes = {} if node_errors else dict(p["nodes"] or {})

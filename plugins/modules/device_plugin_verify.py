@@ -115,8 +115,9 @@ allocatable:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
@@ -125,7 +126,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             node_name=dict(type="str", required=True),
-            profile=dict(type="dict", required=True, options=dp.PROFILE_ARG_SPEC),
+            profile=dict(type="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
             gpus=dict(type="raw", required=True),
             namespace=dict(type="str"),
             timeout=dict(type="int", default=300),
@@ -137,8 +138,9 @@ def main():
     p = module.params
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    profile = dp.normalize_profile(dict((k, v) for k, v in p["profile"].items() if v is not None or k == "name"))
-    errors = dp.profile_errors(profile, None)
+    profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
+                                                    if v is not None or k == "name"))
+    errors = _device_plugin.profile_errors(profile, None)
     gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
@@ -147,11 +149,11 @@ def main():
     errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
     if errors:
         module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
-    expected = dp.expected_allocatable(profile, gpus)
+    expected = _device_plugin.expected_allocatable(profile, gpus)
     _kube.mask_kubeconfig_secrets(module)
     try:
         kube = _kube.Kube.from_params(p)
-        _kube.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
+        _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
         found = _rollout.verify_rollout(kube, {p["node_name"]: expected},
                                         [p["node_name"]] if profile["sharing"] == "mps" else [], p["namespace"],
                                         p["timeout"], p["interval"])

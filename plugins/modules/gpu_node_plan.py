@@ -275,7 +275,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan as np_
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, boot_unit, plan_settings, planned_state, report)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
@@ -308,7 +308,7 @@ def main():
             files=dict(type="list", elements="dict", default=[], options=dict(
                 step=dict(type="str", required=True),
                 path=dict(type="path", required=True),
-                state=dict(type="str", choices=list(np_.FILE_STATES), default="file"),
+                state=dict(type="str", choices=list(_node_plan.FILE_STATES), default="file"),
                 checksum=dict(type="str"),
                 mode=dict(type="str"),
             )),
@@ -328,7 +328,7 @@ def main():
                                               any(c not in "0123456789abcdef" for c in entry["checksum"])):
             module.fail_json(msg="files: checksum of %s must be a sha1 in hex (40 characters 0-9a-f), got %r"
                              % (entry["path"], entry["checksum"]))
-        if np_.normal_mode(entry["mode"]) is False:
+        if _node_plan.normal_mode(entry["mode"]) is False:
             module.fail_json(msg="files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
     with module_lock(module, "gpu_node_plan"):
         facts = _read(module)
@@ -341,8 +341,8 @@ def main():
         result["compute_mode"], reasons = _compute_mode(module, facts["gpus"])
         steps.setdefault("compute_mode", []).extend(reasons)
     for entry in module.params["files"]:
-        seen = result["files"][entry["path"]] = np_.observe(entry["path"])
-        reason = np_.file_reason(entry, seen)
+        seen = result["files"][entry["path"]] = _node_plan.observe(entry["path"])
+        reason = _node_plan.file_reason(entry, seen)
         steps.setdefault(entry["step"], []).extend([reason] if reason else [])
     if module.params["units"]:
         systemctl = module.get_bin_path("systemctl")
@@ -351,7 +351,7 @@ def main():
                 reason = "unit %s: systemctl not found" % unit["name"]
             else:
                 rc, out, dummy = module.run_command([systemctl, "is-enabled", unit["name"]])
-                reason = np_.unit_reason(unit["name"], rc, out)
+                reason = _node_plan.unit_reason(unit["name"], rc, out)
             steps.setdefault(unit["step"], []).extend([reason] if reason else [])
     if module.params["containerd"] is not None:
         result["containerd"], reason = _containerd(module)
@@ -378,32 +378,32 @@ def _mig(module, gpus):
     """MIG as gpu_node planned it with mig_mode and mig_layout in check mode: same functions, same results,
     same errors (mig_mode's first). The plans are returned when something changes (what gpu_node shows then)."""
     p = module.params["mig"]
-    out = {"managed": np_.mig_managed(gpus, p["manage"]), "disruptive": []}
+    out = {"managed": _node_plan.mig_managed(gpus, p["manage"]), "disruptive": []}
     if not out["managed"]:
         return out
     # imported here: a node without MIG to manage never compiles the planner (module_utils are compiled from
     # source on every module run)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
         assumed_warning, layout_entry, layout_result, plan_layouts, plan_modes)
     params = {"gpus": ["all"], "enabled": None, "layout": p["layout"], "config_file": None,
               "config_name": p["config_name"], "allow_reset": p["allow_reset"], "force": p["force"]}
     try:
         out["mode_plan"] = plan_modes(gpus, params)
-    except mp.MigLayoutError as exc:
+    except _mig_plan.MigLayoutError as exc:
         module.fail_json(msg=str(exc))
     try:
         resolved, plans, assumed = plan_layouts(gpus, params, check_mode=True)
-    except mp.MigBusyError as exc:
+    except _mig_plan.MigBusyError as exc:
         module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
-    except mp.MigLayoutError as exc:
+    except _mig_plan.MigLayoutError as exc:
         module.fail_json(msg=str(exc), changed=False)
     if assumed:
         module.warn(assumed_warning(assumed))
     by_index = dict((g["index"], g) for g in gpus)
     out["layout_plan"] = layout_result(resolved, [layout_entry(plan, assumed, by_index[plan["index"]])
                                                   for plan in plans])
-    out["disruptive"] = np_.mig_disruptive(out["mode_plan"], out["layout_plan"])
+    out["disruptive"] = _node_plan.mig_disruptive(out["mode_plan"], out["layout_plan"])
     if not out["disruptive"]:
         del out["mode_plan"], out["layout_plan"]
     return out
@@ -420,12 +420,12 @@ def _compute_mode(module, gpus):
         module.fail_json(msg=str(exc))
     out = {"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
            "modes": dict((str(k), v) for k, v in todo["modes"].items())}
-    reasons = np_.compute_mode_reasons(todo)
+    reasons = _node_plan.compute_mode_reasons(todo)
     unit = p["boot_unit"]
     if unit is not None:
         text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
-        reason = np_.file_reason({"path": unit["path"], "mode": unit["mode"], "checksum": np_.sha1(text)},
-                                 np_.observe(unit["path"]))
+        reason = _node_plan.file_reason({"path": unit["path"], "mode": unit["mode"],
+                                         "checksum": _node_plan.sha1(text)}, _node_plan.observe(unit["path"]))
         reasons += [reason] if reason else []
     return out, reasons
 

@@ -214,9 +214,10 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
 try:
@@ -228,7 +229,7 @@ except ImportError:  # pragma: no cover
 NODE_SPEC = dict(
     name=dict(type="str", required=True),
     profile=dict(type="str"),
-    containerd_owner=dict(type="str", default="auto", choices=list(op.CONTAINERD_OWNERS)),
+    containerd_owner=dict(type="str", default="auto", choices=list(_gpu_operator.CONTAINERD_OWNERS)),
     containerd_files=dict(type="list", elements="str", default=[]),
 )
 MANAGED_LABELS = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
@@ -236,14 +237,15 @@ MANAGED_LABELS = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
 
 def read_policy(kube, name):
     try:
-        items = kube.get("list ClusterPolicies", op.policy_path()).get("items") or []
+        items = kube.get("list ClusterPolicies", _gpu_operator.policy_path()).get("items") or []
     except KubeError as exc:
         if exc.status != 404:
             raise
-        raise op.OperatorError("the cluster serves no ClusterPolicy resource (clusterpolicies.nvidia.com: %s): "
-                               "NVIDIA's GPU Operator is not installed. This collection never creates it; install "
-                               "the operator, or use gpuops_device_plugin_provider=chart" % exc.msg)
-    return op.select_policy(items, name)
+        raise _gpu_operator.OperatorError("the cluster serves no ClusterPolicy resource (clusterpolicies.nvidia.com: "
+                                          "%s): NVIDIA's GPU Operator is not installed. This collection never creates "
+                                          "it; install the operator, or use gpuops_device_plugin_provider=chart"
+                                          % exc.msg)
+    return _gpu_operator.select_policy(items, name)
 
 
 def check_mps(built, policy, version, dp_version):
@@ -251,10 +253,10 @@ def check_mps(built, policy, version, dp_version):
     if not any((c.get("sharing") or {}).get("mps") for c in built["configs"].values()):
         return []
     errs = []
-    # with spec.devicePlugin.version set, dp.build has checked that version itself
-    if not dp_version and version and not dp.version_at_least(version, op.MPS_MIN_OPERATOR):
+    # with spec.devicePlugin.version set, _device_plugin.build has checked that version itself
+    if not dp_version and version and not _device_plugin.version_at_least(version, _gpu_operator.MPS_MIN_OPERATOR):
         errs.append("MPS needs device plugin >= v0.15.0, first shipped by GPU Operator %s; this cluster runs operator "
-                    "%s" % (op.MPS_MIN_OPERATOR, version))
+                    "%s" % (_gpu_operator.MPS_MIN_OPERATOR, version))
     if ((policy.get("spec") or {}).get("gfd") or {}).get("enabled") is False:
         errs.append("MPS needs GPU feature discovery: the operator's MPS control daemon runs only on nodes it labels "
                     "nvidia.com/mps.capable=true, and the ClusterPolicy has spec.gfd.enabled=false")
@@ -265,167 +267,213 @@ def seed_mig_config(kube, namespace, policy):
     """The mig-parted document to start a new MIG ConfigMap from: the configs of the ConfigMap the ClusterPolicy names
     now (or the operator's default one), so node labels that worked keep working."""
     current = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name") \
-        or op.OPERATOR_MIG_CONFIGMAP
+        or _gpu_operator.OPERATOR_MIG_CONFIGMAP
     source = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, current),
                                 _kube.configmap_path(namespace, current))
-    text = ((source or {}).get("data") or {}).get(op.MIG_CONFIG_KEY)
+    text = ((source or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
     try:
-        doc = op.parse_config_text(text, yaml)
-    except op.OperatorError:
-        doc = op.parse_config_text("", yaml)
-    return op.with_config(doc, None, None), (current if source else None)
+        doc = _gpu_operator.parse_config_text(text, yaml)
+    except _gpu_operator.OperatorError:
+        doc = _gpu_operator.parse_config_text("", yaml)
+    return _gpu_operator.with_config(doc, None, None), (current if source else None)
 
 
-def main():
-    argument_spec = dict(
-        policy_name=dict(type="str"),
-        namespace=dict(type="str"),
-        device_plugin_config_map=dict(type="str", default="gpuops-device-plugin-configs"),
-        profiles=dict(type="list", elements="dict", required=True, options=dp.PROFILE_ARG_SPEC),
-        default_profile=dict(type="str", default="default"),
-        nodes=dict(type="list", elements="dict", default=[], options=NODE_SPEC),
-        mig_config_map=dict(type="str"),
-    )
-    argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    if not HAS_YAML:
-        module.fail_json(msg=missing_required_lib("PyYAML"))
-    if not _kube.HAS_KUBERNETES:
-        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+ARGUMENT_SPEC = dict(
+    policy_name=dict(type="str"),
+    namespace=dict(type="str"),
+    device_plugin_config_map=dict(type="str", default="gpuops-device-plugin-configs"),
+    profiles=dict(type="list", elements="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
+    default_profile=dict(type="str", default="default"),
+    nodes=dict(type="list", elements="dict", default=[], options=NODE_SPEC),
+    mig_config_map=dict(type="str"),
+)
+ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
 
-    errors = _kube.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
-    if p["namespace"] is not None:
-        errors += _kube.dns_label_errors(p["namespace"], "namespace")
-    if p["policy_name"] is not None:
-        errors += _kube.dns_subdomain_errors(p["policy_name"], "policy_name")
-    if p["mig_config_map"] is not None:
-        errors += _kube.dns_subdomain_errors(p["mig_config_map"], "mig_config_map")
-        if p["mig_config_map"] == op.OPERATOR_MIG_CONFIGMAP:
-            errors.append("mig_config_map %s is refused: the operator creates and rewrites that ConfigMap itself; "
-                          "name one of your own (e.g. gpuops-mig-parted-config)" % op.OPERATOR_MIG_CONFIGMAP)
-    names = [n["name"] for n in p["nodes"]]
-    twice = sorted(set(n for n in names if names.count(n) > 1))
-    if twice:
-        errors.append("nodes listed twice: %s" % ", ".join(twice))
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    _kube.mask_kubeconfig_secrets(module)
 
-    dry = module.check_mode
-    result = dict(changed=False, changes=[])
-    try:
-        kube = _kube.Kube.from_params(p)
-        policy = read_policy(kube, p["policy_name"])
+class OperatorSharing(object):
+    """The ClusterPolicy and the ConfigMaps that give the GPU Operator the collection's sharing configs: validate ->
+    read (the ClusterPolicy, the nodes) -> plan (configs built and checked, the policy patch tried as a dry run: a
+    CRD that lacks a field drops it) -> apply (the ConfigMaps, then the policy patch). Everything is checked before
+    the first write. In check mode the ConfigMap writes are the API server's dry runs and the policy is not patched.
+    ``result`` is what the module returns, also when an error ends the run."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.dry = module.check_mode
+        self.result = dict(changed=False, changes=[])
+        self.kube = None
+
+    def validate(self):
+        p = self.params
+        if not HAS_YAML:
+            self.module.fail_json(msg=missing_required_lib("PyYAML"))
+        if not _kube.HAS_KUBERNETES:
+            self.module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+        errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
+        if p["namespace"] is not None:
+            errors += _kube_names.dns_label_errors(p["namespace"], "namespace")
+        if p["policy_name"] is not None:
+            errors += _kube_names.dns_subdomain_errors(p["policy_name"], "policy_name")
+        if p["mig_config_map"] is not None:
+            errors += _kube_names.dns_subdomain_errors(p["mig_config_map"], "mig_config_map")
+            if p["mig_config_map"] == _gpu_operator.OPERATOR_MIG_CONFIGMAP:
+                errors.append("mig_config_map %s is refused: the operator creates and rewrites that ConfigMap itself; "
+                              "name one of your own (e.g. gpuops-mig-parted-config)"
+                              % _gpu_operator.OPERATOR_MIG_CONFIGMAP)
+        names = [n["name"] for n in self.params["nodes"]]
+        twice = sorted(set(n for n in names if names.count(n) > 1))
+        if twice:
+            errors.append("nodes listed twice: %s" % ", ".join(twice))
+        if errors:
+            self.module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+
+    def read(self):
+        """The ClusterPolicy, with the operator's and the device plugin's versions."""
+        self.kube = _kube.Kube.from_params(self.params)
+        policy = read_policy(self.kube, self.params["policy_name"])
+        version = _gpu_operator.operator_version(policy)
+        spec = policy.get("spec") or {}
+        dp_version = _gpu_operator.image_version((spec.get("devicePlugin") or {}).get("version")) or None
+        self.result.update(policy=policy["metadata"]["name"], operator_version=version,
+                           device_plugin_version=dp_version)
+        return policy, version, dp_version
+
+    def plan(self, policy, version, dp_version):
+        """The configs, checked against the policy and the nodes, and the policy patch (tried as a dry run). Raises
+        OperatorError with every problem found."""
+        p, kube = self.params, self.kube
         name = policy["metadata"]["name"]
-        version = op.operator_version(policy)
-        dp_version = op.image_version(((policy.get("spec") or {}).get("devicePlugin") or {}).get("version")) or None
-        result.update(policy=name, operator_version=version, device_plugin_version=dp_version)
-
-        # ---- everything is validated before the first write ----------------------------------------------------
         try:
-            built = dp.build([dict((k, v) for k, v in prof.items() if v is not None or k == "name")
-                              for prof in p["profiles"]], p["default_profile"], chart_version=dp_version,
-                             nodes=[{"name": n["name"], "profile": n["profile"]} for n in p["nodes"]],
-                             yaml_module=yaml)
-        except dp.DevicePluginConfigError as exc:
-            raise op.OperatorError(exc.errors)
+            built = _device_plugin.build([dict((k, v) for k, v in prof.items() if v is not None or k == "name")
+                                          for prof in p["profiles"]], p["default_profile"], chart_version=dp_version,
+                                         nodes=[{"name": n["name"], "profile": n["profile"]} for n in p["nodes"]],
+                                         yaml_module=yaml)
+        except _device_plugin.DevicePluginConfigError as exc:
+            raise _gpu_operator.OperatorError(exc.errors)
         problems = check_mps(built, policy, version, dp_version)
-        profiles = dict((prof["name"], dp.normalize_profile(prof)) for prof in p["profiles"])
-        problems += op.mig_strategy_errors(policy, dict((node, profiles[prof])
-                                                        for node, prof in built["node_labels"].items()))
+        profiles = dict((prof["name"], _device_plugin.normalize_profile(prof)) for prof in p["profiles"])
+        problems += _gpu_operator.mig_strategy_errors(policy, dict((node, profiles[prof])
+                                                                   for node, prof in built["node_labels"].items()))
         nodes = kube.get("list nodes", "/api/v1/nodes").get("items") or []
         labels = dict((n["metadata"]["name"], n["metadata"].get("labels") or {}) for n in nodes)
-        owners, owner_errors = op.containerd_owners(
+        owners, owner_errors = _gpu_operator.containerd_owners(
             policy, version, [{"name": n["name"], "owner": n["containerd_owner"], "files": n["containerd_files"]}
                               for n in p["nodes"]], labels)
         problems += owner_errors
-        namespace = op.namespace_of(policy, p["namespace"])
+        namespace = _gpu_operator.namespace_of(policy, p["namespace"])
         if not namespace:
             problems.append("ClusterPolicy %s has no status.namespace (the operator writes it when it reconciles): "
                             "give namespace, the namespace the operator runs in" % name)
         if problems:
-            raise op.OperatorError(problems)
-        enabled, files = op.toolkit_files(policy, version)
-        result.update(namespace=namespace, configs=built["configs"], node_labels=built["node_labels"],
-                      containerd_owners=owners, toolkit={"enabled": enabled, "files": files})
+            raise _gpu_operator.OperatorError(problems)
+        enabled, files = _gpu_operator.toolkit_files(policy, version)
+        self.result.update(namespace=namespace, configs=built["configs"], node_labels=built["node_labels"],
+                           containerd_owners=owners, toolkit={"enabled": enabled, "files": files})
         for warning in built["warnings"]:
-            module.warn(warning)
-
-        # ---- the ClusterPolicy patch, tried with a dry run first: a CRD that lacks a field drops it -------------
-        patch = op.owned_patch((p["device_plugin_config_map"], built["default_profile"]), p["mig_config_map"])
-        needed = op.patch_needed(policy, patch)
+            self.module.warn(warning)
+        patch = _gpu_operator.owned_patch((p["device_plugin_config_map"], built["default_profile"]),
+                                          p["mig_config_map"])
+        needed = _gpu_operator.patch_needed(policy, patch)
         after_policy = policy
         if needed:
-            after_policy = kube.patch("patch ClusterPolicy %s" % name, op.policy_path(name), patch, dry_run=True)
-            dropped = op.dropped_fields(after_policy, patch)
+            after_policy = kube.patch("patch ClusterPolicy %s" % name, _gpu_operator.policy_path(name), patch,
+                                      dry_run=True)
+            dropped = _gpu_operator.dropped_fields(after_policy, patch)
             if dropped:
-                raise op.OperatorError(op.too_old_errors(name, version, dropped))
+                raise _gpu_operator.OperatorError(_gpu_operator.too_old_errors(name, version, dropped))
+        return dict(built=built, labels=labels, namespace=namespace, patch=patch, needed=needed,
+                    after_policy=after_policy)
 
-        # ---- ConfigMaps -------------------------------------------------------------------------------------------
-        before_maps, after_maps = {}, {}
-        dp_data = dict((prof, dp.dump_config(cfg, yaml)) for prof, cfg in sorted(built["configs"].items()))
-        cm_path = _kube.configmap_path(namespace, p["device_plugin_config_map"])
-        current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, p["device_plugin_config_map"]),
-                                     cm_path)
-        answer = _kube.write_configmap(kube, namespace, p["device_plugin_config_map"], dp_data, current,
-                                       dry_run=dry, labels=MANAGED_LABELS)
-        before_maps[p["device_plugin_config_map"]] = (current or {}).get("data")
-        after_maps[p["device_plugin_config_map"]] = answer.get("data")
+    def write_device_plugin_configs(self, plan, maps):
+        """The device plugin ConfigMap holds one config per profile; ``maps``: (before, after) data by name."""
+        p, namespace = self.params, plan["namespace"]
+        name = p["device_plugin_config_map"]
+        dp_data = dict((prof, _device_plugin.dump_config(cfg, yaml))
+                       for prof, cfg in sorted(plan["built"]["configs"].items()))
+        current = _kube.read_or_none(self.kube, "read ConfigMap %s/%s" % (namespace, name),
+                                     _kube.configmap_path(namespace, name))
+        answer = _kube.write_configmap(self.kube, namespace, name, dp_data, current, dry_run=self.dry,
+                                       labels=MANAGED_LABELS)
+        maps[0][name] = (current or {}).get("data")
+        maps[1][name] = answer.get("data")
         if answer is not current:
-            result["changes"].append("%s ConfigMap %s/%s with the device plugin configs %s" % (
-                "create" if current is None else "update", namespace, p["device_plugin_config_map"],
-                ", ".join(sorted(dp_data))))
+            self.result["changes"].append("%s ConfigMap %s/%s with the device plugin configs %s" % (
+                "create" if current is None else "update", namespace, name, ", ".join(sorted(dp_data))))
 
-        if p["mig_config_map"]:
-            mig_name = p["mig_config_map"]
-            mig_path = _kube.configmap_path(namespace, mig_name)
-            current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, mig_name), mig_path)
-            if current is None:
-                doc, seeded_from = seed_mig_config(kube, namespace, policy)
-            else:
-                doc = op.with_config(op.parse_config_text((current.get("data") or {}).get(op.MIG_CONFIG_KEY), yaml),
-                                     None, None)
-                seeded_from = None
-            text = op.dump_config(doc, yaml)
-            old_doc = None
-            if current is not None:
-                old_doc = yaml.safe_load((current.get("data") or {}).get(op.MIG_CONFIG_KEY) or "null")
-            if current is None or old_doc != doc:
-                data = dict(current.get("data") or {}) if current else {}
-                data[op.MIG_CONFIG_KEY] = text
-                answer = _kube.write_configmap(kube, namespace, mig_name, data, current, dry_run=dry,
-                                               labels=MANAGED_LABELS)
-                result["changes"].append("%s ConfigMap %s/%s for the MIG manager%s" % (
-                    "create" if current is None else "update", namespace, mig_name,
-                    " (starting from the configs of %s)" % seeded_from if seeded_from else ""))
-            else:
-                answer = current
-            before_maps[mig_name] = (current or {}).get("data")
-            after_maps[mig_name] = answer.get("data")
-            result["mig_config_map"] = mig_name
-            result["unused_mig_configs"] = op.unused_configs(doc, labels)
+    def write_mig_config(self, policy, plan, maps):
+        """The MIG manager's ConfigMap: created from the configs the policy names now, else its configs kept."""
+        namespace, mig_name = plan["namespace"], self.params["mig_config_map"]
+        current = _kube.read_or_none(self.kube, "read ConfigMap %s/%s" % (namespace, mig_name),
+                                     _kube.configmap_path(namespace, mig_name))
+        if current is None:
+            doc, seeded_from = seed_mig_config(self.kube, namespace, policy)
+        else:
+            text = (current.get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
+            doc = _gpu_operator.with_config(_gpu_operator.parse_config_text(text, yaml), None, None)
+            seeded_from = None
+        old_doc = None
+        if current is not None:
+            old_doc = yaml.safe_load((current.get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY) or "null")
+        if current is None or old_doc != doc:
+            data = dict(current.get("data") or {}) if current else {}
+            data[_gpu_operator.MIG_CONFIG_KEY] = _gpu_operator.dump_config(doc, yaml)
+            answer = _kube.write_configmap(self.kube, namespace, mig_name, data, current, dry_run=self.dry,
+                                           labels=MANAGED_LABELS)
+            self.result["changes"].append("%s ConfigMap %s/%s for the MIG manager%s" % (
+                "create" if current is None else "update", namespace, mig_name,
+                " (starting from the configs of %s)" % seeded_from if seeded_from else ""))
+        else:
+            answer = current
+        maps[0][mig_name] = (current or {}).get("data")
+        maps[1][mig_name] = answer.get("data")
+        self.result["mig_config_map"] = mig_name
+        self.result["unused_mig_configs"] = _gpu_operator.unused_configs(doc, plan["labels"])
 
-        if needed:
-            result["changes"].append("patch ClusterPolicy %s: %s" % (name, ", ".join(needed)))
-            if not dry:
-                kube.patch("patch ClusterPolicy %s" % name, op.policy_path(name), patch)
-                after_policy = kube.get("read ClusterPolicy %s" % name, op.policy_path(name))
-                left = op.dropped_fields(after_policy, patch)
-                if left:
-                    module.fail_json(msg="the ClusterPolicy %s does not hold %s after the patch (changed by someone "
-                                     "else at the same time?)" % (name, ", ".join(left)), **result)
-        result["spec"] = op.spec_view(after_policy)
+    def patch_policy(self, name, plan):
+        """The planned ClusterPolicy patch, outside check mode; returns the policy after it."""
+        self.result["changes"].append("patch ClusterPolicy %s: %s" % (name, ", ".join(plan["needed"])))
+        if self.dry:
+            return plan["after_policy"]
+        self.kube.patch("patch ClusterPolicy %s" % name, _gpu_operator.policy_path(name), plan["patch"])
+        after_policy = self.kube.get("read ClusterPolicy %s" % name, _gpu_operator.policy_path(name))
+        left = _gpu_operator.dropped_fields(after_policy, plan["patch"])
+        if left:
+            self.module.fail_json(msg="the ClusterPolicy %s does not hold %s after the patch (changed by someone "
+                                      "else at the same time?)" % (name, ", ".join(left)), **self.result)
+        return after_policy
+
+    def run(self):
+        self.validate()
+        _kube.mask_kubeconfig_secrets(self.module)
+        policy, version, dp_version = self.read()
+        name = policy["metadata"]["name"]
+        plan = self.plan(policy, version, dp_version)
+        maps = ({}, {})
+        self.write_device_plugin_configs(plan, maps)
+        if self.params["mig_config_map"]:
+            self.write_mig_config(policy, plan, maps)
+        after_policy = self.patch_policy(name, plan) if plan["needed"] else plan["after_policy"]
+        result = self.result
+        result["spec"] = _gpu_operator.spec_view(after_policy)
         result["changed"] = bool(result["changes"])
-        if module._diff and result["changed"]:
+        if self.module._diff and result["changed"]:
             result["diff"] = dict(
-                before={"clusterpolicy/%s" % name: op.spec_view(policy), "configmaps": copy.deepcopy(before_maps)},
-                after={"clusterpolicy/%s" % name: result["spec"], "configmaps": after_maps})
-        module.exit_json(**result)
-    except op.OperatorError as exc:
-        module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", errors=exc.errors, **result)
+                before={"clusterpolicy/%s" % name: _gpu_operator.spec_view(policy),
+                        "configmaps": copy.deepcopy(maps[0])},
+                after={"clusterpolicy/%s" % name: result["spec"], "configmaps": maps[1]})
+        return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    sharing = OperatorSharing(module)
+    try:
+        module.exit_json(**sharing.run())
+    except _gpu_operator.OperatorError as exc:
+        module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", errors=exc.errors, **sharing.result)
     except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, **result)
+        module.fail_json(msg=exc.msg, status=exc.status, **sharing.result)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     assumed_warning,
@@ -251,9 +251,9 @@ def _run(module):
         gpus = facts["gpus"]
         try:
             resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
-        except mp.MigBusyError as exc:
+        except _mig_plan.MigBusyError as exc:
             module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
-        except mp.MigLayoutError as exc:
+        except _mig_plan.MigLayoutError as exc:
             module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
             module.warn(assumed_warning(assumed))
@@ -268,12 +268,12 @@ def _run(module):
                     terminate_processes(backend, pids, module.params["force_timeout"])
                 entry["executed"] = []
                 try:
-                    mp.execute_plan(backend, index, plan["operations"],
-                                    on_step=lambda op, res, e=entry: e["executed"].append(op))
+                    _mig_plan.execute_plan(backend, index, plan["operations"],
+                                           on_step=lambda op, res, e=entry: e["executed"].append(op))
                 finally:
                     changed = changed or bool(entry["executed"])
                 gpu_now = backend.read_gpu(index)
-                entry["after"] = mp.layout_view(gpu_now)
+                entry["after"] = _mig_plan.layout_view(gpu_now)
                 entry["mig_devices"] = devices_of(gpu_now)
                 entry.pop("executed")
             changed = changed or plan["changed"]

@@ -154,6 +154,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
@@ -273,7 +274,7 @@ def main():
 
     try:
         kube = _kube.Kube.from_params(p)
-        node, dummy = _kube.find_this_node(kube, p)
+        node, dummy = _kube_nodes.find_this_node(kube, p)
         name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
         marked_by = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)

@@ -137,6 +137,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 
 
@@ -151,9 +152,9 @@ class NodeGpuPods(object):
     def validate(self):
         p = self.params
         errors = [e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e]
-        errors.extend(_kube.dns_subdomain_errors(p["node_name"], "node_name"))
+        errors.extend(_kube_names.dns_subdomain_errors(p["node_name"], "node_name"))
         for entry in p["daemonsets"]:
-            errors.extend(_kube.dns_label_errors(entry["namespace"], "daemonsets namespace"))
+            errors.extend(_kube_names.dns_label_errors(entry["namespace"], "daemonsets namespace"))
             if entry["name"] and entry["selector"]:
                 errors.append("daemonsets entry in %s: give a name or a selector, not both" % entry["namespace"])
         if not 0 < len(p["owner"]) <= 253:

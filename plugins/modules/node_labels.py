@@ -175,6 +175,8 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -189,7 +191,7 @@ FOREIGN_PREFIXES = ("kubernetes.io", "k8s.io", "nvidia.com")
 def purge_prefix_errors(prefix):
     if prefix is None:
         return []
-    errs = _kube.dns_subdomain_errors(prefix, "purge_prefix")
+    errs = _kube_names.dns_subdomain_errors(prefix, "purge_prefix")
     for owned in FOREIGN_PREFIXES:
         if prefix == owned or prefix.endswith("." + owned):
             errs.append("purge_prefix %r is refused: labels under %s are written by Kubernetes, node-feature-discovery, "
@@ -249,9 +251,9 @@ def main():
         if not isinstance(raw, dict):
             module.fail_json(msg="labels must be a dict of key: value with state=present, got %s"
                              % type(raw).__name__)
-        labels = dict((k, _kube.normalize_label_value(v)) for k, v in raw.items())
+        labels = dict((k, _kube_names.normalize_label_value(v)) for k, v in raw.items())
         if p["device_plugin_config"] is not None:
-            config_errors = _kube.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])
+            config_errors = _kube_names.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])
             if config_errors:
                 module.fail_json(msg="invalid input, nothing changed: device_plugin_config: " + "; ".join(
                     e[:300] for e in config_errors), errors=config_errors)
@@ -274,7 +276,7 @@ def main():
             errors.append("state=absent only removes the keys in labels; purge_prefix, device_plugin_config, "
                           "gpu_present and mig_owner apply to state=present")
         labels = dict((k, None) for k in keys)
-    errors.extend("labels: " + error for error in _kube.validate_labels(labels))
+    errors.extend("labels: " + error for error in _kube_names.validate_labels(labels))
     errors.extend(purge_prefix_errors(p["purge_prefix"]))
     if p["device_plugin_config"] == "":
         errors.append("device_plugin_config must name a config (a key of the device plugin's config.map), got ''")
@@ -285,7 +287,7 @@ def main():
 
     try:
         kube = _kube.Kube.from_params(p)
-        node, how = _kube.find_this_node(kube, p)
+        node, how = _kube_nodes.find_this_node(kube, p)
         name = node["metadata"]["name"]
         result = dict(changed=False, node=name, matched_by=how)
         for attempt in range(3):

@@ -87,6 +87,7 @@ skipped_reason:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 
 
@@ -111,9 +112,9 @@ def main():
     p = module.params
     if not _kube.HAS_KUBERNETES:
         module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
-    errors = _kube.dns_subdomain_errors(p["name"], "name") + _kube.dns_label_errors(p["handler"], "handler")
-    selector = dict((k, _kube.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
-    errors += _kube.validate_labels(selector)
+    errors = _kube_names.dns_subdomain_errors(p["name"], "name") + _kube_names.dns_label_errors(p["handler"], "handler")
+    selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
+    errors += _kube_names.validate_labels(selector)
     if errors:
         module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
     _kube.mask_kubeconfig_secrets(module)

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-import pynvml as nv
+import pynvml
 
 SMI = [
     ["nvidia-smi"],
@@ -40,34 +40,34 @@ def _struct(obj):
 def _try(fn, *args):
     try:
         return fn(*args)
-    except nv.NVMLError as exc:
+    except pynvml.NVMLError as exc:
         return {"nvml_error": str(exc), "code": getattr(exc, "value", None)}
 
 
 def _placements(handle, profile_id):
-    array = (nv.c_nvmlGpuInstancePlacement_t * 16)()
-    count = nv.c_uint(16)
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * 16)()
+    count = pynvml.c_uint(16)
     try:
-        nv.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, nv.byref(count))
-    except nv.NVMLError as exc:
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, pynvml.byref(count))
+    except pynvml.NVMLError as exc:
         return {"nvml_error": str(exc), "code": getattr(exc, "value", None)}
     return [{"start": array[i].start, "size": array[i].size} for i in range(count.value)]
 
 
 def gi_profiles(handle):
     out = {}
-    names = sorted(n for n in dir(nv) if n.startswith("NVML_GPU_INSTANCE_PROFILE_")
-                   and n != "NVML_GPU_INSTANCE_PROFILE_COUNT" and isinstance(getattr(nv, n), int))
+    names = sorted(n for n in dir(pynvml) if n.startswith("NVML_GPU_INSTANCE_PROFILE_")
+                   and n != "NVML_GPU_INSTANCE_PROFILE_COUNT" and isinstance(getattr(pynvml, n), int))
     for name in names:
-        index = getattr(nv, name)
+        index = getattr(pynvml, name)
         entry = {"nvml_index": index}
-        info = _try(nv.nvmlDeviceGetGpuInstanceProfileInfo, handle, index)
+        info = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, index)
         entry["v1"] = info if isinstance(info, dict) else _struct(info)
-        if hasattr(nv, "nvmlDeviceGetGpuInstanceProfileInfoV"):
-            info_v = _try(nv.nvmlDeviceGetGpuInstanceProfileInfoV, handle, index)
+        if hasattr(pynvml, "nvmlDeviceGetGpuInstanceProfileInfoV"):
+            info_v = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfoV, handle, index)
             entry["v"] = info_v if isinstance(info_v, dict) else _struct(info_v)
         if not isinstance(info, dict):
-            remaining = _try(nv.nvmlDeviceGetGpuInstanceRemainingCapacity, handle, info.id)
+            remaining = _try(pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity, handle, info.id)
             entry["remaining"] = remaining
             entry["placements"] = _placements(handle, info.id)
         out[name] = entry
@@ -75,38 +75,38 @@ def gi_profiles(handle):
 
 
 def device(i):
-    h = nv.nvmlDeviceGetHandleByIndex(i)
-    pci = nv.nvmlDeviceGetPciInfo(h)
-    mem = nv.nvmlDeviceGetMemoryInfo(h)
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pci = pynvml.nvmlDeviceGetPciInfo(h)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
     return {
         "index": i,
-        "name": _text(nv.nvmlDeviceGetName(h)),
-        "uuid": _text(nv.nvmlDeviceGetUUID(h)),
+        "name": _text(pynvml.nvmlDeviceGetName(h)),
+        "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
         "pci": {"busId": _text(pci.busId), "pciDeviceId": pci.pciDeviceId,
                 "pciDeviceIdHex": "0x%08X" % pci.pciDeviceId, "pciSubSystemId": pci.pciSubSystemId},
         "memory": {"total": mem.total},
-        "compute_mode": _try(nv.nvmlDeviceGetComputeMode, h),
-        "persistence_mode": _try(nv.nvmlDeviceGetPersistenceMode, h),
-        "mig_mode": _try(nv.nvmlDeviceGetMigMode, h),
-        "cuda_cc": _try(nv.nvmlDeviceGetCudaComputeCapability, h),
-        "arch": _try(nv.nvmlDeviceGetArchitecture, h),
-        "num_cores": _try(nv.nvmlDeviceGetNumGpuCores, h),
+        "compute_mode": _try(pynvml.nvmlDeviceGetComputeMode, h),
+        "persistence_mode": _try(pynvml.nvmlDeviceGetPersistenceMode, h),
+        "mig_mode": _try(pynvml.nvmlDeviceGetMigMode, h),
+        "cuda_cc": _try(pynvml.nvmlDeviceGetCudaComputeCapability, h),
+        "arch": _try(pynvml.nvmlDeviceGetArchitecture, h),
+        "num_cores": _try(pynvml.nvmlDeviceGetNumGpuCores, h),
         "gi_profiles": gi_profiles(h),
     }
 
 
 def main(path):
-    nv.nvmlInit()
+    pynvml.nvmlInit()
     try:
         reading = {
-            "driver": _text(nv.nvmlSystemGetDriverVersion()),
-            "nvml_version": _text(nv.nvmlSystemGetNVMLVersion()),
-            "cuda_driver_version": nv.nvmlSystemGetCudaDriverVersion(),
-            "count": nv.nvmlDeviceGetCount(),
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "nvml_version": _text(pynvml.nvmlSystemGetNVMLVersion()),
+            "cuda_driver_version": pynvml.nvmlSystemGetCudaDriverVersion(),
+            "count": pynvml.nvmlDeviceGetCount(),
         }
         reading["devices"] = [device(i) for i in range(reading["count"])]
     finally:
-        nv.nvmlShutdown()
+        pynvml.nvmlShutdown()
     cmds = {}
     for cmd in SMI:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,

@@ -22,6 +22,7 @@ from tests.support.ansible_run import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import fleet_slices  # noqa: E402  (bench/fleet_slices.py)
+from fleet_common import BenchError  # noqa: E402  (bench/fleet_common.py)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(fleet_slices.HELM), reason="helm not installed: run make setup")]
@@ -91,14 +92,14 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     shutil.copy(os.path.join(ROOT, "tests", "support", "bin", "nvidia-ctk"), str(ctk))
     shutil.copy(os.path.join(ROOT, "tests", "support", "nvidia_ctk_standin.py"), str(tmp_path / "tools"))
     small = dict(SMALL, containerd_runtime_nvidia_ctk_path=str(ctk))
-    with pytest.raises(fleet_slices.fleet.BenchError, match="holds no converged fleet: run --slices-phase first"):
+    with pytest.raises(BenchError, match="holds no converged fleet: run --slices-phase first"):
         fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
     assert not os.path.exists(keep)
     assert fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="first") is None
-    with pytest.raises(fleet_slices.fleet.BenchError, match="exists: --slices-phase first makes a new fleet there"):
+    with pytest.raises(BenchError, match="exists: --slices-phase first makes a new fleet there"):
         fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="first")
     assert {"api.json", "fleet.json", "inventory", "row.json"} <= set(os.listdir(keep))
-    with pytest.raises(fleet_slices.fleet.BenchError, match="holds a fleet of 2 x h200-x1, not 3 x h200-x1"):
+    with pytest.raises(BenchError, match="holds a fleet of 2 x h200-x1, not 3 x h200-x1"):
         fleet_slices.measure(3, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
 
     seen = {}
@@ -125,7 +126,7 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     replacement = str(ctk) + ".new"
     shutil.copy(str(ctk), replacement)
     os.replace(replacement, str(ctk))
-    with pytest.raises(fleet_slices.fleet.BenchError,
+    with pytest.raises(BenchError,
                        match="not a steady-state re-run: 2 node.s. checked containerd in full"):
         fleet_slices.measure(2, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")
 

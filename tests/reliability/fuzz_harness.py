@@ -24,26 +24,27 @@ import os
 
 from hypothesis import strategies as st
 
-from tests.support import fuzz_values as fv
+from tests.support import fuzz_values
+from tests.support.fuzz_values import HUGE_INTS, ODD_FLOATS, hostile, json_values, paths, strings
 
-SANDBOX, POOL = fv.SANDBOX, fv.POOL
+SANDBOX, POOL = fuzz_values.SANDBOX, fuzz_values.POOL
 
 # ---- hints shared by several modules -----------------------------------------------------------------------------
-_COUNTS = st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
+_COUNTS = st.one_of(st.integers(-2, 9), st.sampled_from(HUGE_INTS + ODD_FLOATS),
                     st.sampled_from(["2", "two", "\u00b2", "\uff12", "1e3", "", "9" * 5000]))
-_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fv.DOMAIN if "g." in n]), fv.strings(),
+_PROFILE_NAMES = st.one_of(st.sampled_from([n for n in fuzz_values.DOMAIN if "g." in n]), strings(),
                            st.sampled_from(["9" * 5000 + "g.18gb", "1g." + "9" * 5000 + "gb", "\uff11g.18gb",
                                             "1g.18gb+me,me", "1g.18gb+gfx", "1g.24gb+me.all", "1c.1g.18gb-me",
                                             "1g.18gb+", "1g.18gb+-me", "1g.18gb+" + ",".join(["a"] * 5000)]))
-_MIG_DEVICES = st.one_of(st.dictionaries(_PROFILE_NAMES, _COUNTS, max_size=4), fv.hostile())
-_DEVICES = st.one_of(st.just("all"), st.lists(st.one_of(st.integers(-1, 9), st.sampled_from(fv.HUGE_INTS),
-                                                        fv.strings()), max_size=4), fv.hostile())
+_MIG_DEVICES = st.one_of(st.dictionaries(_PROFILE_NAMES, _COUNTS, max_size=4), hostile())
+_DEVICES = st.one_of(st.just("all"), st.lists(st.one_of(st.integers(-1, 9), st.sampled_from(HUGE_INTS),
+                                                        strings()), max_size=4), hostile())
 _ENTRY = st.fixed_dictionaries({}, optional={
     "devices": _DEVICES, "mig_devices": _MIG_DEVICES, "mig-devices": _MIG_DEVICES,
-    "mig_enabled": st.one_of(st.booleans(), fv.hostile()), "models": st.lists(fv.strings(), max_size=3),
-    "device_filter": st.one_of(st.sampled_from(["0x233510DE", "0x20B010DE:0x134F10DE", "0x2335"]), fv.strings()),
+    "mig_enabled": st.one_of(st.booleans(), hostile()), "models": st.lists(strings(), max_size=3),
+    "device_filter": st.one_of(st.sampled_from(["0x233510DE", "0x20B010DE:0x134F10DE", "0x2335"]), strings()),
     "profiles": st.just({"1g.18gb": 1})})
-LAYOUT = st.one_of(st.lists(_ENTRY, min_size=1, max_size=3), fv.hostile())
+LAYOUT = st.one_of(st.lists(_ENTRY, min_size=1, max_size=3), hostile())
 
 MIGPARTED = {
     "valid.yaml": "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n"
@@ -54,10 +55,10 @@ MIGPARTED = {
                            "mig-configs: {a: *x}\n",
     "list.yaml": "- 1\n- 2\n",
 }
-CONFIG_FILE = fv.paths(sorted(MIGPARTED))
+CONFIG_FILE = paths(sorted(MIGPARTED))
 CONFIG_NAME = st.one_of(st.sampled_from(["a", "b", "all-balanced", "all-1g", "all-7g", "all-disabled", "all-0g",
                                          "all-999999999999g", "all-" + "9" * 5000 + "g", "all-1g.18gb",
-                                         "all-\u00b9g", "all-\uff11g"]), fv.strings())
+                                         "all-\u00b9g", "all-\uff11g"]), strings())
 
 KUBECONFIG_FILES = {
     "kubeconfig-list.yaml": "- clusters\n",
@@ -77,40 +78,40 @@ _BAD_KUBECONFIGS = [
      "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "users": "u", "current-context": "x"},
     "apiVersion: v1\nclusters: [\n", "clusters:\n- 1\n", "{\"clusters\": {}}", "current-context: x\nclusters: 3\n",
 ]
-KUBECONFIG = st.one_of(st.just(SANDBOX + "/kubeconfig"), fv.paths(sorted(KUBECONFIG_FILES)),
-                       st.sampled_from(_BAD_KUBECONFIGS), fv.hostile())
+KUBECONFIG = st.one_of(st.just(SANDBOX + "/kubeconfig"), paths(sorted(KUBECONFIG_FILES)),
+                       st.sampled_from(_BAD_KUBECONFIGS), hostile())
 HOST = st.one_of(st.sampled_from(["", "http://127.0.0.1:1", "127.0.0.1", "http://[::1", "ftp://x", "http://127.0.0.1:99999",
                                   "https://127.0.0.1:1", "http://user:pw@127.0.0.1:1/", "http://\x00", "not a url",
-                                  "http://127.0.0.1:1/" + "a" * 10000, "http://\udcff"]), fv.hostile())
-TIMEOUTS = st.one_of(st.integers(-3, 5), st.sampled_from(fv.HUGE_INTS), fv.hostile())
+                                  "http://127.0.0.1:1/" + "a" * 10000, "http://\udcff"]), hostile())
+TIMEOUTS = st.one_of(st.integers(-3, 5), st.sampled_from(HUGE_INTS), hostile())
 KUBE_HINTS = {"kubeconfig": KUBECONFIG, "host": HOST,
-              "request_timeout": st.one_of(st.sampled_from(fv.ODD_FLOATS + fv.HUGE_INTS + [0, -1, 0.001]),
-                                           fv.hostile())}
+              "request_timeout": st.one_of(st.sampled_from(ODD_FLOATS + HUGE_INTS + [0, -1, 0.001]),
+                                           hostile())}
 KUBE_FILES = dict(KUBECONFIG_FILES)
 
 _LIMITS = st.one_of(
     st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 30 + "G", "99999999=8G", "0=8T", "0=0G", "0=-1G",
                      "\uff10=8G", "0=\uff18G", "\u00b2=8G", "0=8G\n", "0=8G,0=4G", ",".join("%d=1G" % i for i in range(999)),
                      "0=8G;rm -rf /"]),
-    st.dictionaries(st.one_of(st.integers(-2, 9), st.sampled_from(fv.HUGE_INTS), fv.strings()),
-                    st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), fv.strings(),
-                              st.sampled_from(fv.HUGE_INTS)), max_size=4),
-    fv.hostile())
-_PERCENT = st.one_of(st.integers(-2, 120), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS),
-                     st.sampled_from(["50", "50%", "\uff15\uff10", "\u00b2", "50\n", "05", "100.0"]), fv.hostile())
+    st.dictionaries(st.one_of(st.integers(-2, 9), st.sampled_from(HUGE_INTS), strings()),
+                    st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), strings(),
+                              st.sampled_from(HUGE_INTS)), max_size=4),
+    hostile())
+_PERCENT = st.one_of(st.integers(-2, 120), st.sampled_from(HUGE_INTS + ODD_FLOATS),
+                     st.sampled_from(["50", "50%", "\uff15\uff10", "\u00b2", "50\n", "05", "100.0"]), hostile())
 
 _GPU_FACTS = st.one_of(
     st.lists(st.fixed_dictionaries({}, optional={
-        "index": st.one_of(st.integers(0, 8), fv.hostile()),
-        "memory_total_mib": st.one_of(st.sampled_from([143771, 81920, 0, -1]), st.sampled_from(fv.HUGE_INTS),
-                                      fv.hostile()),
-        "memory_total_bytes": st.one_of(st.sampled_from(fv.HUGE_INTS), fv.hostile()),
-        "name": fv.strings(), "uuid": fv.strings(), "mig_mode_current": fv.strings()}), max_size=3),
-    fv.hostile())
+        "index": st.one_of(st.integers(0, 8), hostile()),
+        "memory_total_mib": st.one_of(st.sampled_from([143771, 81920, 0, -1]), st.sampled_from(HUGE_INTS),
+                                      hostile()),
+        "memory_total_bytes": st.one_of(st.sampled_from(HUGE_INTS), hostile()),
+        "name": strings(), "uuid": strings(), "mig_mode_current": strings()}), max_size=3),
+    hostile())
 _RESOURCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={
-    "name": st.one_of(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]), fv.strings()),
-    "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(fv.HUGE_INTS), fv.hostile()),
-    "devices": st.just("all"), "rename": fv.strings()}), max_size=3), fv.hostile())
+    "name": st.one_of(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]), strings()),
+    "replicas": st.one_of(st.integers(-1, 50), st.sampled_from(HUGE_INTS), hostile()),
+    "devices": st.just("all"), "rename": strings()}), max_size=3), hostile())
 
 
 def _facts_of(shape, mig_on=()):
@@ -135,7 +136,7 @@ def _facts_of(shape, mig_on=()):
 REAL_FACTS = _facts_of("mixed", mig_on=(0,))
 A100_FACTS = _facts_of("dgx-a100-40gb")
 H200_FACTS = _facts_of("hgx-h200")
-_ANY = st.one_of(fv.json_values(), fv.hostile(), st.sampled_from(fv.NOT_UTF8))
+_ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8))
 
 
 @st.composite
@@ -143,7 +144,7 @@ def _facts(draw, real=None, strict=False):
     """The real facts, or with one GPU's key replaced or removed, or with 'gpus' replaced, or anything.
     ``strict``: module arguments (no strings that are not UTF-8: ansible-core refuses those before a module runs)."""
     import copy
-    anything = st.one_of(fv.json_values(), fv.hostile()) if strict else _ANY
+    anything = st.one_of(json_values(), hostile()) if strict else _ANY
     facts = copy.deepcopy(REAL_FACTS if real is None else real)
     how = draw(st.integers(0, 4))
     gpus = facts["gpus"]
@@ -160,13 +161,13 @@ def _facts(draw, real=None, strict=False):
     return draw(st.sampled_from([facts, facts["gpus"], {"gpu_facts": facts}])) if how < 3 else facts
 
 
-INTERVALS = st.one_of(st.sampled_from([0.05, 0.01, 0, -1, 1e-9, 3601, 86401] + fv.ODD_FLOATS + fv.HUGE_INTS),
-                      fv.hostile())
+INTERVALS = st.one_of(st.sampled_from([0.05, 0.01, 0, -1, 1e-9, 3601, 86401] + ODD_FLOATS + HUGE_INTS),
+                      hostile())
 OPERATOR_PROFILES = [{"name": "default"}, {"name": "mps-4", "sharing": "mps", "replicas": 4},
                      {"name": "mig-mixed", "mig_strategy": "mixed"}]
 _K8S_NAMES = st.one_of(st.sampled_from(["gpu-operator", "cluster-policy", "gpuops-mig-parted-config",
                                         "default-mig-parted-config", "a100", "h200", "-x", "x" * 254, "A",
-                                        "kube-system"]), fv.strings())
+                                        "kube-system"]), strings())
 OPERATOR_HINTS = dict(KUBE_HINTS, **{"policy_name": _K8S_NAMES, "namespace": _K8S_NAMES, "mig_config_map": _K8S_NAMES,
                                      "config_map": _K8S_NAMES, "device_plugin_config_map": _K8S_NAMES,
                                      "node_name": st.one_of(st.sampled_from(["a100", "h200", "gpu-node-1", "nope"]),
@@ -193,25 +194,25 @@ MODULES = {
     "containerd_runtime": dict(rig="containerd", args={}),
     "device_plugin": dict(rig="helm", args={},
                           hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
-                                                    "values": st.one_of(fv.json_values(), fv.hostile()),
+                                                    "values": st.one_of(json_values(), hostile()),
                                                     "pending_timeout": TIMEOUTS, "verify_timeout": TIMEOUTS,
                                                     "timeout": st.one_of(st.sampled_from(
                                                         ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
-                                                        fv.hostile())}),
+                                                        hostile())}),
                           files=KUBE_FILES),
     "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
                                           "labels": {"gpuops.example.com/x": "1"}},
                         hints=dict(KUBE_HINTS, labels=st.one_of(
-                            st.dictionaries(fv.strings(["gpuops.example.com/y", "nvidia.com/gpu.present"]),
-                                            st.one_of(fv.strings(), st.none(), st.booleans(),
+                            st.dictionaries(strings(["gpuops.example.com/y", "nvidia.com/gpu.present"]),
+                                            st.one_of(strings(), st.none(), st.booleans(),
                                                       st.integers()), max_size=4),
-                            st.lists(fv.strings(["a=b", "gpuops.example.com/y=1"]), max_size=3), fv.hostile())),
+                            st.lists(strings(["a=b", "gpuops.example.com/y=1"]), max_size=3), hostile())),
                         files=KUBE_FILES),
     "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
                         hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},
                           hints=dict(KUBE_HINTS, node_selector=st.one_of(
-                              st.dictionaries(fv.strings(), fv.json_values(3), max_size=3), fv.hostile())),
+                              st.dictionaries(strings(), json_values(3), max_size=3), hostile())),
                           files=KUBE_FILES),
     "gpu_operator": dict(rig="operator", args={"profiles": OPERATOR_PROFILES, "mig_config_map": "gpuops-mig-parted-config",
                                                "nodes": [{"name": "a100", "profile": "mig-mixed"},
@@ -250,9 +251,9 @@ MODULES = {
                                                     "wait_timeout": TIMEOUTS, "arrival_timeout": TIMEOUTS,
                                                     "lease_duration": TIMEOUTS,
                                                     "run_slices": st.one_of(st.integers(-1, 3),
-                                                                            st.sampled_from(fv.HUGE_INTS), _ANY),
+                                                                            st.sampled_from(HUGE_INTS), _ANY),
                                                     "owner_pid": st.one_of(st.integers(-2, 2),
-                                                                           st.sampled_from(fv.HUGE_INTS), _ANY)}),
+                                                                           st.sampled_from(HUGE_INTS), _ANY)}),
                           files=KUBE_FILES),
     "cluster_profiles": dict(rig="kube", args={"namespace": "gpuops", "nodes": {"gpu-node-1": "mps-4"},
                                                "profiles": OPERATOR_PROFILES},
@@ -268,14 +269,14 @@ MODULES = {
                                                  "boot_unit": {"path": SANDBOX + "/gpuops-compute-mode.service"}},
                                 "files": [{"step": "compute_mode", "path": SANDBOX + "/absent", "state": "absent"}]},
                           hints={"mig.layout": LAYOUT, "mig.config_name": CONFIG_NAME,
-                                 "files[].path": fv.paths(), "compute_mode.boot_unit.path": fv.paths(),
+                                 "files[].path": paths(), "compute_mode.boot_unit.path": paths(),
                                  "lock_timeout": TIMEOUTS},
                           files=MIGPARTED),
 }
 
 
 # ---- filters: {filter file: {filter: {parameter: strategy}}}; parameters without one get any value --------------
-_REPLICAS = st.one_of(st.integers(-2, 20), st.sampled_from(fv.HUGE_INTS + fv.ODD_FLOATS), _ANY)
+_REPLICAS = st.one_of(st.integers(-2, 20), st.sampled_from(HUGE_INTS + ODD_FLOATS), _ANY)
 _MODE = st.one_of(st.sampled_from(["per_gpu", "pool"]), _ANY)
 _PLACEMENT = st.one_of(st.fixed_dictionaries({"start": st.one_of(st.integers(0, 7), _ANY), "size": _ANY}), _ANY)
 _INSTANCES = st.one_of(st.lists(st.fixed_dictionaries({}, optional={

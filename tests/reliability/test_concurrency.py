@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_lock as nl
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,7 +94,7 @@ def test_second_run_fails_clearly_after_the_timeout_naming_the_holder(tmp_path):
     sim = SimulatedBackend(state, shape="hgx-h200")
     sim.clear_call_log()
     before = open(state, "rb").read()
-    holder = nl.NodeLock(path=state + ".node.lock", timeout=0, owner="test-holder").acquire()
+    holder = _node_lock.NodeLock(path=state + ".node.lock", timeout=0, owner="test-holder").acquire()
     try:
         started = time.time()
         proc = _start(tmp_path, "b", "mig_mode", {"enabled": True, "lock_timeout": 1}, state)
@@ -114,7 +114,7 @@ def test_waiting_run_proceeds_when_the_holder_releases(tmp_path):
     state = str(tmp_path / "node.json")
     sim = SimulatedBackend(state, shape="hgx-h200")
     sim.clear_call_log()
-    holder = nl.NodeLock(path=state + ".node.lock", timeout=0, owner="test-holder").acquire()
+    holder = _node_lock.NodeLock(path=state + ".node.lock", timeout=0, owner="test-holder").acquire()
     timer = threading.Timer(1.0, holder.release)
     timer.start()
     try:
@@ -129,36 +129,37 @@ def test_waiting_run_proceeds_when_the_holder_releases(tmp_path):
 def test_env_timeout_and_path(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_NODE_LOCK", str(tmp_path / "sub" / "x.lock"))
     monkeypatch.setenv("GPUOPS_NODE_LOCK_TIMEOUT", "0")
-    with nl.NodeLock(owner="one") as first:
+    with _node_lock.NodeLock(owner="one") as first:
         assert first.path == str(tmp_path / "sub" / "x.lock")
-        with pytest.raises(nl.NodeLockError, match="holds the node lock .*one"):
-            nl.NodeLock(owner="two").acquire()
-    with nl.NodeLock(owner="three"):              # released: free again
+        with pytest.raises(_node_lock.NodeLockError, match="holds the node lock .*one"):
+            _node_lock.NodeLock(owner="two").acquire()
+    with _node_lock.NodeLock(owner="three"):              # released: free again
         pass
     monkeypatch.setenv("GPUOPS_NODE_LOCK_TIMEOUT", "soon")
-    with pytest.raises(nl.NodeLockError, match="not a whole number"):
-        nl.NodeLock()
+    with pytest.raises(_node_lock.NodeLockError, match="not a whole number"):
+        _node_lock.NodeLock()
     monkeypatch.delenv("GPUOPS_NODE_LOCK")
     monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", "/x/state.json")
-    assert nl.lock_path() == "/x/state.json.node.lock"
+    assert _node_lock.lock_path() == "/x/state.json.node.lock"
     monkeypatch.delenv("GPUOPS_SIMULATED_GPUS")
-    assert nl.lock_path() == "/run/gpuops/node.lock"
-    with pytest.raises(nl.NodeLockError, match="lock_timeout must be a whole number of seconds from 0 to 86400"):
-        nl.NodeLock(timeout=-1, path=str(tmp_path / "y.lock"))
+    assert _node_lock.lock_path() == "/run/gpuops/node.lock"
+    with pytest.raises(_node_lock.NodeLockError,
+                       match="lock_timeout must be a whole number of seconds from 0 to 86400"):
+        _node_lock.NodeLock(timeout=-1, path=str(tmp_path / "y.lock"))
 
 
 def test_killed_holder_leaves_no_stale_lock(tmp_path):
     path = str(tmp_path / "k.lock")
     code = ("import sys,time; sys.path.insert(0, %r); from ansible_collections.gpuops.nvidia.plugins.module_utils "
-            "import _node_lock as nl; nl.NodeLock(path=%r, timeout=0, owner='victim').acquire(); print('held', "
+            "import _node_lock; _node_lock.NodeLock(path=%r, timeout=0, owner='victim').acquire(); print('held', "
             "flush=True); time.sleep(60)" % (os.path.join(ROOT, ".collections"), path))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, universal_newlines=True)
     assert proc.stdout.readline().strip() == "held"
-    with pytest.raises(nl.NodeLockError, match="victim"):
-        nl.NodeLock(path=path, timeout=0).acquire()
+    with pytest.raises(_node_lock.NodeLockError, match="victim"):
+        _node_lock.NodeLock(path=path, timeout=0).acquire()
     proc.kill()
     proc.wait()
-    with nl.NodeLock(path=path, timeout=5) as lock:
+    with _node_lock.NodeLock(path=path, timeout=5) as lock:
         assert lock.fd is not None
 
 
@@ -175,7 +176,7 @@ def test_lock_directory_made_by_another_run_at_the_same_moment(tmp_path, monkeyp
             return False
         return real_isdir(path)
 
-    monkeypatch.setattr(nl.os.path, "isdir", isdir)
-    with nl.NodeLock(path=str(directory / "node-000.json.node.lock"), timeout=0, owner="late") as lock:
+    monkeypatch.setattr(_node_lock.os.path, "isdir", isdir)
+    with _node_lock.NodeLock(path=str(directory / "node-000.json.node.lock"), timeout=0, owner="late") as lock:
         assert lock.fd is not None and lock.waited < 1
     assert seen == [str(directory)]

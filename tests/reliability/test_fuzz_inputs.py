@@ -38,7 +38,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.basic import AnsibleModule
 
 from tests.reliability import fuzz_harness
-from tests.support import fuzz_values as fv
+from tests.support import fuzz_values
 from tests.support import rigs
 from tests.support.ansible_run import CANARY, ROOT, first_failure, run_playbook, site_validation_play
 from tests.support.bounded import memory_bound, run_bounded
@@ -164,14 +164,14 @@ def run_example(name, mutation, base_dir):
         _offline()
         rig = rigs.RIGS[harness["rig"]](sandbox, **harness.get("rig_kwargs", {}))
         try:
-            fv.make_pool(sandbox, harness.get("files"))
+            fuzz_values.make_pool(sandbox, harness.get("files"))
             rigs.os_environ_apply(rig.env)
-            args = dict(rig.args, **fv.resolve(harness["args"], sandbox))
+            args = dict(rig.args, **fuzz_values.resolve(harness["args"], sandbox))
             for option, value in mutation.items():
                 if value == OMIT:
                     args.pop(option, None)
                 else:
-                    args[option] = fv.resolve(value, sandbox)
+                    args[option] = fuzz_values.resolve(value, sandbox)
             before = rig.state()
             with memory_bound(MEMORY_MIB):
                 result = run_main(module.main, args, diff=True, **rig.internal)
@@ -274,7 +274,7 @@ def mutations(draw, spec, harness, pinned):
         if option not in pinned and draw(st.integers(0, 9)) == 0:
             out[option] = OMIT
         else:
-            out[option] = draw(fv.option(spec[option], hints, option))
+            out[option] = draw(fuzz_values.option(spec[option], hints, option))
     return out
 
 
@@ -321,7 +321,7 @@ def test_fuzz_filter(filename, func):
     function = importlib.import_module("%s.filter.%s" % (PACKAGE, filename)).FilterModule().filters()[func]
     params = list(inspect.signature(function).parameters.values())
     hints = fuzz_harness.FILTERS[filename][func]
-    strategies = [hints.get(p.name, st.one_of(fv.json_values(), fv.hostile())) for p in params]
+    strategies = [hints.get(p.name, st.one_of(fuzz_values.json_values(), fuzz_values.hostile())) for p in params]
     required = sum(1 for p in params if p.default is inspect.Parameter.empty)
 
     @settings_for(FILTER_EXAMPLES)
@@ -404,7 +404,7 @@ def role_examples():
         @settings(max_examples=ROLE_EXAMPLES * 8, deadline=None, database=None, derandomize=SEED is None,
                   suppress_health_check=list(HealthCheck), phases=[Phase.generate])
         @given(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True).flatmap(
-            lambda chosen: st.tuples(*[st.tuples(st.just(n), fv.option(options[n], {}, n)) for n in chosen])))
+            lambda chosen: st.tuples(*[st.tuples(st.just(n), fuzz_values.option(options[n], {}, n)) for n in chosen])))
         def collect(pairs):
             values = dict(pairs)
             if not _yaml_safe(values) or repr(values) in seen:

@@ -9,7 +9,7 @@ import yaml
 from tests.support.ansible_run import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import fleet  # noqa: E402  # pylint: disable=wrong-import-position
+import fleet_common  # noqa: E402  # pylint: disable=wrong-import-position
 import fleet_floor  # noqa: E402  # pylint: disable=wrong-import-position
 
 PLAN = "gpuops.nvidia.gpu_node_plan"
@@ -40,8 +40,8 @@ def _load(path):
 
 
 def test_floor_play_runs_the_plan_for_real_and_mirrors_everything_else(tmp_path):
-    shape = fleet.batches(_run_data())
-    (play,) = _load(fleet.empty_playbook(str(tmp_path), shape, real=(PLAN,), name="floor.yml"))
+    shape = fleet_common.batches(_run_data())
+    (play,) = _load(fleet_common.empty_playbook(str(tmp_path), shape, real=(PLAN,), name="floor.yml"))
     declare, plan, label = play["tasks"]
     assert play["hosts"] == "node-000,node-001"
     assert declare == {"name": "Task 0", "ansible.builtin.debug": {"msg": ""}}
@@ -62,21 +62,21 @@ def test_floor_play_runs_the_plan_for_real_and_mirrors_everything_else(tmp_path)
 
 
 def test_the_empty_play_is_unchanged_by_the_floor(tmp_path):
-    shape = fleet.batches(_run_data())
-    (play,) = _load(fleet.empty_playbook(str(tmp_path), shape))
+    shape = fleet_common.batches(_run_data())
+    (play,) = _load(fleet_common.empty_playbook(str(tmp_path), shape))
     assert [sorted(k for k in t if k != "name") for t in play["tasks"]] == [
         ["ansible.builtin.debug"], ["ansible.builtin.ping"], ["ansible.builtin.ping", "vars", "when"]]
-    assert os.path.basename(fleet.empty_playbook(str(tmp_path), shape)) == "empty.yml"
+    assert os.path.basename(fleet_common.empty_playbook(str(tmp_path), shape)) == "empty.yml"
 
 
 def test_only_module_tasks_without_a_loop_run_for_real():
     # the floor bench counts the tasks it keeps with the same test empty_playbook uses: a looped task of the action
     # would be mirrored by a ping, and the bench must then say it has no floor play instead of measuring one
     plan = {"module": True, "action": PLAN, "loop": 0}
-    assert fleet.runs_real(plan, (PLAN,))
-    assert not fleet.runs_real(dict(plan, loop=3), (PLAN,))
-    assert not fleet.runs_real(dict(plan, module=False), (PLAN,))
-    assert not fleet.runs_real(plan, ("gpuops.nvidia.node_labels",))
+    assert fleet_common.runs_real(plan, (PLAN,))
+    assert not fleet_common.runs_real(dict(plan, loop=3), (PLAN,))
+    assert not fleet_common.runs_real(dict(plan, module=False), (PLAN,))
+    assert not fleet_common.runs_real(plan, ("gpuops.nvidia.node_labels",))
 
 
 def test_the_bare_plays_keep_only_the_node_plan(tmp_path):
@@ -85,15 +85,15 @@ def test_the_bare_plays_keep_only_the_node_plan(tmp_path):
         {"task": {"name": "Check", "action": "ansible.builtin.assert"},
          "hosts": {"node-000": {"changed": False}, "node-001": {"changed": False}}}]}
     data["plays"].insert(0, validate)
-    shape = fleet.batches(data)
+    shape = fleet_common.batches(data)
     bare = fleet_floor.bare_shape(shape, (PLAN,))
     # a play without the node plan keeps one debug on all its hosts; the node play keeps the plan alone, with the
     # arguments each host had
     assert [[t["name"] for t in b["tasks"]] for b in bare] == [["Only task"], ["Plan"]]
     assert bare[0]["tasks"][0]["ran"] == ["node-000", "node-001"] and not bare[0]["tasks"][0]["module"]
     assert bare[1]["tasks"][0] is shape[1]["tasks"][1]
-    empty = _load(fleet.empty_playbook(str(tmp_path), bare, name="bare-empty.yml"))
-    floor = _load(fleet.empty_playbook(str(tmp_path), bare, real=(PLAN,), name="bare-floor.yml"))
+    empty = _load(fleet_common.empty_playbook(str(tmp_path), bare, name="bare-empty.yml"))
+    floor = _load(fleet_common.empty_playbook(str(tmp_path), bare, real=(PLAN,), name="bare-floor.yml"))
     assert [[sorted(k for k in t if k != "name") for t in p["tasks"]] for p in empty] == [
         [["ansible.builtin.debug"]], [["ansible.builtin.ping"]]]
     assert [[sorted(k for k in t if k != "name") for t in p["tasks"]] for p in floor] == [
@@ -104,7 +104,7 @@ def test_the_bare_plays_keep_only_the_node_plan(tmp_path):
 
 def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(tmp_path):
     data = _run_data()
-    bare = fleet_floor.bare_shape(fleet.batches(data), (PLAN,))
+    bare = fleet_floor.bare_shape(fleet_common.batches(data), (PLAN,))
     (play,) = _load(fleet_floor.imports_playbook(str(tmp_path), bare, (PLAN,)))
     # the plan's place in the bare empty play, on the same hosts; the module beside the playbook
     (task,) = play["tasks"]
@@ -112,10 +112,10 @@ def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(
     source = (tmp_path / "library" / "gpuops_floor_imports_of_gpu_node_plan.py").read_text()
     compile(source, "imports_only", "exec")
     # every import of the module's file, the ones inside its functions too (ansible-core bundles those as well)
-    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan as np_",
-                 "from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp"):
+    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan",
+                 "from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan"):
         assert line in source.splitlines()
     assert "from __future__" not in source and "def main" not in source
     assert source.count("from ansible.module_utils.basic import AnsibleModule") == 1
-    with pytest.raises(fleet.BenchError, match="not a gpuops.nvidia module"):
+    with pytest.raises(fleet_common.BenchError, match="not a gpuops.nvidia module"):
         fleet_floor.module_source("ansible.builtin.ping")

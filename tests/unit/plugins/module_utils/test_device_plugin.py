@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
@@ -27,11 +27,11 @@ def gpus(base, n):
 
 def build(profiles, default="default", **kw):
     kw.setdefault("chart_version", "0.17.0")
-    return dp.build(profiles, default, **kw)
+    return _device_plugin.build(profiles, default, **kw)
 
 
 def errors_of(profiles, default="default", **kw):
-    with pytest.raises(dp.DevicePluginConfigError) as info:
+    with pytest.raises(_device_plugin.DevicePluginConfigError) as info:
         build(profiles, default, **kw)
     return " | ".join(info.value.errors)
 
@@ -188,7 +188,7 @@ def test_mps_fail_flag_false_needs_chart_0_20():
     assert out["configs"]["mps"]["sharing"]["mps"]["failRequestsGreaterThanOne"] is False
 
 
-@pytest.mark.parametrize("key,env", sorted((k, v[0]) for k, v in dp.GLOBAL_OVERRIDES.items()))
+@pytest.mark.parametrize("key,env", sorted((k, v[0]) for k, v in _device_plugin.GLOBAL_OVERRIDES.items()))
 def test_global_values_that_override_per_node_configs_are_refused(key, env):
     msg = errors_of([DEFAULT], extra_values={key: "x"})
     assert "helm value %s is refused" % key in msg and env in msg and "flag > environment > config file" in msg
@@ -223,17 +223,17 @@ def test_duplicate_profile_and_empty_list():
 
 
 def test_all_errors_reported_together():
-    with pytest.raises(dp.DevicePluginConfigError) as info:
+    with pytest.raises(_device_plugin.DevicePluginConfigError) as info:
         build([{"name": "a", "sharing": "mps", "replicas": 1, "mig_strategy": "mixed"}], "a",
               extra_values={"migStrategy": "single"})
     assert len(info.value.errors) == 3
 
 
 def test_version_ordering():
-    assert dp.version_at_least("0.15.0", "0.15.0")
-    assert not dp.version_at_least("0.15.0-rc.2", "0.15.0")
-    assert dp.version_at_least("v0.20.0", "0.15.0")
-    assert not dp.version_at_least("0.9.0", "0.15.0")
+    assert _device_plugin.version_at_least("0.15.0", "0.15.0")
+    assert not _device_plugin.version_at_least("0.15.0-rc.2", "0.15.0")
+    assert _device_plugin.version_at_least("v0.20.0", "0.15.0")
+    assert not _device_plugin.version_at_least("0.9.0", "0.15.0")
 
 
 # ---- the values render in a chart with NVIDIA's values interface, through the real helm ---------------------------

@@ -1,4 +1,4 @@
-"""_kube: client construction like kubernetes.core, label syntax, node matching."""
+"""_kube: client construction like kubernetes.core, requests, errors."""
 import os
 import shutil
 
@@ -59,12 +59,12 @@ def test_default_kubeconfig_used_when_nothing_given(tmp_path, monkeypatch):
 
 
 def test_in_cluster_service_account(tmp_path, monkeypatch):
-    import kubernetes.config.incluster_config as ic
+    from kubernetes.config import incluster_config
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("sa-token")
     ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    monkeypatch.setattr(ic, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(ic, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cfg = _kube.build_configuration(params())
@@ -97,48 +97,6 @@ def test_kubeconfig_secrets_found():
     kc = {"users": [{"name": "a", "user": {"token": "T1", "client-key-data": "K1"}},
                     {"name": "b", "user": {"auth-provider": {"config": {"access-token": "A1"}}}}]}
     assert _kube.kubeconfig_secrets(kc) == {"T1", "K1", "A1"}
-
-
-@pytest.mark.parametrize("key", ["app", "example.com/app", "nvidia.com/device-plugin.config", "a.b-c/x_y.z",
-                                 "k" * 63, "%s/x" % ("a" * 253)])
-def test_valid_label_keys(key):
-    assert _kube.label_key_errors(key) == []
-
-
-@pytest.mark.parametrize("value", ["", "true", "mps-4", "A_b.c-1", "v" * 63])
-def test_valid_label_values(value):
-    assert _kube.label_value_errors("k", value) == []
-
-
-def test_prefix_length_limit():
-    assert "no more than 253" in _kube.label_key_errors("%s/x" % ("a" * 254))[0]
-
-
-def test_normalize_label_value():
-    assert _kube.normalize_label_value(True) == "true"
-    assert _kube.normalize_label_value(False) == "false"
-    assert _kube.normalize_label_value(4) == "4"
-    assert _kube.normalize_label_value("x") == "x"
-
-
-def _node(name, hostname=None, ip=None, labels=None):
-    addrs = [{"type": "Hostname", "address": hostname or name}]
-    if ip:
-        addrs.append({"type": "InternalIP", "address": ip})
-    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"addresses": addrs}}
-
-
-def test_find_node_methods():
-    nodes = [_node("n1", "host-a", "10.0.0.1"),
-             _node("n2", "host-b", "10.0.0.2", labels={"kubernetes.io/hostname": "label-host"})]
-    assert _kube.find_node(nodes, node_name="n2")[1] == "name"
-    assert _kube.find_node(nodes, hostnames=["host-a.example.com"])[0]["metadata"]["name"] == "n1"
-    assert _kube.find_node(nodes, hostnames=["label-host"])[0]["metadata"]["name"] == "n2"
-    assert _kube.find_node(nodes, internal_ips=["10.0.0.2"])[1] == "internal_ip"
-    with pytest.raises(_kube.KubeError, match="no Kubernetes node matches"):
-        _kube.find_node(nodes, hostnames=["zzz"], method="hostname")
-    with pytest.raises(_kube.KubeError, match="give node_name, hostname or internal_ips"):
-        _kube.find_node(nodes)
 
 
 @pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")

@@ -3,8 +3,8 @@ returns them): resource names of the +gfx, -me and +me.all profiles, and per-rep
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.filter.sharing import mps_shares
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin as dp
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 
@@ -13,13 +13,13 @@ def node(tmp_path, shape, layout=None, gpus=1):
     sim = SimulatedBackend(str(tmp_path / "node.json"), shape=shape)
     for index in range(gpus if layout else 0):
         sim.set_mig_mode(index, True)
-        plan = mp.plan_gpu(sim.read_gpu(index), {"mig_enabled": True, "mig_devices": layout})
-        mp.execute_plan(sim, index, plan["operations"])
+        plan = _mig_plan.plan_gpu(sim.read_gpu(index), {"mig_enabled": True, "mig_devices": layout})
+        _mig_plan.execute_plan(sim, index, plan["operations"])
     return sim.read_all()["gpus"]
 
 
 def build(profile, gpus):
-    return dp.build([profile], profile["name"], chart_version="0.17.0", nodes=[{"name": "n", "gpus": gpus}])
+    return _device_plugin.build([profile], profile["name"], chart_version="0.17.0", nodes=[{"name": "n", "gpus": gpus}])
 
 
 def test_mixed_strategy_names_suffixed_profiles_as_the_device_plugin_does(tmp_path):
@@ -43,7 +43,7 @@ def test_time_slicing_a_gfx_mig_resource(tmp_path):
     ("mig-1c.2g.48gb.gfx", "cannot be shared"),                       # sub-profiles get no resource
 ])
 def test_resources_the_device_plugin_never_advertises_are_refused(name, fragment):
-    with pytest.raises(dp.DevicePluginConfigError) as e:
+    with pytest.raises(_device_plugin.DevicePluginConfigError) as e:
         build({"name": "ts", "mig_strategy": "mixed", "sharing": "time-slicing",
                "resources": [{"name": name, "replicas": 2}]}, [])
     assert fragment in " | ".join(e.value.errors)

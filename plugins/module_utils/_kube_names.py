@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes name and label syntax, checked before any API call (PRIVATE: do not use from other collections).
+
+The rules and their wording are apimachinery's (k8s.io/apimachinery/pkg/util/validation/validation.go:
+IsQualifiedName, IsValidLabelValue, IsDNS1123Subdomain, IsDNS1123Label), so a message reads as the API server's
+would. Pure functions: no I/O, no client.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible.module_utils.six import string_types
+
+QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+DNS1123_SUBDOMAIN_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED_NAME = re.compile("^" + QUALIFIED_NAME_FMT + "$")
+_DNS1123_SUBDOMAIN = re.compile("^" + DNS1123_SUBDOMAIN_FMT + "$")
+_DNS1123_LABEL = re.compile("^" + DNS1123_LABEL_FMT + "$")
+
+NAME_RULE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+             "alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc', regex used for validation is '%s')"
+             % QUALIFIED_NAME_FMT)
+PREFIX_RULE = ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+               "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+               "validation is '%s')" % DNS1123_SUBDOMAIN_FMT)
+VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+              "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', regex "
+              "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
+
+
+def dns_subdomain_errors(value, what="value"):
+    if not value:
+        return ["%s must not be empty" % what]
+    errs = []
+    if len(value) > 253:
+        errs.append("%s %r must be no more than 253 characters" % (what, value))
+    if not _DNS1123_SUBDOMAIN.match(value):
+        errs.append("%s %r: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+                    "or '.', and must start and end with an alphanumeric character (regex used for validation is "
+                    "'%s')" % (what, value, DNS1123_SUBDOMAIN_FMT))
+    return errs
+
+
+def dns_label_errors(value, what="value"):
+    if not value or len(value) > 63 or not _DNS1123_LABEL.match(value):
+        return ["%s %r: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', must "
+                "start and end with an alphanumeric character and be at most 63 characters (regex used for "
+                "validation is '%s')" % (what, value, DNS1123_LABEL_FMT)]
+    return []
+
+
+def label_key_errors(key):
+    """Errors for a label key, worded like the API server's (IsQualifiedName)."""
+    if not isinstance(key, string_types) or not key:
+        return ["label key %r: name part must be non-empty" % (key,)]
+    errs = []
+    name = key
+    if "/" in key:
+        prefix, name = key.split("/", 1)
+        if not prefix:
+            errs.append("label key %r: prefix part must be non-empty" % key)
+        else:
+            if len(prefix) > 253:
+                errs.append("label key %r: prefix part must be no more than 253 characters" % key)
+            if not _DNS1123_SUBDOMAIN.match(prefix):
+                errs.append("label key %r: %s" % (key, PREFIX_RULE))
+    if not name:
+        errs.append("label key %r: name part must be non-empty" % key)
+        return errs
+    if len(name) > 63:
+        errs.append("label key %r: name part must be no more than 63 characters" % key)
+    if not _QUALIFIED_NAME.match(name):
+        errs.append("label key %r: %s" % (key, NAME_RULE))
+    return errs
+
+
+def label_value_errors(key, value):
+    if not isinstance(value, string_types):
+        return ["label %s: value %s must be a string, got a %s"
+                % (repr(key)[:100], repr(value)[:100], type(value).__name__)]
+    errs = []
+    if len(value) > 63:
+        errs.append("label %r: value %r must be no more than 63 characters" % (key, value))
+    if value and not _QUALIFIED_NAME.match(value):
+        errs.append("label %r: value %r: %s" % (key, value, VALUE_RULE))
+    return errs
+
+
+def normalize_label_value(value):
+    """YAML turns ``true`` and ``4`` into bool/int; Kubernetes labels are strings ("true", "4")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or isinstance(value, float):
+        return str(value)
+    return value
+
+
+def validate_labels(labels):
+    """Return a list of errors for a {key: value} dict (values may be None when removing)."""
+    errs = []
+    for key, value in (labels or {}).items():
+        errs.extend(label_key_errors(key))
+        if value is not None:
+            errs.extend(label_value_errors(key, value))
+    return errs

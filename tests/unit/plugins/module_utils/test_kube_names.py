@@ -1,0 +1,26 @@
+"""_kube_names: label keys and values checked with apimachinery's rules before any API call."""
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+
+
+@pytest.mark.parametrize("key", ["app", "example.com/app", "nvidia.com/device-plugin.config", "a.b-c/x_y.z",
+                                 "k" * 63, "%s/x" % ("a" * 253)])
+def test_valid_label_keys(key):
+    assert _kube_names.label_key_errors(key) == []
+
+
+@pytest.mark.parametrize("value", ["", "true", "mps-4", "A_b.c-1", "v" * 63])
+def test_valid_label_values(value):
+    assert _kube_names.label_value_errors("k", value) == []
+
+
+def test_prefix_length_limit():
+    assert "no more than 253" in _kube_names.label_key_errors("%s/x" % ("a" * 254))[0]
+
+
+def test_normalize_label_value():
+    assert _kube_names.normalize_label_value(True) == "true"
+    assert _kube_names.normalize_label_value(False) == "false"
+    assert _kube_names.normalize_label_value(4) == "4"
+    assert _kube_names.normalize_label_value("x") == "x"
