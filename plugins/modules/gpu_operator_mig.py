@@ -144,7 +144,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator as op
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 
@@ -240,7 +240,7 @@ def main():
     try:
         config, entries, resolved = op.node_config(gpus, layout=p["layout"], config_name_hint=p["config_name"])
         differ = op.gpus_differ(gpus, resolved)
-    except mp.MigLayoutError as exc:
+    except MigLayoutError as exc:
         module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them). Nothing was changed."
                              % (node, name_source(p, str(exc)).rstrip(". ")))
     _kube.mask_kubeconfig_secrets(module)

@@ -5,7 +5,8 @@ import copy
 import itertools
 from collections import Counter
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_instances
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog
 
 # name pattern per model: (1g, 1g+me, 1g 2-memory-slice, 2g, 3g, 4g, 7g)
 MODELS = {
@@ -195,8 +196,8 @@ class SliceModel(object):
 def brute_force_best(gpu, target):
     """Max (busy kept, compute instances kept) over every final state that realises ``target``: every set
     of non-overlapping GI placements, every distribution of the target's compute instances into them."""
-    cat = mp.Catalog(gpu)
-    insts = mp.current_instances(gpu, cat)
+    cat = Catalog(gpu)
+    insts = current_instances(gpu, cat)
     cur = {}
     for gi in insts:
         cur[(gi["profile"], gi["start"])] = gi
