@@ -294,6 +294,18 @@ def busy_clear_problem(gpu, step):
         gpu_label(gpu), ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy))
 
 
+def clear_operations(gpu_instances):
+    """The operations that destroy ``gpu_instances`` (as gpu_info reads them) before MIG mode is disabled: each GPU
+    instance's compute instances, then the GPU instance."""
+    ops = []
+    for gi in gpu_instances:
+        for ci in gi.get("compute_instances") or []:
+            ops.append({"op": "destroy_compute_instance", "gi_id": gi["id"], "ci_id": ci["id"],
+                        "profile": ci.get("profile")})
+        ops.append({"op": "destroy_gpu_instance", "gi_id": gi["id"], "profile": gi.get("profile")})
+    return ops
+
+
 def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
     """Bring one GPU to MIG mode ``want`` (or predict it in check mode). Returns the per-GPU result entry.
     NVML errors propagate (the caller reports them; a re-run continues from the state reached)."""
@@ -315,10 +327,7 @@ def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
         after = predict_mode(gpu, want, step)
         final = step
     else:
-        for gi in step["clear"]:
-            for ci in gi.get("compute_instances") or []:
-                backend.destroy_compute_instance(index, gi["id"], ci["id"])
-            backend.destroy_gpu_instance(index, gi["id"])
+        execute_plan(backend, index, clear_operations(step["clear"]))
         if step["set"]:
             status = backend.set_mig_mode(index, want)
             entry["activation_status"] = "SUCCESS" if not status else NVML_ERROR_NAMES.get(status, str(status))
