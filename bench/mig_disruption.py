@@ -39,7 +39,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (  
     validate_gpu_layout,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog  # noqa: E402
-from mig_model import ModelError, SliceModel, brute_force_best, gpu_facts  # noqa: E402
+from mig_model import brute_force_best, gpu_facts, simulated  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
 from tests.support.modrun import run_main_ok  # noqa: E402
@@ -50,28 +51,26 @@ NAMED = ["all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]
 
 def state_from_devices(model, devices):
     """A GPU in the state our planner creates for ``devices`` from empty (the usual starting point)."""
-    gpu = gpu_facts(model)
-    m = SliceModel([gpu])
+    m = simulated([model])
     plan = plan_gpu(m.read_all()["gpus"][0], {"mig_enabled": True, "mig_devices": devices})
     execute_plan(m, 0, plan["operations"])
     return m.read_all()["gpus"][0]
 
 
 def random_state(model, rng):
-    gpu = gpu_facts(model)
-    m = SliceModel([gpu])
-    cat = Catalog(gpu)
+    m = simulated([model])
+    cat = Catalog(m.read_gpu(0))
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
     for _attempt in range(rng.randint(1, 7)):
         prof = rng.choice(profs)
         try:
             gi_id = m.create_gpu_instance(0, prof["id"], rng.choice(prof["placements"])["start"])
-        except ModelError:
+        except NvmlError:
             continue
         for _attempt in range(rng.randint(1, 2)):
             try:
                 m.create_compute_instance(0, gi_id, rng.choice(prof["ci_profiles"])["id"])
-            except ModelError:
+            except NvmlError:
                 pass
     gpu = m.read_all()["gpus"][0]
     # drop GIs without compute instances: a usable state has none

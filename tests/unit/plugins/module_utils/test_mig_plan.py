@@ -22,23 +22,25 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog
 
-from mig_model import ALL_MODELS, ModelError, SliceModel, brute_force_best, gpu_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError
+
+from mig_model import ALL_MODELS, brute_force_best, gpu_facts, simulated
 
 
 # --------------------------------------------------------------------------------------------- helpers
 
 def build(model, gis, index=0, procs=()):
-    """gis: list of (gi_profile, start, [ci names]) -> facts with those instances (via the slice model)."""
-    gpu = gpu_facts(model, index)
-    m = SliceModel([gpu])
-    cat = Catalog(gpu)
+    """A simulated GPU with instances: gis is a list of (gi_profile, start, [ci names]), procs a list of (pid, n, m):
+    a process on the m-th compute instance of the n-th GPU instance, in the order of ``gis``."""
+    m = simulated({index: model})
+    cat = Catalog(m.read_gpu(index))
+    created = []
     for prof_name, start, cis in gis:
         gi_id = m.create_gpu_instance(index, cat.gi_by_name[prof_name]["id"], start)
-        for ci in cis:
-            m.create_compute_instance(index, gi_id, cat.devices[ci][1]["id"])
+        created.append((gi_id, [m.create_compute_instance(index, gi_id, cat.devices[ci][1]["id"]) for ci in cis]))
     for pid, gi_n, ci_n in procs:
-        gi = m.gpus[index]["gpu_instances"][gi_n]
-        m.add_process(index, pid, "job%d" % pid, gi["id"], gi["compute_instances"][ci_n]["id"])
+        gi_id, ci_ids = created[gi_n]
+        m.add_process(index, pid, "job%d" % pid, gi_id=gi_id, ci_id=ci_ids[ci_n])
     return m
 
 
@@ -47,8 +49,8 @@ def apply(m, index, spec, force=False):
     plan = plan_gpu(gpu, spec, force=force)
     if force:
         for b in plan["busy_destroyed"]:
-            m.gpus[index]["processes"] = [p for p in m.gpus[index]["processes"]
-                                          if p["pid"] not in [q["pid"] for q in b["processes"]]]
+            for process in b["processes"]:
+                m.remove_process(process["pid"])
     execute_plan(m, index, plan["operations"])
     return plan, m.read_all()["gpus"][index]
 
@@ -62,7 +64,7 @@ def enabled(devs):
 @pytest.mark.parametrize("model,expected", [
     ("A100-SXM4-40GB", {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
     ("A100-SXM4-80GB", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
-    ("H100-80GB", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+    ("H100-SXM5-80GB", {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
     ("H200", {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
     ("A30", {"1g.6gb": 2, "2g.12gb": 1}),
 ])
@@ -289,7 +291,7 @@ def test_migparted_subprofiles_pack_into_one_gi():
 def test_noop_when_already_applied():
     m = build("H200", [("3g.71gb", 4, ["3g.71gb"]), ("2g.35gb", 0, ["2g.35gb"]), ("1g.18gb", 2, ["1g.18gb"]),
                        ("1g.18gb", 3, ["1g.18gb"])])
-    plan = plan_gpu(m.read_all()["gpus"][0], named_layout_for(m.gpus[0], "all-balanced"))
+    plan = plan_gpu(m.read_all()["gpus"][0], named_layout_for(m.read_gpu(0), "all-balanced"))
     assert plan["operations"] == [] and not plan["changed"]
     assert plan["before"] == plan["after"]
 
@@ -321,7 +323,7 @@ def test_busy_instance_needs_force_and_names_processes():
         plan_gpu(gpu, enabled({"7g.141gb": 1}))
     assert "pid 4242 (job4242)" in str(e.value) and "force: true" in str(e.value)
     assert e.value.busy[0]["processes"] == [{"pid": 4242, "name": "job4242"}]
-    assert m.calls[-1][0] == "create_compute_instance"   # nothing happened beyond the build
+    assert m.calls()[-1] == "create_compute_instance"   # nothing happened beyond the build
     plan, after = apply(m, 0, enabled({"7g.141gb": 1}), force=True)
     assert plan["busy_destroyed"][0]["processes"][0]["pid"] == 4242
     assert current_devices(after) == {"7g.141gb": 1}
@@ -377,9 +379,8 @@ def test_plan_layout_reports_all_gpus_errors_together():
 
 def _random_state(draw, model, max_gis=7, with_procs=True):
     """Random reachable state: random GI creations at random valid placements, random CIs, random processes."""
-    gpu = gpu_facts(model)
-    m = SliceModel([gpu])
-    cat = Catalog(gpu)
+    m = simulated([model])
+    cat = Catalog(m.read_gpu(0))
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
     n = draw(st.integers(0, max_gis))
     for _attempt in range(n):
@@ -387,30 +388,31 @@ def _random_state(draw, model, max_gis=7, with_procs=True):
         pl = draw(st.sampled_from(prof["placements"]))
         try:
             gi_id = m.create_gpu_instance(0, prof["id"], pl["start"])
-        except ModelError:
+        except NvmlError:
             continue
         cis = prof["ci_profiles"]
         for _attempt in range(draw(st.integers(0, 3))):
             ci = draw(st.sampled_from(cis))
             try:
                 m.create_compute_instance(0, gi_id, ci["id"])
-            except ModelError:
+            except NvmlError:
                 pass
     if with_procs:
-        for gi in m.gpus[0]["gpu_instances"]:
+        for gi in m.read_gpu(0)["gpu_instances"]:
             for ci in gi["compute_instances"]:
                 if draw(st.integers(0, 4)) == 0:
-                    m.add_process(0, 1000 + len(m.gpus[0]["processes"]), "p", gi["id"], ci["id"])
-    m.calls = []
+                    m.add_process(0, 1000 + len(m.read_gpu(0)["processes"]), "p", gi_id=gi["id"], ci_id=ci["id"])
+    m.clear_call_log()
     return m
 
 
 def _mutated_target(draw, m):
     """A target near the current state: drop some instances, then create random new ones where they fit."""
-    t = SliceModel([m.gpus[0]])
-    t.gpus[0]["processes"] = []
-    cat = Catalog(t.gpus[0])
-    for gi in list(t.gpus[0]["gpu_instances"]):
+    t = m.clone()
+    for process in t.read_gpu(0)["processes"]:
+        t.remove_process(process["pid"])
+    cat = Catalog(t.read_gpu(0))
+    for gi in t.read_gpu(0)["gpu_instances"]:
         if draw(st.integers(0, 2)) == 0:
             for ci in list(gi["compute_instances"]):
                 t.destroy_compute_instance(0, gi["id"], ci["id"])
@@ -426,9 +428,9 @@ def _mutated_target(draw, m):
         try:
             gi_id = t.create_gpu_instance(0, prof["id"], pl["start"])
             t.create_compute_instance(0, gi_id, draw(st.sampled_from(prof["ci_profiles"]))["id"])
-        except ModelError:
+        except NvmlError:
             pass
-    return current_devices(t.gpus[0])
+    return current_devices(t.read_gpu(0))
 
 
 @st.composite
@@ -438,7 +440,7 @@ def scenario(draw, models=tuple(ALL_MODELS), max_gis=7, with_procs=True):
     if draw(st.booleans()):
         target = _mutated_target(draw, m)
     else:
-        target = current_devices(_random_state(draw, model, max_gis, False).gpus[0])
+        target = current_devices(_random_state(draw, model, max_gis, False).read_gpu(0))
     return model, m, target
 
 
@@ -457,7 +459,7 @@ def test_plan_reaches_target_and_is_idempotent(sc):
         plan = plan_gpu(gpu, enabled(target))
     except MigBusyError as e:
         # refused: only if an in-use instance really has to go, and nothing was touched
-        assert e.busy and m.calls == []
+        assert e.busy and m.calls() == []
         plan = plan_gpu(gpu, enabled(target), force=True)
         assert plan["busy_destroyed"]
         for b in plan["busy_destroyed"]:
