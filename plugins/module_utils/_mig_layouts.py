@@ -158,7 +158,7 @@ def _select(gpus, entry, where, strict):
 def parse_migparted_config(config, config_name=None):
     """Validate a mig-parted v1 config (already loaded from YAML) and return (name, entries).
 
-    Rules from NVIDIA/mig-parted@bd7160f4:api/spec/v1 (spec.go, and pkg/types/mig_config.go AssertValidFormat).
+    Rules from NVIDIA/mig-parted@bd7160f4:api/spec/v1 and pkg/types/mig_config.go (AssertValidFormat).
     """
     if not isinstance(config, dict):
         raise MigLayoutError("mig-parted config must be a map with keys 'version' and 'mig-configs'")
