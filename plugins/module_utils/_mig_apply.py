@@ -75,13 +75,13 @@ def _resolve(gpus, params):
         res = _narrow(resolve_layout(gpus, layout=params["layout"]), chosen)
     elif params.get("config_file"):
         res = _narrow(resolve_layout(gpus, config=load_config_file(params["config_file"]),
-                                        config_name=params.get("config_name")), chosen)
+                                     config_name=params.get("config_name")), chosen)
     elif params.get("config_name"):
         res = resolve_layout(chosen, named=params["config_name"],
-                                gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
+                             gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
     else:
         raise MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
-                                "(a named layout: %s)" % ", ".join(NAMED_LAYOUTS))
+                             "(a named layout: %s)" % ", ".join(NAMED_LAYOUTS))
     return res
 
 

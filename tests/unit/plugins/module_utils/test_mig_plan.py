@@ -369,7 +369,7 @@ def test_empty_gi_reused_when_target_has_its_profile():
 def test_plan_layout_reports_all_gpus_errors_together():
     gpus = [gpu_facts("H200", 0), gpu_facts("H200", 1)]
     res = resolve_layout(gpus, layout=[{"devices": [0], "mig_devices": {"4g.71gb": 2}},
-                                          {"devices": [1], "mig_devices": {"9g.1gb": 1}}])
+                                       {"devices": [1], "mig_devices": {"9g.1gb": 1}}])
     with pytest.raises(MigLayoutError) as e:
         plan_layout(gpus, res)
     assert "GPU 0" in str(e.value) and "GPU 1" in str(e.value)
