@@ -28,8 +28,19 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan  # noqa: E402
-from mig_model import ModelError, SliceModel, brute_force_best, gpu_facts  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (  # noqa: E402
+    MigLayoutError,
+    named_layout_for,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (  # noqa: E402
+    current_devices,
+    plan_gpu,
+    validate_gpu_layout,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog  # noqa: E402
+from mig_model import brute_force_best, gpu_facts, simulated  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
 from tests.support.modrun import run_main_ok  # noqa: E402
@@ -40,28 +51,26 @@ NAMED = ["all-balanced", "all-1g", "all-2g", "all-3g", "all-7g"]
 
 def state_from_devices(model, devices):
     """A GPU in the state our planner creates for ``devices`` from empty (the usual starting point)."""
-    gpu = gpu_facts(model)
-    m = SliceModel([gpu])
-    plan = _mig_plan.plan_gpu(m.read_all()["gpus"][0], {"mig_enabled": True, "mig_devices": devices})
-    _mig_plan.execute_plan(m, 0, plan["operations"])
+    m = simulated([model])
+    plan = plan_gpu(m.read_all()["gpus"][0], {"mig_enabled": True, "mig_devices": devices})
+    execute_plan(m, 0, plan["operations"])
     return m.read_all()["gpus"][0]
 
 
 def random_state(model, rng):
-    gpu = gpu_facts(model)
-    m = SliceModel([gpu])
-    cat = _mig_plan.Catalog(gpu)
+    m = simulated([model])
+    cat = Catalog(m.read_gpu(0))
     profs = sorted(cat.gi_by_name.values(), key=lambda p: p["id"])
     for _attempt in range(rng.randint(1, 7)):
         prof = rng.choice(profs)
         try:
             gi_id = m.create_gpu_instance(0, prof["id"], rng.choice(prof["placements"])["start"])
-        except ModelError:
+        except NvmlError:
             continue
         for _attempt in range(rng.randint(1, 2)):
             try:
                 m.create_compute_instance(0, gi_id, rng.choice(prof["ci_profiles"])["id"])
-            except ModelError:
+            except NvmlError:
                 pass
     gpu = m.read_all()["gpus"][0]
     # drop GIs without compute instances: a usable state has none
@@ -76,19 +85,19 @@ def random_pairs(model, rng, count, p_keep):
     while len(pairs) < count:
         gpu = random_state(model, rng)
         keep = {}
-        for name, n in _mig_plan.current_devices(gpu).items():
+        for name, n in current_devices(gpu).items():
             k = sum(rng.random() < p_keep for _attempt in range(n))
             if k:
                 keep[name] = k
-        names = _mig_plan.Catalog(gpu).valid_names()
+        names = Catalog(gpu).valid_names()
         for _attempt in range(rng.randint(0, 3)):
             cand = dict(keep)
             name = rng.choice(names)
             cand[name] = cand.get(name, 0) + 1
             try:
-                _mig_plan.validate_gpu_layout(gpu, {"mig_enabled": True, "mig_devices": cand})
+                validate_gpu_layout(gpu, {"mig_enabled": True, "mig_devices": cand})
                 keep = cand
-            except _mig_plan.MigLayoutError:
+            except MigLayoutError:
                 pass
         if sum(keep.values()) <= 7:
             pairs.append((gpu, keep))
@@ -99,11 +108,11 @@ def measure(pairs):
     rows = {"transitions": 0, "changed": 0, "cis_before": 0, "baseline": 0, "ours": 0, "minimum": 0,
             "ours_is_min": 0, "ours_zero_baseline_not": 0, "plan_s": 0.0, "plan_max_s": 0.0}
     for gpu, target in pairs:
-        cur = _mig_plan.current_devices(gpu)
+        cur = current_devices(gpu)
         n_cis = sum(cur.values())
         baseline = 0 if cur == target else n_cis
         t0 = time.perf_counter()
-        plan = _mig_plan.plan_gpu(gpu, {"mig_enabled": True, "mig_devices": target}, force=True)
+        plan = plan_gpu(gpu, {"mig_enabled": True, "mig_devices": target}, force=True)
         dt = time.perf_counter() - t0
         ours = sum(1 for d in plan["destroyed"] if d["kind"] == "compute_instance")
         best = brute_force_best(gpu, target)
@@ -132,7 +141,7 @@ def main():
     parts = []
     for model in MODELS:
         gpu0 = gpu_facts(model)
-        named = dict((n, _mig_plan.named_layout_for(gpu0, n)["mig_devices"]) for n in NAMED)
+        named = dict((n, named_layout_for(gpu0, n)["mig_devices"]) for n in NAMED)
         pairs = [(state_from_devices(model, named[a]), named[b]) for a, b in itertools.permutations(NAMED, 2)]
         parts.append(("%s named->named" % model, pairs))
         for label, p_keep in (("random edits", 0.5), ("additions only", 1.0)):
@@ -166,7 +175,7 @@ MACHINES = [("dgx-a100-40gb", "A100-40GB (Ampere: a mode change needs a reset)")
 
 
 def _node_layout(gpus, names):
-    return [dict({"devices": [i]}, **_mig_plan.named_layout_for(gpus[i], n)) for i, n in enumerate(names)]
+    return [dict({"devices": [i]}, **named_layout_for(gpus[i], n)) for i, n in enumerate(names)]
 
 
 def _converge(sim, names):
@@ -178,7 +187,7 @@ def _converge(sim, names):
 
 def mig_parted_cost(before_gpus, names, ampere):
     """(MIG devices destroyed, GPUs reset) by mig-parted's ApplyMigMode + ApplyMigConfig (reference/mig.md 1.5)."""
-    want = [_mig_plan.named_layout_for(g, n) for g, n in zip(before_gpus, names)]
+    want = [named_layout_for(g, n) for g, n in zip(before_gpus, names)]
     mode_differs = any((g["mig_mode_current"] == "Enabled") != w["mig_enabled"] for g, w in zip(before_gpus, want))
     destroyed, cleared = 0, set()
     if mode_differs:
@@ -191,7 +200,7 @@ def mig_parted_cost(before_gpus, names, ampere):
     resets = len(before_gpus) if pending else 0
     for g, w in zip(before_gpus, want):            # ApplyMigConfig: destroy all where the multiset differs
         if w["mig_enabled"] and g["index"] not in cleared and g["mig_mode_current"] == "Enabled":
-            have = dict(_mig_plan.current_devices(g))
+            have = dict(current_devices(g))
             if have != dict((k, v) for k, v in w["mig_devices"].items() if v):
                 destroyed += len(g["mig_devices"])
     return destroyed, resets
@@ -240,11 +249,11 @@ def node_table(args):
             our_d, our_r = calls.count("destroy_compute_instance"), calls.count("reset_gpu")
             after = sim.read_all()["gpus"]
             for g, n in zip(after, target):      # the benchmark is void unless ours reached the target
-                w = _mig_plan.named_layout_for(g, n)
+                w = named_layout_for(g, n)
                 assert (g["mig_mode_current"] == "Enabled") == w["mig_enabled"], (shape, name, g["index"])
-                assert dict(_mig_plan.current_devices(g)) == dict((a, b) for a, b in w["mig_devices"].items() if b)
+                assert dict(current_devices(g)) == dict((a, b) for a, b in w["mig_devices"].items() if b)
             modes = sum(1 for g, n in zip(before, target)
-                        if (g["mig_mode_current"] == "Enabled") != _mig_plan.named_layout_for(g, n)["mig_enabled"])
+                        if (g["mig_mode_current"] == "Enabled") != named_layout_for(g, n)["mig_enabled"])
             tot["n"] += 1
             tot["modes"] += modes > 0
             tot["mp_d"] += mp_d

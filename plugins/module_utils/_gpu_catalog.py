@@ -34,8 +34,9 @@ GI_PROFILE_INDEX = {
 CI_PROFILE_INDEX_BY_SLICES = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4}
 
 ARCH_RULES = {
-    # mig.md §3.9 and §2.6 (UG getting-started): Ampere needs a GPU reset to activate a MIG-mode change and
-    # keeps the mode across reboots (InfoROM); Hopper and later need no reset and lose the mode on reboot.
+    # MIG user guide (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/), Getting Started with MIG > Enable
+    # MIG Mode, and Deployment Considerations: Ampere needs a GPU reset to activate a MIG-mode change and keeps the
+    # mode across reboots (InfoROM); Hopper and later need no reset and lose the mode on reboot.
     "ampere": {"mig_change_needs_reset": True, "mig_mode_survives_reboot": True},
     "hopper": {"mig_change_needs_reset": False, "mig_mode_survives_reboot": False},
     # Blackwell (B200, GB200, B300: cc 10.x; RTX PRO 6000: cc 12.0): the user guide states the rule for "Hopper and
@@ -60,7 +61,8 @@ def derived_mib(total_mib, slices, of=8):
 
 
 def mig_name_gb(total_mib, profile_mib, fractions=8):
-    """The <GB> of a profile name, computed as go-nvlib's getMigMemorySizeGB does (reference/mig.md 1.2): the
+    """The <GB> of a profile name, computed as go-nvlib's getMigMemorySizeGB does (pkg/nvlib/device/mig_profile.go,
+    vendored in NVIDIA/mig-parted@bd7160f4): the
     profile's share of the GPU's memory rounded UP to eighths, times the GPU's memory in GiB rounded up, rounded
     half away from zero."""
     gib = 1024
@@ -82,10 +84,11 @@ _B200_SMS = (18, 30, 36, 54, 72, 148)
 
 
 def _seven_slice(names, mem_mib, sms, ids=(19, 20, 15, 14, 9, 5, 0)):
-    """The 7-compute/8-memory-slice layout shared by A100, H100, H200 and the 7-slice Blackwell parts (mig.md
-    §3.2-3.6, §3.8; B200, GB200 and B300 have the same fractions of memory and SMs in the UG table and the same
-    ids in every published listing). Placements are those of the H200 reading; for the other models they are
-    derived from the same geometry, as no -lgipp output of theirs is published."""
+    """The 7-compute/8-memory-slice layout shared by A100, H100, H200 and the 7-slice Blackwell parts (the MIG
+    user guide's Supported MIG Profiles tables, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/
+    supported-mig-profiles.html; B200, GB200 and B300 have the same fractions of memory and SMs in the UG table
+    and the same ids in every published listing). Placements are those of the H200 reading; for the other models
+    they are derived from the same geometry, as no -lgipp output of theirs is published."""
     n1, n1me, n1x2, n2, n3, n4, n7 = names
     m1, m1x2, m3, m7 = mem_mib
     s1, s1x2, s2, s3, s4, s7 = sms
@@ -101,7 +104,7 @@ def _seven_slice(names, mem_mib, sms, ids=(19, 20, 15, 14, 9, 5, 0)):
 
 
 GPU_MODELS = {
-    # Real reading: ../shared/fixtures/h200/nvml_reading.json (driver 580.159.04) and gpu-readings.md.
+    # Real reading: tests/fixtures/h200/nvml_reading.json (driver 580.159.04; docs/simulator.md lists the sources).
     "H200": {
         "name": "NVIDIA H200", "pci_device_id": 0x233510DE, "memory_total_mib": 143771,
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
@@ -112,7 +115,7 @@ GPU_MODELS = {
     # H100 80GB HBM3 (SXM5): real reading tests/fixtures/h100/nvml_reading.json (driver 580.159.04,
     # 2026-11-23): every profile's id, NVML index, max instances, memory MiB, SMs and placements, the PCI device
     # id and the 81559 MiB total equal this table (test_gpu_catalog checks it). Names/fractions also match the
-    # UG table (mig.md §3.5); the placements equal the H200's.
+    # UG table (Supported MIG Profiles, H100 80GB); the placements equal the H200's.
     "H100-SXM5-80GB": {
         "name": "NVIDIA H100 80GB HBM3", "pci_device_id": 0x233010DE, "memory_total_mib": 81559,
         "compute_capability": "9.0", "architecture": "hopper", "sms": 132,
@@ -120,7 +123,8 @@ GPU_MODELS = {
             ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
             (9984, 20096, 40448, 81152), _H100_SMS)},
     },
-    # A100-SXM4-40GB: UG `-lgip`/`-lgipp` (mig.md §3.2). MiB = GiB x 1024 (4.75, 9.625, 19.50, 39.25).
+    # A100-SXM4-40GB: the UG's `nvidia-smi mig -lgip`/`-lgipp` output (Getting Started with MIG). MiB = GiB x 1024
+    # (4.75, 9.625, 19.50, 39.25).
     # Total 40536 MiB as nvidia-smi commonly reports this part (not from our own reading).
     "A100-SXM4-40GB": {
         "name": "NVIDIA A100-SXM4-40GB", "pci_device_id": 0x20B010DE, "memory_total_mib": 40536,
@@ -129,9 +133,10 @@ GPU_MODELS = {
             ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
             (4864, 9856, 19968, 40192), (14, 14, 28, 42, 56, 98))},
     },
-    # A100-SXM4-80GB: same ids/placements/SMs as the 40GB part, names from mig.md §3.3; 9.50/19.50/39.25 GiB
-    # from the A100 80GB `-lgip` quoted there; 7g.80gb at 79.25 GiB from public A100 80GB listings (not in
-    # mig.md). Total 81920 MiB (nvidia-smi output of A100-SXM4-80GB nodes in public issues).
+    # A100-SXM4-80GB: same ids/placements/SMs as the 40GB part, names from the UG table (A100 80GB); 9.50/19.50/
+    # 39.25 GiB from the A100 80GB PCIe `-lgip` in https://github.com/NVIDIA/mig-parted/issues/97; 7g.80gb at
+    # 79.25 GiB from public A100 80GB listings. Total 81920 MiB (nvidia-smi output of A100-SXM4-80GB nodes in
+    # public issues).
     "A100-SXM4-80GB": {
         "name": "NVIDIA A100-SXM4-80GB", "pci_device_id": 0x20B210DE, "memory_total_mib": 81920,
         "compute_capability": "8.0", "architecture": "ampere", "sms": 108,
@@ -139,8 +144,9 @@ GPU_MODELS = {
             ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
             (9728, 19968, 40192, 81152), (14, 14, 28, 42, 56, 98))},
     },
-    # A30-24GB: 4 memory and 4 compute slices (mig.md §3.4: UG table + a public A30 `-lgip`, driver 535).
-    # MiB = GiB x 1024 (5.8125, 11.6875, 23.4375). Placements per mig.md (go-nvml mock + public allocations).
+    # A30-24GB: 4 memory and 4 compute slices (UG table + a public A30 `-lgip`, driver 535). MiB = GiB x 1024
+    # (5.8125, 11.6875, 23.4375). Placements from go-nvml's A30 mock (NVIDIA/go-nvml@2f9e261:pkg/nvml/mock/gpus)
+    # plus the 0:1, 1:1 and 2:2 allocations seen in public A30 output; the UG lists none.
     # Total 24258 MiB as nvidia-smi commonly reports the A30 (not from our own reading).
     "A30": {
         "name": "NVIDIA A30", "pci_device_id": 0x20B710DE, "memory_total_mib": 24258,
@@ -273,7 +279,7 @@ MACHINE_SHAPES = {
     # A mixed node: two GPU generations with MIG and one GPU without, to exercise selectors and
     # per-generation rules in one place.
     "mixed": ["A100-SXM4-80GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-80GB", "L40S"],
-    # The lent machine of this project: one H200, as read in gpu-readings.md.
+    # The lent machine of this project: one H200, as read in tests/fixtures/h200.
     "h200-x1": ["H200"],
     # Smaller H200 nodes, so that a GPUs-per-node series (1, 2, 4, 8 H200: h200-x1, h200-x2, h200-x4, hgx-h200)
     # keeps one GPU model (bench/fleet.py --gpus-per-node).

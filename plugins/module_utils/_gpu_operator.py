@@ -43,7 +43,12 @@ import hashlib
 import json
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (
+    MigLayoutError,
+    parse_migparted_config,
+    resolve_layout,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices, validate_gpu_layout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_plugin import version_at_least
 
 GROUP_PATH = "/apis/nvidia.com/v1/clusterpolicies"
@@ -283,7 +288,7 @@ def render_entries(gpus, resolved):
     specs = {}
     for index, spec in resolved["gpus"].items():
         gpu = by_index[index]
-        devices = _mig_plan.validate_gpu_layout(gpu, spec) if spec.get("mig_enabled") else {}
+        devices = validate_gpu_layout(gpu, spec) if spec.get("mig_enabled") else {}
         specs[index] = (bool(spec.get("mig_enabled")), _counts(devices))
     models = {}
     for gpu in gpus:
@@ -319,10 +324,10 @@ def config_name(hint, entries):
 def node_config(gpus, layout=None, config_name_hint=None):
     """(name, entries, resolved) of this node's declared layout: an inline ``layout`` or a named layout."""
     if layout:
-        resolved = _mig_plan.resolve_layout(gpus, layout=layout)
+        resolved = resolve_layout(gpus, layout=layout)
         hint = "layout"
     else:
-        resolved = _mig_plan.resolve_layout(gpus, named=config_name_hint)
+        resolved = resolve_layout(gpus, named=config_name_hint)
         hint = config_name_hint
     if hint == ALL_DISABLED or (resolved["gpus"] and not any(s["mig_enabled"] for s in resolved["gpus"].values())
                                 and all(g["index"] in resolved["gpus"] for g in gpus if g.get("mig_supported"))):
@@ -330,7 +335,7 @@ def node_config(gpus, layout=None, config_name_hint=None):
         return ALL_DISABLED, entries, resolved
     entries = render_entries(gpus, resolved)
     if not entries:
-        raise _mig_plan.MigLayoutError("the layout selects no MIG-capable GPU on this node")
+        raise MigLayoutError("the layout selects no MIG-capable GPU on this node")
     return config_name(hint, entries), entries, resolved
 
 
@@ -346,8 +351,8 @@ def gpus_differ(gpus, resolved):
             out.append(index)
             continue
         if spec.get("mig_enabled"):
-            desired = _mig_plan.validate_gpu_layout(gpu, spec)
-            if _mig_plan.current_devices(gpu) != desired:
+            desired = validate_gpu_layout(gpu, spec)
+            if current_devices(gpu) != desired:
                 out.append(index)
     return out
 
@@ -372,7 +377,7 @@ def with_config(doc, name, entries):
     out["mig-configs"].setdefault(ALL_DISABLED, list(ALL_DISABLED_ENTRIES))
     if name:
         out["mig-configs"][name] = entries
-    _mig_plan.parse_migparted_config(out, name or ALL_DISABLED)
+    parse_migparted_config(out, name or ALL_DISABLED)
     return out
 
 

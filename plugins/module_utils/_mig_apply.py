@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What mig_mode, mig_layout and gpu_node_plan share on the target: reading a layout source, deciding the
-MIG-mode step per GPU and the layout plan (pure, so a check-mode run of either module and gpu_node_plan compute the
-same plan with the same code), and ending processes when the user forces destruction."""
+"""What mig_mode, mig_layout, gpu_node_plan and the mig role's boot-time script share on the target: reading a
+layout source, deciding the MIG-mode step per GPU and the layout plan (pure, so a check-mode run of either module and
+gpu_node_plan compute the same plan with the same code), and the one apply path: ending processes when the user
+forces destruction, then running a plan's operations through the GPU backend (``apply_layout_plans``)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -14,9 +15,15 @@ import os
 import signal
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, load_yaml, read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (
+    NAMED_LAYOUTS,
+    MigLayoutError,
+    resolve_layout,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import layout_view, plan_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import gpu_label
 
 
 def load_config_file(path):
@@ -25,11 +32,11 @@ def load_config_file(path):
     try:
         import yaml  # only here: most runs never read a mig-parted file, and the import costs every module run
     except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-        raise mp.MigLayoutError("PyYAML is needed to read config_file")
+        raise MigLayoutError("PyYAML is needed to read config_file")
     try:
         return load_yaml(read_text(path, "config_file"), "config_file %s" % path, yaml)
     except InputFileError as exc:
-        raise mp.MigLayoutError(str(exc))
+        raise MigLayoutError(str(exc))
 
 
 def name_source(params, text):
@@ -51,30 +58,30 @@ def resolve_from_params(gpus, params):
     alone (a named layout), narrowed by ``gpus`` (indices, UUIDs, model names). Errors name the option."""
     try:
         return _resolve(gpus, params)
-    except mp.MigLayoutError as exc:
-        raise mp.MigLayoutError(name_source(params, str(exc)))
+    except MigLayoutError as exc:
+        raise MigLayoutError(name_source(params, str(exc)))
 
 
 def _resolve(gpus, params):
     selector = params.get("gpus") or ["all"]
     chosen = select_gpus(gpus, selector)
     if not chosen:
-        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
+        raise MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
             selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus) or "no GPUs"))
     explicit = selector not in (["all"], "all", None)
     if params.get("layout") is not None:
         if params.get("config_file") or params.get("config_name"):
-            raise mp.MigLayoutError("give either layout, or config_file/config_name, not both")
-        res = _narrow(mp.resolve_layout(gpus, layout=params["layout"]), chosen)
+            raise MigLayoutError("give either layout, or config_file/config_name, not both")
+        res = _narrow(resolve_layout(gpus, layout=params["layout"]), chosen)
     elif params.get("config_file"):
-        res = _narrow(mp.resolve_layout(gpus, config=load_config_file(params["config_file"]),
-                                        config_name=params.get("config_name")), chosen)
+        res = _narrow(resolve_layout(gpus, config=load_config_file(params["config_file"]),
+                                     config_name=params.get("config_name")), chosen)
     elif params.get("config_name"):
-        res = mp.resolve_layout(chosen, named=params["config_name"],
-                                gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
+        res = resolve_layout(chosen, named=params["config_name"],
+                             gpu_selector={"devices": [g["index"] for g in chosen] if explicit else "all"})
     else:
-        raise mp.MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
-                                "(a named layout: %s)" % ", ".join(mp.NAMED_LAYOUTS))
+        raise MigLayoutError("give one of: layout, config_file (+ config_name), or config_name "
+                             "(a named layout: %s)" % ", ".join(NAMED_LAYOUTS))
     return res
 
 
@@ -106,7 +113,8 @@ def mode_step(gpu, want, allow_reset):
         return out      # only a stale pending request to undo
     if out["activates_without_reset"]:
         # Hopper and later: the change applies at SetMigMode when the GPU is idle; with processes it stays
-        # pending (reference/mig.md 3.9; simulator rule).
+        # pending (MIG user guide, Enable MIG Mode:
+        # https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html; the simulator's rule).
         if procs:
             out["reboot_required"] = True
             out["reason"] = ("in use by %s: the change applies when they stop (re-run then), or after a reboot "
@@ -139,20 +147,20 @@ def desired_modes(gpus, params):
     selector = params.get("gpus") or ["all"]
     chosen = select_gpus(gpus, selector)
     if not chosen:
-        raise mp.MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
+        raise MigLayoutError("gpus=%s matches no GPU on this host; it has: %s" % (
             selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in gpus)))
     explicit = selector not in (["all"], "all")
     want, skipped = {}, []
     for gpu in chosen:
         if not gpu.get("mig_supported"):
             if explicit and params["enabled"]:
-                raise mp.MigLayoutError("%s does not support MIG; MIG-capable GPUs here: %s" % (
-                    mp.gpu_label(gpu), ", ".join(str(g["index"]) for g in gpus if g.get("mig_supported")) or "none"))
+                raise MigLayoutError("%s does not support MIG; MIG-capable GPUs here: %s" % (
+                    gpu_label(gpu), ", ".join(str(g["index"]) for g in gpus if g.get("mig_supported")) or "none"))
             skipped.append({"index": gpu["index"], "reason": "GPU does not support MIG"})
             continue
         want[gpu["index"]] = params["enabled"]
     if not want and params["enabled"]:
-        raise mp.MigLayoutError("none of the selected GPUs supports MIG")
+        raise MigLayoutError("none of the selected GPUs supports MIG")
     return want, skipped
 
 
@@ -179,7 +187,7 @@ def plan_modes(gpus, params):
     by_index = dict((g["index"], g) for g in gpus)
     problem = mode_problems(by_index, want, params.get("allow_reset"))
     if problem:
-        raise mp.MigLayoutError(problem)
+        raise MigLayoutError(problem)
     return mode_result([apply_mode(None, by_index[i], want[i], params.get("allow_reset"), check_mode=True)
                         for i in sorted(want)], skipped)
 
@@ -199,7 +207,7 @@ def plan_layouts(gpus, params, check_mode):
             gpu.update({"mig_mode_current": want, "gpu_instances": [], "mig_devices": []})
             assumed.add(gpu["index"])
         planning.append(gpu)
-    return resolved, mp.plan_layout(planning, resolved, force=params.get("force")), assumed
+    return resolved, plan_layout(planning, resolved, force=params.get("force")), assumed
 
 
 def assumed_warning(assumed):
@@ -213,7 +221,7 @@ def layout_entry(plan, assumed, gpu):
     entry["planned_as_enabled"] = plan["index"] in assumed and plan["mig_enabled"]
     entry["planned_after_mode_change"] = plan["index"] in assumed
     if plan["index"] in assumed:
-        entry["before"] = mp.layout_view(gpu)
+        entry["before"] = layout_view(gpu)
     entry["mig_devices"] = devices_of(gpu)
     return entry
 
@@ -283,7 +291,19 @@ def busy_clear_problem(gpu, step):
     if not busy:
         return None
     return "%s: disabling MIG destroys its GPU instances, but processes run on them: %s; stop them first" % (
-        mp.gpu_label(gpu), ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy))
+        gpu_label(gpu), ", ".join("pid %s (%s)" % (p.get("pid"), p.get("name")) for p in busy))
+
+
+def clear_operations(gpu_instances):
+    """The operations that destroy ``gpu_instances`` (as gpu_info reads them) before MIG mode is disabled: each GPU
+    instance's compute instances, then the GPU instance."""
+    ops = []
+    for gi in gpu_instances:
+        for ci in gi.get("compute_instances") or []:
+            ops.append({"op": "destroy_compute_instance", "gi_id": gi["id"], "ci_id": ci["id"],
+                        "profile": ci.get("profile")})
+        ops.append({"op": "destroy_gpu_instance", "gi_id": gi["id"], "profile": gi.get("profile")})
+    return ops
 
 
 def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
@@ -307,10 +327,7 @@ def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
         after = predict_mode(gpu, want, step)
         final = step
     else:
-        for gi in step["clear"]:
-            for ci in gi.get("compute_instances") or []:
-                backend.destroy_compute_instance(index, gi["id"], ci["id"])
-            backend.destroy_gpu_instance(index, gi["id"])
+        execute_plan(backend, index, clear_operations(step["clear"]))
         if step["set"]:
             status = backend.set_mig_mode(index, want)
             entry["activation_status"] = "SUCCESS" if not status else NVML_ERROR_NAMES.get(status, str(status))
@@ -338,20 +355,51 @@ def apply_mode(backend, gpu, want, allow_reset, check_mode=False):
     return entry
 
 
-def apply_layout_plans(backend, plans, force_timeout=30, on_gpu=None):
-    """Execute validated per-GPU plans (from _mig_plan.plan_layout) in order. Returns per-GPU entries with
-    the MIG devices after. Processes on instances that force destroys are ended first."""
+def execute_plan(backend, index, operations, on_step=None):
+    """Run planned operations (_mig_plan.plan_gpu's ``operations``) through a device backend, in order. New GPU
+    instances are referred to by ``ref`` until created. Returns the list of (op, result). Stops at the first error
+    (the error propagates; a re-run re-reads state and plans again from where it stopped)."""
+    refs = {}
+    done = []
+    for op in operations:
+        kind = op["op"]
+        if kind == "destroy_compute_instance":
+            backend.destroy_compute_instance(index, op["gi_id"], op["ci_id"])
+            res = None
+        elif kind == "destroy_gpu_instance":
+            backend.destroy_gpu_instance(index, op["gi_id"])
+            res = None
+        elif kind == "create_gpu_instance":
+            res = backend.create_gpu_instance(index, op["profile_id"], op["placement"]["start"])
+            refs[op["ref"]] = res
+        elif kind == "create_compute_instance":
+            gi_id = op["gi_id"] if "gi_id" in op else refs[op["ref"]]
+            res = backend.create_compute_instance(index, gi_id, op["ci_profile_id"])
+        else:
+            raise MigLayoutError("unknown plan operation %r" % kind)
+        done.append((op, res))
+        if on_step:
+            on_step(op, res)
+    return done
+
+
+def apply_layout_plans(backend, plans, force_timeout=30, entry_of=dict, on_step=None, on_gpu=None):
+    """Execute validated per-GPU plans (from _mig_plan.plan_layout) in order: the one apply path of mig_layout, the
+    mig role's boot-time script and the GPU Operator stand-in. Processes on instances that force destroys are ended
+    first. Returns per-GPU entries (``entry_of(plan)``, by default a copy of the plan) with the MIG devices after.
+    ``on_step(op, result)`` follows every operation done, ``on_gpu(entry)`` every GPU finished, so a caller that
+    fails part way knows what changed."""
     out = []
     for plan in plans:
         index = plan["index"]
-        entry = dict(plan)
+        entry = entry_of(plan)
         if plan["operations"]:
             pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
             if pids:
                 terminate_processes(backend, pids, force_timeout)
-            mp.execute_plan(backend, index, plan["operations"])
+            execute_plan(backend, index, plan["operations"], on_step=on_step)
             gpu_now = backend.read_gpu(index)
-            entry["after"] = mp.layout_view(gpu_now)
+            entry["after"] = layout_view(gpu_now)
             entry["mig_devices"] = devices_of(gpu_now)
         out.append(entry)
         if on_gpu:

@@ -8,7 +8,9 @@ machine shape (see _gpu_catalog.MACHINE_SHAPES), it is created from that shape. 
 exclusive lock on `<file>.lock`, reads the file, changes it in memory and replaces it atomically, so a
 failed or killed run never leaves a half-written state.
 
-Rules modelled (sources in ../shared/reference/mig.md; where a behaviour is not documented, the code says so):
+Rules modelled (sources: the MIG user guide, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/, NVML's
+nvml.h as in NVIDIA/go-nvml@2f9e261:gen/nvml/nvml.h, and docs/simulator.md; where a behaviour is not documented,
+the code says so):
 - GPU-instance profiles, ids, slice counts, max instances, memory, SMs and placements per model
   (_gpu_catalog); compute-instance profiles inside each GI.
 - Ampere: a MIG-mode change stays pending until a GPU reset; the reset fails while any process holds the
@@ -240,8 +242,9 @@ class SimulatedBackend(GpuBackend):
             want = bool(enabled)
             if not want and gpu["gpu_instances"]:
                 # Disabling MIG while GPU instances exist is refused: mig-parted clears all instances before
-                # SetMigMode for this reason (mig.md §1.5). NVML's exact code here is not documented; IN_USE
-                # is what the "In use by another client" message maps to.
+                # SetMigMode for this reason (NVIDIA/mig-parted@bd7160f4:cmd/nvidia-mig-parted/apply/mode.go,
+                # ClearMigConfig). NVML's exact code here is not documented; IN_USE is what the "In use by another
+                # client" message maps to.
                 raise NvmlInUse("GPU %d still has GPU instances; destroy them before disabling MIG" % index)
             gpu["mig_pending"] = want
             if gpu["mig_current"] == want:
@@ -557,8 +560,8 @@ def _apply_reset(gpu):
     gpu["gpu_instances"] = []
     if gpu["mig_current"] is not None:
         gpu["mig_current"] = gpu["mig_pending"]
-    # Whether a GPU reset returns compute mode to Default is not documented (mig.md §2.6 leaves the cell
-    # empty); the simulator keeps it.
+    # Whether a GPU reset returns compute mode to Default is not documented (neither the MIG user guide nor
+    # nvml.h's SetComputeMode says); the simulator keeps it.
 
 
 def _due_fault(state, call):

@@ -383,20 +383,21 @@ def _mig(module, gpus):
         return out
     # imported here: a node without MIG to manage never compiles the planner (module_utils are compiled from
     # source on every module run)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
         assumed_warning, layout_entry, layout_result, plan_layouts, plan_modes)
     params = {"gpus": ["all"], "enabled": None, "layout": p["layout"], "config_file": None,
               "config_name": p["config_name"], "allow_reset": p["allow_reset"], "force": p["force"]}
     try:
         out["mode_plan"] = plan_modes(gpus, params)
-    except _mig_plan.MigLayoutError as exc:
+    except MigLayoutError as exc:
         module.fail_json(msg=str(exc))
     try:
         resolved, plans, assumed = plan_layouts(gpus, params, check_mode=True)
-    except _mig_plan.MigBusyError as exc:
+    except MigBusyError as exc:
         module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
-    except _mig_plan.MigLayoutError as exc:
+    except MigLayoutError as exc:
         module.fail_json(msg=str(exc), changed=False)
     if assumed:
         module.warn(assumed_warning(assumed))

@@ -146,7 +146,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 
@@ -261,7 +261,7 @@ class OperatorMigLayout(object):
             config, entries, resolved = _gpu_operator.node_config(gpus, layout=p["layout"],
                                                                   config_name_hint=p["config_name"])
             return config, entries, _gpu_operator.gpus_differ(gpus, resolved)
-        except _mig_plan.MigLayoutError as exc:
+        except MigLayoutError as exc:
             self.module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them). Nothing was "
                                       "changed." % (self.node, name_source(p, str(exc)).rstrip(". ")))
 

@@ -203,17 +203,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+    apply_layout_plans,
     assumed_warning,
-    devices_of,
     layout_entry,
     layout_result,
     name_source,
     plan_layouts,
-    terminate_processes,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
 
 
 def main():
@@ -245,44 +245,34 @@ def _run(module):
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
 
-    results, changed = [], False
+    results, executed = [], []   # executed: the operations carried out, what a failure part way reports
     try:
         facts = backend.read_all()
         gpus = facts["gpus"]
         try:
             resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
-        except _mig_plan.MigBusyError as exc:
+        except MigBusyError as exc:
             module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
-        except _mig_plan.MigLayoutError as exc:
+        except MigLayoutError as exc:
             module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
             module.warn(assumed_warning(assumed))
 
         by_index = dict((g["index"], g) for g in gpus)
-        for plan in plans:
-            index = plan["index"]
-            entry = layout_entry(plan, assumed, by_index[index])
-            if not module.check_mode and plan["operations"]:
-                pids = sorted(set(p["pid"] for b in plan["busy_destroyed"] for p in b["processes"]))
-                if pids:
-                    terminate_processes(backend, pids, module.params["force_timeout"])
-                entry["executed"] = []
-                try:
-                    _mig_plan.execute_plan(backend, index, plan["operations"],
-                                           on_step=lambda op, res, e=entry: e["executed"].append(op))
-                finally:
-                    changed = changed or bool(entry["executed"])
-                gpu_now = backend.read_gpu(index)
-                entry["after"] = _mig_plan.layout_view(gpu_now)
-                entry["mig_devices"] = devices_of(gpu_now)
-                entry.pop("executed")
-            changed = changed or plan["changed"]
-            results.append(entry)
+
+        def entry_of(plan):
+            return layout_entry(plan, assumed, by_index[plan["index"]])
+
+        if module.check_mode:
+            results.extend(entry_of(plan) for plan in plans)
+        else:
+            apply_layout_plans(backend, plans, module.params["force_timeout"], entry_of=entry_of,
+                               on_step=lambda op, res: executed.append(op), on_gpu=results.append)
     except NvmlError as exc:
         module.fail_json(msg="NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the current state."
-                         % (exc.name, exc), gpus=results, changed=changed)
+                         % (exc.name, exc), gpus=results, changed=bool(executed))
     except GpuBackendError as exc:
-        module.fail_json(msg=str(exc), gpus=results, changed=changed)
+        module.fail_json(msg=str(exc), gpus=results, changed=bool(executed))
     finally:
         backend.close()
 

@@ -168,7 +168,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     apply_mode,
@@ -209,7 +209,7 @@ def _run(module):
         by_index = dict((g["index"], g) for g in facts["gpus"])
         try:
             want, skipped = desired_modes(facts["gpus"], module.params)
-        except _mig_plan.MigLayoutError as exc:
+        except MigLayoutError as exc:
             module.fail_json(msg=str(exc))
         problem = mode_problems(by_index, want, module.params["allow_reset"])
         if problem:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from tests.support.ansible_run import ROOT, run_playbook
 
@@ -47,7 +47,7 @@ class Node(object):
             return hashlib.sha256(handle.read()).hexdigest()
 
     def devices(self, index):
-        return _mig_plan.current_devices(self.sim.read_gpu(index))
+        return current_devices(self.sim.read_gpu(index))
 
 
 def changed_tasks(tasks):

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import named_layout_for
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -62,7 +63,7 @@ def test_sigkill_at_random_points_then_rerun_converges(tmp_path):
         again = _run(d, state, args)
         assert not again.get("failed"), (k, again.get("msg"))
         for gpu in sim.read_all()["gpus"]:
-            want = _mig_plan.named_layout_for(gpu, "all-balanced")["mig_devices"]
-            assert dict(_mig_plan.current_devices(gpu)) == want, (k, gpu["index"])
+            want = named_layout_for(gpu, "all-balanced")["mig_devices"]
+            assert dict(current_devices(gpu)) == want, (k, gpu["index"])
         assert _run(d, state, args)["changed"] is False
     assert killed_mid_plan >= 5, "too few kills landed inside the plan: %d" % killed_mid_plan

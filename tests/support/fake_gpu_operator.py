@@ -40,7 +40,8 @@ import traceback
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_apply
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError, resolve_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices, plan_layout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
@@ -186,8 +187,8 @@ class FakeGpuOperator(object):
             doc = yaml.safe_load(text or "") or {}
             backend = self._backend(name)
             gpus = backend.read_all()["gpus"]
-            resolved = _mig_plan.resolve_layout(gpus, config=doc, config_name=value)
-        except (_mig_plan.MigLayoutError, yaml.YAMLError, GpuBackendError):
+            resolved = resolve_layout(gpus, config=doc, config_name=value)
+        except (MigLayoutError, yaml.YAMLError, GpuBackendError):
             self._report(name, value, "failed")       # assert --valid-config fails
             return
         if self._matches(gpus, resolved):
@@ -203,12 +204,11 @@ class FakeGpuOperator(object):
                 entry = _mig_apply.apply_mode(backend, gpu, "Enabled" if spec_["mig_enabled"] else "Disabled",
                                               allow_reset=True)
                 if entry["pending"]:
-                    raise _mig_plan.MigLayoutError("MIG mode change pending on GPU %d: %s"
-                                                   % (gpu["index"], entry["reason"]))
+                    raise MigLayoutError("MIG mode change pending on GPU %d: %s" % (gpu["index"], entry["reason"]))
             gpus = backend.read_all()["gpus"]
-            plans = _mig_plan.plan_layout(gpus, resolved, force=False)
+            plans = plan_layout(gpus, resolved, force=False)
             _mig_apply.apply_layout_plans(backend, plans)
-        except (_mig_plan.MigLayoutError, NvmlError, GpuBackendError):
+        except (MigLayoutError, NvmlError, GpuBackendError):
             self._report(name, value, "failed")
             return
         self._report(name, value, "success")
@@ -220,7 +220,7 @@ class FakeGpuOperator(object):
             gpu = by_index[index]
             if gpu.get("mig_mode_current") != ("Enabled" if spec["mig_enabled"] else "Disabled"):
                 return False
-            if spec["mig_enabled"] and _mig_plan.current_devices(gpu) != dict(spec["mig_devices"]):
+            if spec["mig_enabled"] and current_devices(gpu) != dict(spec["mig_devices"]):
                 return False
         return True
 

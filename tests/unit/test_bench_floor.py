@@ -113,7 +113,7 @@ def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(
     compile(source, "imports_only", "exec")
     # every import of the module's file, the ones inside its functions too (ansible-core bundles those as well)
     for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan",
-                 "from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan"):
+                 "from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError"):
         assert line in source.splitlines()
     assert "from __future__" not in source and "def main" not in source
     assert source.count("from ansible.module_utils.basic import AnsibleModule") == 1

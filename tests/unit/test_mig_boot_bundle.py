@@ -12,9 +12,9 @@ UTILS = os.path.join(ROOT, "plugins", "module_utils")
 IMPORT = re.compile(r"ansible_collections\.gpuops\.nvidia\.plugins\.module_utils(?:\.(\w+)| import \(?([\w, ]+))")
 
 
-def imported(name):
-    """The module_utils file names that ``name`` imports."""
-    with open(os.path.join(UTILS, name)) as handle:
+def imported(name, path=None):
+    """The module_utils file names that ``name`` (or the file at ``path``) imports."""
+    with open(path or os.path.join(UTILS, name)) as handle:
         text = handle.read()
     out = set()
     for single, many in IMPORT.findall(text):
@@ -29,6 +29,10 @@ def test_the_bundle_holds_what_its_files_import():
         bundle = set(yaml.safe_load(handle)["__mig_lib_files"])
     assert "_mig_apply.py" in bundle
     missing = {}
+    script = imported(None, os.path.join(ROOT, "roles", "mig", "files", "gpuops-mig-apply.py"))
+    assert "_mig_apply.py" in script and "_mig_plan.py" in script
+    if script - bundle:
+        missing["gpuops-mig-apply.py"] = sorted(script - bundle)
     for name in sorted(bundle):
         lacking = imported(name) - bundle
         if lacking:
@@ -38,3 +42,4 @@ def test_the_bundle_holds_what_its_files_import():
 
 def test_the_import_scan_sees_both_forms():
     assert "_input_file.py" in imported("_mig_apply.py") and "_mig_plan.py" in imported("_mig_apply.py")
+    assert "_mig_profiles.py" in imported("_mig_plan.py")     # the parenthesised, one name a line form

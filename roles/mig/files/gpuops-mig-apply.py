@@ -57,7 +57,8 @@ def main(argv=None):
     parser.add_argument("--lib", default=os.path.dirname(os.path.abspath(__file__)))
     args = parser.parse_args(argv)
     sys.meta_path.insert(0, BundleImporter(os.path.join(args.lib, BUNDLE)))
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_layout
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
         apply_layout_plans, apply_mode, busy_clear_problem, mode_step, resolve_from_params)
@@ -85,12 +86,12 @@ def main(argv=None):
         enabled_now = set(g["index"] for g in gpus if g.get("mig_mode_current") == "Enabled")
         # lay out only GPUs whose mode is now what the layout declares (the others are reported above)
         ready["gpus"] = dict((i, s) for i, s in resolved["gpus"].items() if s["mig_enabled"] == (i in enabled_now))
-        plans = mp.plan_layout(gpus, ready, force=False)
+        plans = plan_layout(gpus, ready, force=False)
         for entry in apply_layout_plans(backend, plans):
             summary["layout"].append({"index": entry["index"], "created": len(entry["created"]),
                                       "destroyed": len(entry["destroyed"]),
                                       "mig_devices": entry["after"]["mig_devices"]})
-    except (mp.MigLayoutError, NvmlError, GpuBackendError, IOError, OSError, ValueError) as exc:
+    except (MigLayoutError, NvmlError, GpuBackendError, IOError, OSError, ValueError) as exc:
         summary["errors"].append("%s: %s" % (type(exc).__name__, exc))
     print(json.dumps(summary, sort_keys=True))
     if summary["errors"]:

@@ -6,7 +6,9 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError, resolve_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_layout
 
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
@@ -53,7 +55,7 @@ def test_inline_layout_per_index_and_mixed_node(make_sim):
         {"device-filter": "0x233010DE", "devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]
     # mig-parted's own parser accepts what was rendered
     doc = _gpu_operator.with_config({"version": "v1", "mig-configs": {}}, name, entries)
-    resolved = _mig_plan.resolve_layout(gpus, config=yaml.safe_load(yaml.safe_dump(doc)), config_name=name)
+    resolved = resolve_layout(gpus, config=yaml.safe_load(yaml.safe_dump(doc)), config_name=name)
     assert sorted(resolved["gpus"]) == [0, 1, 2, 3]
 
 
@@ -62,16 +64,16 @@ def test_all_disabled_and_layouts_a_gpu_cannot_take(make_sim):
     name, entries, resolved = _gpu_operator.node_config(gpus, config_name_hint="all-disabled")
     assert (name, entries) == ("all-disabled", [{"devices": "all", "mig-enabled": False}])
     assert _gpu_operator.gpus_differ(gpus, resolved) == [3]
-    with pytest.raises(_mig_plan.MigLayoutError, match="1g.10gb"):
+    with pytest.raises(MigLayoutError, match="1g.10gb"):
         _gpu_operator.node_config(gpus, layout=[{"devices": "all", "mig_devices": {"1g.10gb": 8}}])
 
 
 def test_gpus_differ_is_empty_once_applied(make_sim):
     sim, gpus = _gpus(make_sim, "hgx-h200", enable=range(8))
     name, entries, resolved = _gpu_operator.node_config(gpus, config_name_hint="all-3g")
-    plans = _mig_plan.plan_layout(gpus, resolved)
+    plans = plan_layout(gpus, resolved)
     for plan in plans:
-        _mig_plan.execute_plan(sim, plan["index"], plan["operations"])
+        execute_plan(sim, plan["index"], plan["operations"])
     assert _gpu_operator.gpus_differ(sim.read_all()["gpus"], resolved) == []
 
 
@@ -81,7 +83,7 @@ def test_with_config_keeps_other_configs_and_validates():
     out = _gpu_operator.with_config(doc, "gpuops-x-1", [{"devices": "all", "mig-enabled": False}])
     assert sorted(out["mig-configs"]) == ["all-1g.5gb", "all-disabled", "gpuops-x-1"]
     assert "gpuops-x-1" not in doc["mig-configs"]                  # a copy
-    with pytest.raises(_mig_plan.MigLayoutError):
+    with pytest.raises(MigLayoutError):
         _gpu_operator.with_config(doc, "bad", [{"devices": "all"}])
     with pytest.raises(_gpu_operator.OperatorError, match="not a mig-parted v1 config"):
         _gpu_operator.parse_config_text("version: v2\n", yaml)

@@ -8,7 +8,25 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (
+    MigLayoutError,
+    named_layout_for,
+    parse_inline_layout,
+    resolve_layout,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
+    current_devices,
+    plan_gpu,
+    plan_layout,
+    validate_gpu_layout,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import (
+    Catalog,
+    format_profile_name,
+    is_plain_profile,
+    parse_profile_name,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     NVML_ERROR_CODES,
     NvmlInsufficientResources,
@@ -55,14 +73,14 @@ def facts(tmp_path_factory):
     ("1g.10gb+gfx,me", (1, 1, 10, ("gfx", "me"), ())),
 ])
 def test_every_suffix_parses_and_round_trips(name, parsed):
-    assert _mig_plan.parse_profile_name(name) == parsed
-    assert _mig_plan.format_profile_name(parsed) == name
+    assert parse_profile_name(name) == parsed
+    assert format_profile_name(parsed) == name
 
 
 def test_attribute_lists_compare_as_sets():
     # go-nvlib MigProfileInfo.Matches sorts both attribute lists before comparing them
-    assert _mig_plan.parse_profile_name("1g.10gb+me,gfx") == _mig_plan.parse_profile_name("1g.10gb+gfx,me")
-    assert _mig_plan.parse_profile_name("1g.24gb+me.all") != _mig_plan.parse_profile_name("1g.24gb+me,all")
+    assert parse_profile_name("1g.10gb+me,gfx") == parse_profile_name("1g.10gb+gfx,me")
+    assert parse_profile_name("1g.24gb+me.all") != parse_profile_name("1g.24gb+me,all")
 
 
 @pytest.mark.parametrize("name", [
@@ -79,9 +97,9 @@ def test_attribute_lists_compare_as_sets():
     "1234567890g.24gb",     # more than 9 digits: no GPU has that many slices
 ])
 def test_malformed_names_are_refused_with_the_valid_forms(name):
-    assert _mig_plan.parse_profile_name(name) is None
-    with pytest.raises(_mig_plan.MigLayoutError) as e:
-        _mig_plan.parse_inline_layout([{"mig_devices": {name: 1}}])
+    assert parse_profile_name(name) is None
+    with pytest.raises(MigLayoutError) as e:
+        parse_inline_layout([{"mig_devices": {name: 1}}])
     assert "is not a MIG profile name" in str(e.value)
     for form in ("1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me", "1c.2g.48gb+gfx"):
         assert form in str(e.value)
@@ -97,18 +115,18 @@ def test_any_grammatical_name_round_trips(g, dc, gb, sign, attrs, rnd):
     c = max(1, g - dc)
     suffix = (sign + ",".join(attrs)) if attrs else ""
     name = ("%dg.%dgb" % (g, gb) if c == g else "%dc.%dg.%dgb" % (c, g, gb)) + suffix
-    parsed = _mig_plan.parse_profile_name(name)
+    parsed = parse_profile_name(name)
     assert parsed is not None, name
-    assert _mig_plan.parse_profile_name(_mig_plan.format_profile_name(parsed)) == parsed
+    assert parse_profile_name(format_profile_name(parsed)) == parsed
     shuffled = list(attrs)
     rnd.shuffle(shuffled)
     other = name[:len(name) - len(suffix)] + ((sign + ",".join(shuffled)) if attrs else "")
-    assert _mig_plan.parse_profile_name(other) == parsed
+    assert parse_profile_name(other) == parsed
 
 
 def test_unknown_profile_on_rtx_pro_lists_its_suffixed_profiles(facts):
-    with pytest.raises(_mig_plan.MigLayoutError) as e:
-        _mig_plan.validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"1g.23gb": 1}))
+    with pytest.raises(MigLayoutError) as e:
+        validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"1g.23gb": 1}))
     msg = str(e.value)
     assert "unknown MIG profile '1g.23gb'" in msg
     for name in ("1g.24gb", "1g.24gb+me", "1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me", "2g.48gb-me",
@@ -117,24 +135,24 @@ def test_unknown_profile_on_rtx_pro_lists_its_suffixed_profiles(facts):
 
 
 def test_unknown_subprofile_of_a_suffixed_profile_names_the_valid_ones(facts):
-    with pytest.raises(_mig_plan.MigLayoutError, match=r"sub-profiles of 2g.48gb\+gfx here: 1c.2g.48gb\+gfx;"):
-        _mig_plan.validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"3c.2g.48gb+gfx": 1}))
+    with pytest.raises(MigLayoutError, match=r"sub-profiles of 2g.48gb\+gfx here: 1c.2g.48gb\+gfx;"):
+        validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"3c.2g.48gb+gfx": 1}))
 
 
 def test_suffixed_sub_profiles_plan_and_apply(tmp_path):
     sim = mig_sim(tmp_path / "s.json", "rtx-pro-6000-x8")
     want = {"1c.2g.48gb+gfx": 2, "1g.24gb-me": 1, "1g.24gb+me.all": 1}
-    plan = _mig_plan.plan_gpu(sim.read_gpu(0), enabled(want))
-    _mig_plan.execute_plan(sim, 0, plan["operations"])
+    plan = plan_gpu(sim.read_gpu(0), enabled(want))
+    execute_plan(sim, 0, plan["operations"])
     after = sim.read_gpu(0)
-    assert _mig_plan.current_devices(after) == want
+    assert current_devices(after) == want
     assert sorted(gi["profile"] for gi in after["gpu_instances"]) == ["1g.24gb+me.all", "1g.24gb-me", "2g.48gb+gfx"]
-    assert _mig_plan.plan_gpu(after, enabled(want))["operations"] == []
+    assert plan_gpu(after, enabled(want))["operations"] == []
 
 
 def test_two_4g_profiles_cannot_share_an_rtx_pro(facts):
-    with pytest.raises(_mig_plan.MigLayoutError, match="needs 8 memory slices, the GPU has 4"):
-        _mig_plan.validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"4g.96gb": 1, "4g.96gb+gfx": 1}))
+    with pytest.raises(MigLayoutError, match="needs 8 memory slices, the GPU has 4"):
+        validate_gpu_layout(facts["RTX-PRO-6000"], enabled({"4g.96gb": 1, "4g.96gb+gfx": 1}))
 
 
 # --------------------------------------------------------------------------------------------- named layouts
@@ -152,7 +170,7 @@ BALANCED = {
 
 @pytest.mark.parametrize("model", sorted(SHAPES))
 def test_all_balanced_on_each_new_model(model, facts):
-    assert _mig_plan.named_layout_for(facts[model], "all-balanced") == enabled(BALANCED[model])
+    assert named_layout_for(facts[model], "all-balanced") == enabled(BALANCED[model])
 
 
 @pytest.mark.parametrize("model", sorted(SHAPES))
@@ -163,14 +181,14 @@ def test_all_size_layouts_on_each_new_model(model, facts):
     else:
         counts = {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}
     for size, n in counts.items():
-        devs = _mig_plan.named_layout_for(gpu, "all-%dg" % size)["mig_devices"]
+        devs = named_layout_for(gpu, "all-%dg" % size)["mig_devices"]
         assert len(devs) == 1, devs
         name, count = list(devs.items())[0]
-        assert name.startswith("%dg." % size) and _mig_plan._plain(name) and count == n, (size, devs)
+        assert name.startswith("%dg." % size) and is_plain_profile(name) and count == n, (size, devs)
     missing = sorted(set(range(1, 8)) - set(counts))
-    with pytest.raises(_mig_plan.MigLayoutError, match="valid sizes on this GPU: %s" % ", ".join(
+    with pytest.raises(MigLayoutError, match="valid sizes on this GPU: %s" % ", ".join(
             "all-%dg" % s for s in sorted(counts))):
-        _mig_plan.named_layout_for(gpu, "all-%dg" % missing[0])
+        named_layout_for(gpu, "all-%dg" % missing[0])
 
 
 @pytest.mark.parametrize("model", sorted(SHAPES))
@@ -178,8 +196,8 @@ def test_all_profile_layouts_on_each_new_model(model, facts):
     # every profile, in both spellings: as many as fit (mig-parted's generated layouts use the instance count)
     for prof in facts[model]["gi_profiles"]:
         want = enabled({prof["name"]: prof["max_instances"]})
-        assert _mig_plan.named_layout_for(facts[model], "all-" + prof["name"]) == want
-        assert _mig_plan.named_layout_for(facts[model], "all-" + prof["name"].replace("+", ".")) == want
+        assert named_layout_for(facts[model], "all-" + prof["name"]) == want
+        assert named_layout_for(facts[model], "all-" + prof["name"].replace("+", ".")) == want
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -195,12 +213,12 @@ def test_all_profile_layouts_on_each_new_model(model, facts):
     ("all-4g.96gb.gfx", {"4g.96gb+gfx": 1}),
 ])
 def test_all_profile_layouts_with_suffixes_on_rtx_pro(name, expected, facts):
-    assert _mig_plan.named_layout_for(facts["RTX-PRO-6000"], name) == enabled(expected)
+    assert named_layout_for(facts["RTX-PRO-6000"], name) == enabled(expected)
 
 
 def test_all_profile_names_a_profile_this_gpu_lacks(facts):
-    with pytest.raises(_mig_plan.MigLayoutError) as e:
-        _mig_plan.named_layout_for(facts["B200"], "all-1g.24gb.gfx")
+    with pytest.raises(MigLayoutError) as e:
+        named_layout_for(facts["B200"], "all-1g.24gb.gfx")
     assert "names profile '1g.24gb.gfx', which this GPU does not offer" in str(e.value)
     assert "1g.23gb+me" in str(e.value) and "7g.180gb" in str(e.value)
 
@@ -262,12 +280,12 @@ PUBLISHED = {"version": "v1", "mig-configs": {
 @pytest.mark.parametrize("model", sorted(SHAPES))
 def test_published_layouts_plan_and_apply_exactly_as_declared(model, facts, tmp_path):
     gpu = facts[model]
-    cat = _mig_plan.Catalog(gpu)
+    cat = Catalog(gpu)
     applied, covered = [], set()
     for name in sorted(PUBLISHED["mig-configs"]):
         try:
-            res = _mig_plan.resolve_layout([gpu], config=PUBLISHED, config_name=name)
-        except _mig_plan.MigLayoutError as e:
+            res = resolve_layout([gpu], config=PUBLISHED, config_name=name)
+        except MigLayoutError as e:
             # a config whose filters select another model only
             assert "selects no GPU" in str(e), (name, e)
             continue
@@ -276,17 +294,17 @@ def test_published_layouts_plan_and_apply_exactly_as_declared(model, facts, tmp_
         if unknown:
             # a layout of another model's profiles, declared for every GPU: refused before any change, naming what
             # this GPU offers (mig-parted fails on it too)
-            with pytest.raises(_mig_plan.MigLayoutError, match="unknown MIG profile.*valid on this GPU"):
-                _mig_plan.plan_layout([gpu], res)
+            with pytest.raises(MigLayoutError, match="unknown MIG profile.*valid on this GPU"):
+                plan_layout([gpu], res)
             continue
         if not spec["mig_enabled"]:
             continue
         sim = mig_sim(tmp_path / ("%s.json" % name), SHAPES[model])
-        plan = _mig_plan.plan_layout([sim.read_gpu(0)], res)[0]
-        _mig_plan.execute_plan(sim, 0, plan["operations"])
+        plan = plan_layout([sim.read_gpu(0)], res)[0]
+        execute_plan(sim, 0, plan["operations"])
         after = sim.read_gpu(0)
-        assert _mig_plan.current_devices(after) == spec["mig_devices"], name
-        assert _mig_plan.plan_gpu(after, spec)["operations"] == [], name
+        assert current_devices(after) == spec["mig_devices"], name
+        assert plan_gpu(after, spec)["operations"] == [], name
         assert not [e for e in sim.raw_state()["call_log"] if e.get("error")], name
         applied.append(name)
         covered.update(spec["mig_devices"])
@@ -342,4 +360,4 @@ def test_the_example_inventorys_blackwell_layouts_are_valid_on_their_models(fact
         for host, hostvars in groups[group]["hosts"].items():
             assert host in groups["mig_nodes"]["hosts"], host
             name = (hostvars or {}).get("gpu_node_mig_config_name", default)
-            assert _mig_plan.named_layout_for(facts[model], name)["mig_devices"], (host, name)
+            assert named_layout_for(facts[model], name)["mig_devices"], (host, name)

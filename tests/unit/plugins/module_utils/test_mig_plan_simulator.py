@@ -5,7 +5,13 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan as mp
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
+    MigBusyError,
+    current_devices,
+    layout_view,
+    plan_gpu,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
@@ -63,7 +69,7 @@ def sim_scenario(draw):
             scratch.create_compute_instance(0, gi_id, draw(st.sampled_from(prof["ci_profiles"]))["id"])
         except NvmlError:
             continue
-    target = mp.current_devices(scratch.read_gpu(0))
+    target = current_devices(scratch.read_gpu(0))
     sim.clear_call_log()
     return model, sim, target
 
@@ -77,20 +83,20 @@ def test_plan_applied_to_simulator_reaches_target(sc):
     spec = {"mig_enabled": True, "mig_devices": target}
     busy_before = {(p["gi_id"], p["ci_id"]) for p in gpu["processes"]}
     try:
-        plan = mp.plan_gpu(gpu, spec)
-    except mp.MigBusyError:
+        plan = plan_gpu(gpu, spec)
+    except MigBusyError:
         assert sim.raw_state()["call_log"] == []      # refusing touched nothing
         return
-    mp.execute_plan(sim, 0, plan["operations"])
+    execute_plan(sim, 0, plan["operations"])
     log = sim.raw_state()["call_log"]
     assert not [e for e in log if e.get("error")], log
     assert len(log) == len(plan["operations"])
     after = sim.read_gpu(0)
-    assert mp.current_devices(after) == target
+    assert current_devices(after) == target
     assert all(gi["compute_instances"] for gi in after["gpu_instances"])
     for gi_id, ci_id in busy_before:
         assert any(m["gi_id"] == gi_id and m["ci_id"] == ci_id for m in after["mig_devices"])
     kept_uuids = {c["mig_uuid"] for k in plan["kept"] for c in k["compute_instances"]}
     assert kept_uuids <= {m["uuid"] for m in after["mig_devices"]}
-    assert plan["after"]["gpu_instances"] == mp.layout_view(after)["gpu_instances"]
-    assert mp.plan_gpu(after, spec)["operations"] == []
+    assert plan["after"]["gpu_instances"] == layout_view(after)["gpu_instances"]
+    assert plan_gpu(after, spec)["operations"] == []

@@ -4,7 +4,8 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.filter.sharing import mps_shares
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_gpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 
@@ -13,8 +14,8 @@ def node(tmp_path, shape, layout=None, gpus=1):
     sim = SimulatedBackend(str(tmp_path / "node.json"), shape=shape)
     for index in range(gpus if layout else 0):
         sim.set_mig_mode(index, True)
-        plan = _mig_plan.plan_gpu(sim.read_gpu(index), {"mig_enabled": True, "mig_devices": layout})
-        _mig_plan.execute_plan(sim, index, plan["operations"])
+        plan = plan_gpu(sim.read_gpu(index), {"mig_enabled": True, "mig_devices": layout})
+        execute_plan(sim, index, plan["operations"])
     return sim.read_all()["gpus"]
 
 

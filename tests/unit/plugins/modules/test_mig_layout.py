@@ -3,7 +3,7 @@ import hashlib
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import MUTATING_CALLS, SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout
 from tests.support.ansible_run import run_module
@@ -134,7 +134,7 @@ def test_layout_change_keeps_in_use_instance(tmp_path, inproc):
     kept_uuids = [c["mig_uuid"] for k in out["kept"] for c in k["compute_instances"]]
     assert three["uuid"] in kept_uuids and len(kept_uuids) == 3     # the 3g and both 1g kept
     assert [d["profile"] for d in out["destroyed"]] == ["2g.20gb", "2g.20gb"]   # only the 2g goes (CI, GI)
-    assert _mig_plan.current_devices(sim.read_gpu(0)) == {"3g.40gb": 1, "1g.10gb": 4}
+    assert current_devices(sim.read_gpu(0)) == {"3g.40gb": 1, "1g.10gb": 4}
 
 
 def test_migparted_file_unchanged(tmp_path, inproc):
@@ -163,7 +163,7 @@ mig-configs:
     result = inproc(env, {"config_file": str(cfg), "config_name": "all-1g.10gb"})
     assert result["changed"] and [g["desired"] for g in result["gpus"]] == [{"1g.10gb": 7}] * 4
     result = inproc(env, {"config_file": str(cfg), "config_name": "custom"})
-    assert _mig_plan.current_devices(sim.read_gpu(0)) == {"1c.3g.40gb": 3, "4g.40gb": 1}
+    assert current_devices(sim.read_gpu(0)) == {"1c.3g.40gb": 3, "4g.40gb": 1}
     result = inproc(env, {"config_file": str(cfg)})
     assert result["failed"] and "config_name is required" in result["msg"]
     cfg.write_text("version: v2\nmig-configs: {}\n")
@@ -194,7 +194,7 @@ def test_fault_at_each_mutating_call_then_rerun_converges(tmp_path, inproc, shap
     clean = inproc(env, target)
     assert not clean.get("failed"), clean.get("msg")
     assert clean["changed"]
-    want = _mig_plan.current_devices(sim.read_gpu(0))
+    want = current_devices(sim.read_gpu(0))
     n_calls = len(_calls(sim))
     assert n_calls >= 2
     for k in range(1, n_calls + 1):
@@ -208,7 +208,7 @@ def test_fault_at_each_mutating_call_then_rerun_converges(tmp_path, inproc, shap
         assert failed["failed"] and "re-run" in failed["msg"]
         rerun = inproc(env, target)
         assert not rerun.get("failed"), rerun.get("msg")
-        assert _mig_plan.current_devices(sim.read_gpu(0)) == want, k
+        assert current_devices(sim.read_gpu(0)) == want, k
         third = inproc(env, target)
         assert third["changed"] is False
     assert set(e["call"] for e in _calls(sim)) <= set(INSTANCE_CALLS) <= set(MUTATING_CALLS)
@@ -219,5 +219,5 @@ def test_gpus_narrows_the_layout(tmp_path, inproc):
     layout = [{"devices": [0], "mig_devices": {"7g.141gb": 1}}, {"devices": [1], "mig_devices": {"3g.71gb": 2}}]
     result = inproc(env, {"layout": layout, "gpus": ["1"]})
     assert [g["index"] for g in result["gpus"]] == [1]
-    assert _mig_plan.current_devices(sim.read_gpu(1)) == {"3g.71gb": 2}
-    assert _mig_plan.current_devices(sim.read_gpu(0)) == {}
+    assert current_devices(sim.read_gpu(1)) == {"3g.71gb": 2}
+    assert current_devices(sim.read_gpu(0)) == {}
