@@ -42,3 +42,13 @@ def kube_api(tmp_path):
         yield api
     finally:
         api.stop()
+
+
+@pytest.fixture
+def no_ambient_kube_credentials(monkeypatch, tmp_path):
+    """No K8S_AUTH_* or KUBECONFIG of the machine running the tests reaches a module, and HOME (~/.kube/config) is a
+    scratch directory: a module under test talks only to the cluster the test gives it."""
+    for var in list(os.environ):
+        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))

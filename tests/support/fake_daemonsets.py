@@ -29,13 +29,13 @@ devices its GPUs have after a change, each rule taken from the real code:
 Its writes go straight into the fake server's store and are not in ``FakeKubeApi.requests``.
 """
 
-import threading
 import time
-import traceback
 
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
+from .fake_loop import ReconcileLoop
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MPS_CAPABLE = "nvidia.com/mps.capable"
@@ -115,39 +115,21 @@ def _env(pod_spec, name):
     return None
 
 
-class FakeDaemonSets(object):
+class FakeDaemonSets(ReconcileLoop):
     """``nodes``: {node name: (simulated GPU state file, machine shape)}; ``holders``: label selectors (dicts) of
     other DaemonSets whose pods hold the GPUs (a DCGM exporter, say)."""
+
+    name = "fake-daemonsets"
 
     def __init__(self, api, nodes, holders=(), start_seconds=0.2, terminate_seconds=0.2, poll=0.05):
         self.api, self.nodes, self.holders = api, dict(nodes), list(holders)
         self.start_seconds, self.terminate_seconds, self.poll = start_seconds, terminate_seconds, poll
         self.events = []           # (time, node, what) in order: pods started/ended, plugin (re)registrations
-        self.errors = []           # tracebacks of the loop (a test asserts there are none)
+        self._init_loop()          # start(), stop(), errors: tests/support/fake_loop.py
         self._started = {}         # pod key -> time it was created
         self._ending = {}          # pod key -> time the controller deleted it
         self._plugin_seen = {}     # pod key -> the config label the plugin last registered with
         self._serial = 0
-        self._stop = threading.Event()
-        self._thread = None
-
-    def start(self):
-        self._thread = threading.Thread(target=self._run, name="fake-daemonsets", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        if self._thread:
-            self._thread.join(10)
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                self.reconcile()
-            except Exception:  # noqa: BLE001 - a bug in the fake must be seen by the test, not kill the thread
-                self.errors.append(traceback.format_exc())
-            self._stop.wait(self.poll)
 
     # ---- what the API server holds ------------------------------------------------------------------------------
     def _objects(self, plural):

@@ -33,9 +33,7 @@ Its writes go straight into the fake server's store (they bump resourceVersion l
 """
 
 import os
-import threading
 import time
-import traceback
 
 import yaml
 
@@ -47,6 +45,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 
 from . import fake_crd
 from .fake_daemonsets import advertised, set_allocatable
+from .fake_loop import ReconcileLoop
 
 FIXTURES = fake_crd.FIXTURES
 POLICY_FIXTURE = os.path.join(FIXTURES, "clusterpolicy-v25.10.1-helm.yaml")
@@ -59,8 +58,10 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 
 
-class FakeGpuOperator(object):
+class FakeGpuOperator(ReconcileLoop):
     """``nodes``: {node name: (simulated GPU state file, machine shape)}."""
+
+    name = "fake-gpu-operator"
 
     def __init__(self, api, nodes, namespace="gpu-operator", mig_strategy=None, pending_seconds=0.2, poll=0.1):
         self.api, self.nodes, self.namespace = api, dict(nodes), namespace
@@ -68,10 +69,8 @@ class FakeGpuOperator(object):
         self.pending_seconds, self.poll = pending_seconds, poll
         self.handled = {}          # node -> the nvidia.com/mig.config value the MIG manager last acted on
         self.history = []          # (node, config, state) in order: what the MIG manager reported
-        self.errors = []           # tracebacks of the reconcile loop (a test asserts there are none)
+        self._init_loop()          # start(), stop(), errors: tests/support/fake_loop.py
         self._seen = {}            # node -> inputs of the last allocatable computation
-        self._stop = threading.Event()
-        self._thread = None
 
     # ---- set-up ----------------------------------------------------------------------------------------------
     def install(self):
@@ -118,23 +117,6 @@ class FakeGpuOperator(object):
         self.api.put(node)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
-    def start(self):
-        self._thread = threading.Thread(target=self._run, name="fake-gpu-operator", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        if self._thread:
-            self._thread.join(10)
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                self.reconcile()
-            except Exception:  # noqa: BLE001 - a bug in the fake must be seen by the test, not kill the thread
-                self.errors.append(traceback.format_exc())
-            self._stop.wait(self.poll)
 
     def reconcile(self):
         for name in sorted(self.nodes):

@@ -2,7 +2,6 @@
 fake API server, which serves the ClusterPolicy from NVIDIA's CRD schema; a fake GPU Operator (tests/support) acts on
 simulated GPUs. Check mode first (reports, stores nothing), then apply (changed), then apply again (not changed)."""
 import copy
-import os
 
 import pytest
 import yaml
@@ -17,12 +16,8 @@ PROFILES = [{"name": "default"}, {"name": "mps-4", "sharing": "mps", "replicas":
             {"name": "mig-mixed", "mig_strategy": "mixed"}]
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))
+# no K8S_AUTH_* / KUBECONFIG of the machine running the tests, HOME a scratch directory (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
 """node_cordon: the real kubernetes client over real HTTP against the fake API server (tests/support)."""
-import os
 
 import pytest
 
@@ -7,12 +6,8 @@ from ansible_collections.gpuops.nvidia.plugins.modules import node_cordon
 from tests.support.modrun import run_main as run_module
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))
+# no K8S_AUTH_* / KUBECONFIG of the machine running the tests, HOME a scratch directory (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 
 
 def _pod(name, node, resources, owner=None, phase="Running"):

@@ -1,7 +1,6 @@
 """node_gpu_pods: the real kubernetes client over real HTTP against the fake API server. Here a timer stands in for
 the DaemonSet controller (removes or adds the node's pod); the site tests run the fake controller itself."""
 import json
-import os
 import threading
 
 import pytest
@@ -14,12 +13,8 @@ NS = "nvidia-device-plugin"
 PAUSE = _gpu_pods.pause_expression()
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))
+# no K8S_AUTH_* / KUBECONFIG of the machine running the tests, HOME a scratch directory (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 
 
 def daemonset(name, terms):

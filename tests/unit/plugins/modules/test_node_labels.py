@@ -11,12 +11,8 @@ from tests.support.modrun import run_main as run_module
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config of the machine running the tests
+# no K8S_AUTH_* / KUBECONFIG of the machine running the tests, HOME a scratch directory (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
 """runtime_class: real kubernetes client over HTTP against the fake API server."""
-import os
 
 import pytest
 
@@ -7,12 +6,8 @@ from ansible_collections.gpuops.nvidia.plugins.modules import runtime_class
 from tests.support.modrun import run_main as run_module
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_credentials(monkeypatch, tmp_path):
-    for var in list(os.environ):
-        if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("HOME", str(tmp_path))
+# no K8S_AUTH_* / KUBECONFIG of the machine running the tests, HOME a scratch directory (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 
 
 def rc(kube_api, name="nvidia"):
