@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The collection's own import graph, read from the code: which file of plugins/ imports which other one.
 
 Every Python file under plugins/ (modules, module_utils, filter, action, doc_fragments, ...) is parsed with ast; each
