@@ -28,15 +28,15 @@ def declared_files(entries, contents):
                 or not entry["path"].startswith("/"):
             raise AnsibleFilterError("declared_files: every entry needs an absolute path, got %r" % (entry,))
         path, state = entry["path"], entry.get("state", "file")
-        if state not in FILE_STATES:
+        if not isinstance(state, str) or state not in FILE_STATES:
             raise AnsibleFilterError("declared_files: %s: state %r is not one of %s" % (path, state, ", ".join(FILE_STATES)))
         if state != "absent" and normal_mode(entry.get("mode")) in (None, False):
             raise AnsibleFilterError("declared_files: %s: mode must be octal like 0644, got %r" % (path, entry.get("mode")))
         item = dict(entry, state=state, diff=bool(entry.get("diff", True)))
         if state == "file":
             key = entry.get("content")
-            if key not in contents:
-                raise AnsibleFilterError("declared_files: %s: content %r is not one of the contents given (%s)"
+            if not isinstance(key, str) or key not in contents or not isinstance(contents[key], str):
+                raise AnsibleFilterError("declared_files: %s: content %r is not one of the texts given (%s)"
                                          % (path, key, ", ".join(sorted(contents)) or "none"))
             item["checksum"] = sha1(to_text(contents[key], errors="surrogate_or_strict"))
         elif "content" in entry:
@@ -49,14 +49,36 @@ def node_plan_checks(declarations):
     """[[step, declaration], ...] -> what gpuops.nvidia.gpu_node_plan's files and units options take: every
     entry of each declaration's ``inputs`` and ``files`` (path, state, mode, checksum) and ``units`` (name),
     each with its step. A declaration that is None or empty adds nothing."""
+    if not isinstance(declarations, list):
+        raise AnsibleFilterError("node_plan_checks: a list of [step, declaration] pairs, got %s"
+                                 % type(declarations).__name__)
     files, units = [], []
-    for step, declaration in declarations:
-        declaration = declaration or {}
-        for entry in list(declaration.get("inputs") or []) + list(declaration.get("files") or []):
+    for pair in declarations:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], str) \
+                or not isinstance(pair[1], (dict, type(None))):
+            raise AnsibleFilterError("node_plan_checks: each item must be [step name, declaration dict or null], "
+                                     "got %r" % (pair,))
+        step, declaration = pair[0], pair[1] or {}
+        entries, declared_units = [], declaration.get("units") or []
+        for key in ("inputs", "files"):
+            value = declaration.get(key) or []
+            if not isinstance(value, list):
+                raise AnsibleFilterError("node_plan_checks: %s: %s must be a list, got %r" % (step, key, value))
+            entries.extend(value)
+        if not isinstance(declared_units, list):
+            raise AnsibleFilterError("node_plan_checks: %s: units must be a list, got %r" % (step, declared_units))
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
+                    or not isinstance(entry.get("state"), str):
+                raise AnsibleFilterError("node_plan_checks: %s: a file needs a path and a state (declared_files' "
+                                         "output), got %r" % (step, entry))
             check = {"step": step, "path": entry["path"], "state": entry["state"]}
             check.update((key, entry[key]) for key in ("mode", "checksum") if entry.get(key) is not None)
             files.append(check)
-        units.extend({"step": step, "name": unit["name"]} for unit in declaration.get("units") or [])
+        for unit in declared_units:
+            if not isinstance(unit, dict) or not isinstance(unit.get("name"), str):
+                raise AnsibleFilterError("node_plan_checks: %s: a unit needs a name, got %r" % (step, unit))
+            units.append({"step": step, "name": unit["name"]})
     return {"files": files, "units": units}
 
 

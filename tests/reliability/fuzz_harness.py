@@ -208,6 +208,16 @@ MODULES = {
                                                       st.integers()), max_size=4),
                             st.lists(strings(["a=b", "gpuops.example.com/y=1"]), max_size=3), hostile())),
                         files=KUBE_FILES),
+    "node_gpu_pods": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "paused", "owner": "fuzz",
+                                            "daemonsets": [{"namespace": "nvidia-device-plugin",
+                                                            "selector": "app.kubernetes.io/instance=nvdp"}],
+                                            "timeout": 2, "interval": 0.05},
+                          hints=dict(KUBE_HINTS, timeout=TIMEOUTS, daemonsets=st.one_of(
+                              st.lists(st.fixed_dictionaries({"namespace": strings(["nvidia-device-plugin", "a b"])},
+                                                             optional={"selector": strings(["app=x", "a in (", ""]),
+                                                                       "name": strings(["dcgm-exporter", ""])}),
+                                       max_size=2), hostile())),
+                          files=KUBE_FILES),
     "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
                         hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},
@@ -333,6 +343,19 @@ FILTERS = {
                     "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
     "gpu_summary": {"gpu_summary": {"facts": _facts()}},
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
+    "declared": {
+        "declared_files": {"entries": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+            "path": st.one_of(st.sampled_from(["/etc/x", "relative", "/etc/\nx"]), _ANY),
+            "state": st.one_of(st.sampled_from(["file", "directory", "absent", "link"]), _ANY),
+            "mode": st.one_of(st.sampled_from(["0644", "644", "u+x", 420]), _ANY),
+            "content": st.one_of(st.sampled_from(["a", "missing"]), _ANY)}), max_size=3), _ANY),
+            "contents": st.one_of(st.fixed_dictionaries({"a": st.one_of(st.text(max_size=20), _ANY)}), _ANY)},
+        "node_plan_checks": {"declarations": st.one_of(st.lists(st.one_of(st.tuples(
+            st.one_of(st.sampled_from(["mig", "compute_mode"]), _ANY),
+            st.one_of(st.fixed_dictionaries({}, optional={"files": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+                "path": st.one_of(st.just("/etc/x"), _ANY), "state": st.one_of(st.just("file"), _ANY)}), max_size=2),
+                _ANY), "units": st.one_of(st.lists(st.fixed_dictionaries({}, optional={"name": _ANY}), max_size=2),
+                                          _ANY)}), st.none(), _ANY)), _ANY), max_size=3), _ANY)}},
     "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
