@@ -135,6 +135,26 @@ def test_ampere_reset_fails_while_a_process_holds_the_gpu(make_sim):
     assert sim.read_gpu(1)["mig_mode_pending"] == "Enabled"
 
 
+def test_a_holder_without_a_process_makes_the_reset_fail_until_released_or_rebooted(make_sim):
+    # a device plugin pod keeps /dev/nvidia* open: no process in NVML, yet the reset fails "in use"
+    sim = make_sim("dgx-a100-40gb")
+    sim.hold("pod nvidia-device-plugin/nvdp-x")
+    assert sim.read_gpu(0)["processes"] == []
+    sim.set_mig_mode(0, True)
+    with pytest.raises(NvmlInUse, match="pod nvidia-device-plugin/nvdp-x"):
+        sim.reset_gpu(0)
+    assert sim.read_gpu(0)["mig_mode_current"] == "Disabled"
+    sim.release("pod nvidia-device-plugin/nvdp-x")
+    sim.reset_gpu(0)
+    assert sim.read_gpu(0)["mig_mode_current"] == "Enabled"
+    sim.hold("dcgm-exporter", [3])
+    with pytest.raises(NvmlInUse):
+        sim.reset_gpu(3)
+    sim.reset_gpu(2)                                    # held GPUs only
+    sim.reboot()
+    assert sim.raw_state()["holders"] == []             # a reboot ends every holder
+
+
 def test_ampere_mode_survives_reboot_and_pending_is_applied(make_sim):
     sim = make_sim("dgx-a100-40gb")
     _enable(sim, 0)
