@@ -2,6 +2,7 @@
 the DaemonSet controller (removes or adds the node's pod); the site tests run the fake controller itself."""
 import json
 import threading
+import time
 
 import pytest
 
@@ -53,10 +54,18 @@ def args(kube_api, **kw):
     return base
 
 
-def later(seconds, action):
-    timer = threading.Timer(seconds, action)
-    timer.start()
-    return timer
+def after_write(kube_api, seconds, action):
+    """Run ``action`` ``seconds`` after the first write (not a dry run) the fake API server receives."""
+    def wait_then_act():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [r for r in list(kube_api.requests) if r["method"] != "GET"
+                                                   and not r["query"].get("dryRun")]:
+            time.sleep(0.01)
+        time.sleep(seconds)
+        action()
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
 
 
 def node_meta(kube_api):
@@ -78,7 +87,8 @@ def test_excludes_paused_needs_the_expression_in_every_term():
 
 
 def test_pause_waits_until_the_pods_left_then_a_second_pause_changes_nothing(cluster):
-    timer = later(0.3, lambda: cluster.objects.pop(("", "pods", NS, "nvdp-plugin-abc")))
+    # the DaemonSet controller removes the pod 0.3 s after the node was labelled
+    timer = after_write(cluster, 0.3, lambda: cluster.objects.pop(("", "pods", NS, "nvdp-plugin-abc")))
     res = run_main(node_gpu_pods.main, args(cluster, state="paused"), diff=True)
     timer.join()
     assert res["changed"] is True and res["paused"] is True and not res.get("failed"), res
@@ -121,7 +131,9 @@ def test_resume_releases_our_pause_and_waits_for_a_ready_pod(cluster):
         annotations={_gpu_pods.PAUSED_BY: "gpuops.nvidia.gpu_node",
                      _gpu_pods.PAUSED_DAEMONSETS: json.dumps([NS + "/nvdp-nvidia-device-plugin"])})})
     cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=False))
-    timer = later(0.3, lambda: cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=True)))
+    # the pod becomes Ready 0.3 s after the module lifted the pause (however long the module took to get there)
+    timer = after_write(cluster, 0.3, lambda: cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin",
+                                                               ready=True)))
     res = run_main(node_gpu_pods.main, args(cluster, state="running"))
     timer.join()
     assert res["changed"] is True and res["paused"] is False and res["waited"] >= 0.2, res
