@@ -88,6 +88,13 @@ def missing_library_message():
     return missing_required_lib("kubernetes")
 
 
+def require_client(module):
+    """Fail ``module``, naming what to install, when the kubernetes client does not import (before any input is
+    read or anything changed)."""
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_library_message(), exception=str(KUBERNETES_IMPORT_ERROR))
+
+
 # ---- client construction ----------------------------------------------------------------------------------------
 def _kubeconfig_from_param(kubeconfig):
     """A kubeconfig parameter is a path, a dict, or YAML/JSON text (as AWX custom credentials may inject)."""

@@ -136,8 +136,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if not _kube.HAS_KUBERNETES:
-        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    _kube.require_client(module)
     profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
                                                     if v is not None or k == "name"))
     errors = _device_plugin.profile_errors(profile, None)

@@ -308,8 +308,7 @@ class OperatorSharing(object):
         p = self.params
         if not HAS_YAML:
             self.module.fail_json(msg=missing_required_lib("PyYAML"))
-        if not _kube.HAS_KUBERNETES:
-            self.module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+        _kube.require_client(self.module)
         errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
         if p["namespace"] is not None:
             errors += _kube_names.dns_label_errors(p["namespace"], "namespace")

@@ -232,8 +232,7 @@ class OperatorMigLayout(object):
         p = self.params
         if not HAS_YAML:
             self.module.fail_json(msg=missing_required_lib("PyYAML"))
-        if not _kube.HAS_KUBERNETES:
-            self.module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+        _kube.require_client(self.module)
         errors = _kube_names.dns_subdomain_errors(p["node_name"], "node_name")
         for key in ("config_map", "policy_name"):
             if p[key] is not None:

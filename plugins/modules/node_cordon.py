@@ -259,8 +259,7 @@ def main():
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
-    if not _kube.HAS_KUBERNETES:
-        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    _kube.require_client(module)
     if p["drain"] and p["state"] != "cordoned":
         module.fail_json(msg="drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
                          "state=%s; nothing changed" % p["state"])

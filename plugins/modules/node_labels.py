@@ -238,8 +238,7 @@ def main():
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
-    if not _kube.HAS_KUBERNETES:
-        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    _kube.require_client(module)
 
     # ---- validate everything before the first call ------------------------------------------------------------
     raw = p["labels"]

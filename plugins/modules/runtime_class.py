@@ -110,8 +110,7 @@ def main():
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
-    if not _kube.HAS_KUBERNETES:
-        module.fail_json(msg=_kube.missing_library_message(), exception=str(_kube.KUBERNETES_IMPORT_ERROR))
+    _kube.require_client(module)
     errors = _kube_names.dns_subdomain_errors(p["name"], "name") + _kube_names.dns_label_errors(p["handler"], "handler")
     selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
     errors += _kube_names.validate_labels(selector)
