@@ -126,3 +126,21 @@ def test_requests_over_https_carry_the_token_and_check_the_certificate(tmp_path)
         assert len(api.requests) == seen
     finally:
         api.stop()
+
+
+def test_require_client_fails_naming_the_library_only_when_it_does_not_import(monkeypatch):
+    class Module(object):
+        failed = None
+
+        def fail_json(self, **kwargs):
+            self.failed = kwargs
+            raise SystemExit(1)
+
+    module = Module()
+    _kube.require_client(module)                  # installed here: nothing happens
+    assert module.failed is None
+    monkeypatch.setattr(_kube, "HAS_KUBERNETES", False)
+    monkeypatch.setattr(_kube, "KUBERNETES_IMPORT_ERROR", ImportError("No module named 'kubernetes'"))
+    with pytest.raises(SystemExit):
+        _kube.require_client(module)
+    assert "kubernetes" in module.failed["msg"] and "No module named" in module.failed["exception"]
