@@ -132,8 +132,8 @@ def test_resume_releases_our_pause_and_waits_for_a_ready_pod(cluster):
                      _gpu_pods.PAUSED_DAEMONSETS: json.dumps([NS + "/nvdp-nvidia-device-plugin"])})})
     cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=False))
     # the pod becomes Ready 0.3 s after the module lifted the pause (however long the module took to get there)
-    timer = after_write(cluster, 0.3, lambda: cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin",
-                                                               ready=True)))
+    ready = pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=True)
+    timer = after_write(cluster, 0.3, lambda: cluster.put(ready))
     res = run_main(node_gpu_pods.main, args(cluster, state="running"))
     timer.join()
     assert res["changed"] is True and res["paused"] is False and res["waited"] >= 0.2, res
