@@ -39,7 +39,6 @@ import fcntl
 import json
 import os
 import tempfile
-import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
@@ -53,54 +52,30 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     NvmlInvalidArgument,
     NvmlNotFound,
     NvmlNotSupported,
-    mig_devices,
 )
-
-STATE_FORMAT = 1
-SIM_DRIVER_VERSION = "580.159.04"   # the driver of the real H200 reading
-SIM_CUDA_DRIVER_VERSION = 13000
-_UUID_NAMESPACE = uuid.UUID("6c1c0f9e-3f0e-4b3a-9a55-8d2b5c7e4a10")
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state import (
+    apply_reset,
+    arch_rules,
+    cuda_version_text,
+    due_fault,
+    gi_by_id,
+    gi_profile_by_id,
+    gpu_by_index,
+    gpu_facts,
+    lowest_free_id,
+    mig_uuid,
+    new_state,
+    processes_on,
+    require_mig_capable,
+    require_mig_enabled,
+    state_problem,
+    used_memory_slices,
+)
 
 MUTATING_CALLS = (
     "set_mig_mode", "reset_gpu", "create_gpu_instance", "destroy_gpu_instance",
     "create_compute_instance", "destroy_compute_instance", "set_compute_mode", "set_persistence_mode",
 )
-
-
-def new_state(shape, seed):
-    """A fresh state for a machine shape. `seed` (usually the state file's path) makes UUIDs differ per node."""
-    if shape not in catalog.MACHINE_SHAPES:
-        raise GpuBackendError(
-            "unknown simulated machine shape %r; valid shapes: %s" % (shape, ", ".join(catalog.shape_names())))
-    gpus = []
-    for index, model_key in enumerate(catalog.MACHINE_SHAPES[shape]):
-        m = catalog.GPU_MODELS[model_key]
-        gpus.append({
-            "index": index,
-            "model": model_key,
-            "uuid": "GPU-%s" % uuid.uuid5(_UUID_NAMESPACE, "%s/%d" % (seed, index)),
-            "pci_bus_id": catalog.bus_id(index),
-            "compute_mode": "Default",
-            "persistence_mode": True,
-            "mig_current": False if m["mig"] else None,
-            "mig_pending": False if m["mig"] else None,
-            # False models a passthrough VM: no per-GPU reset is exposed (SetMigMode -> RESET_REQUIRED).
-            "reset_supported": True,
-            "gpu_instances": [],
-        })
-    return {
-        "format": STATE_FORMAT,
-        "shape": shape,
-        "driver_version": SIM_DRIVER_VERSION,
-        "cuda_driver_version": SIM_CUDA_DRIVER_VERSION,
-        "boot_id": 1,
-        "uuid_counter": 0,
-        "mutating_calls": 0,
-        "faults": [],
-        "call_log": [],
-        "processes": [],
-        "gpus": gpus,
-    }
 
 
 class SimulatedBackend(GpuBackend):
@@ -167,7 +142,7 @@ class SimulatedBackend(GpuBackend):
             raise GpuBackendError(
                 "simulated GPU state file %s is not valid JSON (%s); fix it, or delete it to recreate it "
                 "from GPUOPS_SIMULATED_MACHINE" % (self.path, exc))
-        problem = _state_problem(state)
+        problem = state_problem(state)
         if problem:
             raise GpuBackendError(
                 "simulated GPU state file %s is not a gpuops simulator state: %s; delete it to recreate it "
@@ -195,14 +170,14 @@ class SimulatedBackend(GpuBackend):
             return {
                 "backend": self.kind,
                 "driver_version": state["driver_version"],
-                "cuda_driver_version": _cuda_version_text(state["cuda_driver_version"]),
+                "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % state["driver_version"],
-                "gpus": [_gpu_facts(state, g) for g in state["gpus"]],
+                "gpus": [gpu_facts(state, g) for g in state["gpus"]],
             }
 
     def read_gpu(self, index):
         with self._locked(write=False) as state:
-            return _gpu_facts(state, _gpu(state, index))
+            return gpu_facts(state, gpu_by_index(state, index))
 
     def raw_state(self):
         """The whole state document (for tests and the simulator's own tools)."""
@@ -217,7 +192,7 @@ class SimulatedBackend(GpuBackend):
         with self._locked() as state:
             state["mutating_calls"] += 1
             entry = {"n": state["mutating_calls"], "call": call, "args": args, "pid": os.getpid()}
-            fault = _due_fault(state, call)
+            fault = due_fault(state, call)
             if fault is not None:
                 entry["error"] = fault["error"]
                 entry["injected"] = True
@@ -237,8 +212,8 @@ class SimulatedBackend(GpuBackend):
 
     def set_mig_mode(self, index, enabled):
         with self._mutation("set_mig_mode", {"index": index, "enabled": bool(enabled)}) as state:
-            gpu = _gpu(state, index)
-            _require_mig_capable(gpu)
+            gpu = gpu_by_index(state, index)
+            require_mig_capable(gpu)
             want = bool(enabled)
             if not want and gpu["gpu_instances"]:
                 # Disabling MIG while GPU instances exist is refused: mig-parted clears all instances before
@@ -249,8 +224,8 @@ class SimulatedBackend(GpuBackend):
             gpu["mig_pending"] = want
             if gpu["mig_current"] == want:
                 return 0
-            rules = _rules(gpu)
-            busy = _processes_on(state, index)
+            rules = arch_rules(gpu)
+            busy = processes_on(state, index)
             if not gpu.get("reset_supported", True):
                 return NVML_ERROR_CODES["RESET_REQUIRED"]
             if rules["mig_change_needs_reset"]:
@@ -265,10 +240,10 @@ class SimulatedBackend(GpuBackend):
 
     def reset_gpu(self, index):
         with self._mutation("reset_gpu", {"index": index}) as state:
-            gpu = _gpu(state, index)
+            gpu = gpu_by_index(state, index)
             if not gpu.get("reset_supported", True):
                 raise NvmlNotSupported("GPU %d cannot be reset here (passthrough): a VM reboot is needed" % index)
-            busy = _processes_on(state, index)
+            busy = processes_on(state, index)
             if busy:
                 raise NvmlInUse("GPU %d is in use by %d process(es): %s" % (
                     index, len(busy), ", ".join("%s (pid %d)" % (p["name"], p["pid"]) for p in busy)))
@@ -276,14 +251,14 @@ class SimulatedBackend(GpuBackend):
             if held:
                 raise NvmlInUse("GPU %d is in use by another client: %s keep its device files open"
                                 % (index, ", ".join(held)))
-            _apply_reset(gpu)
+            apply_reset(gpu)
 
     def create_gpu_instance(self, index, profile_id, start):
         with self._mutation("create_gpu_instance",
                             {"index": index, "profile_id": profile_id, "start": start}) as state:
-            gpu = _gpu(state, index)
-            _require_mig_enabled(gpu)
-            profile = _gi_profile(gpu, profile_id)
+            gpu = gpu_by_index(state, index)
+            require_mig_enabled(gpu)
+            profile = gi_profile_by_id(gpu, profile_id)
             starts = [p["start"] for p in profile["placements"]]
             if start not in starts:
                 raise NvmlInvalidArgument("profile %s (id %d) cannot be placed at %r; possible starts: %s" % (
@@ -293,14 +268,14 @@ class SimulatedBackend(GpuBackend):
                 raise NvmlInsufficientResources("profile %s allows at most %d instance(s)" % (
                     profile["name"], profile["max_instances"]))
             wanted = set(range(start, start + profile["memory_slices"]))
-            used = _used_memory_slices(gpu)
+            used = used_memory_slices(gpu)
             if wanted & used:
                 raise NvmlInsufficientResources("memory slices %s are occupied" % sorted(wanted & used))
             m = catalog.GPU_MODELS[gpu["model"]]["mig"]
-            used_compute = sum(_gi_profile(gpu, gi["profile_id"])["slices"] for gi in gpu["gpu_instances"])
+            used_compute = sum(gi_profile_by_id(gpu, gi["profile_id"])["slices"] for gi in gpu["gpu_instances"])
             if used_compute + profile["slices"] > m["compute_slices"]:
                 raise NvmlInsufficientResources("not enough free compute slices")
-            gi_id = _lowest_free_id([gi["id"] for gi in gpu["gpu_instances"]], first=1)
+            gi_id = lowest_free_id([gi["id"] for gi in gpu["gpu_instances"]], first=1)
             gpu["gpu_instances"].append({
                 "id": gi_id, "profile_id": profile_id, "start": start, "compute_instances": []})
             gpu["gpu_instances"].sort(key=lambda gi: gi["start"])
@@ -308,9 +283,9 @@ class SimulatedBackend(GpuBackend):
 
     def destroy_gpu_instance(self, index, gi_id):
         with self._mutation("destroy_gpu_instance", {"index": index, "gi_id": gi_id}) as state:
-            gpu = _gpu(state, index)
-            _require_mig_enabled(gpu)
-            gi = _gi(gpu, gi_id)
+            gpu = gpu_by_index(state, index)
+            require_mig_enabled(gpu)
+            gi = gi_by_id(gpu, gi_id)
             if gi["compute_instances"]:
                 raise NvmlInUse("GPU instance %d still has %d compute instance(s)" % (
                     gi_id, len(gi["compute_instances"])))
@@ -321,10 +296,10 @@ class SimulatedBackend(GpuBackend):
     def create_compute_instance(self, index, gi_id, ci_profile_id):
         with self._mutation("create_compute_instance",
                             {"index": index, "gi_id": gi_id, "ci_profile_id": ci_profile_id}) as state:
-            gpu = _gpu(state, index)
-            _require_mig_enabled(gpu)
-            gi = _gi(gpu, gi_id)
-            gi_profile = _gi_profile(gpu, gi["profile_id"])
+            gpu = gpu_by_index(state, index)
+            require_mig_enabled(gpu)
+            gi = gi_by_id(gpu, gi_id)
+            gi_profile = gi_profile_by_id(gpu, gi["profile_id"])
             ci_profile = None
             for cp in gi_profile["ci_profiles"]:
                 if cp["id"] == ci_profile_id:
@@ -350,12 +325,11 @@ class SimulatedBackend(GpuBackend):
             if start is None:
                 raise NvmlInsufficientResources("no free compute slices for %s in GPU instance %d" % (
                     ci_profile["name"], gi_id))
-            ci_id = _lowest_free_id([ci["id"] for ci in gi["compute_instances"]], first=0)
+            ci_id = lowest_free_id([ci["id"] for ci in gi["compute_instances"]], first=0)
             state["uuid_counter"] += 1
             gi["compute_instances"].append({
                 "id": ci_id, "profile_id": ci_profile_id, "start": start, "slices": size,
-                "uuid": "MIG-%s" % uuid.uuid5(_UUID_NAMESPACE, "%s/%d/%d/%d" % (
-                    gpu["uuid"], gi_id, ci_id, state["uuid_counter"])),
+                "uuid": mig_uuid(gpu, gi_id, ci_id, state["uuid_counter"]),
             })
             gi["compute_instances"].sort(key=lambda ci: ci["start"])
             return ci_id
@@ -363,9 +337,9 @@ class SimulatedBackend(GpuBackend):
     def destroy_compute_instance(self, index, gi_id, ci_id):
         with self._mutation("destroy_compute_instance",
                             {"index": index, "gi_id": gi_id, "ci_id": ci_id}) as state:
-            gpu = _gpu(state, index)
-            _require_mig_enabled(gpu)
-            gi = _gi(gpu, gi_id)
+            gpu = gpu_by_index(state, index)
+            require_mig_enabled(gpu)
+            gi = gi_by_id(gpu, gi_id)
             ci = [c for c in gi["compute_instances"] if c["id"] == ci_id]
             if not ci:
                 raise NvmlNotFound("GPU instance %d has no compute instance %d" % (gi_id, ci_id))
@@ -377,7 +351,7 @@ class SimulatedBackend(GpuBackend):
 
     def set_compute_mode(self, index, mode):
         with self._mutation("set_compute_mode", {"index": index, "mode": mode}) as state:
-            gpu = _gpu(state, index)
+            gpu = gpu_by_index(state, index)
             if mode not in COMPUTE_MODES:
                 raise NvmlInvalidArgument("unknown compute mode %r; valid: %s" % (mode, ", ".join(COMPUTE_MODES)))
             if mode == "Exclusive_Process" and gpu["mig_current"]:
@@ -387,7 +361,7 @@ class SimulatedBackend(GpuBackend):
 
     def set_persistence_mode(self, index, enabled):
         with self._mutation("set_persistence_mode", {"index": index, "enabled": bool(enabled)}) as state:
-            _gpu(state, index)["persistence_mode"] = bool(enabled)
+            gpu_by_index(state, index)["persistence_mode"] = bool(enabled)
 
     # ------------------------------------------------------------------ events and test hooks
     def reboot(self):
@@ -403,7 +377,7 @@ class SimulatedBackend(GpuBackend):
                 gpu["persistence_mode"] = False
                 if gpu["mig_current"] is None:
                     continue
-                if _rules(gpu)["mig_mode_survives_reboot"]:
+                if arch_rules(gpu)["mig_mode_survives_reboot"]:
                     gpu["mig_current"] = gpu["mig_pending"]
                 else:
                     gpu["mig_current"] = False
@@ -413,12 +387,12 @@ class SimulatedBackend(GpuBackend):
 
     def add_process(self, index, pid, name, used_memory_mib=0, gi_id=None, ci_id=None):
         with self._locked() as state:
-            gpu = _gpu(state, index)
+            gpu = gpu_by_index(state, index)
             if gpu["mig_current"]:
                 if gi_id is None or ci_id is None:
                     raise GpuBackendError("GPU %d is MIG-enabled: a process must run on a MIG device "
                                           "(give gi_id and ci_id)" % index)
-                gi = _gi(gpu, gi_id)
+                gi = gi_by_id(gpu, gi_id)
                 if not [c for c in gi["compute_instances"] if c["id"] == ci_id]:
                     raise GpuBackendError("GPU %d GI %d has no compute instance %d" % (index, gi_id, ci_id))
             elif gi_id is not None or ci_id is not None:
@@ -437,7 +411,7 @@ class SimulatedBackend(GpuBackend):
         None holds every GPU. ``release(holder)`` ends it; a reboot ends every holder."""
         with self._locked() as state:
             every = [g["index"] for g in state["gpus"]]
-            held = every if indices is None else [_gpu(state, i)["index"] for i in indices]
+            held = every if indices is None else [gpu_by_index(state, i)["index"] for i in indices]
             state["holders"] = [h for h in state.get("holders", []) if h["name"] != holder]
             state["holders"].append({"name": str(holder), "gpus": sorted(held)})
 
@@ -460,169 +434,8 @@ class SimulatedBackend(GpuBackend):
     def set_reset_supported(self, index, supported):
         """Model a passthrough VM (no per-GPU reset) when `supported` is False."""
         with self._locked() as state:
-            _gpu(state, index)["reset_supported"] = bool(supported)
+            gpu_by_index(state, index)["reset_supported"] = bool(supported)
 
     def clear_call_log(self):
         with self._locked() as state:
             state["call_log"] = []
-
-
-# ---------------------------------------------------------------------- helpers (pure, over state dicts)
-def _state_problem(state):
-    if not isinstance(state, dict):
-        return "top level is not an object"
-    if state.get("format") != STATE_FORMAT:
-        return "format is %r, expected %d" % (state.get("format"), STATE_FORMAT)
-    gpus = state.get("gpus")
-    if not isinstance(gpus, list):
-        return "'gpus' is not a list"
-    for key in ("processes", "faults", "call_log"):
-        if not isinstance(state.get(key), list):
-            return "%r is not a list" % key
-    for gpu in gpus:
-        if not isinstance(gpu, dict) or gpu.get("model") not in catalog.GPU_MODELS:
-            return "a GPU entry has an unknown model %r; known: %s" % (
-                gpu.get("model") if isinstance(gpu, dict) else gpu, ", ".join(sorted(catalog.GPU_MODELS)))
-        for key in ("index", "uuid", "gpu_instances"):
-            if key not in gpu:
-                return "GPU entry %r lacks %r" % (gpu.get("index"), key)
-    return None
-
-
-def _cuda_version_text(value):
-    return "%d.%d" % (value // 1000, (value % 1000) // 10)
-
-
-def _rules(gpu):
-    return catalog.ARCH_RULES[catalog.GPU_MODELS[gpu["model"]]["architecture"]]
-
-
-def _gpu(state, index):
-    for gpu in state["gpus"]:
-        if gpu["index"] == index:
-            return gpu
-    raise NvmlInvalidArgument("no GPU with index %r (this node has %d)" % (index, len(state["gpus"])))
-
-
-def _require_mig_capable(gpu):
-    if gpu["mig_current"] is None:
-        raise NvmlNotSupported("GPU %d (%s) does not support MIG" % (
-            gpu["index"], catalog.GPU_MODELS[gpu["model"]]["name"]))
-
-
-def _require_mig_enabled(gpu):
-    _require_mig_capable(gpu)
-    if not gpu["mig_current"]:
-        # The exact code NVML returns for instance calls with MIG disabled is not documented in the
-        # references; NOT_SUPPORTED is what the V-variant profile queries document for that case.
-        raise NvmlNotSupported("MIG mode is not enabled on GPU %d" % gpu["index"])
-
-
-def _gi_profile(gpu, profile_id):
-    for p in catalog.gi_profiles(gpu["model"]):
-        if p["id"] == profile_id:
-            return p
-    raise NvmlInvalidArgument("GPU-instance profile id %r does not exist on %s" % (
-        profile_id, catalog.GPU_MODELS[gpu["model"]]["name"]))
-
-
-def _gi(gpu, gi_id):
-    for gi in gpu["gpu_instances"]:
-        if gi["id"] == gi_id:
-            return gi
-    raise NvmlNotFound("GPU %d has no GPU instance %r" % (gpu["index"], gi_id))
-
-
-def _used_memory_slices(gpu):
-    used = set()
-    for gi in gpu["gpu_instances"]:
-        size = _gi_profile(gpu, gi["profile_id"])["memory_slices"]
-        used.update(range(gi["start"], gi["start"] + size))
-    return used
-
-
-def _lowest_free_id(taken, first):
-    # Real drivers choose GI ids by their own scheme (on A100 they follow the placement slot, UG "Instance
-    # Geometry"); the simulator hands out the lowest free id. Code must identify instances by
-    # (profile, placement), never by id across a reset.
-    candidate = first
-    taken = set(taken)
-    while candidate in taken:
-        candidate += 1
-    return candidate
-
-
-def _processes_on(state, index):
-    return [p for p in state["processes"] if p["gpu"] == index]
-
-
-def _apply_reset(gpu):
-    gpu["gpu_instances"] = []
-    if gpu["mig_current"] is not None:
-        gpu["mig_current"] = gpu["mig_pending"]
-    # Whether a GPU reset returns compute mode to Default is not documented (neither the MIG user guide nor
-    # nvml.h's SetComputeMode says); the simulator keeps it.
-
-
-def _due_fault(state, call):
-    for fault in state["faults"]:
-        if fault.get("call") not in (None, call):
-            continue
-        fault["remaining"] -= 1
-        if fault["remaining"] <= 0:
-            state["faults"].remove(fault)
-            return fault
-    return None
-
-
-def _process_facts(p):
-    return {"pid": p["pid"], "name": p["name"], "used_memory_mib": p["used_memory_mib"],
-            "gi_id": p.get("gi_id"), "ci_id": p.get("ci_id")}
-
-
-def _gpu_facts(state, gpu):
-    m = catalog.GPU_MODELS[gpu["model"]]
-    profiles = catalog.gi_profiles(gpu["model"])
-    by_id = dict((p["id"], p) for p in profiles)
-    procs = _processes_on(state, gpu["index"])
-    instances = []
-    for gi in gpu["gpu_instances"]:
-        gp = by_id[gi["profile_id"]]
-        cis = []
-        for ci in gi["compute_instances"]:
-            cp = [c for c in gp["ci_profiles"] if c["id"] == ci["profile_id"]][0]
-            cis.append({
-                "id": ci["id"], "profile_id": ci["profile_id"], "profile": cp["name"],
-                "placement": {"start": ci["start"], "size": ci["slices"]},
-                "mig_uuid": ci["uuid"],
-                "processes": [_process_facts(p) for p in procs
-                              if p.get("gi_id") == gi["id"] and p.get("ci_id") == ci["id"]],
-            })
-        instances.append({
-            "id": gi["id"], "profile_id": gi["profile_id"], "profile": gp["name"],
-            "placement": {"start": gi["start"], "size": gp["memory_slices"]},
-            "compute_instances": cis,
-        })
-    mig_supported = m["mig"] is not None
-    facts = {
-        "index": gpu["index"],
-        "uuid": gpu["uuid"],
-        "name": m["name"],
-        "pci_bus_id": gpu["pci_bus_id"],
-        "pci_device_id": "0x%08X" % m["pci_device_id"],
-        "memory_total_mib": m["memory_total_mib"],
-        "memory_total_bytes": m["memory_total_mib"] * 1024 * 1024,
-        "compute_capability": m["compute_capability"],
-        "architecture": m["architecture"],
-        "compute_mode": gpu["compute_mode"],
-        "persistence_mode": gpu["persistence_mode"],
-        "mig_supported": mig_supported,
-        "mig_mode_current": None if not mig_supported else ("Enabled" if gpu["mig_current"] else "Disabled"),
-        "mig_mode_pending": None if not mig_supported else ("Enabled" if gpu["mig_pending"] else "Disabled"),
-        "reset_supported": gpu.get("reset_supported", True),
-        "gi_profiles": profiles,
-        "gpu_instances": instances,
-        "processes": [_process_facts(p) for p in procs],
-    }
-    facts["mig_devices"] = mig_devices(facts)
-    return facts
