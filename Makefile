@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: setup lab test pytest check sanity lint changelog-lint unit bench build clean molecule
+.PHONY: setup lab test pytest check sanity lint changelog-lint publish-check docs unit bench build clean molecule
 setup: .setup-done
 
-.setup-done: requirements-dev.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh)
+.setup-done: requirements-dev.txt requirements.txt requirements-publish.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh)
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 	touch $@
 
@@ -29,8 +29,9 @@ test: check
 pytest: setup
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)
 
-# Quality gates (issue 7): ansible-test sanity, ansible-lint's production profile, changelog fragments.
-check: sanity lint changelog-lint
+# Quality gates (issue 7): ansible-test sanity, ansible-lint's production profile, changelog fragments, and what
+# Galaxy and the Ansible docs toolchain say of the built collection (scripts/publish_check.py).
+check: sanity lint changelog-lint publish-check
 
 # ansible-test sanity on a copy laid out as ansible_collections/gpuops/nvidia (see scripts/sanity.sh).
 # One test: make sanity SANITY_ARGS="--test pylint"
@@ -43,6 +44,14 @@ lint: setup
 changelog-lint: setup
 	$(BIN)/antsibull-changelog lint
 	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+
+# galaxy-importer on the built artifact, antsibull-docs lint-collection-docs, and the docs site (tools/publish/).
+publish-check: setup
+	$(BIN)/python scripts/publish_check.py check
+
+# The documentation site (antsibull-docs + Sphinx) into build/docs/html (open build/docs/html/index.html).
+docs: setup
+	$(BIN)/python scripts/publish_check.py docs
 
 # The molecule default scenario (simulated lab: converge, idempotence, verify); about 1 minute.
 molecule: setup

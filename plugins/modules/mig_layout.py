@@ -87,8 +87,9 @@ requirements:
   - On a real GPU host, the Python package C(nvidia-ml-py) and the NVIDIA driver; root.
   - PyYAML for O(config_file) (ships with ansible-core).
 notes:
-  - GPU and compute instances never survive a reboot or GPU reset; the M(gpuops.nvidia.mig) role installs a boot-time
-    unit that re-applies the layout.
+  - GPU and compute instances never survive a reboot or GPU reset; the
+    R(gpuops.nvidia.mig,ansible_collections.gpuops.nvidia.mig_role) role installs a boot-time unit that re-applies
+    the layout.
   - Compute instances are created without an explicit placement (the driver places them); the planner assumes
     the driver puts each at the first free run of compute slices aligned to its size and creates bigger ones first.
   - If a run is interrupted (an NVML error, a fault), a re-run re-reads the GPUs and plans from where it stopped.

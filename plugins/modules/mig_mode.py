@@ -74,7 +74,8 @@ requirements:
   - On a real GPU host, the Python package C(nvidia-ml-py) and the NVIDIA driver; root.
 notes:
   - A GPU reset is blocked by every driver client (nvidia-persistenced, DCGM, the fabric manager, nvidia_drm, the
-    device plugin). Stop them first; the M(gpuops.nvidia.mig) role does that for the units you list.
+    device plugin). Stop them first; the R(gpuops.nvidia.mig,ansible_collections.gpuops.nvidia.mig_role) role does
+    that for the units you list.
   - With the simulator (C(GPUOPS_SIMULATED_GPUS)), the same rules apply to simulated GPUs.
 seealso:
   - module: gpuops.nvidia.mig_layout

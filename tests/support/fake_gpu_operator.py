@@ -48,7 +48,7 @@ from .fake_daemonsets import advertised, set_allocatable
 from .fake_loop import ReconcileLoop
 
 FIXTURES = fake_crd.FIXTURES
-POLICY_FIXTURE = os.path.join(FIXTURES, "clusterpolicy-v25.10.1-helm.yaml")
+POLICY_FIXTURE = os.path.join(FIXTURES, "clusterpolicy-v25.10.1-helm.txt")
 MIG_DEFAULT_FIXTURE = os.path.join(FIXTURES, "default-mig-parted-config-v25.10.1.yaml")
 POLICY = "cluster-policy"
 MPS_DAEMONSET = "nvidia-device-plugin-mps-control-daemon"

@@ -1,0 +1,124 @@
+"""Publishing checks of the collection: what Galaxy and the Ansible docs toolchain would say about it.
+
+    python scripts/publish_check.py check   # `make publish-check` (part of `make test`): all three below
+    python scripts/publish_check.py docs    # `make docs`: the documentation site only, into build/docs/html
+
+1. importer: `ansible-galaxy collection build`, then galaxy-importer (the checker Galaxy and Automation Hub run on
+   every upload) on the artifact. Fails on an import error, and on any ERROR or WARNING line, since each names a
+   problem in our content (a missing role README, an ansible-lint finding, a sanity ignore file, ...).
+2. docs lint: `antsibull-docs lint-collection-docs --plugin-docs`: every plugin's and role's documentation validates
+   against the schemas a docs site build uses, and every cross-reference (M(), R(), O(), ...) points at something.
+3. docs site: antsibull-docs writes the RST of every module, filter and role entry point; Sphinx builds it with
+   docs/site/conf.py, warnings as errors.
+
+The tools live in their own virtualenv, tools/publish/ (requirements-publish.txt, installed by `make setup`).
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(ROOT, "tools", "publish", "bin")
+BUILD = os.path.join(ROOT, "build")
+SITE = os.path.join(ROOT, "docs", "site")
+IMPORT_DONE = "Importer processing completed successfully"
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def importer_problems(output, returncode):
+    """The lines of galaxy-importer's output that fail the check: each ERROR or WARNING line, and a missing success
+    line or a non-zero exit status (said as a line of its own)."""
+    problems = [line for line in output.splitlines() if line.startswith(("ERROR", "WARNING"))]
+    if returncode != 0:
+        problems.append("galaxy-importer exited with status %d" % returncode)
+    if IMPORT_DONE not in output:
+        problems.append("galaxy-importer did not print %r" % IMPORT_DONE)
+    return problems
+
+
+def tool_env():
+    """The environment of the publishing tools: their virtualenv first on PATH (galaxy-importer runs ansible-doc and
+    ansible-lint from PATH) and this checkout as the collection gpuops.nvidia."""
+    if not os.path.exists(os.path.join(TOOLS, "antsibull-docs")):
+        raise CheckFailed("the publishing tools are not installed in %s: run `make setup`" % os.path.dirname(TOOLS))
+    env = dict(os.environ)
+    env["PATH"] = TOOLS + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(ROOT, ".collections")
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def run(argv, env, cwd=ROOT, capture=False):
+    print("publish-check: %s" % " ".join(argv), flush=True)
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.STDOUT if capture else None, universal_newlines=True, check=False)
+    return proc
+
+
+def check_importer(env):
+    out_dir = os.path.join(BUILD, "publish")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    built = run([os.path.join(ROOT, ".venv", "bin", "ansible-galaxy"), "collection", "build", "--force",
+                 "--output-path", out_dir, "."], env)
+    if built.returncode != 0:
+        raise CheckFailed("ansible-galaxy collection build failed (status %d)" % built.returncode)
+    artifact = glob.glob(os.path.join(out_dir, "*.tar.gz"))[0]
+    proc = run([os.path.join(TOOLS, "python"), "-m", "galaxy_importer.main", artifact], env, cwd=out_dir,
+               capture=True)
+    problems = importer_problems(proc.stdout, proc.returncode)
+    if problems:
+        sys.stdout.write(proc.stdout)
+        raise CheckFailed("galaxy-importer on %s:\n  %s" % (os.path.basename(artifact), "\n  ".join(problems)))
+    print("publish-check: galaxy-importer: %s, no ERROR or WARNING" % IMPORT_DONE)
+
+
+def check_docs_lint(env):
+    proc = run([os.path.join(TOOLS, "antsibull-docs"), "lint-collection-docs", "--plugin-docs", "."], env)
+    if proc.returncode != 0:
+        raise CheckFailed("antsibull-docs lint-collection-docs --plugin-docs: status %d (its findings are above)"
+                          % proc.returncode)
+
+
+def build_docs(env):
+    docs = os.path.join(BUILD, "docs")
+    rst = os.path.join(docs, "rst")
+    shutil.rmtree(docs, ignore_errors=True)
+    os.makedirs(rst)
+    os.chmod(rst, 0o755)   # antsibull-docs refuses a destination others can write to
+    shutil.copy(os.path.join(SITE, "index.rst"), rst)
+    proc = run([os.path.join(TOOLS, "antsibull-docs"), "--config-file", os.path.join(SITE, "antsibull-docs.cfg"),
+                "collection", "--use-current", "--dest-dir", rst, "gpuops.nvidia"], env)
+    if proc.returncode != 0:
+        raise CheckFailed("antsibull-docs collection: status %d" % proc.returncode)
+    html = os.path.join(docs, "html")
+    proc = run([os.path.join(TOOLS, "sphinx-build"), "-b", "html", "-c", SITE, "-W", "--keep-going", "-q", rst,
+                html], env)
+    if proc.returncode != 0:
+        raise CheckFailed("sphinx-build: status %d (warnings are errors; they are above)" % proc.returncode)
+    print("publish-check: docs site in %s" % os.path.join(html, "index.html"))
+
+
+def main(argv):
+    if len(argv) != 1 or argv[0] not in ("check", "docs"):
+        sys.stderr.write("usage: python scripts/publish_check.py check|docs\n")
+        return 2
+    try:
+        env = tool_env()
+        if argv[0] == "check":
+            check_importer(env)
+            check_docs_lint(env)
+        build_docs(env)
+    except CheckFailed as exc:
+        sys.stderr.write("publish-check: FAILED: %s\n" % exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

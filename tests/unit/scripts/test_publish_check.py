@@ -1,0 +1,74 @@
+"""scripts/publish_check.py: which galaxy-importer output fails the publishing check, and the role READMEs the
+importer requires."""
+import glob
+import importlib.util
+import os
+
+from tests.support.ansible_run import ROOT
+
+_SPEC = importlib.util.spec_from_file_location("publish_check", os.path.join(ROOT, "scripts", "publish_check.py"))
+publish_check = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(publish_check)
+
+# Lines galaxy-importer 0.4.44 printed for this collection before the fixes of issue 26 (with "Loading ..." lines
+# left out), and after them.
+BEFORE_READMES = """Importing with galaxy-importer 0.4.44
+Getting doc strings via ansible-doc
+Loading module_utils _simulator_state
+Loading playbook site.yml
+Loading role cluster
+ERROR: The import failed for the following reason: No role readme found.
+"""
+LINT_WARNINGS = """Importing with galaxy-importer 0.4.44
+Getting doc strings via ansible-doc
+Finding content inside collection
+Linting collection via ansible-lint 26.10.1...
+WARNING: ERROR    Failed to find gpuops.nvidia.site playbook.
+...ansible-lint run complete
+WARNING: Ignore files skip ansible-test sanity tests, found ignore-2.19.txt with 6 statement(s)
+Collection loading complete
+Importer processing completed successfully
+"""
+CLEAN = """Importing with galaxy-importer 0.4.44
+Getting doc strings via ansible-doc
+Finding content inside collection
+Linting collection via ansible-lint 26.10.1...
+...ansible-lint run complete
+Collection loading complete
+Importer processing completed successfully
+"""
+
+
+def test_an_import_error_fails_with_its_line_and_the_missing_success_line():
+    problems = publish_check.importer_problems(BEFORE_READMES, 1)
+    assert problems == ["ERROR: The import failed for the following reason: No role readme found.",
+                        "galaxy-importer exited with status 1",
+                        "galaxy-importer did not print 'Importer processing completed successfully'"]
+
+
+def test_warnings_fail_even_when_the_import_succeeds():
+    problems = publish_check.importer_problems(LINT_WARNINGS, 0)
+    assert problems == ["WARNING: ERROR    Failed to find gpuops.nvidia.site playbook.",
+                        "WARNING: Ignore files skip ansible-test sanity tests, found ignore-2.19.txt with 6 statement(s)"]
+
+
+def test_a_clean_import_passes():
+    assert publish_check.importer_problems(CLEAN, 0) == []
+
+
+def test_every_role_has_a_readme_that_points_at_its_argument_specs():
+    roles = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "roles", "*", "tasks")))
+    assert len(roles) == 6
+    for role in roles:
+        path = os.path.join(ROOT, "roles", role, "README.md")
+        assert os.path.exists(path), "roles/%s has no README.md (Galaxy's importer refuses the collection)" % role
+        with open(path) as f:
+            text = f.read()
+        assert text.startswith("# gpuops.nvidia.%s\n" % role)
+        assert "ansible-doc -t role gpuops.nvidia.%s" % role in text
+        assert "(meta/argument_specs.yml)" in text and "## Example" in text
+
+
+def test_usage():
+    assert publish_check.main([]) == 2
+    assert publish_check.main(["publish"]) == 2
