@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The one interface over a host's GPUs, and the choice of backend.
+"""The one interface over a host's GPUs (the choice of backend for a run is _gpu_backend.get_backend).
 
 Two backends implement `GpuBackend`:
 - `_nvml_backend.NvmlBackend`: real GPUs through pynvml (the `nvidia-ml-py` package);
@@ -139,16 +139,6 @@ class GpuBackend(object):
 def simulated():
     """True when modules on this host run against simulated GPUs."""
     return bool(os.environ.get(ENV_STATE))
-
-
-def get_backend():
-    """The simulator when GPUOPS_SIMULATED_GPUS is set, else the real NVML backend."""
-    state_path = os.environ.get(ENV_STATE)
-    if state_path:
-        from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-        return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
-    return NvmlBackend()
 
 
 def mig_devices(gpu):

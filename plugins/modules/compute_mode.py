@@ -131,7 +131,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, plan_settings, planned_state, report, state_view)
 

@@ -153,9 +153,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     GpuBackendError,
     NvmlError,
-    get_backend,
     select_gpus,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 
 
 def main():

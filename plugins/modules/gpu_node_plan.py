@@ -280,7 +280,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import
     ComputeModeError, boot_unit, plan_settings, planned_state, report)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 

@@ -107,9 +107,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_STATE,
     GpuBackendError,
     NvmlError,
-    get_backend,
     simulated,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 
 REQUIRED = {
     "add_process": ["index", "pid"],

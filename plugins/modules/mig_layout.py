@@ -204,7 +204,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     apply_layout_plans,
     assumed_warning,

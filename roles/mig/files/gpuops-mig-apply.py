@@ -59,7 +59,8 @@ def main(argv=None):
     sys.meta_path.insert(0, BundleImporter(os.path.join(args.lib, BUNDLE)))
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_layout
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
     from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
         apply_layout_plans, apply_mode, busy_clear_problem, mode_step, resolve_from_params)
 

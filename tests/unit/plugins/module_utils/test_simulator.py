@@ -13,8 +13,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     NvmlInUse,
     NvmlInvalidArgument,
     NvmlNotSupported,
-    get_backend,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 

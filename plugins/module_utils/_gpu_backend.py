@@ -1,0 +1,25 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The choice of GPU backend for a run: the simulator when GPUOPS_SIMULATED_GPUS names its state file, else the real
+NVML backend. Both backends implement _gpu's interface and import it; only this file imports them, so the import
+graph stays one-way (_gpu imports neither backend). It imports the chosen one only, when a run asks for it: a
+simulated run never loads pynvml, a real one never loads the simulator."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_SHAPE, ENV_STATE
+
+
+def get_backend():
+    """The simulator when GPUOPS_SIMULATED_GPUS is set, else the real NVML backend."""
+    state_path = os.environ.get(ENV_STATE)
+    if state_path:
+        from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+        return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
+    return NvmlBackend()
