@@ -28,7 +28,8 @@ Besides (issue 23), held to outputs of the real nvidia-ctk v1.20.0 recorded in t
 * ``config [--in-place] --set KEY=VALUE [--config FILE]`` and ``config default`` (below): nvidia-ctk's own
   config.toml as api/config/v1/toml.go writes it (go-toml with no indent, unset defaults as ``#key = value``
   lines, rewritten in place every time); only the keys the default config shows are accepted;
-Tests: tests/unit/test_nvidia_ctk_config_standin.py.
+* ``cdi generate`` and ``cdi list`` for the simulated GPUs: tests/support/nvidia_ctk_cdi.py, beside this file.
+Tests: tests/unit/test_nvidia_ctk_config_standin.py, tests/unit/test_nvidia_ctk_cdi_standin.py.
 """
 
 import copy
@@ -541,6 +542,16 @@ def parse_args(argv, ctk_version):
     return opts
 
 
+def _cdi_module():
+    """tests/support/nvidia_ctk_cdi.py, beside this script (``cdi generate`` / ``cdi list``)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "nvidia_ctk_cdi.py")
+    spec = importlib.util.spec_from_file_location("nvidia_ctk_cdi", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     log = os.environ.get(CALL_LOG_ENV)
@@ -555,6 +566,8 @@ def main(argv=None):
         return 0
     while argv and argv[0] in ("--debug", "-d", "--quiet") or argv[:1] and argv[0].startswith("--config="):
         argv = argv[1:]  # global flags (logging, the toolkit config path): no effect on what is reproduced
+    if argv[:1] == ["cdi"]:
+        return _cdi_module().main(argv[1:])
     if argv[:1] == ["config"]:
         try:
             config_command(argv[1:])
@@ -563,7 +576,8 @@ def main(argv=None):
             return 1
         return 0
     if argv[:2] != ["runtime", "configure"]:
-        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure`, `config` and `--version` are reproduced\n")
+        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure`, `cdi generate`, `cdi list`, `config` and"
+                         " `--version` are reproduced\n")
         return 1
     try:
         opts = parse_args(argv[2:], ctk_version)
