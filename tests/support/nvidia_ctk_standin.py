@@ -23,6 +23,13 @@ What it does NOT reproduce: go-toml's own parser (Python's tomllib parses here, 
 ``--config-source=command``, hook mode, the crio/docker runtimes, and anything not documented in the reference.
 Golden-output tests (tests/unit/plugins/module_utils/test_containerd.py) compare this script's output with the
 reference's exact TOML; a mismatch there means the stand-in, not the module, is wrong.
+
+Besides (issue 23), held to outputs of the real nvidia-ctk v1.20.0 recorded in tests/fixtures/nvidia-ctk/:
+* ``config [--in-place] --set KEY=VALUE [--config FILE]`` and ``config default`` (below): nvidia-ctk's own
+  config.toml as api/config/v1/toml.go writes it (go-toml with no indent, unset defaults as ``#key = value``
+  lines, rewritten in place every time); only the keys the default config shows are accepted;
+* ``cdi generate`` and ``cdi list`` for the simulated GPUs: tests/support/nvidia_ctk_cdi.py, beside this file.
+Tests: tests/unit/test_nvidia_ctk_config_standin.py, tests/unit/test_nvidia_ctk_cdi_standin.py.
 """
 
 import copy
@@ -117,30 +124,40 @@ def _is_table_array(value):
     return isinstance(value, list) and value and all(isinstance(v, dict) for v in value)
 
 
-def _write_tree(tree, path, depth, lines):
+class Commented(object):
+    """A value go-toml writes as a commented-out line (``#key = value``): nvidia-ctk's config defaults."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _write_tree(tree, path, depth, lines, step):
     simple = sorted(k for k, v in tree.items() if not isinstance(v, dict) and not _is_table_array(v))
     complex_ = sorted(k for k in tree if k not in simple)
-    indent = "  " * depth
+    indent = step * depth
     for k in simple:
-        lines.append("%s%s = %s" % (indent, _key(k), _value(tree[k])))
+        if isinstance(tree[k], Commented):
+            lines.append("%s#%s = %s" % (indent, _key(k), _value(tree[k].value)))
+        else:
+            lines.append("%s%s = %s" % (indent, _key(k), _value(tree[k])))
     for k in complex_:
         sub = path + [_key(k)]
-        header_indent = "  " * depth
         if isinstance(tree[k], dict):
             lines.append("")
-            lines.append("%s[%s]" % (header_indent, ".".join(sub)))
-            _write_tree(tree[k], sub, depth + 1, lines)
+            lines.append("%s[%s]" % (indent, ".".join(sub)))
+            _write_tree(tree[k], sub, depth + 1, lines, step)
         else:
             for item in tree[k]:
                 lines.append("")
-                lines.append("%s[[%s]]" % (header_indent, ".".join(sub)))
-                _write_tree(item, sub, depth + 1, lines)
+                lines.append("%s[[%s]]" % (indent, ".".join(sub)))
+                _write_tree(item, sub, depth + 1, lines, step)
 
 
-def marshal(tree):
-    """Serialise ``tree`` the way go-toml v1.9.5 does (reference section 1.4)."""
+def marshal(tree, indentation="  "):
+    """Serialise ``tree`` the way go-toml v1.9.5 does (reference section 1.4); ``indentation`` is the encoder's
+    per-level indent: two spaces by default (runtime configure), none for nvidia-ctk's own config (``config``)."""
     lines = []
-    _write_tree(tree, [], 0, lines)
+    _write_tree(tree, [], 0, lines, indentation)
     if not lines:
         return ""
     return "\n".join(lines) + "\n"
@@ -312,6 +329,158 @@ def configure(opts, ctk_version):
 
 
 # --------------------------------------------------------------------------------------------------------
+# config (nvidia-ctk's own config.toml: cmd/nvidia-ctk/config/config.go, api/config/v1/toml.go, v1.20.0)
+# --------------------------------------------------------------------------------------------------------
+# `nvidia-ctk config default` as recorded (tests/fixtures/nvidia-ctk/config-default.toml; `ldconfig` is the
+# building host's: "@/sbin/ldconfig", or "@/sbin/ldconfig.real" where that exists), less its commented lines.
+DEFAULT_CONFIG = {
+    "disable-require": False,
+    "supported-driver-capabilities": "compat32,compute,display,graphics,ngx,utility,video",
+    "nvidia-container-cli": {"environment": [], "ldconfig": "@/sbin/ldconfig", "load-kmods": True},
+    "nvidia-container-runtime": {
+        "log-level": "info", "mode": "auto", "runtimes": ["runc", "crun"],
+        "modes": {
+            "cdi": {"annotation-prefixes": ["cdi.k8s.io/"], "default-kind": "nvidia.com/gpu",
+                    "spec-dirs": ["/etc/cdi", "/var/run/cdi"]},
+            "csv": {"mount-spec-path": "/etc/nvidia-container-runtime/host-files-for-container.d"},
+            "legacy": {"cuda-compat-mode": "ldconfig"},
+        },
+    },
+    "nvidia-container-runtime-hook": {"path": "nvidia-container-runtime-hook", "skip-mode-detection": False},
+    "nvidia-ctk": {"path": "nvidia-ctk"},
+}
+# Toml.commentDefaults: written as `#key = value` unless the key was loaded or set.
+COMMENTED_DEFAULTS = {
+    "swarm-resource": "DOCKER_RESOURCE_GPU",
+    "accept-nvidia-visible-devices-envvar-when-unprivileged": True,
+    "accept-nvidia-visible-devices-as-volume-mounts": False,
+    "nvidia-container-cli.root": "/run/nvidia/driver",
+    "nvidia-container-cli.path": "/usr/bin/nvidia-container-cli",
+    "nvidia-container-cli.debug": "/var/log/nvidia-container-toolkit.log",
+    "nvidia-container-cli.ldcache": "/etc/ld.so.cache",
+    "nvidia-container-cli.no-cgroups": False,
+    "nvidia-container-cli.user": "root:video",
+    "nvidia-container-runtime.debug": "/var/log/nvidia-container-runtime.log",
+}
+
+
+def _flatten(tree, prefix=""):
+    for key, value in tree.items():
+        full = prefix + key
+        yield full, value
+        if isinstance(value, dict):
+            yield from _flatten(value, full + ".")
+
+
+def _config_schema():
+    """{dotted key: type} of the settings `--set` accepts here: the default config's and the commented ones
+    (nvidia-ctk checks the Config struct, which has a few more; those are refused here)."""
+    schema = {}
+    for key, value in list(_flatten(DEFAULT_CONFIG)) + list(COMMENTED_DEFAULTS.items()):
+        schema[key] = dict if isinstance(value, dict) else type(value)
+    for key in list(schema):
+        parts = key.split(".")
+        for n in range(1, len(parts)):
+            schema.setdefault(".".join(parts[:n]), dict)
+    return schema
+
+
+def _parse_bool(text):
+    """Go's strconv.ParseBool."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise CtkError('invalid format: strconv.ParseBool: parsing %s: invalid syntax' % _go_quote(text))
+
+
+def _set_value(item, separator):
+    """setFlagToKeyValue: ``key[=value]`` -> (key, typed value)."""
+    key, has_value, text = item.partition("=")
+    schema = _config_schema()
+    walked = []
+    for part in key.split("."):
+        walked.append(part)
+        if ".".join(walked) not in schema:
+            raise CtkError("invalid --set option %s: invalid config option: undefined field: %s"
+                           % (item, _go_quote(part)))
+    kind = schema[key]
+    try:
+        if not has_value:
+            if kind is bool:
+                return key, True
+            raise CtkError("invalid format: expected key=value; got %s" % item)
+        if kind is bool:
+            return key, _parse_bool(text)
+        if kind is list:
+            for sep in (separator, ","):
+                if sep in text:
+                    return key, text.split(sep)
+            return key, [text]
+        if kind is str:
+            return key, text
+    except CtkError as exc:
+        raise CtkError("invalid --set option %s: %s" % (item, exc))
+    raise CtkError("unsupported type for %s (%s)" % (item, kind.__name__))
+
+
+def config_command(argv):
+    opts = {"config": os.environ.get("NVIDIA_CTK_CONFIG_FILE_PATH") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or "/etc", "nvidia-container-runtime", "config.toml"),
+        "sets": [], "in_place": False, "output": "", "separator": ":"}
+    names = {"config-file": "config", "config": "config", "c": "config", "output": "output", "o": "output",
+             "set-list-separator": "separator"}
+    i = 0
+    if argv[:1] in (["default"], ["create-default"], ["generate-default"]):
+        argv = ["--config-file="] + argv[1:]
+    while i < len(argv):
+        name, has_value, value = argv[i].lstrip("-").partition("=")
+        if name in ("in-place", "i"):
+            opts["in_place"] = (value.lower() in ("true", "1")) if has_value else True
+        elif name == "set" or name in names:
+            if not has_value:
+                i += 1
+                if i >= len(argv):
+                    raise CtkError("flag needs an argument: -%s" % name)
+                value = argv[i]
+            if name == "set":
+                opts["sets"].append(value)
+            else:
+                opts[names[name]] = value
+        else:
+            raise CtkError("flag provided but not defined: -%s" % name)
+        i += 1
+    if opts["config"] and os.path.exists(opts["config"]):
+        try:
+            tree = _load(opts["config"])
+        except CtkError as exc:
+            raise CtkError("unable to create config: failed to load specified config file: %s"
+                           % str(exc).rpartition(": ")[2])
+        loaded = set(key for key, _v in _flatten(tree))
+    else:
+        tree, loaded = copy.deepcopy(DEFAULT_CONFIG), set()
+    for item in opts["sets"]:
+        key, value = _set_value(item, opts["separator"])
+        parts = key.split(".")
+        _set(tree, parts, value)
+        loaded.add(key)
+    for key, value in COMMENTED_DEFAULTS.items():
+        parts = key.split(".")
+        current = get_in(tree, parts)
+        if key not in loaded and (current is None or current == value or current == ""):
+            _set(tree, parts, Commented(value))
+    text = marshal(tree, indentation="")
+    output = opts["config"] if opts["in_place"] else opts["output"]
+    if not output:
+        sys.stdout.write(text)
+        return
+    if os.path.dirname(output):
+        os.makedirs(os.path.dirname(output), 0o755, exist_ok=True)
+    with open(output, "w") as handle:  # os.Create: truncated in place, not atomic; always rewritten
+        handle.write(text)
+
+
+# --------------------------------------------------------------------------------------------------------
 # command line (urfave/cli style flags: --flag=value or --flag value; booleans as --flag or --flag=true)
 # --------------------------------------------------------------------------------------------------------
 STRING_FLAGS = {
@@ -373,6 +542,16 @@ def parse_args(argv, ctk_version):
     return opts
 
 
+def _cdi_module():
+    """tests/support/nvidia_ctk_cdi.py, beside this script (``cdi generate`` / ``cdi list``)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "nvidia_ctk_cdi.py")
+    spec = importlib.util.spec_from_file_location("nvidia_ctk_cdi", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     log = os.environ.get(CALL_LOG_ENV)
@@ -385,8 +564,20 @@ def main(argv=None):
         sys.stdout.write("NVIDIA Container Toolkit CLI version %s\ncommit: stand-in (not the real nvidia-ctk)\n"
                          % version_text)
         return 0
+    while argv and argv[0] in ("--debug", "-d", "--quiet") or argv[:1] and argv[0].startswith("--config="):
+        argv = argv[1:]  # global flags (logging, the toolkit config path): no effect on what is reproduced
+    if argv[:1] == ["cdi"]:
+        return _cdi_module().main(argv[1:])
+    if argv[:1] == ["config"]:
+        try:
+            config_command(argv[1:])
+        except CtkError as exc:
+            sys.stderr.write('level=error msg=%s\n' % json.dumps(str(exc)))
+            return 1
+        return 0
     if argv[:2] != ["runtime", "configure"]:
-        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure` and `--version` are reproduced\n")
+        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure`, `cdi generate`, `cdi list`, `config` and"
+                         " `--version` are reproduced\n")
         return 1
     try:
         opts = parse_args(argv[2:], ctk_version)
