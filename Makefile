@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: setup lab test pytest check sanity lint changelog-lint publish-check docs unit bench build clean molecule
+.PHONY: setup lab test pytest check sanity lint changelog-lint publish-check docs unit bench build clean molecule compat
 setup: .setup-done
 
-.setup-done: requirements-dev.txt requirements.txt requirements-publish.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh)
+.setup-done: requirements-dev.txt requirements.txt requirements-publish.txt $(wildcard requirements-compat-*.txt) scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh)
 	PYTHON=$(PYTHON) bash scripts/setup.sh
 	touch $@
 
@@ -21,9 +21,10 @@ LAB_CLUSTER := $(if $(findstring gpuops_device_plugin_provider=,$(ARGS)),$(BIN)/
 lab: setup
 	$(LAB_CLUSTER) $(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
 
-# The whole test suite: the quality gates, then every unit and integration test (pytest last, so its summary
-# closes the output). `make pytest` runs the tests alone, `make check` the gates alone.
-test: check
+# The whole test suite: the quality gates, the oldest and newest ansible-core of requires_ansible (`make compat`),
+# then every unit and integration test on the main one (pytest last, so its summary closes the output).
+# `make pytest` runs the tests alone, `make check` the gates alone.
+test: check compat
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)
 
 pytest: setup
@@ -52,6 +53,14 @@ publish-check: setup
 # The documentation site (antsibull-docs + Sphinx) into build/docs/html (open build/docs/html/index.html).
 docs: setup
 	$(BIN)/python scripts/publish_check.py docs
+
+# The other ansible-core versions of meta/runtime.yml's requires_ansible (requirements-compat-<version>.txt: 2.16, the
+# oldest, and 2.21, the newest), each from its own virtualenv tools/compat/<version>/: ansible-test sanity, the lab's
+# converge and re-run (changed=0 on every node), the molecule default scenario (scripts/compat.py). The two versions
+# run side by side: about 7 minutes on 2 cores from a clean HOME, 5 with ansible-test's sanity venvs cached.
+# One version or some steps: make compat COMPAT_ARGS='2.16 --steps lab,molecule'
+compat: setup
+	$(BIN)/python scripts/compat.py $(COMPAT_ARGS)
 
 # The molecule default scenario (simulated lab: converge, idempotence, verify); about 1 minute.
 molecule: setup

@@ -3,12 +3,20 @@
 # ansible-test insists on that path and on a git repository, so the tracked and untracked-but-not-ignored files
 # (what a commit would contain) are copied to a scratch directory, which gets its own `git init`.
 # Extra arguments go to ansible-test, e.g. `make sanity SANITY_ARGS="--test pylint"`.
+# SANITY_VENV names the virtual environment whose ansible-test and Python run it (default .venv, the main
+# ansible-core); scripts/compat.sh passes tools/compat/<version> to run the sanity tests of another ansible-core.
 # The first run creates one virtual environment per test under ~/.ansible/test/venv (several minutes);
 # later runs reuse them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-py=.venv/bin/python
+venv=${SANITY_VENV:-.venv}
+case $venv in /*) ;; *) venv="$root/$venv" ;; esac
+py=$venv/bin/python
+if [ ! -x "$venv/bin/ansible-test" ]; then
+  echo "sanity: no ansible-test in $venv (run make setup)" >&2
+  exit 1
+fi
 pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 # ansible-test fetches get-pip.py from ci-files.testing.ansible.com, unreachable here; it skips the download
@@ -50,6 +58,6 @@ git init -q .
 git add -A
 # One commit, so tests that compare against the repository's history see a clean tree.
 git -c user.name=sanity -c user.email=sanity@localhost commit -q -m sanity
-echo "sanity: ansible-test $("$root/.venv/bin/ansible-test" --version) on Python $pyver in $dest"
-"$root/.venv/bin/ansible-test" sanity --python "$pyver" --requirements --color "${ANSIBLE_TEST_COLOR:-auto}" "$@"
+echo "sanity: ansible-test $("$venv/bin/ansible-test" --version) on Python $pyver in $dest"
+"$venv/bin/ansible-test" sanity --python "$pyver" --requirements --color "${ANSIBLE_TEST_COLOR:-auto}" "$@"
 echo "sanity: passed in ${SECONDS}s"

@@ -15,11 +15,13 @@ import os
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_SHAPE, ENV_STATE
 
 
-def get_backend():
-    """The simulator when GPUOPS_SIMULATED_GPUS is set, else the real NVML backend."""
+def get_backend(run_command=None):
+    """The simulator when GPUOPS_SIMULATED_GPUS is set, else the real NVML backend. ``run_command`` (argv -> (rc,
+    stdout, stderr), OSError when the command cannot start) runs nvidia-smi for a GPU reset on real GPUs; without it
+    the real backend refuses to reset."""
     state_path = os.environ.get(ENV_STATE)
     if state_path:
         from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
         return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None)
     from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
-    return NvmlBackend()
+    return NvmlBackend(run_command=run_command)

@@ -45,7 +45,6 @@ except ImportError:  # pragma: no cover
     _Urllib3Error = OSError
 
 from ansible.module_utils.basic import env_fallback
-from ansible.module_utils.six import string_types
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
     InputFileError, check_regular_file, load_yaml, read_text)
@@ -102,7 +101,7 @@ def _kubeconfig_from_param(kubeconfig):
         return None, None
     if isinstance(kubeconfig, dict):
         return None, kubeconfig
-    if isinstance(kubeconfig, string_types):
+    if isinstance(kubeconfig, str):
         text = kubeconfig.strip()
         if "\n" in text or text.startswith("{"):
             try:
@@ -164,7 +163,7 @@ def auth_param_errors(params):
     errors = []
     for name in ("host", "api_key", "context", "kubeconfig", "ca_cert", "client_cert", "client_key"):
         value = params.get(name)
-        if not isinstance(value, string_types):
+        if not isinstance(value, str):
             continue
         shown = "(hidden)" if name == "api_key" else repr(value[:80])
         host_problem = _host_error(value) if name == "host" and value else None

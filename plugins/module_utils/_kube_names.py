@@ -14,7 +14,6 @@ __metaclass__ = type
 
 import re
 
-from ansible.module_utils.six import string_types
 
 QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 DNS1123_SUBDOMAIN_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -57,7 +56,7 @@ def dns_label_errors(value, what="value"):
 
 def label_key_errors(key):
     """Errors for a label key, worded like the API server's (IsQualifiedName)."""
-    if not isinstance(key, string_types) or not key:
+    if not isinstance(key, str) or not key:
         return ["label key %r: name part must be non-empty" % (key,)]
     errs = []
     name = key
@@ -81,7 +80,7 @@ def label_key_errors(key):
 
 
 def label_value_errors(key, value):
-    if not isinstance(value, string_types):
+    if not isinstance(value, str):
         return ["label %s: value %s must be a string, got a %s"
                 % (repr(key)[:100], repr(value)[:100], type(value).__name__)]
     errs = []

@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import json
 import os
-import subprocess
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
@@ -61,8 +60,12 @@ def _text(value):
 class NvmlBackend(GpuBackend):
     kind = "nvml"
 
-    def __init__(self, nvml=None):
+    def __init__(self, nvml=None, run_command=None):
         self.nvml = nvml if nvml is not None else pynvml
+        # Runs nvidia-smi for the one change NVML has no public call for, a GPU reset: argv -> (rc, stdout, stderr),
+        # raising OSError when the command cannot start. A module gives its AnsibleModule.run_command, the boot-time
+        # script its own: module_utils start no process themselves (ansible-test's pylint, ansible-core 2.20+).
+        self.run_command = run_command
         if self.nvml is None:
             raise GpuBackendError(PYNVML_MISSING)
         try:
@@ -306,18 +309,20 @@ class NvmlBackend(GpuBackend):
         self._mutating("reset_gpu", index=index)
         # NVML has no public GPU-reset call; nvidia-smi does it (as mig-parted does, per GPU here).
         bus = self.read_gpu(index)["pci_bus_id"]
+        if self.run_command is None:
+            raise GpuBackendError("cannot reset GPU %d: this NVML backend was given no command runner for nvidia-smi"
+                                  % index)
         try:
-            proc = subprocess.Popen(["nvidia-smi", "--gpu-reset", "-i", bus],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            rc, stdout, stderr = self.run_command(["nvidia-smi", "--gpu-reset", "-i", bus])
         except OSError as exc:
             raise GpuBackendError("cannot run nvidia-smi to reset GPU %d: %s" % (index, exc))
-        out = _text(proc.communicate()[0]) or ""
-        if proc.returncode != 0:
+        out = "\n".join(text for text in (_text(stdout) or "", _text(stderr) or "") if text.strip())
+        if rc != 0:
             if "in use" in out.lower():
                 raise NvmlInUse("GPU %d reset refused: %s" % (index, out.strip()))
             if "not supported" in out.lower():
                 raise NvmlNotSupported("GPU %d reset not supported: %s" % (index, out.strip()))
-            raise NvmlError("GPU %d reset failed (rc %d): %s" % (index, proc.returncode, out.strip()))
+            raise NvmlError("GPU %d reset failed (rc %d): %s" % (index, rc, out.strip()))
 
     def create_gpu_instance(self, index, profile_id, start):
         self._mutating("create_gpu_instance", index=index, profile_id=profile_id, start=start)

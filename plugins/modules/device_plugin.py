@@ -247,8 +247,11 @@ chart_version:
   returned: always
   type: str
   sample: 0.20.0
-values:
-  description: The complete chart values applied.
+chart_values:
+  description:
+    - The complete chart values applied (or that would be).
+    - Named C(chart_values), not C(values), so that Jinja reads it with dot notation (C(result.values) is the dict's
+      own C(values) method).
   returned: always
   type: dict
 configs:
@@ -468,7 +471,7 @@ class DevicePluginRelease(object):
         for warning in built["warnings"]:
             self.module.warn(warning)
         desired = _helm.normalize(built["values"])
-        self.result.update(chart_version=chart_version, values=desired, configs=built["configs"],
+        self.result.update(chart_version=chart_version, chart_values=desired, configs=built["configs"],
                            node_labels=built["node_labels"], shares=built["shares"],
                            expected_allocatable=built["expected"], node_label_key=built["label"])
         fd, values_file = tempfile.mkstemp(prefix="gpuops-dp-values-", suffix=".json", dir=self.module.tmpdir)

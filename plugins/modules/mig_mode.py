@@ -202,7 +202,8 @@ def main():
 
 def _run(module):
     try:
-        backend = get_backend()
+        # a GPU reset on real GPUs runs nvidia-smi through the module (its failure to start raises, not exits)
+        backend = get_backend(run_command=lambda argv: module.run_command(argv, handle_exceptions=False))
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     results = []

@@ -55,7 +55,7 @@ def snapshot(directory, exclude=()):
     out = {}
     for dirpath, dirs, files in os.walk(str(directory)):
         rel_dir = os.path.relpath(dirpath, str(directory))
-        if rel_dir.split(os.sep)[0] in (PRIVATE,) + tuple(exclude):
+        if rel_dir.split(os.sep, maxsplit=1)[0] in (PRIVATE,) + tuple(exclude):
             continue
         for name in dirs + files:
             rel = os.path.normpath(os.path.join(rel_dir, name))

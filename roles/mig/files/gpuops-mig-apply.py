@@ -17,10 +17,18 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 PACKAGE = "ansible_collections.gpuops.nvidia.plugins.module_utils"
 BUNDLE = "gpuops-mig-lib.json"
+
+
+def run_command(argv):
+    """argv -> (rc, stdout, stderr): what the NVML backend runs nvidia-smi with for a GPU reset (a module gives its
+    AnsibleModule.run_command instead). OSError when the command cannot start."""
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 class BundleImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -68,7 +76,7 @@ def main(argv=None):
         cfg = json.load(handle)
     summary = {"mode": [], "layout": [], "errors": []}
     try:
-        backend = get_backend()
+        backend = get_backend(run_command=run_command)
         gpus = backend.read_all()["gpus"]
         resolved = resolve_from_params(gpus, cfg)
         by_index = dict((g["index"], g) for g in gpus)

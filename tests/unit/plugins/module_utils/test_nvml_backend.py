@@ -9,7 +9,8 @@ import pynvml
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvml_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlNotSupported
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+    GpuBackendError, NvmlError, NvmlInUse, NvmlNotSupported)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
@@ -189,6 +190,35 @@ def test_read_only_guard_refuses_and_logs_every_mutating_call(reading, tmp_path,
         getattr(backend, call)(*args)
     assert [json.loads(line)["call"] for line in log.read_text().splitlines()] == [call]
     assert not [c for c in fake.calls if "Set" in c or "Create" in c or "Destroy" in c], "nothing reached NVML"
+
+
+def test_reset_runs_nvidia_smi_through_the_runner_it_was_given(reading):
+    """A GPU reset is nvidia-smi's (NVML has no public call), run by the caller's runner (mig_mode: the module's
+    run_command; the boot script: its own), never by the backend itself; what nvidia-smi says picks the error."""
+    bus = NvmlBackend(nvml=FakeNvml(reading)).read_gpu(0)["pci_bus_id"]
+    calls = []
+
+    def runner(answer):
+        def run(argv):
+            calls.append(argv)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return run
+
+    NvmlBackend(nvml=FakeNvml(reading), run_command=runner((0, "GPU reset\n", ""))).reset_gpu(0)
+    assert calls == [["nvidia-smi", "--gpu-reset", "-i", bus]]
+    for answer, error, words in [
+            ((255, "", "Unable to reset this GPU because it's being used by some other process (in use)"),
+             NvmlInUse, "GPU 0 reset refused"),
+            ((3, "The operation is not supported on GPU 0\n", ""), NvmlNotSupported, "GPU 0 reset not supported"),
+            ((1, "out", "err"), NvmlError, r"GPU 0 reset failed \(rc 1\): out\nerr"),
+            (FileNotFoundError(2, "No such file or directory: 'nvidia-smi'"), GpuBackendError,
+             "cannot run nvidia-smi to reset GPU 0")]:
+        with pytest.raises(error, match=words):
+            NvmlBackend(nvml=FakeNvml(reading), run_command=runner(answer)).reset_gpu(0)
+    with pytest.raises(GpuBackendError, match="no command runner"):
+        NvmlBackend(nvml=FakeNvml(reading)).reset_gpu(0)
 
 
 # A published `nvidia-smi mig -lgip` of an RTX PRO 6000 Blackwell (driver 580.105.08): NVML index, id, name,

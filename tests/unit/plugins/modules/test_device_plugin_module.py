@@ -94,7 +94,7 @@ def test_apply_then_idempotent_then_change(rig):
     assert first["changed"] is True, first
     rel = rig.release()
     assert len(rel) == 1 and rel[0]["status"] == "deployed" and rel[0]["chart"] == "nvidia-device-plugin-0.20.0"
-    assert rel[0]["values"] == first["values"]
+    assert rel[0]["values"] == first["chart_values"]
     upgrade = [e["argv"] for e in rig.data()["log"] if e["argv"][0] == "upgrade"][0]
     vf = upgrade[upgrade.index("--values") + 1]
     assert upgrade == ["upgrade", "--install", "nvdp", rig.chart, "--namespace", "nvidia-device-plugin",

@@ -1,0 +1,124 @@
+"""scripts/compat.py (`make compat`, issue 27): which lab and molecule output fails a version, and the tested range
+kept the same in meta/runtime.yml, the roles' meta and the requirements-compat-<version>.txt files."""
+import glob
+import importlib.util
+import os
+import re
+
+import yaml
+
+from tests.support.ansible_run import ROOT
+
+_SPEC = importlib.util.spec_from_file_location("compat", os.path.join(ROOT, "scripts", "compat.py"))
+compat = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(compat)
+
+HOSTS = ["lab-dgx-a100", "lab-hgx-b200", "lab-hgx-h200"]
+# The recaps of the lab's converge and re-run on ansible-core 2.16.19 (Python 3.10).
+CONVERGE = """PLAY RECAP *********************************************************************
+lab-dgx-a100               : ok=40   changed=9    unreachable=0    failed=0    skipped=24   rescued=0    ignored=0
+lab-hgx-b200               : ok=39   changed=9    unreachable=0    failed=0    skipped=24   rescued=0    ignored=0
+lab-hgx-h200               : ok=24   changed=5    unreachable=0    failed=0    skipped=21   rescued=0    ignored=0
+"""
+RERUN = """PLAY RECAP *********************************************************************
+lab-dgx-a100               : ok=12   changed=0    unreachable=0    failed=0    skipped=16   rescued=0    ignored=0
+lab-hgx-b200               : ok=11   changed=0    unreachable=0    failed=0    skipped=16   rescued=0    ignored=0
+lab-hgx-h200               : ok=10   changed=0    unreachable=0    failed=0    skipped=17   rescued=0    ignored=0
+"""
+MOLECULE_OK = """INFO     [default > idempotence] Executed: Successful
+DETAILS
+default > cleanup: Executed: Successful
+default > syntax: Executed: Successful
+default > converge: Executed: Successful
+default > idempotence: Executed: Successful
+default > verify: Executed: Successful
+default > cleanup: Executed: Successful
+
+SCENARIO RECAP
+default                   : actions=6  successful=6  disabled=0  skipped=0  missing=0  failed=0
+"""
+
+
+def _oldest_newest():
+    found = sorted(compat.versions(), key=lambda v: tuple(int(p) for p in v.split(".")))
+    return found[0], found[-1]
+
+
+def test_lab_hosts_are_the_inventorys_nodes():
+    assert compat.lab_hosts() == HOSTS
+
+
+def test_a_converge_and_an_unchanged_rerun_pass():
+    assert compat.run_problems("converge", CONVERGE, 0, HOSTS, rerun=False) == []
+    assert compat.run_problems("re-run", RERUN, 0, HOSTS, rerun=True) == []
+
+
+def test_a_rerun_that_changes_one_node_fails_naming_it():
+    rerun = RERUN.replace("ok=10   changed=0", "ok=10   changed=1")
+    assert compat.run_problems("re-run", rerun, 0, HOSTS, rerun=True) == [
+        "re-run: lab-hgx-h200 changed=1 (a re-run must change nothing)"]
+
+
+def test_a_failed_or_missing_node_or_a_bad_status_fails():
+    failed = CONVERGE.replace("changed=9    unreachable=0    failed=0", "changed=8    unreachable=0    failed=1", 1)
+    assert compat.run_problems("converge", failed, 2, HOSTS, rerun=False) == [
+        "converge: ansible-playbook exited with status 2", "converge: lab-dgx-a100 failed=1 unreachable=0"]
+    missing = "\n".join(line for line in CONVERGE.splitlines() if not line.startswith("lab-hgx-b200"))
+    assert compat.run_problems("converge", missing, 0, HOSTS, rerun=False) == [
+        "converge: lab-hgx-b200 is not in the PLAY RECAP"]
+    assert compat.run_problems("converge", "ERROR! the playbook could not be read", 4, HOSTS, rerun=False)[1:] == [
+        "converge: %s is not in the PLAY RECAP" % host for host in HOSTS]
+
+
+def test_a_first_run_that_changes_nothing_fails():
+    """From scratch every lab node has work: a converge that changes nothing did not run the roles."""
+    assert compat.run_problems("converge", RERUN, 0, HOSTS, rerun=False) == [
+        "converge: %s changed=0 on a first run from scratch (nothing was converged)" % host for host in HOSTS]
+
+
+def test_molecule_passes_only_with_every_action_and_idempotence_successful():
+    assert compat.molecule_problems(MOLECULE_OK, 0) == []
+    failed = MOLECULE_OK.replace("idempotence: Executed: Successful", "idempotence: Executed: Failed").replace(
+        "successful=6  disabled=0  skipped=0  missing=0  failed=0", "successful=3  disabled=0  skipped=0  missing=0  failed=1")
+    assert compat.molecule_problems(failed, 1) == [
+        "molecule exited with status 1", "molecule: 6 actions, 3 successful, 1 failed",
+        "molecule: the idempotence step did not succeed"]
+    assert "molecule printed no recap of the default scenario" in compat.molecule_problems("Traceback ...", 1)
+
+
+def test_every_compat_version_pins_its_ansible_core_and_names_its_python():
+    found = compat.versions()
+    assert len(found) >= 2, found
+    for version, (path, python) in found.items():
+        with open(path) as handle:
+            text = handle.read()
+        assert re.search(r"^ansible-core==%s\.\d+$" % re.escape(version), text, re.M), path
+        assert python and re.match(r"^3\.\d+$", python), path
+
+
+def test_the_tested_range_is_requires_ansible_and_the_roles_minimum():
+    """The oldest compat version is requires_ansible's lower bound and every role's min_ansible_version; the main
+    version (requirements-dev.txt) lies between the oldest and the newest."""
+    oldest, newest = _oldest_newest()
+    with open(os.path.join(ROOT, "meta", "runtime.yml")) as handle:
+        requires = yaml.safe_load(handle)["requires_ansible"]
+    assert requires == ">=%s.0" % oldest, requires
+    for meta in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "meta", "main.yml"))):
+        with open(meta) as handle:
+            assert yaml.safe_load(handle)["galaxy_info"]["min_ansible_version"] == oldest, meta
+    with open(os.path.join(ROOT, "requirements-dev.txt")) as handle:
+        main = re.search(r"^ansible-core>=(\d+\.\d+),<", handle.read(), re.M).group(1)
+
+    def key(version):
+        return tuple(int(p) for p in version.split("."))
+    assert key(oldest) < key(main) < key(newest), (oldest, main, newest)
+
+
+def test_an_unknown_version_or_step_is_refused(capsys):
+    try:
+        compat.main(["2.99", "--steps", "lab,dance"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("compat.main accepted an unknown version and step")
+    assert "unknown: 2.99, dance" in capsys.readouterr().err
