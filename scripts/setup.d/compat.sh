@@ -64,7 +64,8 @@ done
 failed=0
 for i in "${!pids[@]}"; do
   if wait "${pids[$i]}"; then
-    echo "compat: installed ansible-core ${names[$i]}: $("tools/compat/${names[$i]}/bin/ansible" --version | head -n 1)"
+    version_text=$("tools/compat/${names[$i]}/bin/python" -c 'import ansible.release; print(ansible.release.__version__)')
+    echo "compat: installed ansible-core ${names[$i]}: $version_text"
   else
     echo "compat: installing ansible-core ${names[$i]} failed; tools/compat/${names[$i]}.log:" >&2
     grep -v "^WARNING: Location" "tools/compat/${names[$i]}.log" | tail -n 30 >&2
