@@ -4,7 +4,7 @@
 # (what a commit would contain) are copied to a scratch directory, which gets its own `git init`.
 # Extra arguments go to ansible-test, e.g. `make sanity SANITY_ARGS="--test pylint"`.
 # SANITY_VENV names the virtual environment whose ansible-test and Python run it (default .venv, the main
-# ansible-core); scripts/compat.sh passes tools/compat/<version> to run the sanity tests of another ansible-core.
+# ansible-core); scripts/compat.py passes tools/compat/<version> to run the sanity tests of another ansible-core.
 # The first run creates one virtual environment per test under ~/.ansible/test/venv (several minutes);
 # later runs reuse them.
 set -euo pipefail

@@ -8,6 +8,8 @@
 # in parallel (pip is mostly one process), each logging to tools/compat/<version>.log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/lib/tool-venv.sh
+. scripts/lib/tool-venv.sh
 
 find_python() {  # X.Y -> the path of a working pythonX.Y, or nothing
   local want=$1 candidate
@@ -22,15 +24,6 @@ find_python() {  # X.Y -> the path of a working pythonX.Y, or nothing
   done
 }
 
-install_one() {  # VERSION REQUIREMENTS PYTHON
-  local version=$1 requirements=$2 python=$3 dest=tools/compat/$1
-  rm -rf "$dest"
-  "$python" -m venv "$dest"
-  "$dest/bin/python" -m pip install --quiet --upgrade pip
-  "$dest/bin/python" -m pip install --quiet -r "$requirements"
-  cat "$requirements" requirements.txt > "$dest/.requirements"
-}
-
 mkdir -p tools/compat
 pids=()
 names=()
@@ -39,8 +32,7 @@ for requirements in requirements-compat-*.txt; do
   version=${requirements#requirements-compat-}
   version=${version%.txt}
   dest=tools/compat/$version
-  if [ -x "$dest/bin/ansible-test" ] && [ -f "$dest/.requirements" ] \
-      && cmp -s "$dest/.requirements" <(cat "$requirements" requirements.txt); then
+  if [ -x "$dest/bin/ansible-test" ] && tool_venv_current "$dest" "$requirements" requirements.txt; then
     echo "compat: ansible-core $version already installed in $dest"
     continue
   fi
@@ -56,7 +48,7 @@ for requirements in requirements-compat-*.txt; do
     continue
   fi
   echo "compat: installing ansible-core $version into $dest with $python (log: tools/compat/$version.log)"
-  install_one "$version" "$requirements" "$python" > "tools/compat/$version.log" 2>&1 &
+  tool_venv_install "$dest" "$python" "$requirements" requirements.txt > "tools/compat/$version.log" 2>&1 &
   pids+=("$!")
   names+=("$version")
 done

@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
 # Installs the publishing checks (requirements-publish.txt: galaxy-importer, antsibull-docs, Sphinx) into their own
 # virtualenv, tools/publish/, with the Python that made .venv. Safe to run again: skipped while the requirements are
-# the ones installed.
+# the ones installed (scripts/lib/tool-venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/lib/tool-venv.sh
+. scripts/lib/tool-venv.sh
 DEST=tools/publish
-STAMP=$DEST/.requirements
 PYTHON_BIN=${PYTHON:-python3}
 [ -x .venv/bin/python ] && PYTHON_BIN=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')
-if [ -x "$DEST/bin/antsibull-docs" ] && [ -f "$STAMP" ] && cmp -s "$STAMP" requirements-publish.txt; then
+if [ -x "$DEST/bin/antsibull-docs" ] && tool_venv_current "$DEST" requirements-publish.txt; then
   echo "publish-tools: already installed in $DEST"
   exit 0
 fi
-rm -rf "$DEST"
-"$PYTHON_BIN" -m venv "$DEST"
-"$DEST/bin/python" -m pip install --quiet --upgrade pip
-"$DEST/bin/python" -m pip install --quiet -r requirements-publish.txt
-cp requirements-publish.txt "$STAMP"
-echo "publish-tools: installed in $DEST ($("$DEST/bin/antsibull-docs" --version 2>/dev/null | head -1))"
+tool_venv_install "$DEST" "$PYTHON_BIN" requirements-publish.txt
+echo "publish-tools: installed in $DEST (antsibull-docs $("$DEST/bin/antsibull-docs" --version 2>/dev/null | head -1))"
