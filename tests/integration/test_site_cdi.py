@@ -1,10 +1,12 @@
 """CDI through site.yml on the lab's A100 (gpu_node_cdi: true, gpu_node_runtime_mode: cdi; the nvidia-ctk stand-in
 generates the spec for the simulated GPUs): the converge writes a spec that lists exactly the GPUs' MIG devices and
 sets the runtime's mode; a layout change regenerates it with exactly the new MIG devices; a re-run changes nothing
-and runs no CDI step; a hand-edited spec is found by the node plan and restored; contradictory declarations are
-refused before anything changes."""
+and runs no CDI step; a hand-edited spec is found by the node plan and restored; after a reboot the MIG boot unit
+writes the spec again; contradictory declarations are refused before anything changes."""
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -82,6 +84,26 @@ def test_converge_change_layout_rerun_and_restore_a_hand_edited_spec(tmp_path):
     plan = res.task("Read the GPUs and plan every step", NODE)[0]
     assert plan["steps"]["cdi"] == ["the CDI spec %s is not the one verified (changed or removed since)" % spec]
     assert spec.read_text() == good
+
+    # A reboot: the MIG instances are gone (and /var/run is empty) until the boot unit re-creates them; it then writes
+    # the spec again, before containerd starts, and the next run finds nothing to do.
+    sim = SimulatedBackend(str(site.state / ("%s.json" % NODE)))
+    sim.reboot()
+    for name in os.listdir(str(_spec_dir(site))):
+        os.unlink(str(_spec_dir(site) / name))
+    lib = site.state / NODE / "usr" / "local" / "lib" / "gpuops"
+    boot = subprocess.run([sys.executable, str(lib / "gpuops-mig-apply.py"), "--config",
+                           str(site.state / NODE / "etc" / "gpuops" / "mig.json")],
+                          env=ansible_env({"GPUOPS_SIMULATED_GPUS": str(site.state / ("%s.json" % NODE))}),
+                          capture_output=True, text=True, check=False)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert json.loads(boot.stdout)["cdi"]["action"] == "create"
+    assert _listed(site) == _expected(site) and len(_migs(site)) == 56
+    res = site.run(gpu_node_mig_config_name="all-1g.5gb")
+    assert res.rc == 0, res
+    steps = res.task("Read the GPUs and plan every step", NODE)[0]["steps"]
+    # (the compute mode's own boot unit, not run here, would have put persistence mode back: that step has work)
+    assert steps["cdi"] == [] and steps["mig"] == [] and _cdi_tasks(res) == [], steps
 
 
 @pytest.mark.parametrize("extra, words", [
