@@ -108,8 +108,7 @@ def dnf_host(tmp_path, rig):
     log = str(tmp_path / "calls.log")
     for tool in ("rpm", "dnf"):
         path = bindir / tool
-        path.write_text(RPM_DNF_STANDIN % {"python": sys.executable, "tool": tool, "log": log,
-                                          "versions": [OLD, NEW]})
+        path.write_text(RPM_DNF_STANDIN % {"python": sys.executable, "tool": tool, "log": log, "versions": [OLD, NEW]})
         path.chmod(0o755)
     root, hv = node_vars(tmp_path, "rhel", rig, container_toolkit_package_manager="dnf", container_toolkit_version=NEW,
                          container_toolkit_repo_url="https://nvidia.github.io/libnvidia-container/stable")
@@ -300,5 +299,3 @@ for name in [a for a in args[args.index("--available") + 1:]]:
     for version in %(versions)r:
         print("%%s.x86_64    %%s    nvidia-container-toolkit" %% (name, version))
 """
-
-

@@ -132,10 +132,10 @@ def test_container_toolkit_role_writes_exactly_its_declaration(tmp_path):
                     "var/lib/dpkg/", "var/lib/apt/", "var/cache/apt/", "var/log/")))]
         owned = rig.package_files(root)
         assert os.path.join(root.path, "usr/bin/nvidia-ctk") in owned
+        written = ("etc/apt/preferences.d/nvidia-container-toolkit", "etc/apt/sources.list.d/nvidia-container-toolkit.list",
+                   "usr/share/keyrings/nvidia-container-toolkit-keyring.asc")
         assert sorted(e["path"] for e in declared["inputs"] + declared["files"]) == sorted(
-            os.path.join(root.path, p) for p in ("etc/apt/preferences.d/nvidia-container-toolkit",
-                                                  "etc/apt/sources.list.d/nvidia-container-toolkit.list",
-                                                  "usr/share/keyrings/nvidia-container-toolkit-keyring.asc"))
+            os.path.join(root.path, p) for p in written)
         assert declared["packages"] == [{"manager": "apt", "names": list(apt_rig.PACKAGES), "version": "1.18.1-1",
                                          "hold": True}]
         check(root.path, declared, plan, "container_toolkit", extra_paths=sorted(scaffold) + kept + owned)

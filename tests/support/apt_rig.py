@@ -25,7 +25,8 @@ PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvi
 
 
 def run(cmd, **kwargs):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kwargs)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False,
+                          **kwargs)
     if proc.returncode != 0:
         raise RuntimeError("%s exited %d: %s%s" % (cmd, proc.returncode, proc.stdout, proc.stderr))
     return proc.stdout

@@ -37,16 +37,16 @@ def dpkg_order(a, b):
     raise AssertionError("dpkg gave no order for %s %s" % (a, b))
 
 
-@pytest.mark.parametrize("a,b", DEB_PAIRS)
-def test_debian_order_is_dpkgs(a, b):
-    assert _packages.deb_compare(a, b) == dpkg_order(a, b)
-    assert _packages.deb_compare(b, a) == dpkg_order(b, a)
+@pytest.mark.parametrize("first,second", DEB_PAIRS)
+def test_debian_order_is_dpkgs(first, second):
+    for pair in ((first, second), (second, first)):
+        assert _packages.deb_compare(*pair) == dpkg_order(*pair), pair
 
 
-@pytest.mark.parametrize("a,b,want", RPM_TABLE)
-def test_rpm_order_is_rpmvercmps(a, b, want):
-    assert _packages._rpmvercmp(a, b) == want
-    assert _packages._rpmvercmp(b, a) == -want
+@pytest.mark.parametrize("left,right,want", RPM_TABLE)
+def test_rpm_order_is_rpmvercmps(left, right, want):
+    assert _packages._rpmvercmp(left, right) == want
+    assert _packages._rpmvercmp(right, left) == -want
 
 
 def test_rpm_evr_order():
