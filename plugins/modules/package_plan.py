@@ -27,7 +27,7 @@ description:
   - With O(package_files) (air-gapped sites), reads each file's package name and version (C(dpkg-deb --show),
     C(rpm -qp)) and refuses files that are not exactly the declared packages at the pinned version.
   - Package manager commands run with C(LANG=C) and take the task's environment (C(APT_CONFIG), C(DPKG_ROOT) or a
-    proxy), as M(ansible.builtin.apt) and M(ansible.builtin.dnf) do.
+    proxy), as C(ansible.builtin.apt) and C(ansible.builtin.dnf) do.
 options:
   manager:
     description: V(apt) (Debian, Ubuntu) or V(dnf) (RHEL and its rebuilds, Fedora, Amazon Linux).
@@ -94,9 +94,10 @@ attributes:
 requirements:
   - C(dpkg-query), C(apt-get), C(apt-cache) and C(dpkg-deb) on the Debian family; C(rpm) and C(dnf) on the RHEL family.
 seealso:
-  - module: ansible.builtin.apt
-  - module: ansible.builtin.dnf
   - module: gpuops.nvidia.gpu_node_plan
+  - name: Installing the NVIDIA Container Toolkit
+    description: NVIDIA's install guide - the repositories, keys and packages the container_toolkit role configures.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
 author:
   - gpuops.nvidia developers (@gpuops)
 """
