@@ -11,10 +11,11 @@ name: device_plugin_profiles
 short_description: Device plugin profiles for a fleet from each node's declared sharing strategy
 version_added: 0.1.0
 description:
-  - Takes the variables of every GPU node (C(gpu_node_sharing), C(gpu_node_replicas), C(gpu_node_mig_strategy);
-    the gpuops.nvidia.gpu_node role's defaults where a node does not set them) and returns the profiles for
-    M(gpuops.nvidia.device_plugin) (one per distinct strategy, named C(default), C(ts-<N>), C(mps-<N>),
-    C(mig-<strategy>)) and the profile each node selects with its C(nvidia.com/device-plugin.config) label.
+  - Takes the variables of every GPU node (C(gpu_node_sharing), C(gpu_node_replicas), C(gpu_node_mig_strategy),
+    C(gpu_node_device_list_strategy); the gpuops.nvidia.gpu_node role's defaults where a node does not set them) and
+    returns the profiles for M(gpuops.nvidia.device_plugin) (one per distinct strategy, named C(default), C(ts-<N>),
+    C(mps-<N>), C(mig-<strategy>), with C(-<device list strategy>) appended where that is not C(envvar)) and the
+    profile each node selects with its C(nvidia.com/device-plugin.config) label.
 positional: _input
 options:
   _input:
@@ -46,10 +47,24 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 STRATEGIES = ("mig", "mps", "time-slicing", "none")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 
 
-def profile_for(sharing, replicas=None, mig_strategy="mixed"):
-    """The device plugin profile for one declared strategy (raises ValueError on a bad declaration)."""
+def profile_for(sharing, replicas=None, mig_strategy="mixed", device_list_strategy="envvar"):
+    """The device plugin profile for one declared strategy (raises ValueError on a bad declaration). A device list
+    strategy other than the plugin's default (envvar) is the profile's flags.plugin.deviceListStrategy and part of
+    its name: nodes that differ in it need different configs."""
+    if device_list_strategy not in DEVICE_LIST_STRATEGIES:
+        raise ValueError("device list strategy %r is not one of %s"
+                         % (device_list_strategy, ", ".join(DEVICE_LIST_STRATEGIES)))
+    profile = _sharing_profile(sharing, replicas, mig_strategy)
+    if device_list_strategy != "envvar":
+        profile["name"] = "%s-%s" % (profile["name"], device_list_strategy)
+        profile["flags"] = {"plugin": {"deviceListStrategy": device_list_strategy}}
+    return profile
+
+
+def _sharing_profile(sharing, replicas, mig_strategy):
     if sharing not in STRATEGIES:
         raise ValueError("sharing strategy %r is not one of %s" % (sharing, ", ".join(STRATEGIES)))
     if sharing == "none":
@@ -85,7 +100,8 @@ def device_plugin_profiles(hostvars, nodes):
                                      % (node, type(hv).__name__))
         try:
             profile = profile_for(hv.get("gpu_node_sharing", "none"), hv.get("gpu_node_replicas"),
-                                  hv.get("gpu_node_mig_strategy", "mixed"))
+                                  hv.get("gpu_node_mig_strategy", "mixed"),
+                                  hv.get("gpu_node_device_list_strategy", "envvar"))
         except ValueError as exc:
             raise AnsibleFilterError("node %s: %s" % (node, exc))
         profiles[profile["name"]] = profile

@@ -21,7 +21,8 @@ options:
   _input:
     description: >-
       The declaration: sharing, replicas, mig_layout, mig_config_name (null when not set), mig_strategy,
-      compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval.
+      compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval, and for CDI: cdi,
+      runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd.
     type: dict
     required: true
   node:
@@ -44,7 +45,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: One message per failed check, in the order sharing, replicas, MIG, compute mode and MIG owner,
-    providers, poll interval; empty when the declaration passes.
+    providers, poll interval, CDI; empty when the declaration passes.
   type: list
   elements: str
 """
@@ -52,6 +53,7 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.filter.core import to_json
 
 SHARING = ("mig", "mps", "time-slicing", "none")
@@ -59,6 +61,9 @@ COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited")
 MIG_OWNERS = ("", "collection", "gpu_operator")
 PROVIDERS = ("chart", "gpu_operator")
 CONTAINERD_OWNERS = ("auto", "collection", "gpu_operator")
+RUNTIME_MODES = ("auto", "cdi", "legacy")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 _WHOLE = re.compile(r"^[0-9]+$")
 _SECONDS = re.compile(r"^[0-9]{1,6}([.][0-9]{1,6})?$")
 _DONE = "Nothing was changed."
@@ -102,7 +107,52 @@ def node_declaration_errors(declared, node):
     if not _seconds_ok(interval):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
                       % (head, _json(_truncate(_text(interval), 40)), _DONE))
+    errors.extend(_cdi_errors(declared, head, provider))
     return errors
+
+
+def _cdi_errors(declared, head, provider):
+    """CDI, the runtime's mode and the device plugin's device list strategy, which must agree (docs/cdi.md)."""
+    cdi, mode = _bool(declared.get("cdi", False)), declared.get("runtime_mode", "auto")
+    strategy = declared.get("device_list_strategy", "envvar")
+    out = []
+    if cdi is None or mode not in RUNTIME_MODES or strategy not in DEVICE_LIST_STRATEGIES:
+        return ["%s gpu_node_cdi=%s (valid: true, false), gpu_node_runtime_mode=%s (valid: %s), "
+                "gpu_node_device_list_strategy=%s (valid: %s). %s"
+                % (head, _json(declared.get("cdi")), _json(mode), ", ".join(RUNTIME_MODES), _json(strategy),
+                   ", ".join(DEVICE_LIST_STRATEGIES), _DONE)]
+    if provider == "gpu_operator" and (cdi or mode != "auto" or strategy != "envvar"):
+        out.append("%s gpu_node_cdi=%s, gpu_node_runtime_mode=%s, gpu_node_device_list_strategy=%s with the GPU "
+                   "Operator: its container toolkit writes the node's CDI spec and runtime config and sets the device "
+                   "list strategy (ClusterPolicy cdi.enabled, cdi.default); this collection does not write them on "
+                   "its nodes. Leave the three at their defaults (false, auto, envvar). %s"
+                   % (head, _json(cdi), mode, strategy, _DONE))
+        return out
+    if not cdi and mode == "cdi":
+        out.append("%s gpu_node_runtime_mode=cdi with gpu_node_cdi=false: in cdi mode nvidia-container-runtime injects "
+                   "devices only from the node's CDI spec, which nothing would keep true. Set gpu_node_cdi=true, or "
+                   "gpu_node_runtime_mode=auto. %s" % (head, _DONE))
+    if not cdi and strategy in CDI_STRATEGIES:
+        out.append("%s gpu_node_device_list_strategy=%s with gpu_node_cdi=false: the device plugin would hand out CDI "
+                   "device names that no spec on the node resolves. Set gpu_node_cdi=true, or "
+                   "gpu_node_device_list_strategy=envvar. %s" % (head, strategy, _DONE))
+    if mode == "legacy" and strategy in CDI_STRATEGIES:
+        out.append("%s gpu_node_runtime_mode=legacy with gpu_node_device_list_strategy=%s: the device plugin passes "
+                   "devices only as CDI names, which the runtime in legacy mode ignores. Set gpu_node_runtime_mode to "
+                   "auto or cdi, or gpu_node_device_list_strategy=envvar. %s" % (head, strategy, _DONE))
+    if cdi and _bool(declared.get("manage_containerd", True)) and _bool(declared.get("containerd_cdi_enabled", True)) is False:
+        out.append("%s gpu_node_cdi=true with containerd_runtime_cdi_enabled=false: containerd injects CDI devices "
+                   "only with enable_cdi. Set containerd_runtime_cdi_enabled=true (its default follows gpu_node_cdi), or "
+                   "gpu_node_cdi=false. %s" % (head, _DONE))
+    return out
+
+
+def _bool(value):
+    """Ansible's booleans (true, "yes", "on", 1, ...) as True/False; None for anything else."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        return None
 
 
 def _text(value):

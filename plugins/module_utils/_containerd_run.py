@@ -28,44 +28,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
     CTK_PACKAGE, ContainerdConfigError, TomlLibraryMissing, analyse_source, check_candidate_dump, config_version,
     diff_entries, effective_changes, effective_cri_tree, lost_imports, parse_toml, plan_files, runtimes_of,
     source_runtime_name, systemd_cgroup_findings, toml_reader, validate_params, wrong_drop_in_1180)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import Stamp, ToolNotFound, find_tools
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import Stamp, find_tools
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, read_live, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (
     NvidiaCtkRunner, choose_edit_mode, version_string)
-
-
-def read_live(module, path, what):
-    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 -> clear
-    failure (nothing changed)."""
-    if not os.path.lexists(path):
-        return None
-    try:
-        return read_text(path, what)
-    except InputFileError as exc:
-        module.fail_json(msg="%s; it is left untouched and nothing was changed" % exc)
-
-
-def write_atomic(module, path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same directory and atomic_move
-    (an existing file keeps its mode, owner and SELinux context; a new one gets 0644 under umask 022)."""
-    path = os.path.realpath(path)  # a symlinked config stays a symlink; its target is replaced
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        os.makedirs(parent, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class Evaluation(object):

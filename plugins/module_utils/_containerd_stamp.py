@@ -26,29 +26,9 @@ import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
     CTK_PACKAGE, import_pattern, list_strings, toml_reader, wrong_drop_in_1180)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_bytes, read_text
-
-# Where a tool not named by its option is looked for, besides PATH.
-TOOL_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
-
-
-class ToolNotFound(Exception):
-    """A tool containerd_runtime needs is missing or not executable. ``str()`` is the module's failure message,
-    ``reason`` the short form gpu_node_plan reports as the step's work."""
-
-    def __init__(self, message, reason):
-        super(ToolNotFound, self).__init__(message)
-        self.reason = reason
-
-
-def _tool(get_bin_path, params, option, name):
-    given = params[option]
-    if not given:
-        return get_bin_path(name, opt_dirs=TOOL_DIRS)
-    if not (os.path.isfile(given) and os.access(given, os.X_OK)):
-        raise ToolNotFound("%s %s does not exist or is not executable (give the path of the %s program)"
-                           % (option, given, name), "%s %s is not executable" % (name, given))
-    return given
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    ToolNotFound, binary_identity, file_digest, find_tool)
 
 
 def find_tools(get_bin_path, params):
@@ -56,11 +36,11 @@ def find_tools(get_bin_path, params):
     ``get_bin_path`` (AnsibleModule.get_bin_path) finds in PATH, /usr/bin, /usr/local/bin or /usr/sbin.
     ToolNotFound when a named path is not an executable file, or no nvidia-ctk is found; without containerd the
     candidate is only not validated (containerd_runtime warns)."""
-    ctk = _tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk")
+    ctk = find_tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk")
     if ctk is None:
         raise ToolNotFound("nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin): install the %s"
                            " package, which provides it, or set nvidia_ctk_path" % CTK_PACKAGE, "nvidia-ctk not found")
-    return ctk, _tool(get_bin_path, params, "containerd_path", "containerd")
+    return ctk, find_tool(get_bin_path, params, "containerd_path", "containerd")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -78,34 +58,6 @@ def stamp_path(config_path):
     by a ``*.toml`` import."""
     directory, name = os.path.split(config_path)
     return os.path.join(directory, "." + name + STAMP_SUFFIX)
-
-
-def file_digest(path):
-    """sha256 of a file's bytes; None when absent; a marker (never equal to a digest) for anything else: not a
-    regular file (a FIFO is never opened, a device never read), over the size read_live accepts, unreadable."""
-    if not os.path.lexists(path):
-        return None
-    try:
-        return hashlib.sha256(read_bytes(path, "file")).hexdigest()
-    except InputFileError as exc:
-        return "unusable: %s" % exc
-
-
-def binary_identity(path):
-    """What identifies an installed binary without reading it: its real path and the inode's number, size,
-    mtime and ctime (a package upgrade or any rewrite gives a new inode or a new ctime; ctime cannot be set back
-    by user tools). Files up to 64 KiB (scripts) are also hashed."""
-    if not path:
-        return None
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        return ["unreadable", real, exc.__class__.__name__]
-    out = [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
-    if st.st_size <= 65536:
-        out.append(file_digest(real))
-    return out
 
 
 def _imports_of(path):
@@ -148,7 +100,8 @@ def watched_files(config_path, drop_in_path):
 # source, so code can move between them. tests/unit/plugins/module_utils/test_containerd_stamp.py fails when a
 # module_utils file that containerd_runtime imports is missing here.
 CODE_PACKAGE = "ansible_collections.gpuops.nvidia.plugins.module_utils"
-CODE_MODULES = ("_containerd_config", "_containerd_run", "_containerd_stamp", "_input_file", "_nvidia_ctk")
+CODE_MODULES = ("_containerd_config", "_containerd_run", "_containerd_stamp", "_input_file", "_live_file",
+                "_nvidia_ctk")
 
 
 def _payload():  # pragma: no cover  # never called

@@ -138,7 +138,7 @@ class NvidiaCtkRunner(object):
     @contextlib.contextmanager
     def private_directory(self):
         """A new directory (mode 0700) under ``tmp_parent`` for nvidia-ctk to write in, removed afterwards."""
-        tmp = tempfile.mkdtemp(prefix="gpuops-containerd-", dir=self.tmp_parent)
+        tmp = tempfile.mkdtemp(prefix="gpuops-nvidia-ctk-", dir=self.tmp_parent)
         try:
             yield tmp
         finally:

@@ -39,7 +39,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeErr
 DEFAULT_PROFILE = "default"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The names plugins/filter/device_plugin_profiles.py gives (profile_for); tests hold the two to each other.
-_PROFILE_NAME = re.compile(r"^(?:(default)|mig-(single|mixed)|(mps|ts)-([1-9][0-9]*))$")
+_PROFILE_NAME = re.compile(
+    r"^(?:(default)|mig-(single|mixed)|(mps|ts)-([1-9][0-9]*))(?:-(volume-mounts|cdi-annotations|cdi-cri))?$")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
 CONFLICT_RETRIES = 50
 
@@ -120,14 +121,16 @@ def profile_from_name(name):
     m = _PROFILE_NAME.match(name or "")
     if not m:
         return None
+    extra = {"flags": {"plugin": {"deviceListStrategy": m.group(5)}}} if m.group(5) else {}
     if m.group(1):
-        return {"name": DEFAULT_PROFILE}
+        return dict({"name": name}, **extra)
     if m.group(2):
-        return {"name": name, "mig_strategy": m.group(2)}
+        return dict({"name": name, "mig_strategy": m.group(2)}, **extra)
     replicas = int(m.group(4))
     if replicas < 2:
         return None
-    return {"name": name, "sharing": "mps" if m.group(3) == "mps" else "time-slicing", "replicas": replicas}
+    return dict({"name": name, "sharing": "mps" if m.group(3) == "mps" else "time-slicing", "replicas": replicas},
+                **extra)
 
 
 def seed(nodes):

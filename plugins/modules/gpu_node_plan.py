@@ -29,6 +29,9 @@ description:
   - B(containerd) (O(containerd)) - whether M(gpuops.nvidia.containerd_runtime)'s verified-state stamp matches
     (the files containerd loads, both binaries, the parameters and the module's code are as a full run verified
     them). Without a stamp, or on any difference, the step has work and the module runs in full.
+  - B(CDI) (O(cdi)) - whether M(gpuops.nvidia.cdi_spec)'s record matches the spec and the GPUs as read.
+  - B(Runtime mode) (O(runtime_mode)) - whether nvidia-container-runtime's config sets the mode
+    M(gpuops.nvidia.runtime_mode) would set.
   - A step has work when any of its checks is not met; RV(steps) lists the reasons. The step C(mig) has no work
     where MIG is not managed (RV(mig.managed)), whatever its files (still reported in RV(files)). Whatever cannot be proven
     unchanged counts as work, so the step's own role decides as it always did.
@@ -217,6 +220,71 @@ options:
       containerd_path:
         description: As containerd_runtime's.
         type: path
+  cdi:
+    description:
+      - The node's CDI spec, with M(gpuops.nvidia.cdi_spec)'s parameters (same defaults) - whether the record cdi_spec
+        keeps beside the spec matches the spec's bytes, the devices the GPUs have now (MIG devices included), the
+        driver version, the nvidia-ctk binary and the parameters. Without a record, or on any difference, the step
+        has work.
+    type: dict
+    suboptions:
+      step:
+        description: The step this belongs to.
+        type: str
+        default: cdi
+      state:
+        description: As cdi_spec's.
+        type: str
+        choices: [present, absent]
+        default: present
+      spec_path:
+        description: As cdi_spec's.
+        type: path
+        default: /var/run/cdi/nvidia.yaml
+      spec_dirs:
+        description: As cdi_spec's.
+        type: list
+        elements: path
+        default: [/etc/cdi, /var/run/cdi]
+      device_name_strategy:
+        description: As cdi_spec's.
+        type: list
+        elements: str
+        choices: [index, uuid, type-index]
+        default: [index, uuid]
+      nvidia_ctk_path:
+        description: As cdi_spec's.
+        type: path
+      backup:
+        description: As cdi_spec's (not compared).
+        type: bool
+        default: false
+  runtime_mode:
+    description:
+      - nvidia-container-runtime's mode, with M(gpuops.nvidia.runtime_mode)'s parameters - whether its config sets
+        O(runtime_mode.mode) (an absent config or key means C(auto)).
+    type: dict
+    suboptions:
+      step:
+        description: The step this belongs to.
+        type: str
+        default: runtime_mode
+      mode:
+        description: As runtime_mode's.
+        type: str
+        choices: [auto, cdi, legacy]
+        required: true
+      config_path:
+        description: As runtime_mode's.
+        type: path
+        default: /etc/nvidia-container-runtime/config.toml
+      nvidia_ctk_path:
+        description: As runtime_mode's (not used by the check).
+        type: path
+      backup:
+        description: As runtime_mode's (not compared).
+        type: bool
+        default: false
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -235,6 +303,7 @@ requirements:
 seealso:
   - module: gpuops.nvidia.gpu_info
   - module: gpuops.nvidia.containerd_runtime
+  - module: gpuops.nvidia.cdi_spec
 author:
   - gpuops.nvidia developers (@gpuops)
 """
@@ -315,16 +384,25 @@ ansible_facts:
       type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
+    ARGUMENT_SPEC as CDI_SPEC, expected_devices, stamp_inputs, stamp_path, stamp_reason)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, boot_unit, plan_settings, planned_state, report)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    ToolNotFound, binary_identity, file_digest, find_tool)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
+    ARGUMENT_SPEC as RUNTIME_MODE_SPEC, mode_reason)
 
 
 def main():
@@ -368,6 +446,8 @@ def main():
             )),
             containerd=dict(type="dict", options=dict(CONTAINERD_SPEC,
                                                       step=dict(type="str", default="containerd_runtime"))),
+            cdi=dict(type="dict", options=dict(CDI_SPEC, step=dict(type="str", default="cdi"))),
+            runtime_mode=dict(type="dict", options=dict(RUNTIME_MODE_SPEC, step=dict(type="str", default="runtime_mode"))),
         ),
         supports_check_mode=True,
     )
@@ -410,6 +490,17 @@ def main():
     if module.params["containerd"] is not None:
         result["containerd"], reason = _containerd(module)
         steps.setdefault(module.params["containerd"]["step"], []).extend([reason] if reason else [])
+    if module.params["cdi"] is not None:
+        reason = _cdi(module, facts)
+        steps.setdefault(module.params["cdi"]["step"], []).extend([reason] if reason else [])
+    if module.params["runtime_mode"] is not None:
+        p = module.params["runtime_mode"]
+        try:
+            text = read_text(p["config_path"], "runtime config") if os.path.lexists(p["config_path"]) else None
+            reason = mode_reason(text, p["config_path"], p["mode"])
+        except InputFileError as exc:
+            reason = str(exc)
+        steps.setdefault(p["step"], []).extend([reason] if reason else [])
     if "mig" in result and not result["mig"]["managed"]:
         steps["mig"] = []  # nothing of MIG's is done on this node: its files are reported, not work
     module.exit_json(**result)
@@ -524,6 +615,29 @@ def _containerd(module):
     """containerd_runtime's verified-state stamp, checked for the tools it would run (found the way it finds
     them: a tool it would not find or run is work, and the module then fails with its own message)."""
     return verified_state(module, module.params["containerd"])
+
+
+def _cdi(module, facts):
+    """cdi_spec's record, compared with the spec and the GPUs as read (the tool found the way cdi_spec finds it)."""
+    p = module.params["cdi"]
+    try:
+        ctk = find_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk")
+    except ToolNotFound as exc:
+        return exc.reason
+    if ctk is None:
+        return "nvidia-ctk not found"
+    expected = expected_devices(facts["gpus"], p["device_name_strategy"]) if p["state"] == "present" else \
+        {"names": [], "counted": {}, "devices": 0}
+    record = stamp_path(p["spec_path"])
+    if p["state"] == "absent":
+        present = [path for path in (p["spec_path"], record) if os.path.lexists(path)]
+        return ("%s present (state absent)" % ", ".join(present)) if present else None
+    try:
+        recorded = read_text(record, "CDI spec record") if os.path.lexists(record) else None
+    except InputFileError:
+        recorded = ""
+    inputs = stamp_inputs(p, expected, facts.get("driver_version"), binary_identity(ctk))
+    return stamp_reason(recorded, inputs, file_digest(p["spec_path"]))
 
 
 if __name__ == "__main__":

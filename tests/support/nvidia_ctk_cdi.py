@@ -51,6 +51,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 
 VENDOR = "nvidia.com"
 CLASS = "gpu"
@@ -566,6 +567,11 @@ def list_devices(spec_dirs):
 
 def list_command(argv):
     opts = _parse(argv, {}, {"spec-dir": "spec_dirs"}, {})
+    hang = os.environ.get("NVIDIA_CTK_STANDIN_HANG_ON_LIST")
+    if hang:  # tests only: announce the listing in that file, then wait to be killed (not in the real tool)
+        with open(hang, "w") as handle:
+            handle.write("pgid %d listing %s\n" % (os.getpgrp(), " ".join(opts.get("spec_dirs") or [])))
+        time.sleep(600)
     spec_dirs = opts.get("spec_dirs")
     if not spec_dirs:
         env = os.environ.get("NVIDIA_CTK_CDI_SPEC_DIRS")

@@ -99,3 +99,20 @@ def test_containerd_runtime_passes_exactly_its_declared_parameters():
     assert sorted(passed) == sorted(declared), "main.yml and declared.yml pass different parameters"
     for key, value in passed.items():
         assert value == "{{ __containerd_runtime_declared.%s }}" % key, (key, value)
+
+
+@pytest.mark.parametrize("module, fact, on", [("gpuops.nvidia.cdi_spec", "__gpu_node_cdi", "__gpu_node_cdi_on"),
+                                              ("gpuops.nvidia.runtime_mode", "__gpu_node_runtime",
+                                               "__gpu_node_runtime_on")])
+def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan_compares(module, fact, on):
+    with open(os.path.join(ROLES, "gpu_node", "vars", "main.yml")) as handle:
+        declared = yaml.safe_load(handle)[fact]
+    calls = [task[module] for _name, task in tasks_of("gpu_node") if module in task]
+    assert len(calls) == 1
+    assert sorted(calls[0]) == sorted(declared), "the task and vars/main.yml pass different parameters"
+    for key, value in calls[0].items():
+        assert value == "{{ %s.%s }}" % (fact, key), (key, value)
+    plans = [task["gpuops.nvidia.gpu_node_plan"] for _name, task in tasks_of("gpu_node")
+             if "gpuops.nvidia.gpu_node_plan" in task]
+    option = {"gpuops.nvidia.cdi_spec": "cdi", "gpuops.nvidia.runtime_mode": "runtime_mode"}[module]
+    assert plans[0][option] == "{{ %s if %s | bool else omit }}" % (fact, on)

@@ -8,15 +8,20 @@ collection's own code (the module_utils the mig role puts next to it as one file
 interrupted half-way can never leave old and new modules mixed), writes a JSON summary to stdout (the journal)
 and exits 1 if any GPU is not in its declared state, so `systemctl status` shows the failure.
 
+With a ``cdi`` entry in the config (the node declares CDI), it then writes the node's CDI spec again with cdi_spec's
+own run: the MIG instances it re-created have new UUIDs, and a spec under /var/run is gone after a reboot
+(docs/cdi.md). Its unit runs before containerd and kubelet, so no container starts against a stale spec.
+
 Usage: gpuops-mig-apply.py --config /etc/gpuops/mig.json [--lib /usr/local/lib/gpuops]
 The config holds the mig role's declared parameters: gpus, layout | config_file + config_name | config_name,
-allow_reset.
+allow_reset, and optionally cdi (cdi_spec's spec_path, spec_dirs, device_name_strategy, nvidia_ctk_path).
 """
 import argparse
 import importlib.abc
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -57,6 +62,58 @@ class BundleImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if text is not None:
             module.__file__ = "%s/%s.py" % (self.path, module.__name__.rsplit(".", 1)[1])
             exec(compile(text, module.__file__, "exec"), module.__dict__)  # pylint: disable=exec-used
+
+
+class StepFailed(Exception):
+    pass
+
+
+class BootModule(object):
+    """What cdi_spec's run needs of an AnsibleModule, at boot: its parameters, commands, atomic moves, warnings."""
+
+    check_mode = False
+    _diff = False
+
+    def __init__(self, params):
+        self.params = dict({"state": "present", "backup": False, "nvidia_ctk_path": None}, **params)
+        self.warnings = []
+
+    def run_command(self, argv):
+        return run_command(argv)
+
+    def fail_json(self, msg, **_kwargs):
+        raise StepFailed(msg)
+
+    def warn(self, msg):
+        self.warnings.append(msg)
+
+    def atomic_move(self, src, dest):
+        os.replace(src, dest)
+
+    @staticmethod
+    def get_bin_path(name, opt_dirs=()):
+        for directory in [None] + list(opt_dirs):
+            found = shutil.which(name) if directory is None else shutil.which(name, path=directory)
+            if found:
+                return found
+        return None
+
+
+def write_cdi_spec(params):
+    """cdi_spec's run for the GPUs as they are now; a summary entry, or StepFailed."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, find_tool
+
+    module = BootModule(params)
+    try:
+        ctk = find_tool(module.get_bin_path, module.params, "nvidia_ctk_path", "nvidia-ctk")
+    except ToolNotFound as exc:
+        raise StepFailed(str(exc))
+    if ctk is None:
+        raise StepFailed("nvidia-ctk not found: no CDI spec written")
+    result = CdiSpecRun(module, ctk).run()
+    return {"spec_path": result["spec_path"], "action": result["action"], "device_count": result["device_count"],
+            "warnings": module.warnings}
 
 
 def main(argv=None):
@@ -102,6 +159,11 @@ def main(argv=None):
                                       "mig_devices": entry["after"]["mig_devices"]})
     except (MigLayoutError, NvmlError, GpuBackendError, IOError, OSError, ValueError) as exc:
         summary["errors"].append("%s: %s" % (type(exc).__name__, exc))
+    if cfg.get("cdi"):
+        try:
+            summary["cdi"] = write_cdi_spec(cfg["cdi"])
+        except (StepFailed, IOError, OSError, ValueError) as exc:
+            summary["errors"].append("CDI spec: %s" % exc)
     print(json.dumps(summary, sort_keys=True))
     if summary["errors"]:
         sys.stderr.write("gpuops-mig: %s\n" % "; ".join(summary["errors"]))

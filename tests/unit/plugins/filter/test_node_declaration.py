@@ -62,3 +62,35 @@ def test_any_replicas_or_interval_gets_a_message(value):
 def test_not_a_declaration():
     with pytest.raises(AnsibleFilterError, match="expects the node's declaration"):
         node_declaration_errors(["mig"], "n1")
+
+
+def _cdi(**values):
+    return dict(declared({}), **values)
+
+
+@pytest.mark.parametrize("values, names", [
+    ({"cdi": False, "runtime_mode": "cdi"}, ["gpu_node_runtime_mode=cdi", "gpu_node_cdi=false"]),
+    ({"cdi": "no", "device_list_strategy": "cdi-cri"}, ["gpu_node_device_list_strategy=cdi-cri", "gpu_node_cdi=false"]),
+    ({"cdi": True, "runtime_mode": "legacy", "device_list_strategy": "cdi-annotations"},
+     ["gpu_node_runtime_mode=legacy", "gpu_node_device_list_strategy=cdi-annotations"]),
+    ({"cdi": "true", "containerd_cdi_enabled": "false"}, ["gpu_node_cdi=true", "containerd_runtime_cdi_enabled=false"]),
+    ({"cdi": True, "provider": "gpu_operator"}, ["gpu_node_cdi=true", "GPU Operator"]),
+    ({"runtime_mode": "legacy", "provider": "gpu_operator"}, ["gpu_node_runtime_mode=legacy", "GPU Operator"]),
+    ({"cdi": "maybe"}, ['gpu_node_cdi="maybe" (valid: true, false)']),
+    ({"runtime_mode": "jit-cdi"}, ["gpu_node_runtime_mode=\"jit-cdi\" (valid: auto, cdi, legacy)"]),
+])
+def test_contradictory_cdi_declarations_are_refused_naming_both_settings(values, names):
+    errors = node_declaration_errors(_cdi(**values), "n1")
+    assert len(errors) == 1 and errors[0].endswith("Nothing was changed."), errors
+    for name in names:
+        assert name in errors[0], (name, errors[0])
+
+
+@pytest.mark.parametrize("values", [
+    {}, {"cdi": True}, {"cdi": "yes", "runtime_mode": "cdi", "device_list_strategy": "cdi-cri"},
+    {"cdi": True, "runtime_mode": "legacy"}, {"runtime_mode": "legacy"},
+    {"cdi": True, "containerd_cdi_enabled": False, "manage_containerd": False},
+    {"cdi": False, "provider": "gpu_operator"},
+])
+def test_consistent_cdi_declarations_pass(values):
+    assert node_declaration_errors(_cdi(**values), "n1") == []

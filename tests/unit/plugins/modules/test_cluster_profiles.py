@@ -63,14 +63,18 @@ def test_a_profile_goes_only_when_no_node_of_the_record_declares_it():
 
 @pytest.mark.parametrize("hostvars", [MIG, MPS4, TS2, {"gpu_node_sharing": "none"},
                                       {"gpu_node_sharing": "mig", "gpu_node_mig_strategy": "single"},
-                                      {"gpu_node_sharing": "mps", "gpu_node_replicas": 48}])
+                                      {"gpu_node_sharing": "mps", "gpu_node_replicas": 48},
+                                      dict(MPS4, gpu_node_device_list_strategy="cdi-cri"),
+                                      dict(MIG, gpu_node_device_list_strategy="cdi-annotations"),
+                                      {"gpu_node_sharing": "none", "gpu_node_device_list_strategy": "volume-mounts"}])
 def test_a_profile_name_gives_back_the_profile_the_filter_made(hostvars):
     profile = device_plugin_profiles({"n": hostvars}, ["n"])["profiles"]
     made = [p for p in profile if p["name"] == device_plugin_profiles({"n": hostvars}, ["n"])["nodes"]["n"]][0]
     assert record.profile_from_name(made["name"]) == made
 
 
-@pytest.mark.parametrize("name", ["custom-a100", "mps-1", "mps-04", "ts-", "mig-auto", "", None])
+@pytest.mark.parametrize("name", ["custom-a100", "mps-1", "mps-04", "ts-", "mig-auto", "mps-4-cdi", "cdi-cri", "",
+                                  None])
 def test_names_the_filter_never_makes_are_not_profiles(name):
     assert record.profile_from_name(name) is None
 

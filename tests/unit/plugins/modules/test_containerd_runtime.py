@@ -442,7 +442,7 @@ def test_candidate_rejected_by_containerd_leaves_live_files(env):
     """A containerd that loads today's config but rejects the candidate (wrapper around the real binary that
     fails on files in the module's private directory): refused, live files untouched."""
     wrapper = env.tmp / "bin" / "picky-containerd"
-    wrapper.write_text('#!/bin/sh\ncase "$2" in *gpuops-containerd-*) echo "containerd: failed to load TOML:'
+    wrapper.write_text('#!/bin/sh\ncase "$2" in *gpuops-nvidia-ctk-*) echo "containerd: failed to load TOML:'
                        ' candidate rejected" >&2; exit 1;; esac\nexec "%s" "$@"\n' % ctk_env.require_containerd())
     wrapper.chmod(0o755)
     env.config.write_text(GOLDEN_INPUT)

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Live files on the node: read one safely, write one atomically, find an installed tool, and identify a file or an
+installed binary without trusting its name (PRIVATE to gpuops.nvidia).
+
+Used by the steps that write a node's files from a tool's output (containerd_runtime, cdi_spec) and by the node
+plan, which compares what they recorded with the node. Target-side code: Python 3.9+.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import os
+import tempfile
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_bytes, read_text
+
+
+def read_live(module, path, what):
+    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 -> clear
+    failure (nothing changed)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_text(path, what)
+    except InputFileError as exc:
+        module.fail_json(msg="%s; it is left untouched and nothing was changed" % exc)
+
+
+def write_atomic(module, path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same directory and atomic_move
+    (an existing file keeps its mode, owner and SELinux context; a new one gets 0644 under umask 022). The
+    temporary file is named ``.<name>.<random>``: hidden, and with no ``.toml``, ``.yaml`` or ``.json`` ending, so
+    no reader of that directory's ``*.toml`` imports or CDI specs ever loads it half-written."""
+    path = os.path.realpath(path)  # a symlinked file stays a symlink; its target is replaced
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def file_digest(path):
+    """sha256 of a file's bytes; None when absent; a marker (never equal to a digest) for anything else: not a
+    regular file (a FIFO is never opened, a device never read), over the size read_live accepts, unreadable."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return hashlib.sha256(read_bytes(path, "file")).hexdigest()
+    except InputFileError as exc:
+        return "unusable: %s" % exc
+
+
+def binary_identity(path):
+    """What identifies an installed binary without reading it: its real path and the inode's number, size,
+    mtime and ctime (a package upgrade or any rewrite gives a new inode or a new ctime; ctime cannot be set back
+    by user tools). Files up to 64 KiB (scripts) are also hashed."""
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return ["unreadable", real, exc.__class__.__name__]
+    out = [real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+    if st.st_size <= 65536:
+        out.append(file_digest(real))
+    return out
+
+
+# Where a tool not named by its option is looked for, besides PATH.
+TOOL_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
+
+
+class ToolNotFound(Exception):
+    """A tool a step needs is missing or not executable. ``str()`` is the module's failure message, ``reason`` the
+    short form gpu_node_plan reports as the step's work."""
+
+    def __init__(self, message, reason):
+        super(ToolNotFound, self).__init__(message)
+        self.reason = reason
+
+
+def find_tool(get_bin_path, params, option, name):
+    """The path ``params[option]`` names (ToolNotFound unless it is an executable file), else what ``get_bin_path``
+    (AnsibleModule.get_bin_path) finds in PATH or TOOL_DIRS, else None. The steps and gpu_node_plan find a tool
+    this one way, so that the plan checks the very binary the step would run."""
+    given = params[option]
+    if not given:
+        return get_bin_path(name, opt_dirs=TOOL_DIRS)
+    if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+        raise ToolNotFound("%s %s does not exist or is not executable (give the path of the %s program)"
+                           % (option, given, name), "%s %s is not executable" % (name, given))
+    return given

@@ -1,0 +1,149 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: runtime_mode
+short_description: Set nvidia-container-runtime's mode (auto, cdi, legacy) with nvidia-ctk's own config editing
+version_added: 0.3.0
+description:
+  - Reads C(mode) of C([nvidia-container-runtime]) in the runtime's config (C(auto) when the file or the key is
+    absent). Only when it differs from O(mode), runs C(nvidia-ctk config --in-place --set
+    nvidia-container-runtime.mode=<mode>) on a private copy (nvidia-ctk rewrites whatever file it is given, in place
+    and not atomically, dropping its comments), checks that the copy reads back with that mode, and replaces the
+    config atomically. An unchanged mode leaves the file untouched, comments included.
+  - In check mode the copy is still made and edited in private, so the diff is nvidia-ctk's real result.
+options:
+  mode:
+    description:
+      - V(auto) - the runtime picks (CDI where a spec and CDI device requests are there, else legacy).
+      - V(cdi) - devices only from CDI specs (keep the spec true with M(gpuops.nvidia.cdi_spec)).
+      - V(legacy) - the nvidia-container-runtime-hook path (no CDI).
+    type: str
+    choices: [auto, cdi, legacy]
+    required: true
+  config_path:
+    description: The runtime's config file.
+    type: path
+    default: /etc/nvidia-container-runtime/config.toml
+  nvidia_ctk_path:
+    description: The nvidia-ctk program; found in PATH, /usr/bin, /usr/local/bin or /usr/sbin when not set.
+    type: path
+  backup:
+    description: Keep the replaced config as C(<config_path>.<pid>.<timestamp>~).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+requirements:
+  - nvidia-ctk (NVIDIA Container Toolkit) with C(config --set).
+seealso:
+  - module: gpuops.nvidia.cdi_spec
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: The runtime injects devices from CDI specs only
+  gpuops.nvidia.runtime_mode:
+    mode: cdi
+"""
+
+RETURN = r"""
+mode:
+  description: The mode the config sets after the run (in check mode, would set).
+  returned: success
+  type: str
+previous_mode:
+  description: The mode the config set before.
+  returned: success
+  type: str
+backup_file:
+  description: The backup of the replaced config, with O(backup).
+  returned: when a backup was made
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    ToolNotFound, find_tool, read_live, write_atomic)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
+from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
+    ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode)
+
+NOTHING_CHANGED = "Nothing was changed."
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    path, mode = p["config_path"], p["mode"]
+    try:
+        ctk = find_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk")
+    except ToolNotFound as exc:
+        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
+    if ctk is None:
+        module.fail_json(msg="nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin, /usr/sbin): install"
+                             " the nvidia-container-toolkit package, or set nvidia_ctk_path. %s" % NOTHING_CHANGED)
+    live = read_live(module, path, "config_path")
+    try:
+        before = current_mode(live, path)
+    except RuntimeModeError as exc:
+        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
+    result = {"changed": False, "mode": mode, "previous_mode": before, "config_path": path}
+    if before == mode:
+        module.exit_json(**result)
+    after = candidate(module, NvidiaCtkRunner(module.run_command, ctk), live, path, mode)
+    result["changed"] = True
+    if module._diff:
+        result["diff"] = {"before_header": path, "after_header": path, "before": live or "", "after": after}
+    if not module.check_mode:
+        if p["backup"] and live is not None:
+            result["backup_file"] = module.backup_local(path)
+        write_atomic(module, path, after)
+        if read_live(module, path, "written config") != after:
+            module.fail_json(msg="%s does not read back as written" % path, changed=True)
+    module.exit_json(**result)
+
+
+def candidate(module, runner, live, path, mode):
+    """nvidia-ctk's edit of a private copy of the config (the defaults when there is none), checked to set ``mode``."""
+    with runner.private_directory() as tmp:
+        copy = os.path.join(tmp, "config.toml")
+        if live is not None:
+            with open(copy, "w") as handle:
+                handle.write(live)
+        rc, out, err = runner.command("config", "--in-place", "--set", "%s=%s" % (KEY, mode), "--config=%s" % copy)
+        if rc != 0 or not os.path.isfile(copy):
+            module.fail_json(msg="`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit %s): %s. %s"
+                                 % (KEY, mode, path, rc, (err or out).strip(), NOTHING_CHANGED))
+        with open(copy) as handle:
+            text = handle.read()
+    try:
+        got = current_mode(text, "nvidia-ctk's edit of %s" % path)
+    except RuntimeModeError as exc:
+        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
+    if got != mode:
+        module.fail_json(msg="nvidia-ctk's edit of %s sets mode %r, not %r: refused. %s"
+                             % (path, got, mode, NOTHING_CHANGED))
+    return text
+
+
+if __name__ == "__main__":
+    main()
