@@ -62,6 +62,8 @@ class CdiError(Exception):
 def param_problems(spec_path, spec_dirs, strategies):
     """What is wrong with cdi_spec's parameters (a list of messages; empty when they are usable)."""
     problems = []
+    if any("\x00" in path for path in [spec_path or ""] + list(spec_dirs or [])):
+        return ["spec_path and spec_dirs must be paths without a NUL character"]
     if not spec_path or not os.path.isabs(spec_path):
         problems.append("spec_path %r must be an absolute path" % (spec_path,))
     elif os.path.splitext(spec_path)[1] not in (".yaml", ".json"):

@@ -32,6 +32,13 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def path_problem(path):
+    """What is wrong with config_path (a message), or None."""
+    if "\x00" in path or not path.startswith("/") or path.endswith("/"):
+        return "config_path %r must be the absolute path of a file, without a NUL character" % path
+    return None
+
+
 class RuntimeModeError(Exception):
     """A config that cannot be read as TOML, or a result that is not what was asked; ``str()`` says which."""
 

@@ -85,7 +85,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, find_tool, read_live, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
-    ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode)
+    ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
 
 NOTHING_CHANGED = "Nothing was changed."
 
@@ -94,6 +94,8 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     path, mode = p["config_path"], p["mode"]
+    if path_problem(path):
+        module.fail_json(msg="%s. %s" % (path_problem(path), NOTHING_CHANGED))
     try:
         ctk = find_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk")
     except ToolNotFound as exc:

@@ -192,6 +192,8 @@ MODULES = {
                                "default_active_thread_percentage": _PERCENT, "timeout": TIMEOUTS,
                                "lock_timeout": TIMEOUTS}),
     "containerd_runtime": dict(rig="containerd", args={}),
+    "cdi_spec": dict(rig="cdi", rig_kwargs={"shape": "dgx-a100-40gb", "enable": [0, 1]}, args={}),
+    "runtime_mode": dict(rig="cdi", rig_kwargs={"module": "runtime_mode"}, args={"mode": "cdi"}),
     "device_plugin": dict(rig="helm", args={},
                           hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
                                                     "values": st.one_of(json_values(), hostile()),

@@ -217,6 +217,26 @@ class ContainerdRig(Rig):
                          nvidia_ctk_path=ctk, containerd_path=containerd)
 
 
+class CdiRig(SimRig):
+    """cdi_spec and runtime_mode: a simulated node (SimRig) with its CDI spec directories and nvidia-container-runtime's
+    config under the rig, and the nvidia-ctk stand-in (its cdi generate/list and config --set); ``module`` picks the
+    arguments that point the module there."""
+
+    kind = "cdi"
+
+    def __init__(self, directory, module="cdi_spec", **kwargs):
+        super(CdiRig, self).__init__(directory, **kwargs)
+        etc, run = self.path("etc", "cdi"), self.path("run", "cdi")
+        for folder in (etc, run):
+            os.makedirs(folder, exist_ok=True)
+        ctk = ctk_env.ctk_wrapper(self.path(PRIVATE, "bin"))
+        if module == "cdi_spec":
+            self.args = dict(spec_path=os.path.join(run, "nvidia.yaml"), spec_dirs=[etc, run], nvidia_ctk_path=ctk)
+        else:
+            self.args = dict(config_path=self.path("etc", "nvidia-container-runtime", "config.toml"),
+                             nvidia_ctk_path=ctk)
+
+
 class KubeRig(Rig):
     """node_labels, node_cordon, runtime_class against a fake API server (started here, stopped by close()) with a
     node gpu-node-1 and a RuntimeClass runc."""
@@ -337,5 +357,5 @@ class HelmRig(Rig):
         return out
 
 
-RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "kube": KubeRig, "helm": HelmRig,
+RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
         "operator": OperatorRig}
