@@ -115,6 +115,7 @@ def test_compute_mode_role_writes_exactly_its_declaration(tmp_path):
     check(root, declared, plan, "compute_mode", extra_paths=[unit])
 
 
+@pytest.mark.skipif(bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))
 def test_container_toolkit_role_writes_exactly_its_declaration(tmp_path):
     """Besides what apt and dpkg keep (their lists, cache, database, logs) and the packages' own files, the role writes
     only its declaration: the repository's key and list and the apt pin; the four packages are installed at the

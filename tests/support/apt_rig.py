@@ -14,6 +14,7 @@ A throwaway root is a directory holding what apt and dpkg need (etc/apt, var/lib
 """
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from email.utils import formatdate
@@ -22,6 +23,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STANDIN = os.path.join(ROOT, "tests", "support", "nvidia_ctk_standin.py")
 PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
             "libnvidia-container1")
+
+
+TOOLS = ("dpkg", "dpkg-deb", "dpkg-query", "dpkg-scanpackages", "apt-get", "apt-cache", "gpg", "gpgconf")
+
+
+def missing_tools():
+    """The Debian tools the rig needs that this machine lacks (the tests are skipped there, naming them)."""
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
 def run(cmd, **kwargs):
