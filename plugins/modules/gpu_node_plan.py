@@ -23,6 +23,9 @@ description:
   - B(Files) (O(files)) - for every file, directory or absence a step declares, whether it is already so, by content
     (sha1) and permission bits, never following a symlink.
   - B(Units) (O(units)) - whether systemd reports each unit C(enabled) (C(systemctl is-enabled)).
+  - B(Packages) (O(packages)) - whether each declared package is installed at its declared version (and, where
+    declared, held), read with C(dpkg-query -W) on the Debian family or C(rpm -q) on the RHEL family (one
+    read-only command per package manager).
   - B(containerd) (O(containerd)) - whether M(gpuops.nvidia.containerd_runtime)'s verified-state stamp matches
     (the files containerd loads, both binaries, the parameters and the module's code are as a full run verified
     them). Without a stamp, or on any difference, the step has work and the module runs in full.
@@ -143,6 +146,36 @@ options:
         description: Unit name (C(gpuops-mig.service)).
         type: str
         required: true
+  packages:
+    description: Sets of packages the steps pin at one version (the gpuops.nvidia.container_toolkit role's declaration).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      step:
+        description: The step this belongs to.
+        type: str
+        required: true
+      manager:
+        description: V(apt) (read with C(dpkg-query)) or V(dnf) (read with C(rpm)).
+        type: str
+        choices: [apt, dnf]
+        required: true
+      names:
+        description: Package names.
+        type: list
+        elements: str
+        required: true
+      version:
+        description:
+          - The declared version of every package of the set, as the package manager writes it (C(1.20.0-1); RPM
+            C(version-release)), compared in the package manager's own version order.
+        type: str
+        required: true
+      hold:
+        description: With V(apt), the packages must also be held (dpkg selection C(hold)).
+        type: bool
+        default: false
   containerd:
     description:
       - containerd's NVIDIA runtime, with M(gpuops.nvidia.containerd_runtime)'s parameters (same defaults).
@@ -289,6 +322,8 @@ EXAMPLES = r"""
       - {step: mig, path: /var/lib/gpuops/mig-reboot-attempted, state: absent}
     units:
       - {step: mig, name: gpuops-mig.service}
+    packages:
+      - {step: container_toolkit, manager: apt, names: [nvidia-container-toolkit], version: 1.20.0-1, hold: true}
     containerd: {}
   register: plan
 
@@ -328,6 +363,13 @@ files:
   description: What was found at each path of O(files) (C(state), C(mode), C(checksum)).
   returned: always
   type: dict
+packages:
+  description:
+    - What the package database says of each package of O(packages) - C(version) (the installed version, null when
+      not installed), C(held) and C(status) (dpkg's C(Status) field).
+  returned: when O(packages) is given
+  type: dict
+  sample: {nvidia-container-toolkit: {version: 1.20.0-1, held: true, status: hold ok installed}}
 containerd:
   description: C(verified) (the stamp matched) and, when it did, the recorded result.
   returned: when O(containerd) is given
@@ -395,6 +437,13 @@ def main():
                 step=dict(type="str", required=True),
                 name=dict(type="str", required=True),
             )),
+            packages=dict(type="list", elements="dict", default=[], options=dict(
+                step=dict(type="str", required=True),
+                manager=dict(type="str", choices=["apt", "dnf"], required=True),
+                names=dict(type="list", elements="str", required=True),
+                version=dict(type="str", required=True),
+                hold=dict(type="bool", default=False),
+            )),
             containerd=dict(type="dict", options=dict(CONTAINERD_SPEC,
                                                       step=dict(type="str", default="containerd_runtime"))),
             cdi=dict(type="dict", options=dict(CDI_SPEC, step=dict(type="str", default="cdi"))),
@@ -411,6 +460,8 @@ def main():
                              % (entry["path"], entry["checksum"]))
         if _node_plan.normal_mode(entry["mode"]) is False:
             module.fail_json(msg="files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
+    if module.params["packages"]:
+        _check_packages(module)
     with module_lock(module, "gpu_node_plan"):
         facts = _read(module)
     result = {"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}}
@@ -434,6 +485,8 @@ def main():
                 rc, out, dummy = module.run_command([systemctl, "is-enabled", unit["name"]])
                 reason = _node_plan.unit_reason(unit["name"], rc, out)
             steps.setdefault(unit["step"], []).extend([reason] if reason else [])
+    if module.params["packages"]:
+        result["packages"] = _packages_state(module, steps)
     if module.params["containerd"] is not None:
         result["containerd"], reason = _containerd(module)
         steps.setdefault(module.params["containerd"]["step"], []).extend([reason] if reason else [])
@@ -521,6 +574,41 @@ def _compute_mode(module, gpus):
                                          "checksum": _node_plan.sha1(text)}, _node_plan.observe(unit["path"]))
         reasons += [reason] if reason else []
     return out, reasons
+
+
+def _check_packages(module):
+    """Refuse a package name or version that is not one (before anything is read)."""
+    # imported here (and in _packages_state): a node plan without packages never compiles their code (module_utils
+    # are compiled from source on every module run)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    for entry in module.params["packages"]:
+        for name in entry["names"]:
+            if not _packages.NAME_RE.match(name) or not _packages.VERSION_RE.match(entry["version"]):
+                module.fail_json(msg="packages: %r at %r is not a package name (a-z, 0-9, +.-) at a version "
+                                 "(starting with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (name, entry["version"]))
+
+
+def _packages_state(module, steps):
+    """The declared packages as the package database has them (one read per package manager), and each step's
+    reasons. A database that cannot be read is work for every package it holds (the role then says why)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    found = {}
+    by_manager = {}
+    for entry in module.params["packages"]:
+        for name in entry["names"]:
+            by_manager.setdefault(entry["manager"], []).append(dict(entry, name=name))
+    for manager, entries in sorted(by_manager.items()):
+        names = [e["name"] for e in entries]
+        try:
+            installed = _packages.read_installed(module, manager, names)
+        except _packages.PackageError as exc:
+            for entry in entries:
+                steps.setdefault(entry["step"], []).append("package %s cannot be read: %s" % (entry["name"], exc))
+            continue
+        for entry in entries:
+            found[entry["name"]] = installed[entry["name"]]
+            steps.setdefault(entry["step"], []).extend(_packages.reasons([entry], installed))
+    return found
 
 
 def _containerd(module):

@@ -1,6 +1,8 @@
 """Each role writes exactly what its `declared` entry point names, and the node plan compares that same data.
 
-For the mig and compute_mode roles on simulated GPUs with a scratch root: the role is applied, then the play prints
+For the mig, compute_mode and container_toolkit roles with a scratch root (simulated GPUs; for container_toolkit a
+throwaway root that the real apt and dpkg install into, from a repository the test builds): the role is applied, then
+the play prints
 the role's declaration fact and runs gpuops.nvidia.gpu_node_plan on it. Every path under the scratch root must be
 a declared path (or a parent directory of one), every declared path must be there as declared (and every declared
 absence absent), and the node plan must find no work for the step. A path added to the apply but not to the
@@ -14,6 +16,7 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_plan import observe
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from tests.support import apt_rig
 from tests.support.ansible_run import run_playbook
 
 pytestmark = pytest.mark.slow
@@ -38,17 +41,19 @@ PLAY = """
                           'boot_unit': __compute_mode_declared.boot_unit} }}"
         files: "{{ (checks).files }}"
         units: "{{ (checks).units }}"
+        packages: "{{ (checks).packages }}"
       vars:
         checks: "{{ [['%(role)s', %(fact)s]] | gpuops.nvidia.node_plan_checks }}"
 """
 
 
-def apply(tmp_path, role, fact, shape, role_vars):
+def apply(tmp_path, role, fact, shape, role_vars, environment=None):
     state = str(tmp_path / "state.json")
     SimulatedBackend(state, shape=shape)
     play = tmp_path / "play.yml"
     play.write_text(PLAY % {"role": role, "fact": fact})
-    extra = {"gpuops_environment": {"GPUOPS_SIMULATED_GPUS": state}, "ansible_python_interpreter": sys.executable}
+    extra = {"gpuops_environment": dict(environment or {}, GPUOPS_SIMULATED_GPUS=state),
+             "ansible_python_interpreter": sys.executable}
     extra.update(role_vars)
     data, proc = run_playbook(str(play), inventory="localhost,", extra_vars=extra)
     assert data is not None and proc.returncode == 0, proc.stdout + proc.stderr
@@ -108,3 +113,34 @@ def test_compute_mode_role_writes_exactly_its_declaration(tmp_path):
     unit = declared["boot_unit"]["path"]
     assert observe(unit)["state"] == "file"
     check(root, declared, plan, "compute_mode", extra_paths=[unit])
+
+
+@pytest.mark.skipif(bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))
+def test_container_toolkit_role_writes_exactly_its_declaration(tmp_path):
+    """Besides what apt and dpkg keep (their lists, cache, database, logs) and the packages' own files, the role writes
+    only its declaration: the repository's key and list and the apt pin; the four packages are installed at the
+    pinned version and held, and the node plan (files and packages) finds no work."""
+    rig = apt_rig.Rig(tmp_path / "rig", ("1.18.1-1",))
+    try:
+        root = apt_rig.Root(tmp_path / "root")
+        scaffold = tree(root.path)
+        declared, plan = apply(tmp_path, "container_toolkit", "__container_toolkit_declared", "hgx-h200", {
+            "container_toolkit_package_manager": "apt", "container_toolkit_version": "1.18.1-1",
+            "container_toolkit_repo_url": rig.repo.url, "container_toolkit_repo_key": rig.key,
+            "container_toolkit_root": root.path}, environment=root.env)
+        kept = [p for p in tree(root.path)
+                if p.startswith(tuple(os.path.join(root.path, d) for d in (
+                    "var/lib/dpkg/", "var/lib/apt/", "var/cache/apt/", "var/log/")))]
+        owned = rig.package_files(root)
+        assert os.path.join(root.path, "usr/bin/nvidia-ctk") in owned
+        written = ("etc/apt/preferences.d/nvidia-container-toolkit", "etc/apt/sources.list.d/nvidia-container-toolkit.list",
+                   "usr/share/keyrings/nvidia-container-toolkit-keyring.asc")
+        assert sorted(e["path"] for e in declared["inputs"] + declared["files"]) == sorted(
+            os.path.join(root.path, p) for p in written)
+        assert declared["packages"] == [{"manager": "apt", "names": list(apt_rig.PACKAGES), "version": "1.18.1-1",
+                                         "hold": True}]
+        check(root.path, declared, plan, "container_toolkit", extra_paths=sorted(scaffold) + kept + owned)
+        assert root.installed() == dict((n, ("1.18.1-1", "hold ok installed")) for n in apt_rig.PACKAGES)
+        assert all(plan["packages"][n]["version"] == "1.18.1-1" for n in apt_rig.PACKAGES), plan["packages"]
+    finally:
+        rig.close()

@@ -284,6 +284,15 @@ MODULES = {
                                  "files[].path": paths(), "compute_mode.boot_unit.path": paths(),
                                  "lock_timeout": TIMEOUTS},
                           files=MIGPARTED),
+    # Reads the machine's own dpkg database (read-only) for packages it does not have. The repository is never drawn:
+    # its check runs the machine's apt-get against the URL the definition names (a network fetch, outside the
+    # sandbox's name-lookup guard, which covers this Python process only); tests/integration/
+    # test_container_toolkit_role.py runs it against local repositories instead. package_files are read with
+    # dpkg-deb (read-only).
+    "package_plan": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
+                         args={"manager": "apt", "packages": ["gpuops-fuzz-absent-package"], "version": "1.20.0-1"},
+                         fixed={"repository": None},
+                         hints={"package_files": st.lists(paths(), max_size=3)}),
 }
 
 
@@ -350,14 +359,20 @@ FILTERS = {
             "path": st.one_of(st.sampled_from(["/etc/x", "relative", "/etc/\nx"]), _ANY),
             "state": st.one_of(st.sampled_from(["file", "directory", "absent", "link"]), _ANY),
             "mode": st.one_of(st.sampled_from(["0644", "644", "u+x", 420]), _ANY),
-            "content": st.one_of(st.sampled_from(["a", "missing"]), _ANY)}), max_size=3), _ANY),
+            "content": st.one_of(st.sampled_from(["a", "missing"]), _ANY),
+            "src": st.one_of(paths(), _ANY), "sources": st.one_of(st.lists(paths(), max_size=2), _ANY)}),
+            max_size=3), _ANY),
             "contents": st.one_of(st.fixed_dictionaries({"a": st.one_of(st.text(max_size=20), _ANY)}), _ANY)},
         "node_plan_checks": {"declarations": st.one_of(st.lists(st.one_of(st.tuples(
             st.one_of(st.sampled_from(["mig", "compute_mode"]), _ANY),
             st.one_of(st.fixed_dictionaries({}, optional={"files": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
                 "path": st.one_of(st.just("/etc/x"), _ANY), "state": st.one_of(st.just("file"), _ANY)}), max_size=2),
                 _ANY), "units": st.one_of(st.lists(st.fixed_dictionaries({}, optional={"name": _ANY}), max_size=2),
-                                          _ANY)}), st.none(), _ANY)), _ANY), max_size=3), _ANY)}},
+                                          _ANY),
+                "packages": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+                    "manager": st.one_of(st.sampled_from(["apt", "dnf"]), _ANY), "names": _ANY,
+                    "version": _ANY, "hold": _ANY}), max_size=2), _ANY)}), st.none(), _ANY)), _ANY), max_size=3),
+                _ANY)}},
     "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
@@ -376,4 +391,5 @@ FILTERS = {
 # "role": the role checks its argument spec when it starts (it is not part of site.yml); only values its spec
 # refuses are tried (a valid one would let the role run its tasks on this machine), and every host must fail.
 ROLES = {"gpu_node": "site", "mig": "site", "compute_mode": "site", "containerd_runtime": "site", "cluster": "site",
+         "container_toolkit": "site",
          "mps_control": "role"}

@@ -63,6 +63,7 @@ def from_declaration(task, value, fact):
 
 @pytest.mark.parametrize("role,fact", [("mig", "__mig_declared"), ("compute_mode", "__compute_mode_declared"),
                                        ("containerd_runtime", "__containerd_runtime_declared"),
+                                       ("container_toolkit", "__container_toolkit_declared"),
                                        ("gpu_node", "__gpu_node_containerd_seed")])
 def test_every_write_of_the_role_comes_from_its_declaration(role, fact):
     loose = []

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.filter.role_options import role_options
 
 ROLES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
-SITE_ROLES = ["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster"]
+SITE_ROLES = ["gpu_node", "mig", "compute_mode", "containerd_runtime", "container_toolkit", "cluster"]
 
 
 def jinja_merge(roles):

@@ -236,3 +236,55 @@ def test_mig_files_are_no_work_where_mig_is_not_managed(node, tmp_path):
     assert plan["files"][str(tmp_path / "missing")]["state"] == "absent"
     plan = _plan({"mig": {"manage": "declared", "config_name": "all-balanced"}, "files": files})
     assert "%s is absent, declared file" % (tmp_path / "missing") in plan["steps"]["mig"]
+
+
+def _dpkg_status(root, entries):
+    """A dpkg database under ``root`` with ``entries`` ((package, version, status), ...): what dpkg-query reads."""
+    admin = root / "var" / "lib" / "dpkg"
+    admin.mkdir(parents=True)
+    (admin / "status").write_text("".join(
+        "Package: %s\nStatus: %s\nPriority: optional\nSection: utils\nMaintainer: t <t@t.invalid>\n"
+        "Architecture: all\nVersion: %s\nDescription: test\n\n" % (name, status, version)
+        for name, version, status in entries))
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/dpkg-query"), reason="needs dpkg-query (Debian family)")
+def test_packages_are_read_with_dpkg_query_and_compared_with_the_pin(node, tmp_path, monkeypatch):
+    node("hgx-h200")
+    _dpkg_status(tmp_path / "root", [("nvidia-container-toolkit", "1.20.0-1", "hold ok installed"),
+                                     ("nvidia-container-toolkit-base", "1.20.0-1", "install ok installed"),
+                                     ("libnvidia-container-tools", "1.18.1-1", "hold ok installed"),
+                                     ("libnvidia-container1", "1.20.0-1", "deinstall ok config-files")])
+    monkeypatch.setenv("DPKG_ROOT", str(tmp_path / "root"))
+    names = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+             "libnvidia-container1"]
+    res = _plan({"packages": [{"step": "container_toolkit", "manager": "apt", "names": names, "version": "1.20.0-1",
+                               "hold": True}]}, check=True)
+    assert not res.get("failed"), res
+    assert res["changed"] is False
+    assert res["steps"]["container_toolkit"] == [
+        "package nvidia-container-toolkit-base is not held (dpkg selection install)",
+        "package libnvidia-container-tools is at 1.18.1-1, declared 1.20.0-1",
+        "package libnvidia-container1 is deinstall ok config-files, declared 1.20.0-1"]
+    assert res["packages"]["nvidia-container-toolkit"] == {"version": "1.20.0-1", "held": True,
+                                                           "status": "hold ok installed"}
+    # the same node, as declared: no work
+    _dpkg_status(tmp_path / "right", [(n, "1.20.0-1", "hold ok installed") for n in names])
+    monkeypatch.setenv("DPKG_ROOT", str(tmp_path / "right"))
+    res = _plan({"packages": [{"step": "container_toolkit", "manager": "apt", "names": names, "version": "1.20.0-1",
+                               "hold": True}]})
+    assert res["steps"]["container_toolkit"] == [], res
+    # an epoch is part of the version
+    res = _plan({"packages": [{"step": "container_toolkit", "manager": "apt", "names": names[:1], "version": "1:1.20.0-1"}]})
+    assert res["steps"]["container_toolkit"] == ["package nvidia-container-toolkit is at 1.20.0-1, declared 1:1.20.0-1"]
+
+
+def test_packages_bad_input_and_a_missing_package_database(node, monkeypatch):
+    node("hgx-h200")
+    res = _plan({"packages": [{"step": "t", "manager": "apt", "names": ["Bad Name"], "version": "1.0-1"}]})
+    assert res["failed"] and "is not a package name" in res["msg"], res
+    monkeypatch.setenv("PATH", "/nonexistent")
+    res = _plan({"packages": [{"step": "t", "manager": "dnf", "names": ["nvidia-container-toolkit"],
+                               "version": "1.20.0-1"}]})
+    assert not res.get("failed"), res
+    assert res["steps"]["t"][0].startswith("package nvidia-container-toolkit cannot be read: rpm not found"), res
