@@ -164,6 +164,11 @@ def test_role_argument_specs_match_defaults():
         options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
     assert set(defaults) == set(options)
     for name, spec in options.items():
+        if isinstance(defaults[name], str) and defaults[name].startswith("{{"):
+            # a default computed from another role's variable (cdi_enabled follows gpu_node_cdi): the spec states
+            # none (it would be checked before the template is) and its description says what it follows
+            assert "default" not in spec and "default" in " ".join(spec["description"]).lower(), name
+            continue
         assert spec.get("default") == defaults[name], name
         assert name.startswith("containerd_runtime_")
 

@@ -178,9 +178,18 @@ def _is_backup(name):
 
 
 def _is_stamp(name):
-    """containerd_runtime's verified-state stamp: a cache of what a run verified, not declared state (it names the
-    binaries' inodes, which differ between fleets); it must parse whenever it is there."""
-    return name.endswith(".gpuops-verified.json")
+    """containerd_runtime's verified-state stamp and cdi_spec's record: caches of what a run verified, not declared
+    state (they name the binaries' inodes, which differ between fleets); they must parse whenever they are there."""
+    return name.endswith(".gpuops-verified.json") or name.endswith(".gpuops-verified")
+
+
+_CDI_NAME = re.compile(rb'^\s*- name: (.+)$', re.MULTILINE)
+
+
+def _cdi_devices(data):
+    """A CDI spec as the devices it names: its bytes depend on the GPU- and compute-instance ids (the device nodes'
+    minors), which a run that recovered from a fault may have numbered otherwise for the same declared layout."""
+    return b"\n".join(sorted(_CDI_NAME.findall(data)))
 
 
 def node_files(site, node):
@@ -194,7 +203,9 @@ def node_files(site, node):
             path = os.path.join(dirpath, name)
             with open(path, "rb") as handle:
                 # files may name their own paths: compare them as if every fleet lived in the same place
-                out[os.path.relpath(path, root)] = _comparable(site, handle.read())
+                data = _comparable(site, handle.read())
+                rel = os.path.relpath(path, root)
+                out[rel] = _cdi_devices(data) if rel.startswith(os.path.join("var", "run", "cdi")) else data
     return out
 
 
