@@ -58,7 +58,7 @@ def test_a_clean_import_passes():
 
 def test_every_role_has_a_readme_that_points_at_its_argument_specs():
     roles = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "roles", "*", "tasks")))
-    assert len(roles) == 6
+    assert {"gpu_node", "mig", "container_toolkit"} <= set(roles)   # found at all (every role is then checked)
     for role in roles:
         path = os.path.join(ROOT, "roles", role, "README.md")
         assert os.path.exists(path), "roles/%s has no README.md (Galaxy's importer refuses the collection)" % role
