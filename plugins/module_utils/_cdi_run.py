@@ -23,7 +23,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
     device_count, expected_devices, has_gpu_kind, is_empty_spec_error, listing_problems, parse_list, stamp_inputs,
     stamp_path, stamp_text)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     binary_identity, file_digest, read_live, write_atomic)
@@ -48,11 +48,7 @@ class CdiSpecRun(object):
     # -- read ---------------------------------------------------------------------------------------
     def read_gpus(self):
         try:
-            backend = get_backend()
-            try:
-                return backend.read_all()
-            finally:
-                backend.close()
+            return read_facts()
         except GpuBackendError as exc:
             self.fail("%s. %s" % (exc, NOTHING_CHANGED))
         except NvmlError as exc:

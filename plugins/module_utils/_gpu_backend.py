@@ -25,3 +25,13 @@ def get_backend(run_command=None):
         return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None)
     from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
     return NvmlBackend(run_command=run_command)
+
+
+def read_facts(run_command=None):
+    """gpu_info's facts of every GPU, read once through the chosen backend, which is closed afterwards
+    (GpuBackendError or NvmlError as the backend raises them)."""
+    backend = get_backend(run_command=run_command)
+    try:
+        return backend.read_all()
+    finally:
+        backend.close()

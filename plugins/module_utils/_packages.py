@@ -143,7 +143,9 @@ def _verrevcmp(a, b):
     return 0
 
 
-def _split_deb(version):
+def _split_evr(version):
+    """(epoch, version, release) of ``[epoch:]version[-release]``: Debian's upstream-revision and RPM's
+    version-release split the same way (the last dash)."""
     epoch, colon, rest = version.partition(":")
     if not colon:
         epoch, rest = "0", version
@@ -155,8 +157,8 @@ def _split_deb(version):
 
 def deb_compare(a, b):
     """-1, 0 or 1: Debian version order (dpkg --compare-versions)."""
-    ea, ua, ra = _split_deb(a)
-    eb, ub, rb = _split_deb(b)
+    ea, ua, ra = _split_evr(a)
+    eb, ub, rb = _split_evr(b)
     if ea != eb:
         return -1 if ea < eb else 1
     r = _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
@@ -231,20 +233,10 @@ def _rpmvercmp(a, b):
     return -1 if not ra else 1
 
 
-def _split_rpm(evr):
-    epoch, colon, rest = evr.partition(":")
-    if not colon:
-        epoch, rest = "0", evr
-    version, dash, release = rest.rpartition("-")
-    if not dash:
-        version, release = rest, ""
-    return int(epoch or 0), version, release
-
-
 def rpm_compare(a, b):
     """-1, 0 or 1: RPM [epoch:]version-release order."""
-    ea, va, ra = _split_rpm(a)
-    eb, vb, rb = _split_rpm(b)
+    ea, va, ra = _split_evr(a)
+    eb, vb, rb = _split_evr(b)
     if ea != eb:
         return -1 if ea < eb else 1
     return _rpmvercmp(va, vb) or (_rpmvercmp(ra, rb) if ra and rb else 0)

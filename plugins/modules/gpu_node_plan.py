@@ -396,7 +396,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, binary_identity, file_digest, find_tool)
@@ -508,11 +508,7 @@ def main():
 
 def _read(module):
     try:
-        backend = get_backend()
-        try:
-            return backend.read_all()
-        finally:
-            backend.close()
+        return read_facts()
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     except NvmlError as exc:
