@@ -9,6 +9,11 @@ in the API's own shapes:
   ``resource_api_versions``: by default those a real server of ``server_version`` enables, v1 from 1.34 (DRA GA),
   none before (v1beta1 in 1.32 and v1beta2 in 1.33 exist but are off unless --runtime-config enables them); a test
   may name the betas to model such a cluster: they appear in discovery, but objects are served at v1 only;
+- resource.k8s.io/v1 DeviceClass, ResourceSlice (cluster-scoped), ResourceClaim and ResourceClaimTemplate
+  (namespaced), defaulted and validated as Kubernetes v1.34 does for the fields we write (fake_resource_api.py says
+  which rules, from where, and what is not modelled), e.g. a ResourceClaimTemplate's spec is immutable; lists take
+  ``fieldSelector`` terms ``path=value`` / ``path!=value`` on the object's fields (``spec.nodeName``, ``spec.driver``);
+  ``metadata.generateName`` on create (prefix and 5 random characters);
 - list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
   configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects, leases), label
   selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
@@ -38,6 +43,7 @@ Tests drive it through ``FakeKubeApi``: ``add_node()``, ``put()``, ``get()``, ``
 
 import copy
 import json
+import random
 import re
 import threading
 import time
@@ -47,7 +53,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import fake_crd, k8s_protobuf
+from . import fake_crd, fake_resource_api, k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -240,12 +246,16 @@ def _match_selector(labels, selector):
 
 
 def _match_fields(obj, selector):
+    """A fieldSelector (``path=value``, ``path==value``, ``path!=value``, ANDed) against the object's dotted field
+    paths (metadata.name, spec.nodeName, spec.driver, ...); which fields a real server accepts per kind is not
+    checked."""
     for term in [t.strip() for t in (selector or "").split(",") if t.strip()]:
-        k, v = re.split("==|=", term, maxsplit=1)
+        negate = "!=" in term
+        k, v = re.split("!=|==|=", term, maxsplit=1)
         cur = obj
-        for part in k.split("."):
-            cur = (cur or {}).get(part)
-        if cur != v:
+        for part in k.strip().split("."):
+            cur = (cur or {}).get(part) if isinstance(cur, dict) or cur is None else None
+        if (cur == v.strip()) == negate:
             return False
     return True
 
@@ -597,7 +607,11 @@ class FakeKubeApi(object):
         return status(404, "NotFound", "%s \"%s\" not found" % (res, name),
                       {"name": name, "group": group, "kind": plural})
 
-    def _validate(self, plural, kind, obj, name):
+    def _validate(self, plural, kind, obj, name, old=None):
+        """None when ``obj`` may be stored (after the defaults the server sets, filled in ``obj``), else a 4xx
+        Status; ``old`` is the stored object on an update."""
+        if plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"):
+            return self._validate_resource(plural, kind, obj, name, old)
         if plural == "leases":
             bad = _bad_times(obj)
             if bad:
@@ -621,6 +635,28 @@ class FakeKubeApi(object):
                       {"name": name, "kind": kind,
                        "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: %s: %s"
                                    % (json.dumps(v), why), "field": f} for f, v, why in causes]})
+
+    def _validate_resource(self, plural, kind, obj, name, old):
+        """resource.k8s.io/v1 objects (fake_resource_api.py): defaulted, then validated as Kubernetes v1.34; the
+        Status worded as apimachinery's NewInvalid (group-qualified kind, several errors in brackets)."""
+        fake_resource_api.default(plural, obj)
+        errs = []
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):
+            errs.append((fake_resource_api.REQUIRED, "metadata.name", None, "name or generateName is required"))
+        elif old is None:
+            errs += fake_resource_api._dns_subdomain(meta["name"], "metadata.name")
+        errs += [(fake_resource_api.INVALID, f, v, why) for f, v, why in _label_errors(meta.get("labels"))]
+        errs += fake_resource_api.errors(plural, obj, old)
+        if not errs:
+            return None
+        bodies = ["%s: %s" % (f, fake_resource_api.error_body(r, v, d)) for r, f, v, d in errs]
+        qualified = "%s.%s" % (kind, fake_resource_api.GROUP)
+        return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (
+            qualified, name, bodies[0] if len(bodies) == 1 else "[%s]" % ", ".join(bodies)),
+            {"name": name, "group": fake_resource_api.GROUP, "kind": kind,
+             "causes": [{"reason": r, "message": fake_resource_api.error_body(r, v, d), "field": f}
+                        for r, f, v, d in errs]})
 
     def _store(self, key, obj, old, dry_run):
         meta = obj.setdefault("metadata", {})
@@ -661,6 +697,10 @@ class FakeKubeApi(object):
                 meta = obj.setdefault("metadata", {})
                 if namespaced:
                     meta["namespace"] = namespace
+                if not meta.get("name") and meta.get("generateName"):
+                    # names.SimpleNameGenerator: the prefix and 5 random characters of an alphabet without vowels
+                    meta["name"] = meta["generateName"] + "".join(
+                        random.choice("bcdfghjklmnpqrstvwxz2456789") for dummy in range(5))
                 new_name = meta.get("name")
                 invalid = self._validate(plural, kind, obj, new_name)
                 if invalid:
@@ -703,7 +743,7 @@ class FakeKubeApi(object):
             obj["apiVersion"], obj["kind"] = api_version, kind
             if namespaced:
                 obj["metadata"]["namespace"] = namespace
-            invalid = self._validate(plural, kind, obj, name)
+            invalid = self._validate(plural, kind, obj, name, old)
             return invalid or (200, self._store(key, obj, old, dry_run))
         if method == "PATCH":
             if ctype == "application/apply-patch+yaml":
@@ -739,7 +779,7 @@ class FakeKubeApi(object):
                 obj["metadata"]["namespace"] = namespace
             if old and obj["metadata"].get("resourceVersion") not in (None, old["metadata"]["resourceVersion"]):
                 return _conflict(plural, group, name)
-            invalid = self._validate(plural, kind, obj, name)
+            invalid = self._validate(plural, kind, obj, name, old)
             if invalid:
                 return invalid
             return (200 if old else 201), self._store(key, obj, old, dry_run)
