@@ -26,18 +26,39 @@ devices its GPUs have after a change, each rule taken from the real code:
 - GFD labels the node ``nvidia.com/mps.capable=true`` while its config uses MPS (the chart's MPS control daemon
   DaemonSet selects on it: deployments/helm/nvidia-device-plugin/templates/daemonset-mps-control-daemon.yml).
 
+- NVIDIA's DRA driver for GPUs (kubernetes-sigs/dra-driver-nvidia-gpu v25.8.1, commit
+  fc69d98528027bfe06efff81e6fd99c98ede8ff7): its kubelet plugin is the DaemonSet labelled
+  ``app.kubernetes.io/name: nvidia-dra-driver-gpu`` whose name ends ``-kubelet-plugin``
+  (deployments/helm/nvidia-dra-driver-gpu/templates/kubeletplugin.yaml, _helpers.tpl). Its pod holds the GPUs like
+  the device plugin's. When it becomes Running it enumerates the GPUs ONCE (cmd/gpu-kubelet-plugin/driver.go
+  ``NewDriver``) and publishes one ResourceSlice for the node (``dra_slice``): driver ``gpu.nvidia.com``, one pool
+  named after the node with one slice; a GPU with MIG disabled is one device of type ``gpu``, a GPU with MIG enabled
+  publishes its MIG devices (type ``mig``) and not itself (nvlib.go ``enumerateGpusAndMigDevices``), with the names,
+  attributes and capacities of deviceinfo.go ``GetDevice``. The slice is written as the resourceslice controller of
+  k8s.io/dynamic-resource-allocation v0.34.0 (vendored there: resourceslice/resourceslicecontroller.go) writes it:
+  generateName ``<node>-gpu.nvidia.com-``, a controller ownerReference to the Node (kubeletplugin/draplugin.go), pool
+  generation 1 for a new pool; an existing slice is updated in place, its generation kept (one update call). A running
+  plugin does not see a MIG change: the slice stays stale until the pod restarts. When the pod ends, the kubelet
+  wipes the node's slices of that driver ``dra_wipe_seconds`` later unless a plugin of the driver registered again
+  meanwhile (kubernetes v1.34 pkg/kubelet/cm/dra: ``defaultWipingDelay`` 30 s, ``wipeResourceSlices``; scaled down
+  here like the pod start and stop times).
+
 Its writes go straight into the fake server's store and are not in ``FakeKubeApi.requests``.
 """
 
+import copy
+import random
 import time
 
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
+from . import fake_resource_api
 from .fake_loop import ReconcileLoop
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
+DRA_DRIVER = "gpu.nvidia.com"
 MPS_CAPABLE = "nvidia.com/mps.capable"
 
 
@@ -82,6 +103,67 @@ def set_allocatable(api, node, counts):
             api.put(node_obj)
 
 
+def _semver(text):
+    """A version as NVIDIA's plugin publishes it (semver.MustParse(...).String()): three numeric parts, leading
+    zeros dropped ("580.65.06" -> "580.65.6", "9.0" -> "9.0.0")."""
+    parts = [str(int(p)) for p in str(text).split(".")[:3]]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def _quantity(number):
+    """A resource.Quantity of BinarySI format as the API returns it (canonical form: the largest binary suffix
+    that keeps an integer)."""
+    for suffix, factor in (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20),
+                           ("Ki", 1 << 10)):
+        if number and number % factor == 0:
+            return "%d%s" % (number // factor, suffix)
+    return str(number)
+
+
+def dra_devices(facts):
+    """The devices NVIDIA's DRA kubelet plugin publishes for these GPU facts (SimulatedBackend.read_all()): what it
+    reads from NVML, taken here from the simulator. The device minor number is the GPU's index (the simulator has no
+    minor numbers; on a DGX they coincide). Not simulated, so not published: ``brand``, the
+    ``resource.kubernetes.io/pcieRoot`` attribute, and the MIG capacities copyEngines, decoders, encoders,
+    jpegEngines and ofaEngines."""
+    devices = []
+    common = {"driverVersion": {"version": _semver(facts["driver_version"])},
+              "cudaDriverVersion": {"version": _semver(facts["cuda_driver_version"])}}
+    for gpu in facts["gpus"]:
+        minor = gpu.get("minor", gpu["index"])
+        attrs = dict(common, productName={"string": gpu["name"]}, architecture={"string": gpu["architecture"]},
+                     cudaComputeCapability={"version": _semver(gpu["compute_capability"])},
+                     pcieBusID={"string": gpu["pci_bus_id"]})
+        if gpu.get("mig_mode_current") != "Enabled":
+            devices.append({"name": "gpu-%d" % minor,
+                            "attributes": dict(attrs, type={"string": "gpu"}, uuid={"string": gpu["uuid"]}),
+                            "capacity": {"memory": {"value": _quantity(gpu["memory_total_bytes"])}}})
+            continue
+        profiles = dict((p["id"], p) for p in gpu.get("gi_profiles") or [])
+        gi_profile_ids = dict((gi["id"], gi["profile_id"]) for gi in gpu.get("gpu_instances") or [])
+        for dev in gpu.get("mig_devices") or []:
+            profile = profiles[gi_profile_ids[dev["gi_id"]]]
+            start, size = dev["placement"]["start"], dev["placement"]["size"]
+            capacity = {"multiprocessors": {"value": str(profile["sms"])},
+                        "memory": {"value": _quantity(profile["memory_mib"] * 1024 * 1024)}}
+            for i in range(start, start + size):
+                capacity["memorySlice%d" % i] = {"value": "1"}
+            devices.append({"name": "gpu-%d-mig-%d-%d-%d" % (minor, profile["id"], start, size),
+                            "attributes": dict(attrs, type={"string": "mig"}, uuid={"string": dev["uuid"]},
+                                               parentUUID={"string": gpu["uuid"]},
+                                               profile={"string": dev["gi_profile"]}),
+                            "capacity": capacity})
+    return devices
+
+
+def dra_slices(api, node, driver=DRA_DRIVER):
+    """The ResourceSlices of ``driver`` for ``node`` in the fake server's store."""
+    with api._lock:
+        return [copy.deepcopy(o) for (g, p, ns, n), o in sorted(api.objects.items())
+                if g == "resource.k8s.io" and p == "resourceslices"
+                and (o.get("spec") or {}).get("nodeName") == node and o["spec"].get("driver") == driver]
+
+
 def _expression_matches(labels, expr):
     key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
     if op == "In":
@@ -121,9 +203,13 @@ class FakeDaemonSets(ReconcileLoop):
 
     name = "fake-daemonsets"
 
-    def __init__(self, api, nodes, holders=(), start_seconds=0.2, terminate_seconds=0.2, poll=0.05):
+    def __init__(self, api, nodes, holders=(), start_seconds=0.2, terminate_seconds=0.2, poll=0.05,
+                 dra_wipe_seconds=0.5):
         self.api, self.nodes, self.holders = api, dict(nodes), list(holders)
         self.start_seconds, self.terminate_seconds, self.poll = start_seconds, terminate_seconds, poll
+        self.dra_wipe_seconds = dra_wipe_seconds
+        self._dra_published = {}   # DRA kubelet plugin pod key -> node it published for
+        self._dra_wipes = {}       # node -> time the kubelet wipes its gpu.nvidia.com slices
         self.events = []           # (time, node, what) in order: pods started/ended, plugin (re)registrations
         self._init_loop()          # start(), stop(), errors: tests/support/fake_loop.py
         self._started = {}         # pod key -> time it was created
@@ -142,9 +228,12 @@ class FakeDaemonSets(ReconcileLoop):
 
     @staticmethod
     def kind(daemonset):
-        """device-plugin, gfd, mps-control-daemon or None, by the chart's DaemonSet names."""
+        """device-plugin, gfd, mps-control-daemon, dra-kubelet-plugin or None, by the charts' DaemonSet names."""
         name = daemonset["metadata"]["name"]
-        if daemonset["metadata"].get("labels", {}).get("app.kubernetes.io/name") != "nvidia-device-plugin":
+        app = daemonset["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+        if app == "nvidia-dra-driver-gpu":
+            return "dra-kubelet-plugin" if name.endswith("-kubelet-plugin") else None
+        if app != "nvidia-device-plugin":
             return None
         if name.endswith("-gpu-feature-discovery"):
             return "gfd"
@@ -179,6 +268,10 @@ class FakeDaemonSets(ReconcileLoop):
             for name, pod in pods.items():
                 if not [d for d in daemonsets if d["metadata"]["name"] == name]:
                     self._end_pod(None, pod, node_name, now)      # its DaemonSet was deleted (helm uninstall)
+            due = self._dra_wipes.get(node_name)
+            if due is not None and now >= due:
+                del self._dra_wipes[node_name]
+                self._wipe_slices(node_name, now)
 
     def _key(self, pod):
         return (pod["metadata"].get("namespace"), pod["metadata"]["name"])
@@ -210,6 +303,8 @@ class FakeDaemonSets(ReconcileLoop):
                 self._backend(node).hold("pod %s/%s" % key)
         if self.kind(ds) == "device-plugin":
             self._device_plugin(ds, pod, node)
+        elif self.kind(ds) == "dra-kubelet-plugin":
+            self._dra_plugin(pod, node, now)
         elif self.kind(ds) == "gfd":
             self._gfd(ds, node)
 
@@ -230,6 +325,10 @@ class FakeDaemonSets(ReconcileLoop):
         self.events.append((now, node, "ended %s" % pod["metadata"]["name"]))
         if ds is not None and self.kind(ds) == "device-plugin" and self._plugin_seen.pop(key, None) is not None:
             self._set_allocatable(node, None)
+        if self._dra_published.pop(key, None) is not None and not [
+                k for k, n in self._dra_published.items() if n == node]:
+            self._dra_wipes[node] = now + self.dra_wipe_seconds     # the plugin unregistered: wipe after the delay
+            self.events.append((now, node, "DRA plugin unregistered: slices wiped in %ss" % self.dra_wipe_seconds))
 
     # ---- the release's daemons --------------------------------------------------------------------------------
     def _backend(self, node):
@@ -260,6 +359,49 @@ class FakeDaemonSets(ReconcileLoop):
         self._plugin_seen[key] = label
         self._set_allocatable(node, counts)
         self.events.append((time.time(), node, "registered %s" % (counts,)))
+
+    def _dra_plugin(self, pod, node, now):
+        key = self._key(pod)
+        if key in self._dra_published:
+            return                 # running: it enumerated the GPUs once, at start
+        self._dra_published[key] = node
+        if self._dra_wipes.pop(node, None) is not None:
+            self.events.append((now, node, "DRA plugin registered again: wipe cancelled"))
+        devices = dra_devices(self._backend(node).read_all())
+        node_obj = self.api.get("", "nodes", node)
+        with self.api._lock:
+            current = dra_slices(self.api, node)
+            if current:
+                slice_obj = current[0]
+                for extra in current[1:]:    # the controller keeps one slice per desired slice
+                    self.api.objects.pop(("resource.k8s.io", "resourceslices", "", extra["metadata"]["name"]), None)
+                slice_obj["spec"] = dict(slice_obj["spec"], devices=devices)
+                what = "updated"
+            else:
+                name = "%s-%s-%s" % (node, DRA_DRIVER, "".join(random.choice("bcdfghjklmnpqrstvwxz2456789")
+                                                               for dummy in range(5)))
+                slice_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                             "metadata": {"name": name, "generateName": "%s-%s-" % (node, DRA_DRIVER),
+                                          "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                                               "uid": node_obj["metadata"].get("uid", ""),
+                                                               "controller": True}]},
+                             "spec": {"driver": DRA_DRIVER, "nodeName": node, "devices": devices,
+                                      "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+                what = "published"
+            errors = fake_resource_api.errors("resourceslices", slice_obj, current[0] if current else None)
+            if errors:
+                raise ValueError("fake DRA plugin on %s wrote an invalid ResourceSlice: %s" % (node, errors))
+            self.api.put(slice_obj)
+        self.events.append((now, node, "%s slice %s: %d devices (%s)" % (
+            what, slice_obj["metadata"]["name"], len(devices), ", ".join(d["name"] for d in devices))))
+
+    def _wipe_slices(self, node, now):
+        gone = dra_slices(self.api, node)
+        with self.api._lock:
+            for slice_obj in gone:
+                self.api.objects.pop(("resource.k8s.io", "resourceslices", "", slice_obj["metadata"]["name"]), None)
+        if gone:
+            self.events.append((now, node, "wiped slices %s" % ", ".join(s["metadata"]["name"] for s in gone)))
 
     def _gfd(self, ds, node):
         config, dummy = self._config(ds, node)

@@ -4,7 +4,16 @@ No real API server can be installed on the development machines, so tests run th
 client (and the real ``helm`` binary) over real HTTP against this server. It keeps objects in memory and answers
 in the API's own shapes:
 
-- discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``);
+- discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``); a group may be served at
+  several versions (``/apis`` lists them, the preferred first). resource.k8s.io (DRA) is served at the versions in
+  ``resource_api_versions``: by default those a real server of ``server_version`` enables, v1 from 1.34 (DRA GA),
+  none before (v1beta1 in 1.32 and v1beta2 in 1.33 exist but are off unless --runtime-config enables them); a test
+  may name the betas to model such a cluster: they appear in discovery, but objects are served at v1 only;
+- resource.k8s.io/v1 DeviceClass, ResourceSlice (cluster-scoped), ResourceClaim and ResourceClaimTemplate
+  (namespaced), defaulted and validated as Kubernetes v1.34 does for the fields we write (fake_resource_api.py says
+  which rules, from where, and what is not modelled), e.g. a ResourceClaimTemplate's spec is immutable; lists take
+  ``fieldSelector`` terms ``path=value`` / ``path!=value`` on the object's fields (``spec.nodeName``, ``spec.driver``);
+  ``metadata.generateName`` on create (prefix and 5 random characters);
 - list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
   configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects, leases), label
   selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
@@ -34,6 +43,7 @@ Tests drive it through ``FakeKubeApi``: ``add_node()``, ``put()``, ``get()``, ``
 
 import copy
 import json
+import random
 import re
 import threading
 import time
@@ -43,7 +53,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from . import fake_crd, k8s_protobuf
+from . import fake_crd, fake_resource_api, k8s_protobuf
 
 # (group, version, plural, kind, namespaced, verbs)
 _ALL = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -66,8 +76,27 @@ RESOURCES = [
     # A custom resource: served from its CRD's schema (tests/support/fake_crd.py, tests/fixtures/gpu-operator).
     ("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
     ("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # Dynamic Resource Allocation: served only at the versions in FakeKubeApi.resource_api_versions.
+    ("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    ("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    ("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    ("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
 ]
+# resource.k8s.io's beta versions (Kubernetes 1.32: v1beta1, 1.33: v1beta2; off by default): named in discovery when a
+# test serves them, with the same kinds as v1; objects are not served at them (requests answered 404).
+RESOURCE_BETA = [("resource.k8s.io", v, p, k, n) for v in ("v1beta2", "v1beta1")
+                 for g, dummy, p, k, n in RESOURCES if g == "resource.k8s.io"]
+# The order a real server prefers resource.k8s.io's versions in (GA over beta, newer beta first).
+RESOURCE_VERSION_ORDER = ("v1", "v1beta2", "v1beta1")
 _BY_PATH = {(g, v, p): (k, ns) for g, v, p, k, ns in RESOURCES}
+
+
+def default_resource_api_versions(server_version):
+    """The resource.k8s.io versions a real API server of this version serves with its default flags: v1 from
+    Kubernetes 1.34 (DRA GA); before, only beta versions, which are off by default (new beta APIs are disabled
+    unless --runtime-config enables them), so none."""
+    major, minor = [int(re.match(r"\d+", x).group(0)) for x in server_version.lstrip("v").split(".")[:2]]
+    return ["v1"] if (major, minor) >= (1, 34) else []
 
 # Kubernetes' own label rules (apimachinery/pkg/util/validation), kept independent of the collection's code so
 # the fake server checks the module rather than agreeing with it by construction.
@@ -217,12 +246,16 @@ def _match_selector(labels, selector):
 
 
 def _match_fields(obj, selector):
+    """A fieldSelector (``path=value``, ``path==value``, ``path!=value``, ANDed) against the object's dotted field
+    paths (metadata.name, spec.nodeName, spec.driver, ...); which fields a real server accepts per kind is not
+    checked."""
     for term in [t.strip() for t in (selector or "").split(",") if t.strip()]:
-        k, v = re.split("==|=", term, maxsplit=1)
+        negate = "!=" in term
+        k, v = re.split("!=|==|=", term, maxsplit=1)
         cur = obj
-        for part in k.split("."):
-            cur = (cur or {}).get(part)
-        if cur != v:
+        for part in k.strip().split("."):
+            cur = (cur or {}).get(part) if isinstance(cur, dict) or cur is None else None
+        if (cur == v.strip()) == negate:
             return False
     return True
 
@@ -282,11 +315,19 @@ class _Failure(object):
 class FakeKubeApi(object):
     """The server's state and controls; ``start()`` serves it on 127.0.0.1 at a free port."""
 
-    def __init__(self, tokens=None, server_version="v1.33.2"):
+    def __init__(self, tokens=None, server_version="v1.33.2", resource_api_versions=None):
         self.objects = {}          # (group, plural, namespace or "", name) -> object
         self.applied = {}          # ((group, plural, namespace, name), field manager) -> last applied config
         self.tokens = tokens       # None: no auth check; else {token: "rw"|"ro"}
         self.server_version = server_version
+        # resource.k8s.io versions served (a cluster may enable the betas with --runtime-config): default as a real
+        # server of server_version; kept in the order a server prefers them (the first is preferredVersion).
+        versions = default_resource_api_versions(server_version) if resource_api_versions is None \
+            else list(resource_api_versions)
+        unknown = [v for v in versions if v not in RESOURCE_VERSION_ORDER]
+        if unknown:
+            raise ValueError("resource.k8s.io versions %s: known are %s" % (unknown, list(RESOURCE_VERSION_ORDER)))
+        self.resource_api_versions = [v for v in RESOURCE_VERSION_ORDER if v in versions]
         self.requests = []         # dicts: method, path, query, content_type, body, user
         self.failures = []
         self._write_fault = None   # [writes still to let through, code] for fail_nth_write
@@ -431,6 +472,11 @@ class FakeKubeApi(object):
             "users": [{"name": "fake-user", "user": {"token": token} if token else {}}],
         }
 
+    def served(self):
+        """The (group, version, plural, kind, namespaced) this server lists in discovery."""
+        return [r for r in RESOURCES + RESOURCE_BETA
+                if r[0] != "resource.k8s.io" or r[1] in self.resource_api_versions]
+
     # ---- request handling ---------------------------------------------------------------------------
     def handle(self, method, raw_path, headers, body_bytes):
         """Answer one request: (status code, body). Every request is recorded in ``requests`` (with the time it
@@ -493,12 +539,12 @@ class FakeKubeApi(object):
             # kept): enough for clients that validate manifests against the schema (helm) to find every kind.
             return 200, {"paths": {("api/" if not g else "apis/%s/" % g) + v:
                                    {"serverRelativeURL": "/openapi/v3/%s%s" % ("api/" if not g else "apis/%s/" % g, v)}
-                                   for g, v, *dummy in RESOURCES}}
+                                   for g, v, *dummy in self.served()}}
         m = re.match(r"^/openapi/v3/(?:api|apis/([^/]+))/([^/]+)$", path)
         if m:
             group, version = m.group(1) or "", m.group(2)
             schemas = {}
-            for g, v, dummy, k, namespaced in RESOURCES:
+            for g, v, dummy, k, namespaced in self.served():
                 if g == group and v == version:
                     schemas["fake.%s.%s.%s" % (g or "core", v, k)] = {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
@@ -512,12 +558,13 @@ class FakeKubeApi(object):
                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
         if path == "/apis":
             groups = {}
-            for g, v, *dummy in RESOURCES:
-                if g:
-                    groups.setdefault(g, v)
+            for g, v, *dummy in self.served():
+                if g and v not in groups.setdefault(g, []):
+                    groups[g].append(v)
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v}],
-                 "preferredVersion": {"groupVersion": "%s/%s" % (g, v), "version": v}} for g, v in groups.items()]}
+                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": "%s/%s" % (g, vs[0]), "version": vs[0]}}
+                for g, vs in groups.items()]}
         m = re.match(r"^/api/(v1)(/.*)?$", path) or re.match(r"^/apis/([^/]+/[^/]+)(/.*)?$", path)
         if not m:
             return status(404, "NotFound", "the server could not find the requested resource")
@@ -525,7 +572,7 @@ class FakeKubeApi(object):
         rest = [p for p in (m.group(2) or "").split("/") if p]
         if not rest:
             res = [{"name": p, "singularName": k.lower(), "namespaced": n, "kind": k, "verbs": _ALL}
-                   for g, v, p, k, n in RESOURCES if g == group and v == version]
+                   for g, v, p, k, n in self.served() if g == group and v == version]
             if not res:
                 return status(404, "NotFound", "the server could not find the requested resource")
             return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": m.group(1),
@@ -535,7 +582,8 @@ class FakeKubeApi(object):
             namespace, rest = rest[1], rest[2:]
         plural, name = rest[0], rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if (group, version, plural) not in _BY_PATH:
+        if (group, version, plural) not in _BY_PATH or (group, version, plural) not in \
+                [(g, v, p) for g, v, p, dummy, dummy2 in self.served()]:
             return status(404, "NotFound", "the server could not find the requested resource")
         kind, namespaced = _BY_PATH[(group, version, plural)]
         api_version = "%s/%s" % (group, version) if group else version
@@ -559,7 +607,11 @@ class FakeKubeApi(object):
         return status(404, "NotFound", "%s \"%s\" not found" % (res, name),
                       {"name": name, "group": group, "kind": plural})
 
-    def _validate(self, plural, kind, obj, name):
+    def _validate(self, plural, kind, obj, name, old=None):
+        """None when ``obj`` may be stored (after the defaults the server sets, filled in ``obj``), else a 4xx
+        Status; ``old`` is the stored object on an update."""
+        if plural in ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"):
+            return self._validate_resource(plural, kind, obj, name, old)
         if plural == "leases":
             bad = _bad_times(obj)
             if bad:
@@ -583,6 +635,28 @@ class FakeKubeApi(object):
                       {"name": name, "kind": kind,
                        "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: %s: %s"
                                    % (json.dumps(v), why), "field": f} for f, v, why in causes]})
+
+    def _validate_resource(self, plural, kind, obj, name, old):
+        """resource.k8s.io/v1 objects (fake_resource_api.py): defaulted, then validated as Kubernetes v1.34; the
+        Status worded as apimachinery's NewInvalid (group-qualified kind, several errors in brackets)."""
+        fake_resource_api.default(plural, obj)
+        errs = []
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):
+            errs.append((fake_resource_api.REQUIRED, "metadata.name", None, "name or generateName is required"))
+        elif old is None:
+            errs += fake_resource_api._dns_subdomain(meta["name"], "metadata.name")
+        errs += [(fake_resource_api.INVALID, f, v, why) for f, v, why in _label_errors(meta.get("labels"))]
+        errs += fake_resource_api.errors(plural, obj, old)
+        if not errs:
+            return None
+        bodies = ["%s: %s" % (f, fake_resource_api.error_body(r, v, d)) for r, f, v, d in errs]
+        qualified = "%s.%s" % (kind, fake_resource_api.GROUP)
+        return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (
+            qualified, name, bodies[0] if len(bodies) == 1 else "[%s]" % ", ".join(bodies)),
+            {"name": name, "group": fake_resource_api.GROUP, "kind": kind,
+             "causes": [{"reason": r, "message": fake_resource_api.error_body(r, v, d), "field": f}
+                        for r, f, v, d in errs]})
 
     def _store(self, key, obj, old, dry_run):
         meta = obj.setdefault("metadata", {})
@@ -623,6 +697,10 @@ class FakeKubeApi(object):
                 meta = obj.setdefault("metadata", {})
                 if namespaced:
                     meta["namespace"] = namespace
+                if not meta.get("name") and meta.get("generateName"):
+                    # names.SimpleNameGenerator: the prefix and 5 random characters of an alphabet without vowels
+                    meta["name"] = meta["generateName"] + "".join(
+                        random.choice("bcdfghjklmnpqrstvwxz2456789") for dummy in range(5))
                 new_name = meta.get("name")
                 invalid = self._validate(plural, kind, obj, new_name)
                 if invalid:
@@ -665,7 +743,7 @@ class FakeKubeApi(object):
             obj["apiVersion"], obj["kind"] = api_version, kind
             if namespaced:
                 obj["metadata"]["namespace"] = namespace
-            invalid = self._validate(plural, kind, obj, name)
+            invalid = self._validate(plural, kind, obj, name, old)
             return invalid or (200, self._store(key, obj, old, dry_run))
         if method == "PATCH":
             if ctype == "application/apply-patch+yaml":
@@ -701,7 +779,7 @@ class FakeKubeApi(object):
                 obj["metadata"]["namespace"] = namespace
             if old and obj["metadata"].get("resourceVersion") not in (None, old["metadata"]["resourceVersion"]):
                 return _conflict(plural, group, name)
-            invalid = self._validate(plural, kind, obj, name)
+            invalid = self._validate(plural, kind, obj, name, old)
             if invalid:
                 return invalid
             return (200 if old else 201), self._store(key, obj, old, dry_run)

@@ -14,6 +14,11 @@ fakes afterwards. What runs in the cluster depends on the provider the command n
   ``-e cluster_device_plugin_chart_path=...``), and the fake DaemonSet controller, kubelet and device plugin
   (fake_daemonsets.py) run its pods on the nodes its affinity admits, holding the simulated GPUs, so the node flow's
   quiesce, change, restore and verify run as on a live cluster. Objects kept in lab-state/fake-cluster-chart/.
+- ``dra``: NVIDIA's DRA driver for GPUs. The fake API server serves Kubernetes v1.34 (resource.k8s.io/v1); the real
+  helm installs the test fixture chart tests/fixtures/charts/nvidia-dra-driver-gpu (a stand-in, not NVIDIA's chart; a
+  copy, given as ``-e cluster_dra_driver_chart_path=...``), and the same fake DaemonSet controller runs its kubelet
+  plugin, which publishes each node's ResourceSlice from the simulated GPUs (fake_daemonsets.py). Objects kept in
+  lab-state/fake-cluster-dra/.
 
 A second `make lab` finds the cluster as the first left it (delete lab-state/ to start afresh, as for the simulated
 GPUs).
@@ -39,6 +44,8 @@ from tests.support.fake_kube_api import FakeKubeApi  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver-gpu")
+STATE_DIRS = {"gpu_operator": "fake-cluster", "chart": "fake-cluster-chart", "dra": "fake-cluster-dra"}
 BANNER = "=" * 100
 
 
@@ -86,17 +93,22 @@ def main(argv):
         print("lab_cluster: a cluster is configured (gpuops_kubeconfig / K8S_AUTH_*): no fake cluster started")
         return subprocess.call(cmd)
     provider = _provider(cmd)
-    if provider not in ("chart", "gpu_operator"):
-        sys.stderr.write("lab_cluster: gpuops_device_plugin_provider=%s: the fake cluster runs 'chart' or "
+    if provider not in STATE_DIRS:
+        sys.stderr.write("lab_cluster: gpuops_device_plugin_provider=%s: the fake cluster runs 'chart', 'dra' or "
                          "'gpu_operator'\n" % provider)
         return 2
+    if provider == "dra" and not os.path.isdir(DRA_CHART):
+        sys.stderr.write("lab_cluster: gpuops_device_plugin_provider=dra needs the test fixture chart %s, which is "
+                         "not there\n" % DRA_CHART)
+        return 2
     state_dir = os.environ.get("GPUOPS_LAB_STATE_DIR") or os.path.join(ROOT, "lab-state")
-    own = os.path.join(state_dir, "fake-cluster" if provider == "gpu_operator" else "fake-cluster-chart")
+    own = os.path.join(state_dir, STATE_DIRS[provider])
     if not os.path.isdir(own):
         os.makedirs(own)
     saved = os.path.join(own, "objects.json")
     nodes = dict((host, (os.path.join(state_dir, "%s.json" % host), shape)) for host, shape in lab_nodes().items())
-    api = FakeKubeApi(tokens=None).start()
+    # DRA needs resource.k8s.io/v1: a v1.34 server (DRA GA); the other providers keep the fake's default version.
+    api = (FakeKubeApi(tokens=None, server_version="v1.34.1") if provider == "dra" else FakeKubeApi(tokens=None)).start()
     if os.path.exists(saved):
         with open(saved) as handle:
             data = json.load(handle)
@@ -119,11 +131,17 @@ def main(argv):
                 api.add_node(host, internal_ip="10.0.0.%d" % (11 + i), labels={"nvidia.com/gpu.present": "true"})
         chart = os.path.join(own, "chart")
         if not os.path.isdir(chart):
-            shutil.copytree(CHART, chart)
-        cmd = cmd + ["-e", "cluster_device_plugin_chart_path=%s" % chart]
-        what = ("the test fixture chart (NVIDIA's v0.20.0 values interface, not NVIDIA's chart) installed by the real\n"
-                "helm, and a FAKE DaemonSet controller, kubelet and device plugin (tests/support/fake_daemonsets.py) - "
-                "not Kubernetes, not NVIDIA's")
+            shutil.copytree(DRA_CHART if provider == "dra" else CHART, chart)
+        if provider == "dra":
+            cmd = cmd + ["-e", "cluster_dra_driver_chart_path=%s" % chart]
+            what = ("the test fixture chart nvidia-dra-driver-gpu (a stand-in, not NVIDIA's chart) installed by the "
+                    "real\nhelm, and a FAKE DaemonSet controller, kubelet and DRA kubelet plugin "
+                    "(tests/support/fake_daemonsets.py) - not Kubernetes, not NVIDIA's")
+        else:
+            cmd = cmd + ["-e", "cluster_device_plugin_chart_path=%s" % chart]
+            what = ("the test fixture chart (NVIDIA's v0.20.0 values interface, not NVIDIA's chart) installed by the "
+                    "real\nhelm, and a FAKE DaemonSet controller, kubelet and device plugin "
+                    "(tests/support/fake_daemonsets.py) - not Kubernetes, not NVIDIA's")
     fake.start()
     kubeconfig = os.path.join(own, "kubeconfig")
     with open(kubeconfig, "w") as handle:
