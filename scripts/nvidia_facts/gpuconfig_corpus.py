@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Corpus of opaque GpuConfig documents to put to NVIDIA's own types (gpuconfig_check.go).
 
 Prints a JSON list of cases ``{"name", "expect", "devices", "document"}``:
