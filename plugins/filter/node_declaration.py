@@ -22,7 +22,8 @@ options:
     description: >-
       The declaration: sharing, replicas, mig_layout, mig_config_name (null when not set), mig_strategy,
       compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval, and for CDI: cdi,
-      runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd.
+      runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd; for DRA: dra_claim_templates
+      (gpuops_dra_claim_templates, checked only with provider dra).
     type: dict
     required: true
   node:
@@ -56,10 +57,12 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.filter.core import to_json
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+
 SHARING = ("mig", "mps", "time-slicing", "none")
 COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited")
 MIG_OWNERS = ("", "collection", "gpu_operator")
-PROVIDERS = ("chart", "gpu_operator")
+PROVIDERS = ("chart", "gpu_operator", "dra")
 CONTAINERD_OWNERS = ("auto", "collection", "gpu_operator")
 RUNTIME_MODES = ("auto", "cdi", "legacy")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
@@ -103,6 +106,17 @@ def node_declaration_errors(declared, node):
         errors.append("%s %s=%s (valid: %s), gpu_node_containerd_owner=%s (valid: %s). %s"
                       % (head, declared.get("provider_var", "gpuops_device_plugin_provider"), _json(provider),
                          ", ".join(PROVIDERS), _json(containerd), ", ".join(CONTAINERD_OWNERS), _DONE))
+    if provider == "dra" and mode != "Default":
+        errors.append("%s gpu_node_compute_mode=%s with %s=dra: NVIDIA's DRA driver sets the compute mode itself for "
+                      "each claim (EXCLUSIVE_PROCESS for MPS, DEFAULT for time-slicing), so the collection leaves it "
+                      "alone there; remove gpu_node_compute_mode (Default). %s"
+                      % (head, _json(mode), declared.get("provider_var", "gpuops_device_plugin_provider"), _DONE))
+    if provider == "dra" and owner == "gpu_operator":
+        errors.append("%s gpu_node_mig_owner=gpu_operator with %s=dra: there is no GPU Operator MIG manager on a DRA "
+                      "cluster run by this collection; leave gpu_node_mig_owner empty (the collection applies MIG). %s"
+                      % (head, declared.get("provider_var", "gpuops_device_plugin_provider"), _DONE))
+    if provider == "dra":
+        errors.extend("%s %s %s" % (head, e, _DONE) for e in _dra_errors(declared.get("dra_claim_templates")))
     interval = declared.get("operator_poll_interval", 5.0)
     if not _seconds_ok(interval):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
@@ -145,6 +159,14 @@ def _cdi_errors(declared, head, provider):
                    "only with enable_cdi. Set containerd_runtime_cdi_enabled=true (its default follows gpu_node_cdi), or "
                    "gpu_node_cdi=false. %s" % (head, _DONE))
     return out
+
+
+def _dra_errors(explicit):
+    try:
+        _dra.explicit_templates(explicit)
+    except _dra.DraError as exc:
+        return [str(exc)]
+    return []
 
 
 def _bool(value):

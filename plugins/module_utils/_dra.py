@@ -78,7 +78,7 @@ def mib_quantity(nbytes):
 
 
 def mps_limits(active_thread_percentage=None, pinned_memory_limit=None, per_device_pinned_memory_limit=None,
-               where="mps"):
+               where="mps", count=1):
     """Validate a workload's MPS limits the way mps_control's are (plugins/module_utils/_sharing.py: a garbage limit
     is refused, never passed on to silently lift the cap) and return them as GpuConfig wants them:
     (thread percentage or None, memory quantity or None, {device: quantity})."""
@@ -102,6 +102,12 @@ def mps_limits(active_thread_percentage=None, pinned_memory_limit=None, per_devi
                                              or _UUID_KEY.match(text)):
                 raise DraError("%s.per_device_pinned_memory_limit: device %r is neither an index in the claim (0, 1, "
                                "...) nor a GPU or MIG UUID (GPU-..., MIG-...)" % (where, key))
+            if text.isdigit() and int(text) >= count:
+                # the driver counts the claim's own devices (its sorted UUIDs) and refuses an index past them when it
+                # prepares the claim (api/nvidia.com/resource/v1beta1/sharing.go uuidSet.Normalize)
+                raise DraError("%s.per_device_pinned_memory_limit: device index %s is not one of the claim's %d "
+                               "device(s) (0..%d): NVIDIA's driver refuses it when it prepares the claim"
+                               % (where, text, count, count - 1))
             try:
                 per_device[text] = mib_quantity(_sharing.parse_mem_amount(
                     value, where="%s.per_device_pinned_memory_limit[%s]" % (where, text)))
@@ -296,7 +302,8 @@ def explicit_templates(declared, where="gpuops_dra_claim_templates"):
             if sharing == "mps" and device_class == "gpu":
                 pct, memory, per_device = mps_limits(item.get("active_thread_percentage"),
                                                      item.get("pinned_memory_limit"),
-                                                     item.get("per_device_pinned_memory_limit"), where=at)
+                                                     item.get("per_device_pinned_memory_limit"), where=at,
+                                                     count=count if isinstance(count, int) and count > 0 else 1)
                 config = gpu_config("mps", active_thread_percentage=pct, pinned_memory_limit=memory,
                                     per_device_pinned_memory_limit=per_device)
             elif sharing == "time-slicing" and device_class == "gpu":

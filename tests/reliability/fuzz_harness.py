@@ -24,7 +24,7 @@ import os
 
 from hypothesis import strategies as st
 
-from tests.support import fuzz_values
+from tests.support import fuzz_values, rigs
 from tests.support.fuzz_values import HUGE_INTS, ODD_FLOATS, hostile, json_values, paths, strings
 
 SANDBOX, POOL = fuzz_values.SANDBOX, fuzz_values.POOL
@@ -244,6 +244,19 @@ MODULES = {
                                        "nvidia.com/mig.config.state is still", "no nvidia.com/mig.config.state was "
                                        "written"),
                              files=KUBE_FILES),
+    "dra_claim_templates": dict(rig="dra", args={"template_set": "fleet", "namespaces": ["ml"],
+                                                 "templates": [{"name": "gpu"}, {"name": "gpu-ts-2", "config": {
+                                                     "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                                                     "sharing": {"strategy": "TimeSlicing"}}}]},
+                                hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]),
+                                                                                     max_size=2), hostile())),
+                                files=KUBE_FILES),
+    "dra_node_verify": dict(rig="dra", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
+                                             "interval": 0.05},
+                            hints=dict(KUBE_HINTS, timeout=TIMEOUTS, gpus=st.one_of(st.just([rigs.DRA_GPU]), _ANY)),
+                            # the node's slices do not list the GPUs given (within timeout)
+                            outcomes=("does not publish exactly its devices",),
+                            files=KUBE_FILES),
     "device_plugin_verify": dict(rig="operator",
                                  args={"node_name": "h200", "profile": {"name": "default"}, "gpus": H200_FACTS,
                                        "timeout": 3, "interval": 0.05},
@@ -329,7 +342,7 @@ _PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
 _DECLARATION = st.one_of(st.fixed_dictionaries({}, optional=dict((k, st.one_of(st.sampled_from(good), _ANY)) for k, good in (
     ("sharing", ["mig", "mps", "time-slicing", "none"]), ("replicas", [2, "4", None]), ("mig_layout", [[]]),
     ("mig_config_name", ["all-balanced", "", None]), ("mig_strategy", ["single", "mixed"]),
-    ("compute_mode", ["Default", "Prohibited"]), ("mig_owner", ["", "gpu_operator"]), ("provider", ["chart"]),
+    ("compute_mode", ["Default", "Prohibited"]), ("mig_owner", ["", "gpu_operator"]), ("provider", ["chart", "dra"]),
     ("provider_var", ["gpuops_device_plugin_provider"]), ("containerd_owner", ["auto"]),
     ("operator_poll_interval", [5.0, "0.05", 3600])))), _ANY)
 _ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
@@ -353,6 +366,18 @@ FILTERS = {
                         st.sampled_from(["0=8G", "0=8G,1=4096M", "0=" + "9" * 5000 + "G"]), _ANY)}), _ANY),
                     "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
     "gpu_summary": {"gpu_summary": {"facts": _facts()}},
+    "dra": {"dra_templates": {"profiles": st.one_of(st.just(OPERATOR_PROFILES), _ANY),
+                              "explicit": st.one_of(st.lists(st.fixed_dictionaries({"name": st.one_of(
+                                  st.just("train"), _ANY)}, optional={
+                                  "sharing": st.one_of(st.sampled_from(["mps", "time-slicing", "none"]), _ANY),
+                                  "active_thread_percentage": _ANY, "pinned_memory_limit": _ANY,
+                                  "per_device_pinned_memory_limit": _ANY, "interval": _ANY, "product": _ANY,
+                                  "device_class": _ANY, "mig_profile": _ANY, "count": _ANY}), max_size=2), _ANY),
+                              "interval": st.one_of(st.sampled_from(["Default", "Long"]), _ANY)},
+            "dra_node_templates": {"gpus": _facts(), "profile": st.one_of(st.sampled_from(OPERATOR_PROFILES), _ANY),
+                                   "node_name": st.one_of(st.just("n1"), _ANY), "per_gpu": _ANY,
+                                   "interval": st.one_of(st.just("Default"), _ANY)},
+            "dra_profile_names": {"profiles": st.one_of(st.just(OPERATOR_PROFILES), _ANY)}},
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
     "declared": {
         "declared_files": {"entries": st.one_of(st.lists(st.fixed_dictionaries({}, optional={

@@ -16,7 +16,7 @@ fakes afterwards. What runs in the cluster depends on the provider the command n
   quiesce, change, restore and verify run as on a live cluster. Objects kept in lab-state/fake-cluster-chart/.
 - ``dra``: NVIDIA's DRA driver for GPUs. The fake API server serves Kubernetes v1.34 (resource.k8s.io/v1); the real
   helm installs the test fixture chart tests/fixtures/charts/nvidia-dra-driver-gpu (a stand-in, not NVIDIA's chart; a
-  copy, given as ``-e cluster_dra_driver_chart_path=...``), and the same fake DaemonSet controller runs its kubelet
+  copy, given as ``-e cluster_dra_chart_path=...``), and the same fake DaemonSet controller runs its kubelet
   plugin, which publishes each node's ResourceSlice from the simulated GPUs (fake_daemonsets.py). Objects kept in
   lab-state/fake-cluster-dra/.
 
@@ -133,7 +133,7 @@ def main(argv):
         if not os.path.isdir(chart):
             shutil.copytree(DRA_CHART if provider == "dra" else CHART, chart)
         if provider == "dra":
-            cmd = cmd + ["-e", "cluster_dra_driver_chart_path=%s" % chart]
+            cmd = cmd + ["-e", "cluster_dra_chart_path=%s" % chart]
             what = ("the test fixture chart nvidia-dra-driver-gpu (a stand-in, not NVIDIA's chart) installed by the "
                     "real\nhelm, and a FAKE DaemonSet controller, kubelet and DRA kubelet plugin "
                     "(tests/support/fake_daemonsets.py) - not Kubernetes, not NVIDIA's")

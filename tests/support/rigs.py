@@ -243,14 +243,15 @@ class KubeRig(Rig):
 
     kind = "kube"
 
-    def __init__(self, directory):
+    def __init__(self, directory, server_version=None):
         super(KubeRig, self).__init__(directory)
         import yaml
         from tests.support.fake_kube_api import FakeKubeApi
         for var in list(os.environ):
             if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
                 self.env[var] = None
-        self.api = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}).start()
+        kwargs = {"server_version": server_version} if server_version else {}
+        self.api = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}, **kwargs).start()
         self.api.add_node("gpu-node-1", hostname="gpu-node-1", internal_ip="10.0.0.11",
                           labels={"gpuops.example.com/old": "x"})
         self.api.put({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"},
@@ -357,5 +358,26 @@ class HelmRig(Rig):
         return out
 
 
+class DraRig(KubeRig):
+    """dra_claim_templates and dra_node_verify against the fake API server as Kubernetes 1.34 (resource.k8s.io/v1),
+    with a workload namespace ``ml`` and node gpu-node-1's ResourceSlice listing one GPU, ``DRA_GPU``."""
+
+    kind = "dra"
+
+    def __init__(self, directory):
+        super(DraRig, self).__init__(directory, server_version="v1.34.1")
+        self.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        self.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                      "metadata": {"name": "gpu-node-1-gpu.nvidia.com-fuzz"},
+                      "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1",
+                               "pool": {"name": "gpu-node-1", "generation": 1, "resourceSliceCount": 1},
+                               "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"},
+                                                                            "uuid": {"string": DRA_GPU["uuid"]}}}]}})
+
+
+DRA_GPU = {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "name": "NVIDIA H200",
+           "memory_total_bytes": 150754820096, "mig_mode_current": "Disabled", "mig_devices": []}
+
+
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
-        "operator": OperatorRig}
+        "operator": OperatorRig, "dra": DraRig}

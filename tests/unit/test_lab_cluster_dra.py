@@ -32,7 +32,7 @@ def test_dra_runs_a_v1_34_cluster_with_its_own_state(monkeypatch, tmp_path, caps
     assert rc == 0, captured.err
     own = tmp_path / "lab-state" / "fake-cluster-dra"
     args = out.read_text()
-    assert "cluster_dra_driver_chart_path=%s" % (own / "chart") in args
+    assert "cluster_dra_chart_path=%s" % (own / "chart") in args
     assert "cluster_device_plugin_chart_path" not in args
     assert (own / "chart" / "Chart.yaml").exists()
     saved = json.load(open(str(own / "objects.json")))

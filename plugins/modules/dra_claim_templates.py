@@ -1,0 +1,307 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: dra_claim_templates
+short_description: Publish the ResourceClaimTemplates that workloads reference to get GPUs from NVIDIA's DRA driver
+version_added: 0.1.0
+description:
+  - Makes each namespace of O(namespaces) hold exactly the declared ResourceClaimTemplates (C(resource.k8s.io/v1)) of
+    one template set: every template requests devices of class C(gpu.nvidia.com) or C(mig.nvidia.com), optionally with
+    CEL selectors, and carries an opaque C(GpuConfig) (C(resource.nvidia.com/v1beta1)) for driver C(gpu.nvidia.com)
+    with the sharing (TimeSlicing, MPS and its limits). docs/dra.md explains the sets the collection publishes.
+  - Every template it writes is labelled C(app.kubernetes.io/managed-by=gpuops.nvidia) and
+    C(gpuops.nvidia/claim-template-set=<set>). A template of the same name without these labels (or of another set)
+    is B(never touched): the run fails naming it, before anything is written.
+  - A template's spec is immutable in the API: a changed template is deleted and created again (claims already made
+    from it keep their own copy). With O(prune=true), the set's templates that are no longer declared are deleted.
+  - Namespaces are not created: a missing one fails the run, naming it, before anything is written.
+  - Check mode plans without writing; diff mode shows each template before and after.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia._kube_auth
+options:
+  templates:
+    description: The templates of the set (built by the gpuops.nvidia.dra_templates filter, or by hand).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The template's name (a DNS subdomain).
+        type: str
+        required: true
+      profile:
+        description: The value of its C(gpuops.nvidia/profile) label (which sharing profile it serves).
+        type: str
+        default: explicit
+      device_class:
+        description: C(gpu) (DeviceClass C(gpu.nvidia.com)) or C(mig) (C(mig.nvidia.com)).
+        type: str
+        choices: [gpu, mig]
+        default: gpu
+      selectors:
+        description: CEL expressions, all of which a device must match.
+        type: list
+        elements: str
+        default: []
+      config:
+        description: The opaque C(GpuConfig) for driver C(gpu.nvidia.com); none for the driver's default.
+        type: dict
+      count:
+        description: How many devices one claim gets.
+        type: int
+        default: 1
+  namespaces:
+    description: The namespaces (of the workloads) to publish the templates in.
+    type: list
+    elements: str
+    required: true
+  template_set:
+    description: The template set's name (label C(gpuops.nvidia/claim-template-set)); pruning only ever sees this set.
+    type: str
+    required: true
+  prune:
+    description: Delete the set's templates in O(namespaces) that are not declared.
+    type: bool
+    default: true
+  keep_profiles:
+    description:
+      - With O(prune), the set's undeclared templates whose C(gpuops.nvidia/profile) label is one of these are kept
+        (templates that other nodes of the fleet publish into a shared set). Empty keeps none.
+    type: list
+    elements: str
+    default: []
+  state:
+    description: C(present) publishes the templates; C(absent) deletes every template of the set in O(namespaces).
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: Claim templates for the fleet's sharing profiles
+  gpuops.nvidia.dra_claim_templates:
+    template_set: fleet
+    namespaces: [ml-team-a, ml-team-b]
+    templates: "{{ cluster_fleet_profiles | gpuops.nvidia.dra_templates(explicit=gpuops_dra_claim_templates) }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+templates:
+  description: Per namespace, the names of the set's templates after the run.
+  returned: always
+  type: dict
+  sample: {"ml-team-a": ["gpu", "gpu-ts-4"]}
+changes:
+  description: What was (in check mode, would be) done, one line per template.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import copy
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+TEMPLATE_OPTIONS = dict(
+    name=dict(type="str", required=True),
+    profile=dict(type="str", default="explicit"),
+    device_class=dict(type="str", choices=["gpu", "mig"], default="gpu"),
+    selectors=dict(type="list", elements="str", default=[]),
+    config=dict(type="dict"),
+    count=dict(type="int", default=1),
+)
+
+ARGUMENT_SPEC = dict(
+    templates=dict(type="list", elements="dict", options=TEMPLATE_OPTIONS, default=[]),
+    namespaces=dict(type="list", elements="str", required=True),
+    template_set=dict(type="str", required=True),
+    prune=dict(type="bool", default=True),
+    keep_profiles=dict(type="list", elements="str", default=[]),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
+
+
+def path(namespace, name=None):
+    out = "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaimtemplates" % namespace
+    return out + ("/" + name if name else "")
+
+
+def param_errors(p):
+    errors = []
+    for ns in p["namespaces"]:
+        errors.extend(_kube_names.dns_label_errors(ns, "namespaces"))
+    if not p["namespaces"]:
+        errors.append("namespaces must list at least one namespace")
+    if not p["template_set"] or _kube_names.validate_labels({_dra.SET_LABEL: p["template_set"]}):
+        errors.append("template_set %.80r is not a label value (at most 63 letters, digits, '-', '_' or '.', starting "
+                      "and ending with a letter or digit)" % (p["template_set"],))
+    seen = set()
+    for n, t in enumerate(p["templates"]):
+        where = "templates[%d]" % n
+        errors.extend(_dra.name_errors(t["name"], where + ".name"))
+        if t["name"] in seen:
+            errors.append("%s.name %r is declared twice" % (where, t["name"]))
+        seen.add(t["name"])
+        if not t["profile"] or _kube_names.validate_labels({_dra.PROFILE_LABEL: t["profile"]}):
+            errors.append("%s.profile %.80r is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+                          "starting and ending with a letter or digit)" % (where, t["profile"]))
+        if not 1 <= t["count"] <= 16:
+            errors.append("%s.count must be from 1 to 16, got %d" % (where, t["count"]))
+        if any(not isinstance(s, str) or not s.strip() or len(s) > 10240 for s in t["selectors"]):
+            errors.append("%s.selectors must be non-empty CEL expressions of at most 10 KiB" % where)
+        config = t.get("config")
+        if config is not None and (config.get("apiVersion") != _dra.CONFIG_API_VERSION
+                                   or config.get("kind") != _dra.CONFIG_KIND):
+            errors.append("%s.config must be a GpuConfig (apiVersion %s, kind %s), got apiVersion %r kind %r"
+                          % (where, _dra.CONFIG_API_VERSION, _dra.CONFIG_KIND, config.get("apiVersion"),
+                             config.get("kind")))
+    return errors
+
+
+def _view(obj):
+    """What the collection declares of a template: its labels of ours and its spec."""
+    if not obj:
+        return {}
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return {"labels": dict((k, v) for k, v in labels.items() if k in (_dra.MANAGED_BY[0], _dra.SET_LABEL,
+                                                                      _dra.PROFILE_LABEL)),
+            "spec": obj.get("spec")}
+
+
+def ours(obj, template_set):
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(_dra.MANAGED_BY[0]) == _dra.MANAGED_BY[1] and labels.get(_dra.SET_LABEL) == template_set
+
+
+class ClaimTemplates(object):
+    def __init__(self, module):
+        self.module, self.p = module, module.params
+        self.kube = _kube.Kube.from_params(self.p)
+        self.result = dict(changed=False, changes=[], templates={})
+        self.diff = {"before": {}, "after": {}}
+
+    def read(self):
+        """Per namespace, the existing templates by name; fails, writing nothing, on a missing namespace or a
+        template of the same name that is not the set's."""
+        existing, problems = {}, []
+        for ns in self.p["namespaces"]:
+            if _kube.read_or_none(self.kube, "read namespace %s" % ns, _kube.namespace_path(ns)) is None:
+                problems.append("namespace %s does not exist (the collection does not create workload namespaces: "
+                                "create it, or remove it from the list)" % ns)
+                continue
+            listed = self.kube.get("list ResourceClaimTemplates in %s" % ns, path(ns))
+            existing[ns] = dict((o["metadata"]["name"], o) for o in listed.get("items") or [])
+            if self.p["state"] == "present":
+                for t in self.p["templates"]:
+                    obj = existing[ns].get(t["name"])
+                    if obj is not None and not ours(obj, self.p["template_set"]):
+                        labels = (obj.get("metadata") or {}).get("labels") or {}
+                        problems.append("ResourceClaimTemplate %s/%s exists and is not this collection's template set "
+                                        "%s (labels %s): it is never touched; rename the declared template or remove "
+                                        "that one" % (ns, t["name"], self.p["template_set"], labels or "none"))
+        if problems:
+            self.module.fail_json(msg="nothing changed: " + "; ".join(problems), errors=problems)
+        return existing
+
+    def plan(self, existing):
+        """[(action, namespace, name, desired object or None, current object or None)]."""
+        actions = []
+        for ns in self.p["namespaces"]:
+            have = existing[ns]
+            declared = {}
+            if self.p["state"] == "present":
+                for t in self.p["templates"]:
+                    declared[t["name"]] = _dra.template_object(t, ns, self.p["template_set"])
+            for name, want in sorted(declared.items()):
+                cur = have.get(name)
+                if cur is None:
+                    actions.append(("create", ns, name, want, None))
+                elif cur.get("spec") != want["spec"]:
+                    actions.append(("replace", ns, name, want, cur))
+                elif _view(cur)["labels"] != want["metadata"]["labels"]:
+                    actions.append(("relabel", ns, name, want, cur))
+            if self.p["prune"] or self.p["state"] == "absent":
+                for name, cur in sorted(have.items()):
+                    profile = ((cur.get("metadata") or {}).get("labels") or {}).get(_dra.PROFILE_LABEL)
+                    if name not in declared and ours(cur, self.p["template_set"]) and not (
+                            self.p["state"] == "present" and profile in self.p["keep_profiles"]):
+                        actions.append(("delete", ns, name, None, cur))
+        return actions
+
+    def apply(self, actions):
+        dry = self.module.check_mode
+        words = {"create": "created", "replace": "replaced (a template's spec is immutable: deleted and created "
+                                                 "again)", "relabel": "labels updated", "delete": "deleted"}
+        for action, ns, name, want, cur in actions:
+            what = "%s ResourceClaimTemplate %s/%s" % (action, ns, name)
+            if action in ("replace", "delete"):
+                self.kube.delete(what, path(ns, name), dry_run=dry)
+            if action in ("create", "replace"):
+                body = copy.deepcopy(want)
+                if not (dry and action == "replace"):      # a dry-run create would collide with the undeleted one
+                    self.kube.create(what, path(ns), body, dry_run=dry)
+            if action == "relabel":
+                self.kube.patch(what, path(ns, name), {"metadata": {"labels": want["metadata"]["labels"]}},
+                                dry_run=dry)
+            self.result["changes"].append("%s/%s %s" % (ns, name, words[action]))
+            key = "%s/%s" % (ns, name)
+            self.diff["before"][key] = _view(cur)
+            self.diff["after"][key] = _view(want)
+
+    def run(self):
+        existing = self.read()
+        actions = self.plan(existing)
+        if actions:
+            self.result["changed"] = True
+            self.apply(actions)
+        for ns in self.p["namespaces"]:
+            names = set(n for n, o in existing[ns].items() if ours(o, self.p["template_set"]))
+            for action, a_ns, name, dummy, dummy2 in actions:
+                if a_ns == ns:
+                    (names.discard if action == "delete" else names.add)(name)
+            self.result["templates"][ns] = sorted(names)
+        if self.module._diff and actions:
+            self.result["diff"] = self.diff
+        return self.result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    _kube.require_client(module)
+    errors = _kube.auth_param_errors(module.params) + param_errors(module.params)
+    if errors:
+        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+    _kube.mask_kubeconfig_secrets(module)
+    try:
+        module.exit_json(**ClaimTemplates(module).run())
+    except KubeError as exc:
+        module.fail_json(msg=exc.msg, status=exc.status)
+
+
+if __name__ == "__main__":
+    main()

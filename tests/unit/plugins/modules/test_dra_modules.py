@@ -1,0 +1,142 @@
+"""dra_claim_templates and dra_node_verify: the real kubernetes client over HTTP against the fake API server, serving
+resource.k8s.io/v1 as Kubernetes 1.34 does (tests/support/fake_kube_api.py validates what is written)."""
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.modules import dra_claim_templates, dra_node_verify
+from tests.conftest import KUBE_TOKEN
+from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.modrun import run_main as run_module
+
+pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
+
+PROFILES = [{"name": "default"}, {"name": "ts-4", "sharing": "time-slicing", "replicas": 4}]
+H200 = {"index": 0, "uuid": "GPU-h0", "name": "NVIDIA H200", "memory_total_bytes": 150754820096,
+        "mig_mode_current": "Disabled", "mig_devices": []}
+
+
+@pytest.fixture
+def api(tmp_path):
+    fake = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}, server_version="v1.34.1").start()
+    fake.kubeconfig_path = str(tmp_path / "kubeconfig")
+    with open(fake.kubeconfig_path, "w") as handle:
+        yaml.safe_dump(fake.kubeconfig(token=KUBE_TOKEN), handle)
+    for ns in ("ml-a", "ml-b"):
+        fake.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def templates_in(api, ns):
+    return dict((n, o) for (g, p, s, n), o in api.objects.items() if p == "resourceclaimtemplates" and s == ns)
+
+
+def args(api, templates, **kw):
+    out = dict(kubeconfig=api.kubeconfig_path, template_set="fleet", namespaces=["ml-a", "ml-b"], templates=templates)
+    out.update(kw)
+    return out
+
+
+def test_check_then_apply_then_unchanged(api):
+    fleet = _dra.fleet_templates(PROFILES)
+    res = run_module(dra_claim_templates.main, args(api, fleet), check_mode=True, diff=True)
+    assert res["changed"] and templates_in(api, "ml-a") == {}
+    assert sorted(res["changes"]) == ["ml-a/gpu created", "ml-a/gpu-ts-4 created", "ml-b/gpu created",
+                                      "ml-b/gpu-ts-4 created"]
+    assert res["diff"]["after"]["ml-a/gpu-ts-4"]["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"][
+        "sharing"]["strategy"] == "TimeSlicing"
+    res = run_module(dra_claim_templates.main, args(api, fleet))
+    assert res["changed"] and res["templates"] == {"ml-a": ["gpu", "gpu-ts-4"], "ml-b": ["gpu", "gpu-ts-4"]}
+    stored = templates_in(api, "ml-b")["gpu-ts-4"]
+    assert stored["metadata"]["labels"][_dra.SET_LABEL] == "fleet"
+    writes = len(api.writes(dry_run=False, accepted=True))
+    res = run_module(dra_claim_templates.main, args(api, fleet))
+    assert res["changed"] is False and len(api.writes(dry_run=False, accepted=True)) == writes
+
+
+def test_a_changed_profile_replaces_the_template_and_prunes_the_old_one(api):
+    run_module(dra_claim_templates.main, args(api, _dra.fleet_templates(PROFILES)))
+    old_uid = templates_in(api, "ml-a")["gpu"]["metadata"]["uid"]
+    changed = _dra.fleet_templates([{"name": "ts-2", "sharing": "time-slicing", "replicas": 2}], interval="Long")
+    res = run_module(dra_claim_templates.main, args(api, changed), diff=True)
+    assert res["changed"]
+    assert sorted(templates_in(api, "ml-a")) == ["gpu", "gpu-ts-2"]
+    assert templates_in(api, "ml-a")["gpu"]["metadata"]["uid"] == old_uid          # unchanged: not rewritten
+    assert "ml-a/gpu-ts-4 deleted" in res["changes"]
+    res = run_module(dra_claim_templates.main, args(api, changed[:1] + [dict(changed[1], config=_dra.gpu_config(
+        "time-slicing", interval="Short"))]))
+    assert "ml-a/gpu-ts-2 replaced" in res["changes"][0]
+    params = templates_in(api, "ml-a")["gpu-ts-2"]["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert params["sharing"]["timeSlicingConfig"]["interval"] == "Short"
+
+
+def test_keep_profiles_spares_other_nodes_templates_of_live_profiles(api):
+    shared = _dra.node_templates({"name": "mps-4", "sharing": "mps", "replicas": 4}, [H200])
+    other = dict(shared[0], name="gpu-mps-4-a100")
+    gone = dict(shared[0], name="gpu-mps-2-h200", profile="mps-2")
+    run_module(dra_claim_templates.main, args(api, [other, gone], template_set="gpus"))
+    res = run_module(dra_claim_templates.main, args(api, shared, template_set="gpus", keep_profiles=["mps-4"]))
+    assert sorted(templates_in(api, "ml-a")) == ["gpu-mps-4-a100", "gpu-mps-4-h200"]
+    assert "ml-a/gpu-mps-2-h200 deleted" in res["changes"]
+
+
+def test_foreign_templates_and_missing_namespaces_are_refused_before_any_write(api):
+    api.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+             "metadata": {"name": "gpu", "namespace": "ml-b"},
+             "spec": {"spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}})
+    before = len(api.writes(dry_run=False, accepted=True))
+    res = run_module(dra_claim_templates.main, args(api, _dra.fleet_templates(PROFILES),
+                                                    namespaces=["ml-a", "ml-b", "nope"]))
+    assert res["failed"] and "nothing changed" in res["msg"]
+    assert "ResourceClaimTemplate ml-b/gpu exists and is not this collection's" in res["msg"]
+    assert "namespace nope does not exist" in res["msg"]
+    assert len(api.writes(dry_run=False, accepted=True)) == before and templates_in(api, "ml-a") == {}
+    # and pruning never deletes it
+    res = run_module(dra_claim_templates.main, args(api, [], namespaces=["ml-b"], state="absent"))
+    assert res["changed"] is False and "gpu" in templates_in(api, "ml-b")
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(templates=[{"name": "Bad"}]), "not a Kubernetes object name"),
+    (dict(templates=[{"name": "a", "config": {"kind": "MpsConfig"}}]), "must be a GpuConfig"),
+    (dict(templates=[{"name": "a", "count": 0}]), "count must be from 1 to 16"),
+    (dict(templates=[{"name": "a"}, {"name": "a"}]), "declared twice"),
+    (dict(namespaces=["Bad Ns"]), "namespaces"),
+    (dict(template_set="a b"), "claim-template-set"),
+])
+def test_bad_input_changes_nothing(api, kw, words):
+    res = run_module(dra_claim_templates.main, args(api, kw.pop("templates", []), **kw))
+    assert res["failed"] and words in res["msg"] and "nothing changed" in res["msg"]
+    assert api.requests == []
+
+
+def _slice(node, devices):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": node + "-gpu.nvidia.com-x"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                              "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def test_node_verify_passes_on_exact_slices_and_fails_listing_the_difference(api):
+    api.add_node("h200-1")
+    api.put(_slice("h200-1", [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"},
+                                                                 "uuid": {"string": "GPU-h0"}}}]))
+    ok = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="h200-1", gpus=[H200],
+                                               timeout=1, interval=0.05))
+    assert ok["changed"] is False and ok["published"] == {"GPU-h0": {"name": "gpu-0", "type": "gpu"}}
+    other = dict(H200, uuid="GPU-h1", index=1)
+    bad = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="h200-1",
+                                                gpus=[H200, other], timeout=1, interval=0.2))
+    assert bad["failed"] and "GPU GPU-h1 is not published" in bad["msg"] and "stays cordoned" in bad["msg"]
+
+
+def test_node_verify_refuses_bad_facts_and_unknown_nodes(api):
+    res = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="x", gpus="nope"))
+    assert res["failed"] and "gpus must be the GPU facts" in res["msg"]
+    res = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="x", gpus=[H200],
+                                                timeout=1))
+    assert res["failed"] and "x" in res["msg"]

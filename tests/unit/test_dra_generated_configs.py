@@ -1,0 +1,65 @@
+"""Every GpuConfig the collection generates is one that NVIDIA's own types accepted (strict decode, Normalize, Validate
+and the checks the kubelet plugin makes before it touches a GPU), as recorded in
+tests/fixtures/dra/gpuconfig-verdicts-v25.8.1.json by scripts/nvidia_facts/gpuconfig_check.go against
+kubernetes-sigs/dra-driver-nvidia-gpu v25.8.1. A generator change that makes a config outside that record fails here:
+run the checker again (docs/readings/dra-driver-facts.md) and record its verdict."""
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "dra", "gpuconfig-verdicts-v25.8.1.json")
+H200 = 150754820096
+A100_80 = 85899345920
+
+
+def _verdicts():
+    with open(FIXTURE) as handle:
+        return json.load(handle)["verdicts"]
+
+
+def _accepted():
+    return [v["input"] for v in _verdicts() if v["accepted"]]
+
+
+def _generated():
+    out = []
+    for interval in _dra.INTERVALS:
+        out.extend(t["config"] for t in _dra.fleet_templates(
+            [{"name": "ts-2", "sharing": "time-slicing", "replicas": 2}], interval) if t["config"])
+    for name, nbytes in (("NVIDIA H200", H200), ("NVIDIA A100-SXM4-80GB", A100_80)):
+        for replicas in (2, 3, 4, 7, 8):
+            gpu = {"index": 0, "uuid": "GPU-x", "name": name, "memory_total_bytes": nbytes,
+                   "mig_mode_current": "Disabled"}
+            out.extend(t["config"] for t in _dra.node_templates(
+                {"name": "mps-%d" % replicas, "sharing": "mps", "replicas": replicas}, [gpu]))
+    return out
+
+
+@pytest.mark.parametrize("config", _generated(), ids=lambda c: json.dumps(c.get("sharing"), sort_keys=True)[:60])
+def test_generated_config_was_accepted_by_nvidias_types(config):
+    assert config in _accepted(), "not in the recorded verdicts: %s" % json.dumps(config)
+
+
+def test_the_collection_refuses_what_nvidias_driver_refuses_at_prepare_time():
+    # the limits that pass the driver's Validate() but fail when the claim is prepared (a GPU would be left without
+    # the cap): the collection's own validation refuses them before anything is published
+    by_name = dict((v["name"], v) for v in _verdicts())
+    for name, item in (("mps-per-device-key-gpu0", {"per_device_pinned_memory_limit": {"gpu0": "8G"}}),
+                       ("mps-per-device-index-5", {"per_device_pinned_memory_limit": {"5": "8G"}, "count": 2}),
+                       ("mps-pinned-negative", {"pinned_memory_limit": "-1G"}),
+                       ("mps-threads-101", {"active_thread_percentage": 101}),
+                       ("mps-threads-negative", {"active_thread_percentage": -1})):
+        assert by_name[name]["accepted"] is False
+        with pytest.raises(_dra.DraError):
+            _dra.explicit_templates([dict(item, name="w", sharing="mps")])
+
+
+def test_time_slicing_always_names_its_interval():
+    # NVIDIA's Validate() dereferences the interval: timeSlicingConfig without one panics (recorded as an edge case)
+    for t in _dra.fleet_templates([{"name": "ts-2", "sharing": "time-slicing", "replicas": 2}]):
+        if t["config"]:
+            assert t["config"]["sharing"]["timeSlicingConfig"]["interval"] in _dra.INTERVALS
