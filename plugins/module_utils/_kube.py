@@ -370,8 +370,13 @@ class Kube(object):
         return self.request(what, "PATCH", path, query=_dry(dry_run), body=patch,
                             content_type="application/merge-patch+json")
 
-    def delete(self, what, path, dry_run=False):
-        return self.request(what, "DELETE", path, query=_dry(dry_run))
+    def delete(self, what, path, dry_run=False, precondition=None):
+        """With ``precondition`` (a resourceVersion), DeleteOptions.preconditions: the API server deletes only an
+        object still at that version, else answers 409 Conflict."""
+        body = None
+        if precondition:
+            body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"resourceVersion": precondition}}
+        return self.request(what, "DELETE", path, query=_dry(dry_run), body=body)
 
     def replace(self, what, path, body, dry_run=False, field_manager=None):
         """A PUT of the whole object. With ``metadata.resourceVersion`` in ``body`` the API server applies it only

@@ -71,13 +71,16 @@ options:
     description: Delete the set's templates in O(namespaces) that are not declared.
     type: bool
     default: true
-  keep_profiles:
+  user:
     description:
-      - With O(prune), the set's undeclared templates whose C(gpuops.nvidia/profile) label is one of these are kept
-        (templates that other nodes of the fleet publish into a shared set). Empty keeps none.
-    type: list
-    elements: str
-    default: []
+      - For a set that several publishers share (the GPU-dependent templates every node with the same GPUs publishes),
+        this publisher's name. Each template then lists its users in the annotation C(gpuops.nvidia/users): a run adds
+        its user to the templates it declares and removes it from the set's other templates, and deletes a template
+        only when its last user is gone. O(prune) is not used then. A declared template whose spec differs from one
+        that other users still publish is refused.
+      - Writes are guarded by the template's resourceVersion; a concurrent writer makes the run read again (five
+        tries).
+    type: str
   state:
     description: C(present) publishes the templates; C(absent) deletes every template of the set in O(namespaces).
     type: str
@@ -140,7 +143,7 @@ ARGUMENT_SPEC = dict(
     namespaces=dict(type="list", elements="str", required=True),
     template_set=dict(type="str", required=True),
     prune=dict(type="bool", default=True),
-    keep_profiles=dict(type="list", elements="str", default=[]),
+    user=dict(type="str"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )
 ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
@@ -193,6 +196,15 @@ def _view(obj):
             "spec": obj.get("spec")}
 
 
+USERS = "gpuops.nvidia/users"
+TRIES = 5
+
+
+def users_of(obj):
+    text = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(USERS) or ""
+    return set(u for u in text.split(",") if u)
+
+
 def ours(obj, template_set):
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(_dra.MANAGED_BY[0]) == _dra.MANAGED_BY[1] and labels.get(_dra.SET_LABEL) == template_set
@@ -224,12 +236,20 @@ class ClaimTemplates(object):
                         problems.append("ResourceClaimTemplate %s/%s exists and is not this collection's template set "
                                         "%s (labels %s): it is never touched; rename the declared template or remove "
                                         "that one" % (ns, t["name"], self.p["template_set"], labels or "none"))
+                    elif obj is not None and self.p["user"] and users_of(obj) - set([self.p["user"]]) and \
+                            obj.get("spec") != _dra.template_object(t, ns, self.p["template_set"])["spec"]:
+                        problems.append("ResourceClaimTemplate %s/%s is published by %s with another spec than %s "
+                                        "declares: the same template name must mean the same devices and limits "
+                                        "everywhere" % (ns, t["name"], ", ".join(sorted(users_of(obj) - set(
+                                            [self.p["user"]]))), self.p["user"]))
         if problems:
             self.module.fail_json(msg="nothing changed: " + "; ".join(problems), errors=problems)
         return existing
 
     def plan(self, existing):
-        """[(action, namespace, name, desired object or None, current object or None)]."""
+        """[(action, namespace, name, desired object or None, current object or None)]; with ``user`` the desired
+        object carries the users it will have."""
+        user = self.p["user"]
         actions = []
         for ns in self.p["namespaces"]:
             have = existing[ns]
@@ -239,46 +259,71 @@ class ClaimTemplates(object):
                     declared[t["name"]] = _dra.template_object(t, ns, self.p["template_set"])
             for name, want in sorted(declared.items()):
                 cur = have.get(name)
+                if user:
+                    users = users_of(cur) | set([user])
+                    want["metadata"]["annotations"] = {USERS: ",".join(sorted(users))}
                 if cur is None:
                     actions.append(("create", ns, name, want, None))
                 elif cur.get("spec") != want["spec"]:
                     actions.append(("replace", ns, name, want, cur))
-                elif _view(cur)["labels"] != want["metadata"]["labels"]:
+                elif _view(cur)["labels"] != want["metadata"]["labels"] or (user and user not in users_of(cur)):
                     actions.append(("relabel", ns, name, want, cur))
-            if self.p["prune"] or self.p["state"] == "absent":
-                for name, cur in sorted(have.items()):
-                    profile = ((cur.get("metadata") or {}).get("labels") or {}).get(_dra.PROFILE_LABEL)
-                    if name not in declared and ours(cur, self.p["template_set"]) and not (
-                            self.p["state"] == "present" and profile in self.p["keep_profiles"]):
-                        actions.append(("delete", ns, name, None, cur))
+            for name, cur in sorted(have.items()):
+                if name in declared or not ours(cur, self.p["template_set"]):
+                    continue
+                if user:
+                    if user in users_of(cur):
+                        left = users_of(cur) - set([user])
+                        if left:
+                            want = copy.deepcopy(cur)
+                            want["metadata"].setdefault("annotations", {})[USERS] = ",".join(sorted(left))
+                            actions.append(("release", ns, name, want, cur))
+                        else:
+                            actions.append(("delete", ns, name, None, cur))
+                elif self.p["prune"] or self.p["state"] == "absent":
+                    actions.append(("delete", ns, name, None, cur))
         return actions
 
     def apply(self, actions):
         dry = self.module.check_mode
         words = {"create": "created", "replace": "replaced (a template's spec is immutable: deleted and created "
-                                                 "again)", "relabel": "labels updated", "delete": "deleted"}
+                                                 "again)", "relabel": "labels updated", "delete": "deleted",
+                 "release": "no longer used by %s (still by others)" % self.p["user"]}
         for action, ns, name, want, cur in actions:
             what = "%s ResourceClaimTemplate %s/%s" % (action, ns, name)
             if action in ("replace", "delete"):
-                self.kube.delete(what, path(ns, name), dry_run=dry)
+                self.kube.delete(what, path(ns, name), dry_run=dry,
+                                 precondition=cur["metadata"].get("resourceVersion") if self.p["user"] else None)
             if action in ("create", "replace"):
                 body = copy.deepcopy(want)
                 if not (dry and action == "replace"):      # a dry-run create would collide with the undeleted one
                     self.kube.create(what, path(ns), body, dry_run=dry)
-            if action == "relabel":
-                self.kube.patch(what, path(ns, name), {"metadata": {"labels": want["metadata"]["labels"]}},
-                                dry_run=dry)
+            if action in ("relabel", "release"):
+                meta = {"labels": want["metadata"]["labels"], "resourceVersion": cur["metadata"]["resourceVersion"]}
+                if self.p["user"]:
+                    meta["annotations"] = {USERS: want["metadata"]["annotations"][USERS]}
+                self.kube.patch(what, path(ns, name), {"metadata": meta}, dry_run=dry)
             self.result["changes"].append("%s/%s %s" % (ns, name, words[action]))
             key = "%s/%s" % (ns, name)
             self.diff["before"][key] = _view(cur)
             self.diff["after"][key] = _view(want)
 
     def run(self):
-        existing = self.read()
-        actions = self.plan(existing)
-        if actions:
-            self.result["changed"] = True
-            self.apply(actions)
+        for attempt in range(TRIES):
+            existing = self.read()
+            actions = self.plan(existing)
+            try:
+                if actions:
+                    self.result["changed"] = True
+                    self.apply(actions)
+                break
+            except KubeError as exc:
+                # a shared set: another publisher wrote between our read and our write (409: a changed
+                # resourceVersion, or a create that found the template already there) - read again
+                if not (self.p["user"] and exc.status == 409 and attempt < TRIES - 1):
+                    raise
+                self.result["changes"] = []
+                self.diff = {"before": {}, "after": {}}
         for ns in self.p["namespaces"]:
             names = set(n for n, o in existing[ns].items() if ours(o, self.p["template_set"]))
             for action, a_ns, name, dummy, dummy2 in actions:

@@ -726,6 +726,11 @@ class FakeKubeApi(object):
         if method == "DELETE":
             if not old:
                 return self._not_found(plural, name, group)
+            # DeleteOptions.preconditions (apimachinery): a resourceVersion or uid other than the stored one is 409
+            pre = (body or {}).get("preconditions") or {}
+            if (pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]) or (
+                    pre.get("uid") and pre["uid"] != old["metadata"].get("uid")):
+                return _conflict(plural, group, name)
             if not dry_run:
                 del self.objects[key]
                 for applied in [k for k in self.applied if k[0] == key]:

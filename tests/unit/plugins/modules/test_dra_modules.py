@@ -74,14 +74,42 @@ def test_a_changed_profile_replaces_the_template_and_prunes_the_old_one(api):
     assert params["sharing"]["timeSlicingConfig"]["interval"] == "Short"
 
 
-def test_keep_profiles_spares_other_nodes_templates_of_live_profiles(api):
+def test_a_shared_set_counts_its_users_and_deletes_a_template_with_the_last(api):
     shared = _dra.node_templates({"name": "mps-4", "sharing": "mps", "replicas": 4}, [H200])
-    other = dict(shared[0], name="gpu-mps-4-a100")
-    gone = dict(shared[0], name="gpu-mps-2-h200", profile="mps-2")
-    run_module(dra_claim_templates.main, args(api, [other, gone], template_set="gpus"))
-    res = run_module(dra_claim_templates.main, args(api, shared, template_set="gpus", keep_profiles=["mps-4"]))
-    assert sorted(templates_in(api, "ml-a")) == ["gpu-mps-4-a100", "gpu-mps-4-h200"]
-    assert "ml-a/gpu-mps-2-h200 deleted" in res["changes"]
+    a = args(api, shared, template_set="gpus", user="node-a")
+    b = args(api, shared, template_set="gpus", user="node-b")
+    assert run_module(dra_claim_templates.main, a)["changed"]
+    assert run_module(dra_claim_templates.main, b)["changed"]           # adopts it: adds its name
+    users = templates_in(api, "ml-a")["gpu-mps-4-h200"]["metadata"]["annotations"]["gpuops.nvidia/users"]
+    assert users == "node-a,node-b"
+    assert run_module(dra_claim_templates.main, b)["changed"] is False
+    # node-a goes to MPS with 2 replicas: it leaves gpu-mps-4-h200 (node-b still uses it) and publishes its own
+    two = _dra.node_templates({"name": "mps-2", "sharing": "mps", "replicas": 2}, [H200])
+    res = run_module(dra_claim_templates.main, args(api, two, template_set="gpus", user="node-a"))
+    assert "ml-a/gpu-mps-4-h200 no longer used by node-a (still by others)" in res["changes"]
+    assert sorted(templates_in(api, "ml-a")) == ["gpu-mps-2-h200", "gpu-mps-4-h200"]
+    # node-b leaves too: the last user gone, the template goes
+    res = run_module(dra_claim_templates.main, args(api, [], template_set="gpus", user="node-b"))
+    assert "ml-a/gpu-mps-4-h200 deleted" in res["changes"] and sorted(templates_in(api, "ml-a")) == ["gpu-mps-2-h200"]
+
+
+def test_a_shared_template_with_another_spec_than_its_other_users_is_refused(api):
+    shared = _dra.node_templates({"name": "mps-4", "sharing": "mps", "replicas": 4}, [H200])
+    run_module(dra_claim_templates.main, args(api, shared, template_set="gpus", user="node-a"))
+    other = [dict(shared[0], config=_dra.gpu_config("mps", active_thread_percentage=10))]
+    res = run_module(dra_claim_templates.main, args(api, other, template_set="gpus", user="node-b"))
+    assert res["failed"] and "is published by node-a with another spec" in res["msg"]
+
+
+def test_a_concurrent_writer_makes_the_run_read_again(api):
+    shared = _dra.node_templates({"name": "mps-4", "sharing": "mps", "replicas": 4}, [H200])
+    run_module(dra_claim_templates.main, args(api, shared, template_set="gpus", user="node-a"))
+    # the first write of node-b's run finds the template changed since it read it (409), the second try succeeds
+    api.inject_failure("PATCH", r"resourceclaimtemplates/gpu-mps-4-h200$", code=409, reason="Conflict")
+    res = run_module(dra_claim_templates.main, args(api, shared, template_set="gpus", user="node-b"))
+    assert res["changed"] and not res.get("failed")
+    assert templates_in(api, "ml-b")["gpu-mps-4-h200"]["metadata"]["annotations"]["gpuops.nvidia/users"] == \
+        "node-a,node-b"
 
 
 def test_foreign_templates_and_missing_namespaces_are_refused_before_any_write(api):
@@ -106,7 +134,7 @@ def test_foreign_templates_and_missing_namespaces_are_refused_before_any_write(a
     (dict(templates=[{"name": "a", "count": 0}]), "count must be from 1 to 16"),
     (dict(templates=[{"name": "a"}, {"name": "a"}]), "declared twice"),
     (dict(namespaces=["Bad Ns"]), "namespaces"),
-    (dict(template_set="a b"), "claim-template-set"),
+    (dict(template_set="a b"), "template_set"),
 ])
 def test_bad_input_changes_nothing(api, kw, words):
     res = run_module(dra_claim_templates.main, args(api, kw.pop("templates", []), **kw))
