@@ -4,7 +4,11 @@ No real API server can be installed on the development machines, so tests run th
 client (and the real ``helm`` binary) over real HTTP against this server. It keeps objects in memory and answers
 in the API's own shapes:
 
-- discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``);
+- discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``); a group may be served at
+  several versions (``/apis`` lists them, the preferred first). resource.k8s.io (DRA) is served at the versions in
+  ``resource_api_versions``: by default those a real server of ``server_version`` enables, v1 from 1.34 (DRA GA),
+  none before (v1beta1 in 1.32 and v1beta2 in 1.33 exist but are off unless --runtime-config enables them); a test
+  may name the betas to model such a cluster: they appear in discovery, but objects are served at v1 only;
 - list / get / create / replace / patch / delete for the resources in ``RESOURCES`` (nodes, namespaces,
   configmaps, secrets, pods, services, serviceaccounts, daemonsets, runtimeclasses, RBAC objects, leases), label
   selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
@@ -66,8 +70,27 @@ RESOURCES = [
     # A custom resource: served from its CRD's schema (tests/support/fake_crd.py, tests/fixtures/gpu-operator).
     ("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
     ("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # Dynamic Resource Allocation: served only at the versions in FakeKubeApi.resource_api_versions.
+    ("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    ("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    ("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    ("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
 ]
+# resource.k8s.io's beta versions (Kubernetes 1.32: v1beta1, 1.33: v1beta2; off by default): named in discovery when a
+# test serves them, with the same kinds as v1; objects are not served at them (requests answered 404).
+RESOURCE_BETA = [("resource.k8s.io", v, p, k, n) for v in ("v1beta2", "v1beta1")
+                 for g, dummy, p, k, n in RESOURCES if g == "resource.k8s.io"]
+# The order a real server prefers resource.k8s.io's versions in (GA over beta, newer beta first).
+RESOURCE_VERSION_ORDER = ("v1", "v1beta2", "v1beta1")
 _BY_PATH = {(g, v, p): (k, ns) for g, v, p, k, ns in RESOURCES}
+
+
+def default_resource_api_versions(server_version):
+    """The resource.k8s.io versions a real API server of this version serves with its default flags: v1 from
+    Kubernetes 1.34 (DRA GA); before, only beta versions, which are off by default (new beta APIs are disabled
+    unless --runtime-config enables them), so none."""
+    major, minor = [int(re.match(r"\d+", x).group(0)) for x in server_version.lstrip("v").split(".")[:2]]
+    return ["v1"] if (major, minor) >= (1, 34) else []
 
 # Kubernetes' own label rules (apimachinery/pkg/util/validation), kept independent of the collection's code so
 # the fake server checks the module rather than agreeing with it by construction.
@@ -282,11 +305,19 @@ class _Failure(object):
 class FakeKubeApi(object):
     """The server's state and controls; ``start()`` serves it on 127.0.0.1 at a free port."""
 
-    def __init__(self, tokens=None, server_version="v1.33.2"):
+    def __init__(self, tokens=None, server_version="v1.33.2", resource_api_versions=None):
         self.objects = {}          # (group, plural, namespace or "", name) -> object
         self.applied = {}          # ((group, plural, namespace, name), field manager) -> last applied config
         self.tokens = tokens       # None: no auth check; else {token: "rw"|"ro"}
         self.server_version = server_version
+        # resource.k8s.io versions served (a cluster may enable the betas with --runtime-config): default as a real
+        # server of server_version; kept in the order a server prefers them (the first is preferredVersion).
+        versions = default_resource_api_versions(server_version) if resource_api_versions is None \
+            else list(resource_api_versions)
+        unknown = [v for v in versions if v not in RESOURCE_VERSION_ORDER]
+        if unknown:
+            raise ValueError("resource.k8s.io versions %s: known are %s" % (unknown, list(RESOURCE_VERSION_ORDER)))
+        self.resource_api_versions = [v for v in RESOURCE_VERSION_ORDER if v in versions]
         self.requests = []         # dicts: method, path, query, content_type, body, user
         self.failures = []
         self._write_fault = None   # [writes still to let through, code] for fail_nth_write
@@ -431,6 +462,11 @@ class FakeKubeApi(object):
             "users": [{"name": "fake-user", "user": {"token": token} if token else {}}],
         }
 
+    def served(self):
+        """The (group, version, plural, kind, namespaced) this server lists in discovery."""
+        return [r for r in RESOURCES + RESOURCE_BETA
+                if r[0] != "resource.k8s.io" or r[1] in self.resource_api_versions]
+
     # ---- request handling ---------------------------------------------------------------------------
     def handle(self, method, raw_path, headers, body_bytes):
         """Answer one request: (status code, body). Every request is recorded in ``requests`` (with the time it
@@ -493,12 +529,12 @@ class FakeKubeApi(object):
             # kept): enough for clients that validate manifests against the schema (helm) to find every kind.
             return 200, {"paths": {("api/" if not g else "apis/%s/" % g) + v:
                                    {"serverRelativeURL": "/openapi/v3/%s%s" % ("api/" if not g else "apis/%s/" % g, v)}
-                                   for g, v, *dummy in RESOURCES}}
+                                   for g, v, *dummy in self.served()}}
         m = re.match(r"^/openapi/v3/(?:api|apis/([^/]+))/([^/]+)$", path)
         if m:
             group, version = m.group(1) or "", m.group(2)
             schemas = {}
-            for g, v, dummy, k, namespaced in RESOURCES:
+            for g, v, dummy, k, namespaced in self.served():
                 if g == group and v == version:
                     schemas["fake.%s.%s.%s" % (g or "core", v, k)] = {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
@@ -512,12 +548,13 @@ class FakeKubeApi(object):
                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
         if path == "/apis":
             groups = {}
-            for g, v, *dummy in RESOURCES:
-                if g:
-                    groups.setdefault(g, v)
+            for g, v, *dummy in self.served():
+                if g and v not in groups.setdefault(g, []):
+                    groups[g].append(v)
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v}],
-                 "preferredVersion": {"groupVersion": "%s/%s" % (g, v), "version": v}} for g, v in groups.items()]}
+                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": "%s/%s" % (g, vs[0]), "version": vs[0]}}
+                for g, vs in groups.items()]}
         m = re.match(r"^/api/(v1)(/.*)?$", path) or re.match(r"^/apis/([^/]+/[^/]+)(/.*)?$", path)
         if not m:
             return status(404, "NotFound", "the server could not find the requested resource")
@@ -525,7 +562,7 @@ class FakeKubeApi(object):
         rest = [p for p in (m.group(2) or "").split("/") if p]
         if not rest:
             res = [{"name": p, "singularName": k.lower(), "namespaced": n, "kind": k, "verbs": _ALL}
-                   for g, v, p, k, n in RESOURCES if g == group and v == version]
+                   for g, v, p, k, n in self.served() if g == group and v == version]
             if not res:
                 return status(404, "NotFound", "the server could not find the requested resource")
             return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": m.group(1),
@@ -535,7 +572,8 @@ class FakeKubeApi(object):
             namespace, rest = rest[1], rest[2:]
         plural, name = rest[0], rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if (group, version, plural) not in _BY_PATH:
+        if (group, version, plural) not in _BY_PATH or (group, version, plural) not in \
+                [(g, v, p) for g, v, p, dummy, dummy2 in self.served()]:
             return status(404, "NotFound", "the server could not find the requested resource")
         kind, namespaced = _BY_PATH[(group, version, plural)]
         api_version = "%s/%s" % (group, version) if group else version
