@@ -162,8 +162,8 @@ def dra_kubelet_plugin_pod(pod):
     if owner is None or _finished(pod) or (meta.get("labels") or {}).get("app.kubernetes.io/name") != CHART_NAME \
             or not owner.endswith(KUBELET_PLUGIN_SUFFIX):
         return None
-    return "NVIDIA's DRA driver kubelet plugin (pod %s/%s of DaemonSet %s)" % (meta.get("namespace"), meta.get("name"),
-                                                                              owner)
+    return "NVIDIA's DRA driver kubelet plugin (pod %s/%s of DaemonSet %s)" % (
+        meta.get("namespace"), meta.get("name"), owner)
 
 
 def _positive(quantity):

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: dra_driver
 short_description: Install or upgrade NVIDIA's DRA driver for GPUs (Dynamic Resource Allocation) as a Helm release
-version_added: 0.2.0
+version_added: 0.3.0
 description:
   - Installs or upgrades NVIDIA's C(nvidia-dra-driver-gpu) Helm chart (kubernetes-sigs/dra-driver-nvidia-gpu, 25.8.1
     and later) with the real C(helm) binary, so that pods claim GPUs through C(resource.k8s.io/v1) ResourceClaims

@@ -202,6 +202,14 @@ MODULES = {
                                                         ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
                                                         hostile())}),
                           files=KUBE_FILES),
+    "dra_driver": dict(rig="dra", args={},
+                       hints=dict(KUBE_HINTS, **{"values": st.one_of(json_values(), hostile()),
+                                                 "nodes": st.one_of(st.lists(strings(["gpu-node-1", "nope"]),
+                                                                             max_size=3), hostile()),
+                                                 "pending_timeout": TIMEOUTS,
+                                                 "timeout": st.one_of(st.sampled_from(
+                                                     ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]), hostile())}),
+                       files=KUBE_FILES),
     "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
                                           "labels": {"gpuops.example.com/x": "1"}},
                         hints=dict(KUBE_HINTS, labels=st.one_of(

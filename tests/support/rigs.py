@@ -27,6 +27,7 @@ from tests.support.ansible_run import ROOT
 
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver-gpu")
 FAKE_HELM = os.path.join(ROOT, "tests", "support", "fake_helm.py")
 FAKE_BIN = os.path.join(ROOT, "tests", "support", "bin")
 HELM_MUTATING = {"upgrade", "rollback", "uninstall", "install"}
@@ -243,14 +244,15 @@ class KubeRig(Rig):
 
     kind = "kube"
 
-    def __init__(self, directory):
+    def __init__(self, directory, server_version=None):
         super(KubeRig, self).__init__(directory)
         import yaml
         from tests.support.fake_kube_api import FakeKubeApi
         for var in list(os.environ):
             if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
                 self.env[var] = None
-        self.api = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}).start()
+        kwargs = {"server_version": server_version} if server_version else {}
+        self.api = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}, **kwargs).start()
         self.api.add_node("gpu-node-1", hostname="gpu-node-1", internal_ip="10.0.0.11",
                           labels={"gpuops.example.com/old": "x"})
         self.api.put({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"},
@@ -357,5 +359,46 @@ class HelmRig(Rig):
         return out
 
 
+class DraRig(KubeRig):
+    """dra_driver: its read-only pre-checks against a fake API server of Kubernetes 1.34 (resource.k8s.io/v1 served,
+    node gpu-node-1 without a device plugin, and the DeviceClasses the chart would create, since helm here is
+    tests/support/fake_helm.py: real helm for show/template, the fake release store for the rest) and the stand-in
+    of NVIDIA's DRA driver chart, copied into the rig."""
+
+    kind = "dra"
+    exclude = ("helm-state.json",)
+
+    def __init__(self, directory):
+        super(DraRig, self).__init__(directory, server_version="v1.34.1")
+        for name in ("gpu.nvidia.com", "mig.nvidia.com"):
+            self.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                          "spec": {"selectors": []}})
+        self.store = self.path("helm-state.json")
+        binary = tool_wrapper(self.path(PRIVATE, "helm"), [sys.executable, FAKE_HELM])
+        self.env.update({"FAKE_HELM_STATE": self.store, "FAKE_HELM_REAL": HELM})
+        chart = self.path("chart")
+        shutil.copytree(DRA_CHART, chart)
+        self.args = dict(self.args, binary_path=binary, chart_path=chart, nodes=["gpu-node-1"])
+
+    def state(self):
+        out = super(DraRig, self).state()
+        data = {"log": [], "releases": {}}
+        if os.path.exists(self.store):
+            with open(self.store) as handle:
+                data = json.load(handle)
+        out["mutating"] = [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING]
+        out["releases"] = data.get("releases", {})
+        return out
+
+    def changes(self, before):
+        out = super(DraRig, self).changes(before)
+        now = self.state()
+        if now["mutating"] != before["mutating"]:
+            out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
+        if now["releases"] != before["releases"]:
+            out.append("the helm release store changed")
+        return out
+
+
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
-        "operator": OperatorRig}
+        "operator": OperatorRig, "dra": DraRig}
