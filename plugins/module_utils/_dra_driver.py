@@ -83,8 +83,10 @@ def values_errors(values):
                 break
             cur = cur[key]
             if not isinstance(cur, dict):
+                parent = keys[:depth + 1]
                 errors.append("values.%s must be a mapping (the module sets %s under it), got %r"
-                              % (_path(keys[:depth + 1]), _path(keys), cur))
+                              % (_path(parent), ", ".join(_path(k) for k, dummy in OWNED if k[:depth + 1] == parent),
+                                 cur))
                 break
     for key, why in REFUSED:
         if key in values:
