@@ -522,3 +522,24 @@ def api_error(status, reason, body, what, host):
     else:
         msg = "Kubernetes API error %s while trying to %s: %s" % (status, what, message)
     return KubeError(msg, status=status, reason=reason, body=doc)
+
+
+def served_group_versions(kube, group):
+    """The versions of API group ``group`` the API server serves (discovery, ``/apis``), its preferred first; [] when
+    it serves none."""
+    doc = kube.get("read the API groups the server serves (discovery, /apis)", "/apis")
+    for item in doc.get("groups") or []:
+        if isinstance(item, dict) and item.get("name") == group:
+            return [v.get("version") for v in item.get("versions") or [] if isinstance(v, dict) and v.get("version")]
+    return []
+
+
+def server_git_version(kube):
+    """The API server's gitVersion (``/version``), e.g. v1.34.1; None when it does not say."""
+    return (kube.get("read the API server's version (/version)", "/version") or {}).get("gitVersion")
+
+
+def pods_on_node(kube, node):
+    """Every pod bound to ``node`` in every namespace (field selector spec.nodeName)."""
+    doc = kube.get("list the pods on node %s" % node, pods_path(), fieldSelector="spec.nodeName=%s" % node)
+    return [pod for pod in doc.get("items") or [] if isinstance(pod, dict)]

@@ -202,6 +202,14 @@ MODULES = {
                                                         ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
                                                         hostile())}),
                           files=KUBE_FILES),
+    "dra_driver": dict(rig="dra", args={},
+                       hints=dict(KUBE_HINTS, **{"values": st.one_of(json_values(), hostile()),
+                                                 "nodes": st.one_of(st.lists(strings(["gpu-node-1", "nope"]),
+                                                                             max_size=3), hostile()),
+                                                 "pending_timeout": TIMEOUTS,
+                                                 "timeout": st.one_of(st.sampled_from(
+                                                     ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]), hostile())}),
+                       files=KUBE_FILES),
     "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
                                           "labels": {"gpuops.example.com/x": "1"}},
                         hints=dict(KUBE_HINTS, labels=st.one_of(
@@ -244,14 +252,14 @@ MODULES = {
                                        "nvidia.com/mig.config.state is still", "no nvidia.com/mig.config.state was "
                                        "written"),
                              files=KUBE_FILES),
-    "dra_claim_templates": dict(rig="dra", args={"template_set": "fleet", "namespaces": ["ml"],
+    "dra_claim_templates": dict(rig="dra_api", args={"template_set": "fleet", "namespaces": ["ml"],
                                                  "templates": [{"name": "gpu"}, {"name": "gpu-ts-2", "config": {
                                                      "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
                                                      "sharing": {"strategy": "TimeSlicing"}}}]},
                                 hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]),
                                                                                      max_size=2), hostile())),
                                 files=KUBE_FILES),
-    "dra_node_verify": dict(rig="dra", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
+    "dra_node_verify": dict(rig="dra_api", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
                                              "interval": 0.05},
                             hints=dict(KUBE_HINTS, timeout=TIMEOUTS, gpus=st.one_of(st.just([rigs.DRA_GPU]), _ANY)),
                             # the node's slices do not list the GPUs given (within timeout)

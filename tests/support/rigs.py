@@ -27,6 +27,7 @@ from tests.support.ansible_run import ROOT
 
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
+DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver-gpu")
 FAKE_HELM = os.path.join(ROOT, "tests", "support", "fake_helm.py")
 FAKE_BIN = os.path.join(ROOT, "tests", "support", "bin")
 HELM_MUTATING = {"upgrade", "rollback", "uninstall", "install"}
@@ -359,13 +360,54 @@ class HelmRig(Rig):
 
 
 class DraRig(KubeRig):
-    """dra_claim_templates and dra_node_verify against the fake API server as Kubernetes 1.34 (resource.k8s.io/v1),
-    with a workload namespace ``ml`` and node gpu-node-1's ResourceSlice listing one GPU, ``DRA_GPU``."""
+    """dra_driver: its read-only pre-checks against a fake API server of Kubernetes 1.34 (resource.k8s.io/v1 served,
+    node gpu-node-1 without a device plugin, and the DeviceClasses the chart would create, since helm here is
+    tests/support/fake_helm.py: real helm for show/template, the fake release store for the rest) and the stand-in
+    of NVIDIA's DRA driver chart, copied into the rig."""
 
     kind = "dra"
+    exclude = ("helm-state.json",)
 
     def __init__(self, directory):
         super(DraRig, self).__init__(directory, server_version="v1.34.1")
+        for name in ("gpu.nvidia.com", "mig.nvidia.com"):
+            self.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                          "spec": {"selectors": []}})
+        self.store = self.path("helm-state.json")
+        binary = tool_wrapper(self.path(PRIVATE, "helm"), [sys.executable, FAKE_HELM])
+        self.env.update({"FAKE_HELM_STATE": self.store, "FAKE_HELM_REAL": HELM})
+        chart = self.path("chart")
+        shutil.copytree(DRA_CHART, chart)
+        self.args = dict(self.args, binary_path=binary, chart_path=chart, nodes=["gpu-node-1"])
+
+    def state(self):
+        out = super(DraRig, self).state()
+        data = {"log": [], "releases": {}}
+        if os.path.exists(self.store):
+            with open(self.store) as handle:
+                data = json.load(handle)
+        out["mutating"] = [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING]
+        out["releases"] = data.get("releases", {})
+        return out
+
+    def changes(self, before):
+        out = super(DraRig, self).changes(before)
+        now = self.state()
+        if now["mutating"] != before["mutating"]:
+            out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
+        if now["releases"] != before["releases"]:
+            out.append("the helm release store changed")
+        return out
+
+
+class DraApiRig(KubeRig):
+    """dra_claim_templates and dra_node_verify against the fake API server as Kubernetes 1.34 (resource.k8s.io/v1),
+    with a workload namespace ``ml`` and node gpu-node-1's ResourceSlice listing one GPU, ``DRA_GPU``."""
+
+    kind = "dra_api"
+
+    def __init__(self, directory):
+        super(DraApiRig, self).__init__(directory, server_version="v1.34.1")
         self.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
         self.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                       "metadata": {"name": "gpu-node-1-gpu.nvidia.com-fuzz"},
@@ -380,4 +422,4 @@ DRA_GPU = {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "name
 
 
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
-        "operator": OperatorRig, "dra": DraRig}
+        "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig}
