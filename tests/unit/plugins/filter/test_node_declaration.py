@@ -94,3 +94,23 @@ def test_contradictory_cdi_declarations_are_refused_naming_both_settings(values,
 ])
 def test_consistent_cdi_declarations_pass(values):
     assert node_declaration_errors(_cdi(**values), "n1") == []
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"provider": "dra", "compute_mode": "Exclusive_Process"}, "sets the compute mode itself"),
+    ({"provider": "dra", "mig_owner": "gpu_operator"}, "no GPU Operator MIG manager"),
+    ({"provider": "dra", "dra_claim_templates": [{"name": "w", "sharing": "mps", "active_thread_percentage": "25%"}]},
+     "gpuops_dra_claim_templates[0]: active_thread_percentage"),
+    ({"provider": "dra", "dra_claim_templates": "train"}, "must be a list of templates"),
+])
+def test_dra_declarations_that_cannot_work_are_refused(values, words):
+    errors = node_declaration_errors(_cdi(**values), "n1")
+    assert len(errors) == 1 and words in errors[0] and errors[0].endswith("Nothing was changed."), errors
+
+
+def test_dra_claim_templates_are_checked_only_with_dra():
+    bad = [{"name": "w", "sharing": "mps", "active_thread_percentage": 0}]
+    assert node_declaration_errors(_cdi(dra_claim_templates=bad), "n1") == []
+    assert node_declaration_errors(_cdi(provider="dra", dra_claim_templates=[{"name": "w", "sharing": "mps",
+                                                                              "active_thread_percentage": 20}]),
+                                   "n1") == []
