@@ -13,15 +13,15 @@ short_description: Publish the ResourceClaimTemplates that workloads reference t
 version_added: 0.1.0
 description:
   - Makes each namespace of O(namespaces) hold exactly the declared ResourceClaimTemplates (C(resource.k8s.io/v1)) of
-    one template set: every template requests devices of class C(gpu.nvidia.com) or C(mig.nvidia.com), optionally with
+    one template set. Every template requests devices of class C(gpu.nvidia.com) or C(mig.nvidia.com), optionally with
     CEL selectors, and carries an opaque C(GpuConfig) (C(resource.nvidia.com/v1beta1)) for driver C(gpu.nvidia.com)
     with the sharing (TimeSlicing, MPS and its limits). docs/dra.md explains the sets the collection publishes.
   - Every template it writes is labelled C(app.kubernetes.io/managed-by=gpuops.nvidia) and
     C(gpuops.nvidia/claim-template-set=<set>). A template of the same name without these labels (or of another set)
-    is B(never touched): the run fails naming it, before anything is written.
-  - A template's spec is immutable in the API: a changed template is deleted and created again (claims already made
+    is B(never touched) - the run fails naming it, before anything is written.
+  - A template's spec is immutable in the API - a changed template is deleted and created again (claims already made
     from it keep their own copy). With O(prune=true), the set's templates that are no longer declared are deleted.
-  - Namespaces are not created: a missing one fails the run, naming it, before anything is written.
+  - Namespaces are not created - a missing one fails the run, naming it, before anything is written.
   - Check mode plans without writing; diff mode shows each template before and after.
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
@@ -74,7 +74,7 @@ options:
   user:
     description:
       - For a set that several publishers share (the GPU-dependent templates every node with the same GPUs publishes),
-        this publisher's name. Each template then lists its users in the annotation C(gpuops.nvidia/users): a run adds
+        this publisher's name. Each template then lists its users in the annotation C(gpuops.nvidia/users) - a run adds
         its user to the templates it declares and removes it from the set's other templates, and deletes a template
         only when its last user is gone. O(prune) is not used then. A declared template whose spec differs from one
         that other users still publish is refused.

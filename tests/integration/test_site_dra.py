@@ -13,7 +13,6 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
 from tests.support.fake_daemonsets import FakeDaemonSets

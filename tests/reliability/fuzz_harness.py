@@ -252,15 +252,15 @@ MODULES = {
                                        "nvidia.com/mig.config.state is still", "no nvidia.com/mig.config.state was "
                                        "written"),
                              files=KUBE_FILES),
-    "dra_claim_templates": dict(rig="dra_api", args={"template_set": "fleet", "namespaces": ["ml"],
-                                                 "templates": [{"name": "gpu"}, {"name": "gpu-ts-2", "config": {
-                                                     "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-                                                     "sharing": {"strategy": "TimeSlicing"}}}]},
-                                hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]),
-                                                                                     max_size=2), hostile())),
-                                files=KUBE_FILES),
+    "dra_claim_templates": dict(rig="dra_api", args={
+        "template_set": "fleet", "namespaces": ["ml"],
+        "templates": [{"name": "gpu"}, {"name": "gpu-ts-2", "config": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}}]},
+        hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]), max_size=2), hostile())),
+        files=KUBE_FILES),
     "dra_node_verify": dict(rig="dra_api", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
-                                             "interval": 0.05},
+                                                 "interval": 0.05},
                             hints=dict(KUBE_HINTS, timeout=TIMEOUTS, gpus=st.one_of(st.just([rigs.DRA_GPU]), _ANY)),
                             # the node's slices do not list the GPUs given (within timeout)
                             outcomes=("does not publish exactly its devices",),

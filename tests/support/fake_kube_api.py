@@ -98,6 +98,7 @@ def default_resource_api_versions(server_version):
     major, minor = [int(re.match(r"\d+", x).group(0)) for x in server_version.lstrip("v").split(".")[:2]]
     return ["v1"] if (major, minor) >= (1, 34) else []
 
+
 # Kubernetes' own label rules (apimachinery/pkg/util/validation), kept independent of the collection's code so
 # the fake server checks the module rather than agreeing with it by construction.
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")

@@ -133,6 +133,9 @@ def main(argv):
         if not os.path.isdir(chart):
             shutil.copytree(DRA_CHART if provider == "dra" else CHART, chart)
         if provider == "dra":
+            # the workload namespace the lab's claim templates go to (inventories/lab: gpuops_dra_namespaces)
+            if api.get("", "namespaces", "gpu-workloads") is None:
+                api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-workloads"}})
             cmd = cmd + ["-e", "cluster_dra_chart_path=%s" % chart]
             what = ("the test fixture chart nvidia-dra-driver-gpu (a stand-in, not NVIDIA's chart) installed by the "
                     "real\nhelm, and a FAKE DaemonSet controller, kubelet and DRA kubelet plugin "

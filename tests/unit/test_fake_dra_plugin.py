@@ -150,7 +150,7 @@ def test_pod_end_wipes_the_slice_after_the_delay(cluster):
     node["metadata"]["labels"]["nvidia.com/gpu.present"] = "false"
     api.put(node)
     wait_for(lambda: not dra_slices(api, PLAIN))
-    assert not [p for p in fake.pods_on(PLAIN)]
+    assert not list(fake.pods_on(PLAIN))
     assert len(dra_slices(api, MIG)) == 1      # the other node keeps its slice
     assert any("wiped slices" in e for dummy, n, e in fake.events if n == PLAIN)
     # held GPUs are released with the pod

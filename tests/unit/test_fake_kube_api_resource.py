@@ -199,8 +199,8 @@ def _causes(status):
         {"name": "full", "deviceClassName": "gpu.nvidia.com"},
         {"name": "mig", "deviceClassName": "mig.nvidia.com", "count": 2}]}],
         "constraints": [{"requests": ["a/mig"], "matchAttribute": "gpu.nvidia.com/parentUUID"}],
-        "config": [{"requests": ["a/full", "a"], "opaque": {"driver": "gpu.nvidia.com",
-                                                          "parameters": {"kind": "GpuConfig"}}}]}}, []),
+        "config": [{"requests": ["a/full", "a"],
+                    "opaque": {"driver": "gpu.nvidia.com", "parameters": {"kind": "GpuConfig"}}}]}}, []),
 ])
 def test_claim_template_validation(dra, spec, expected):
     api, client = dra

@@ -47,8 +47,8 @@ def test_mps_node_template_uses_the_device_plugins_share_math_per_product():
 def test_mig_node_templates_per_profile_and_per_gpu_templates_select_uuids():
     gpus = [gpu(0, "GPU-a", mig=[("MIG-1", "1g.18gb"), ("MIG-2", "1g.18gb"), ("MIG-3", "3g.71gb")]),
             gpu(1, "GPU-b")]
-    templates = dict((t["name"], t) for t in _dra.node_templates({"name": "mig-mixed", "mig_strategy": "mixed"},
-                                                               gpus, "node-1", per_gpu=True))
+    mig = {"name": "mig-mixed", "mig_strategy": "mixed"}
+    templates = dict((t["name"], t) for t in _dra.node_templates(mig, gpus, "node-1", per_gpu=True))
     assert sorted(templates) == ["mig-1g.18gb", "mig-3g.71gb", "node-1-gpu1"]
     assert templates["mig-1g.18gb"]["device_class"] == "mig"
     assert templates["mig-1g.18gb"]["selectors"] == ["device.attributes['gpu.nvidia.com'].profile == '1g.18gb'"]

@@ -144,15 +144,14 @@ def test_bad_input_changes_nothing(api, kw, words):
 
 def _slice(node, devices):
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": node + "-gpu.nvidia.com-x"},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": {"name": node, "generation": 1,
-                                                                              "resourceSliceCount": 1},
-                     "devices": devices}}
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
 
 
 def test_node_verify_passes_on_exact_slices_and_fails_listing_the_difference(api):
     api.add_node("h200-1")
-    api.put(_slice("h200-1", [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"},
-                                                                 "uuid": {"string": "GPU-h0"}}}]))
+    attributes = {"type": {"string": "gpu"}, "uuid": {"string": "GPU-h0"}}
+    api.put(_slice("h200-1", [{"name": "gpu-0", "attributes": attributes}]))
     ok = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="h200-1", gpus=[H200],
                                                timeout=1, interval=0.05))
     assert ok["changed"] is False and ok["published"] == {"GPU-h0": {"name": "gpu-0", "type": "gpu"}}
