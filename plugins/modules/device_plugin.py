@@ -41,6 +41,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.helm_release
 options:
   state:
     description: C(present) installs or upgrades; C(absent) uninstalls the release.
@@ -55,10 +56,6 @@ options:
     description: Namespace of the release. NVIDIA's chart refuses C(default).
     type: str
     default: nvidia-device-plugin
-  create_namespace:
-    description: Create the namespace when missing (C(--create-namespace)).
-    type: bool
-    default: true
   chart_ref:
     description: Chart name in the repository.
     type: str
@@ -152,36 +149,6 @@ options:
         override every per-node config; set them per profile under C(flags).
     type: dict
     default: {}
-  wait:
-    description: Wait for the rollout (C(helm --wait)).
-    type: bool
-    default: false
-  timeout:
-    description: Helm timeout (Go duration) with O(wait).
-    type: str
-    default: 5m0s
-  rollback_on_failure:
-    description: Roll back to the previous revision when an upgrade fails.
-    type: bool
-    default: true
-  pending_timeout:
-    description:
-      - Seconds after which a release still C(pending-*) is taken as abandoned by whoever started the operation
-        and recovered. A pending release that this controller's own dead run left is recovered at once.
-      - From 0 to 86400 (one day).
-    type: int
-    default: 900
-  record_dir:
-    description:
-      - Directory on the host running this module (the controller when delegated to localhost) where the helm
-        operation in progress is recorded, held under a lock while helm runs, so a later run can tell that a
-        pending release was left by a run that died. Keep it on persistent storage in execution environments.
-    type: path
-    default: ~/.ansible/gpuops
-  render_check:
-    description: Render the chart with C(helm template) before any change (catches the chart's own checks).
-    type: bool
-    default: true
   verify:
     description: After a change, check every node in O(nodes) advertises the expected allocatable GPUs and, for MPS,
       runs a ready MPS control daemon pod.
@@ -191,9 +158,6 @@ options:
     description: Seconds to wait for O(verify) to pass, from 0 to 86400 (one day).
     type: int
     default: 300
-  binary_path:
-    description: Path of the helm binary (default - C(helm) on PATH).
-    type: path
 attributes:
   check_mode:
     support: full

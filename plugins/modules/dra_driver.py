@@ -36,6 +36,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.helm_release
 options:
   state:
     description: C(present) installs or upgrades; C(absent) uninstalls the release.
@@ -50,10 +51,6 @@ options:
     description: Namespace of the release. NVIDIA's chart refuses C(default) (unless C(allowDefaultNamespace)).
     type: str
     default: nvidia-dra-driver-gpu
-  create_namespace:
-    description: Create the namespace when missing (C(--create-namespace)).
-    type: bool
-    default: true
   chart_ref:
     description: Chart name in the repository.
     type: str
@@ -93,39 +90,6 @@ options:
       - Owned keys, C(namespace) and C(nvidiaCtkPath) are refused (see the description).
     type: dict
     default: {}
-  wait:
-    description: Wait for the rollout (C(helm --wait)).
-    type: bool
-    default: false
-  timeout:
-    description: Helm timeout (Go duration) with O(wait).
-    type: str
-    default: 5m0s
-  rollback_on_failure:
-    description: Roll back to the previous revision when an upgrade fails.
-    type: bool
-    default: true
-  pending_timeout:
-    description:
-      - Seconds after which a release still C(pending-*) is taken as abandoned by whoever started the operation
-        and recovered. A pending release that this controller's own dead run left is recovered at once.
-      - From 0 to 86400 (one day).
-    type: int
-    default: 900
-  record_dir:
-    description:
-      - Directory on the host running this module where the helm operation in progress is recorded, so a later run
-        can tell that a pending release was left by a run that died. Keep it on persistent storage in execution
-        environments.
-    type: path
-    default: ~/.ansible/gpuops
-  render_check:
-    description: Render the chart with C(helm template) before any change (catches the chart's own checks).
-    type: bool
-    default: true
-  binary_path:
-    description: Path of the helm binary (default - C(helm) on PATH).
-    type: path
 attributes:
   check_mode:
     support: full

@@ -317,6 +317,25 @@ class OperatorRig(KubeRig):
         super(OperatorRig, self).close()
 
 
+def helm_store_state(store):
+    """What tests/support/fake_helm.py's release store holds: the mutating helm commands run, and the releases."""
+    data = {"log": [], "releases": {}}
+    if os.path.exists(store):
+        with open(store) as handle:
+            data = json.load(handle)
+    return {"mutating": [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING],
+            "releases": data.get("releases", {})}
+
+
+def helm_store_changes(before, now):
+    out = []
+    if now["mutating"] != before["mutating"]:
+        out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
+    if now["releases"] != before["releases"]:
+        out.append("the helm release store changed")
+    return out
+
+
 class HelmRig(Rig):
     """device_plugin with real helm for show/template (through tests/support/fake_helm.py) and the fake release
     store for list/get/upgrade/rollback/uninstall; the fixture chart, copied into the rig."""
@@ -341,22 +360,12 @@ class HelmRig(Rig):
 
     def state(self):
         out = super(HelmRig, self).state()
-        data = {"log": [], "releases": {}}
-        if os.path.exists(self.store):
-            with open(self.store) as handle:
-                data = json.load(handle)
-        out["mutating"] = [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING]
-        out["releases"] = data.get("releases", {})
+        out.update(helm_store_state(self.store))
         return out
 
     def changes(self, before):
         now = self.state()
-        out = diff_snapshots(before["files"], now["files"])
-        if now["mutating"] != before["mutating"]:
-            out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
-        if now["releases"] != before["releases"]:
-            out.append("the helm release store changed")
-        return out
+        return diff_snapshots(before["files"], now["files"]) + helm_store_changes(before, now)
 
 
 class DraRig(KubeRig):
@@ -382,22 +391,11 @@ class DraRig(KubeRig):
 
     def state(self):
         out = super(DraRig, self).state()
-        data = {"log": [], "releases": {}}
-        if os.path.exists(self.store):
-            with open(self.store) as handle:
-                data = json.load(handle)
-        out["mutating"] = [e["argv"] for e in data["log"] if e["argv"][0] in HELM_MUTATING]
-        out["releases"] = data.get("releases", {})
+        out.update(helm_store_state(self.store))
         return out
 
     def changes(self, before):
-        out = super(DraRig, self).changes(before)
-        now = self.state()
-        if now["mutating"] != before["mutating"]:
-            out.append("helm ran %s" % now["mutating"][len(before["mutating"]):])
-        if now["releases"] != before["releases"]:
-            out.append("the helm release store changed")
-        return out
+        return super(DraRig, self).changes(before) + helm_store_changes(before, self.state())
 
 
 class DraApiRig(KubeRig):
