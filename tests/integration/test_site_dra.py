@@ -190,3 +190,23 @@ def test_a_device_plugin_on_a_node_is_refused_before_anything_changes(cluster):
     assert "kubelet-plugin" not in " ".join(cluster.objects("daemonsets"))
     assert cluster.templates() == {} and cluster.slices() == []
     assert cluster.gpus(A100) == before, "no node play ran"
+
+
+def test_without_the_pause_the_stale_slices_fail_verification_and_the_node_stays_cordoned_until_a_rerun(cluster):
+    assert cluster.site.run().rc == 0
+    stale = _published(cluster, A100)
+    # a layout change on GPUs already in MIG mode needs no reset: without the pause the kubelet plugin keeps running
+    # and keeps publishing the old MIG devices (it enumerates them only when it starts)
+    res = cluster.site.run(args=("--limit", A100), gpu_node_quiesce=False, gpu_node_verify_timeout=3,
+                           gpu_node_mig_config_name="all-1g.5gb")
+    assert res.rc != 0
+    failed = [f for f in res.failures() if f[0] == A100]
+    assert failed and "does not publish exactly its devices" in failed[-1][2] and "is not published" in failed[-1][2]
+    assert _published(cluster, A100) == stale != _promised(cluster.gpus(A100))
+    node = cluster.api.get("", "nodes", A100)
+    assert node["spec"]["unschedulable"] is True, "left cordoned: it does not serve its devices"
+    # the next run (with the pause) restarts the plugin, which publishes the new devices; verified, then uncordoned
+    res = cluster.site.run(args=("--limit", A100), gpu_node_mig_config_name="all-1g.5gb")
+    assert res.rc == 0, res
+    assert _published(cluster, A100) == _promised(cluster.gpus(A100))
+    assert _released(cluster.api.get("", "nodes", A100))
