@@ -230,10 +230,10 @@ def node_templates(profile, gpus, node_name=None, per_gpu=False, interval="Defau
                                 pinned_memory_limit="%dMi" % share["gpus"][0]["memory_per_replica_mib"])
             name = "%s-%s-%s" % (prefix, base_name(profile), slug(gpu.get("name") or "gpu"))
             if name in out and out[name]["config"] != config:
-                name = "%s-%dmi" % (name, _sharing._gpu_total_bytes(gpu) // _sharing.MIB)
+                name = "%s-%dmi" % (name, _sharing.gpu_total_bytes(gpu) // _sharing.MIB)
             out[name] = declaration(name, base_name(profile), selectors=[
                 attribute_selector("productName", gpu.get("name") or ""),
-                memory_selector(_sharing._gpu_total_bytes(gpu))], config=config)
+                memory_selector(_sharing.gpu_total_bytes(gpu))], config=config)
         elif sharing == "time-slicing":
             config = gpu_config("time-slicing", interval=interval)
         configs[gpu["index"]] = config

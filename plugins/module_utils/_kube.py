@@ -541,5 +541,5 @@ def server_git_version(kube):
 
 def pods_on_node(kube, node):
     """Every pod bound to ``node`` in every namespace (field selector spec.nodeName)."""
-    doc = kube.get("list the pods on node %s" % node, pods_path(), fieldSelector="spec.nodeName=%s" % node)
+    doc = kube.get("list pods on node %s" % node, pods_path(), fieldSelector="spec.nodeName=%s" % node)
     return [pod for pod in doc.get("items") or [] if isinstance(pod, dict)]

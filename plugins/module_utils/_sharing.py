@@ -50,7 +50,8 @@ def check_gpu_facts(gpus):
     return list(gpus)
 
 
-def _gpu_total_bytes(gpu):
+def gpu_total_bytes(gpu):
+    """A GPU's memory in bytes from its facts (memory_total_bytes, else memory_total_mib)."""
     if gpu.get("memory_total_bytes"):
         return int(gpu["memory_total_bytes"])
     return int(gpu["memory_total_mib"]) * MIB
@@ -83,7 +84,7 @@ def replica_shares(gpus, replicas, mode="per_gpu"):
         per_gpu = replicas
     out = []
     for gpu in gpus:
-        total = _gpu_total_bytes(gpu)
+        total = gpu_total_bytes(gpu)
         out.append({
             "index": gpu.get("index"),
             "uuid": gpu.get("uuid"),

@@ -199,9 +199,8 @@ def is_gpu_pod(pod, prefix):
 
 
 def gpu_pods(kube, node, prefix):
-    pods = kube.get("list pods on node %s" % node, _kube.pods_path(), fieldSelector="spec.nodeName=%s" % node)
     found = []
-    for pod in pods.get("items") or []:
+    for pod in _kube.pods_on_node(kube, node):
         if is_gpu_pod(pod, prefix):
             found.append("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"]))
     return sorted(found)

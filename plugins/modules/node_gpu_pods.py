@@ -186,9 +186,7 @@ class NodeGpuPods(object):
         return node, [unique[k] for k in sorted(unique)], warnings
 
     def pods(self, daemonsets):
-        listed = self.kube.get("list pods on node %s" % self.params["node_name"], _kube.pods_path(),
-                               fieldSelector="spec.nodeName=%s" % self.params["node_name"])
-        return _gpu_pods.owned_pods(listed.get("items") or [], daemonsets)
+        return _gpu_pods.owned_pods(_kube.pods_on_node(self.kube, self.params["node_name"]), daemonsets)
 
     def plan(self, node, daemonsets, holding):
         """(patch or None, paused after) for the requested state."""

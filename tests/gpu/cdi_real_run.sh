@@ -3,15 +3,11 @@
 # nvidia-ctk built from NVIDIA's source at build/nct/nvidia-ctk and ansible-core's wheels in .whl/ (both git-ignored,
 # carried; docs/readings/cdi-spec-real-gpu.md says how they were made). Writes its readings under $OUT.
 set -o pipefail
-export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
-OUT=${OUT:?}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-mkdir -p .collections/ansible_collections/gpuops && ln -sfn ../../.. .collections/ansible_collections/gpuops/nvidia
+# shellcheck source=tests/gpu/device_env.sh
+. tests/gpu/device_env.sh
 CTK=$PWD/build/nct/nvidia-ctk
 Q=index,name,uuid,pci.bus_id,driver_version,mig.mode.current,mig.mode.pending,compute_mode,persistence_mode
 SYS=(/etc/cdi /var/run/cdi /run/cdi /etc/nvidia-container-runtime)
-m() { echo "== $*"; "$@" 2>&1; echo "-- exit $?"; }
 {
   m date -u +%FT%TZ; m uname -r; m grep PRETTY /etc/os-release; m nproc
   m nvidia-smi -L; m nvidia-smi --query-gpu=$Q --format=csv

@@ -6,15 +6,11 @@
 # machine-before.txt, facts.json (our NVML backend), probe.json (NVIDIA's Go calls), pytest.log,
 # dra_real_report.json, machine-after.txt.
 set -o pipefail
-export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
-OUT=${OUT:?}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-mkdir -p .collections/ansible_collections/gpuops && ln -sfn ../../.. .collections/ansible_collections/gpuops/nvidia
+# shellcheck source=tests/gpu/device_env.sh
+. tests/gpu/device_env.sh
 PROBE=$PWD/build/dra-probe/dra-probe
 Q=index,name,uuid,memory.total,pci.bus_id,driver_version
 S=index,uuid,compute_mode,mig.mode.current,mig.mode.pending,persistence_mode
-m() { echo "== $*"; "$@" 2>&1; echo "-- exit $?"; }
 {
   m date -u +%FT%TZ; m uname -r; m grep PRETTY /etc/os-release; m nproc
   m nvidia-smi -L

@@ -19,11 +19,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
 import pytest
+
+from tests.gpu.real_host import gpu_settings, why_skip
 
 from tests.support.ansible_run import run_module
 
@@ -38,24 +39,7 @@ SETTINGS = ["index", "uuid", "mig.mode.current", "mig.mode.pending", "compute_mo
 SYSTEM_PATHS = ["/etc/cdi", "/var/run/cdi", "/run/cdi", "/etc/nvidia-container-runtime"]
 
 
-def _why_skip():
-    if not (CTK and os.path.isfile(CTK) and os.access(CTK, os.X_OK)):
-        return "GPUOPS_NVIDIA_CTK does not name an executable nvidia-ctk (%r)" % CTK
-    if shutil.which("nvidia-smi") is None:
-        return "nvidia-smi is not on PATH"
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # pylint: disable=broad-except  # no pynvml, no driver, no GPU: all mean skip
-        return "no NVIDIA GPU through pynvml: %s" % exc
-    return None if count else "NVML sees no GPU"
-
-
-WHY_SKIP = _why_skip()
+WHY_SKIP = why_skip(CTK, "GPUOPS_NVIDIA_CTK")
 if WHY_SKIP:
     pytestmark = [pytest.mark.gpu, pytest.mark.skip(reason=WHY_SKIP)]
 
@@ -70,12 +54,6 @@ def _smi(*args):
     proc = _cmd("nvidia-smi", *args)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
-
-
-def _settings():
-    """nvidia-smi's GPU settings that no step may change, one dict per GPU."""
-    out = _smi("--query-gpu=" + ",".join(SETTINGS), "--format=csv,noheader")
-    return [dict(zip(SETTINGS, [c.strip() for c in line.split(",")])) for line in out.strip().splitlines()]
 
 
 def _system_paths():
@@ -93,7 +71,7 @@ def _system_paths():
 def _smi_gpus():
     """[{index, uuid, mig (current mode is Enabled), migs: [MIG UUID]}] from nvidia-smi --query-gpu and -L."""
     gpus = {}
-    for row in _settings():
+    for row in gpu_settings(SETTINGS):
         gpus[int(row["index"])] = {"index": int(row["index"]), "uuid": row["uuid"],
                                    "mig": row["mig.mode.current"] == "Enabled", "migs": []}
     current = None
@@ -164,7 +142,7 @@ def _sha256(path):
 def report():
     """Every step's result and duration; written to $GPUOPS_REPORT_DIR/cdi_real_report.json at the end, whatever
     failed. Taking it first also takes the 'before' reading of the GPU settings and the system paths."""
-    data = {"nvidia_ctk": CTK, "steps": [], "before": {"settings": _settings(), "system_paths": _system_paths()}}
+    data = {"nvidia_ctk": CTK, "steps": [], "before": {"settings": gpu_settings(SETTINGS), "system_paths": _system_paths()}}
     version = _cmd(CTK, "--version")
     data["nvidia_ctk_version"] = (version.stdout + version.stderr).strip()
     data["driver_version"] = _smi("--query-gpu=driver_version", "--format=csv,noheader").strip().splitlines()[0]
@@ -306,6 +284,6 @@ def test_runtime_mode_sets_cdi_with_the_real_nvidia_ctk(tmp_path, report):
 def test_no_gpu_setting_and_no_system_cdi_file_changed(report):
     """Last: nvidia-smi's MIG modes, compute mode and persistence mode, and the node's own CDI and runtime
     directories, are what they were before the first test."""
-    report["after"] = {"settings": _settings(), "system_paths": _system_paths()}
+    report["after"] = {"settings": gpu_settings(SETTINGS), "system_paths": _system_paths()}
     assert report["after"]["settings"] == report["before"]["settings"]
     assert report["after"]["system_paths"] == report["before"]["system_paths"]

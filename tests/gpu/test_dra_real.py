@@ -15,10 +15,11 @@ writes dra_real_report.json (facts, probe output, templates, every comparison).
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
+
+from tests.gpu.real_host import gpu_settings, why_skip
 
 pytestmark = pytest.mark.gpu
 
@@ -31,38 +32,12 @@ _ATTR = re.compile(r"^device\.attributes\['gpu\.nvidia\.com'\]\.([A-Za-z]+) == '
 _MEMORY = re.compile(r"^device\.capacity\['gpu\.nvidia\.com'\]\.memory\.compareTo\(quantity\('([^']*)'\)\) == 0$")
 
 
-def _why_skip():
-    if not (PROBE and os.path.isfile(PROBE) and os.access(PROBE, os.X_OK)):
-        return "GPUOPS_DRA_PROBE does not name an executable dra-probe (%r)" % PROBE
-    if shutil.which("nvidia-smi") is None:
-        return "nvidia-smi is not on PATH"
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # pylint: disable=broad-except  # no pynvml, no driver, no GPU: all mean skip
-        return "no NVIDIA GPU through pynvml: %s" % exc
-    return None if count else "NVML sees no GPU"
-
-
-WHY_SKIP = _why_skip() if os.environ.get("GPUOPS_REAL_GPU") == "1" else "needs GPUOPS_REAL_GPU=1"
+WHY_SKIP = why_skip(PROBE, "GPUOPS_DRA_PROBE") if os.environ.get("GPUOPS_REAL_GPU") == "1" else "needs GPUOPS_REAL_GPU=1"
 if WHY_SKIP:
     pytestmark = [pytest.mark.gpu, pytest.mark.skip(reason=WHY_SKIP)]
 
 
-def _settings():
-    """nvidia-smi's GPU settings that nothing here may change, one dict per GPU."""
-    proc = subprocess.run(["nvidia-smi", "--query-gpu=" + ",".join(SETTINGS), "--format=csv,noheader"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return [dict(zip(SETTINGS, [c.strip() for c in line.split(",")])) for line in proc.stdout.strip().splitlines()]
-
-
-BEFORE = _settings() if not WHY_SKIP else None
+BEFORE = gpu_settings(SETTINGS) if not WHY_SKIP else None
 
 
 # -- the selectors, evaluated on their literal values ---------------------------------------------------------
@@ -127,7 +102,7 @@ def reading():
     data = {"facts": facts, "probe": probe, "probe_rc": proc.returncode, "probe_stderr": proc.stderr[-4000:],
             "templates": templates, "rows": [], "selection": {}, "settings_before": BEFORE}
     yield data
-    data["settings_after"] = _settings()
+    data["settings_after"] = gpu_settings(SETTINGS)
     directory = os.environ.get("GPUOPS_REPORT_DIR")
     if directory:
         with open(os.path.join(directory, "dra_real_report.json"), "w") as handle:
@@ -245,4 +220,4 @@ def test_expected_devices_are_what_the_plugin_publishes(reading):
 
 def test_no_gpu_setting_changed(reading):
     assert reading is not None
-    assert _settings() == BEFORE
+    assert gpu_settings(SETTINGS) == BEFORE
