@@ -167,3 +167,15 @@ def test_node_verify_refuses_bad_facts_and_unknown_nodes(api):
     res = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="x", gpus=[H200],
                                                 timeout=1))
     assert res["failed"] and "x" in res["msg"]
+
+
+def test_node_verify_checks_in_check_mode_too_and_writes_nothing(api):
+    api.add_node("h200-2")
+    attributes = {"type": {"string": "gpu"}, "uuid": {"string": "GPU-h0"}}
+    api.put(_slice("h200-2", [{"name": "gpu-0", "attributes": attributes}]))
+    seen = len(api.requests)
+    for gpus, failed in (([H200], False), ([dict(H200, uuid="GPU-other")], True)):
+        res = run_module(dra_node_verify.main, dict(kubeconfig=api.kubeconfig_path, node_name="h200-2", gpus=gpus,
+                                                    timeout=1, interval=0.2), check_mode=True, diff=True)
+        assert bool(res.get("failed")) is failed and not res.get("changed"), res
+    assert [r for r in api.requests[seen:] if r["method"] != "GET"] == []
