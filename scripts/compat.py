@@ -1,5 +1,5 @@
 """`make compat` (part of `make test`): the collection on the other ansible-core versions that meta/runtime.yml's
-requires_ansible promises, the oldest and the newest (issue 27). The main version (requirements-dev.txt) runs the
+requires_ansible promises, the oldest and the newest (issue 27). The main version (requirements-lab.txt) runs the
 whole suite; each version here, from its own virtualenv tools/compat/<version>/ (requirements-compat-<version>.txt,
 with the Python that file names, installed by `make setup`), runs:
 

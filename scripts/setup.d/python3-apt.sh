@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: dev
 # The container_toolkit tests run ansible.builtin.apt, which needs Debian's python3-apt bindings (the module finds
 # them under /usr/bin/python3 and re-runs itself there). Where the system's python3 lacks them, Debian's python3-apt
 # package is unpacked into tools/python3-apt/ WITHOUT installing it (apt-get download + dpkg -x, as

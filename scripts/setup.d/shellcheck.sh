@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: dev
 # Installs Debian's shellcheck binary into tools/ for `make sanity` (ansible-test's shellcheck test checks the
 # repository's shell scripts; without the program it only warns and skips them), without installing the
 # package (see scripts/lib/deb-tool.sh).

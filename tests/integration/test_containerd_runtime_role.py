@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.support import ctk_env  # noqa: E402
+from tests.support.pythons import find_python  # noqa: E402
 
 ROOT = ctk_env.ROOT
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
@@ -183,10 +184,7 @@ def test_ansible_doc_renders_module_and_role():
 
 
 def _python39():
-    for candidate in ("/root/.pyenv/versions/3.9.18/bin/python3.9", "/usr/bin/python3.9", "/usr/local/bin/python3.9"):
-        if os.path.exists(candidate):
-            return candidate
-    return None
+    return find_python("3.9")
 
 
 @pytest.mark.skipif(_python39() is None, reason="no Python 3.9 interpreter on this machine")

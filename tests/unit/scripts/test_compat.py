@@ -98,7 +98,7 @@ def test_every_compat_version_pins_its_ansible_core_and_names_its_python():
 
 def test_the_tested_range_is_requires_ansible_and_the_roles_minimum():
     """The oldest compat version is requires_ansible's lower bound and every role's min_ansible_version; the main
-    version (requirements-dev.txt) lies between the oldest and the newest."""
+    version (requirements-lab.txt) lies between the oldest and the newest."""
     oldest, newest = _oldest_newest()
     with open(os.path.join(ROOT, "meta", "runtime.yml")) as handle:
         requires = yaml.safe_load(handle)["requires_ansible"]
@@ -106,7 +106,7 @@ def test_the_tested_range_is_requires_ansible_and_the_roles_minimum():
     for meta in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "meta", "main.yml"))):
         with open(meta) as handle:
             assert yaml.safe_load(handle)["galaxy_info"]["min_ansible_version"] == oldest, meta
-    with open(os.path.join(ROOT, "requirements-dev.txt")) as handle:
+    with open(os.path.join(ROOT, "requirements-lab.txt")) as handle:
         main = re.search(r"^ansible-core>=(\d+\.\d+),<", handle.read(), re.M).group(1)
 
     def key(version):
