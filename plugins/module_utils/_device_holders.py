@@ -188,9 +188,12 @@ def for_device(found, device_file):
     return dict(found, holders=kept)
 
 
-def describe_holder(holder, pods=None):
-    """``PID 4242 nv-hostengine (pod monitoring/dcgm-exporter-x, container 0123456789ab) holds /dev/nvidia0``."""
+def describe_holder(holder, pods=None, own_pid=None):
+    """``PID 4242 nv-hostengine (pod monitoring/dcgm-exporter-x, container 0123456789ab) holds /dev/nvidia0``. The
+    process ``own_pid`` (the caller's) is marked: NVML's own session keeps the device files open too."""
     where = []
+    if own_pid is not None and holder.get("pid") == own_pid:
+        where.append("this run itself, through its NVML session")
     if holder.get("pod_uid"):
         name = (pods or {}).get(holder["pod_uid"])
         where.append("pod %s" % name if name else "pod UID %s" % holder["pod_uid"])
@@ -205,13 +208,13 @@ def describe_holder(holder, pods=None):
     return text + " holds " + ", ".join(holder.get("paths") or [])
 
 
-def describe(found, pods=None):
+def describe(found, pods=None, own_pid=None):
     """One sentence naming every holder, and how many processes could not be read."""
     parts = []
     holders = found.get("holders") or []
     if holders:
         parts.append("%d process(es) hold the device files open: %s" % (
-            len(holders), "; ".join(describe_holder(h, pods) for h in holders)))
+            len(holders), "; ".join(describe_holder(h, pods, own_pid) for h in holders)))
     else:
         parts.append("no process that could be read holds the device files open (a kernel client such as the "
                      "nvidia_drm or nvidia_modeset module holds them without one)")

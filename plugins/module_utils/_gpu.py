@@ -128,7 +128,7 @@ class GpuBackend(object):
             found = self.device_holders(index)
         except (GpuBackendError, NvmlError, OSError) as exc:
             return "%s; the processes holding GPU %d's device files could not be listed: %s" % (error, index, exc)
-        return "%s; GPU %d: %s" % (error, index, describe(found))
+        return "%s; GPU %d: %s" % (error, index, describe(found, own_pid=os.getpid()))
 
     def _reset_gpu(self, index):
         """The reset itself; raises NvmlInUse with NVML's (or nvidia-smi's) own words when the GPU is in use."""

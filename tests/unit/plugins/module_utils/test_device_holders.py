@@ -163,5 +163,8 @@ def test_describe_names_pod_by_uid_or_name_and_units():
                               "0::/system.slice/nvidia-persistenced.service\n")
     assert dh.describe_holder(daemon) == "PID 1639 nvidia-persistenced (unit nvidia-persistenced.service) holds " \
                                          "/dev/nvidia0"
+    assert dh.describe({"holders": [holder]}, own_pid=4242).startswith(
+        "1 process(es) hold the device files open: PID 4242 dcgm-exporter (this run itself, through its NVML session, "
+        "pod UID")
     assert dh.describe({"holders": [], "unreadable": []}).startswith(
         "no process that could be read holds the device files open")
