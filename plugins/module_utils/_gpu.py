@@ -18,6 +18,8 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import describe
+
 ENV_STATE = "GPUOPS_SIMULATED_GPUS"
 ENV_SHAPE = "GPUOPS_SIMULATED_MACHINE"
 
@@ -31,6 +33,8 @@ NVML_ERROR_NAMES = {
     21: "NO_DATA", 22: "VGPU_ECC_NOT_SUPPORTED", 23: "INSUFFICIENT_RESOURCES", 999: "UNKNOWN",
 }
 NVML_ERROR_CODES = dict((v, k) for k, v in NVML_ERROR_NAMES.items())
+# nvmlErrorString(NVML_ERROR_IN_USE): all that NVML (and nvidia-smi, for a refused reset) says of who holds a GPU.
+IN_USE_TEXT = "In use by another client"
 NVML_SUCCESS = 0
 
 # nvmlComputeMode_t; EXCLUSIVE_THREAD (1) is "Support Removed" in nvml.h and is not offered.
@@ -109,6 +113,30 @@ class GpuBackend(object):
         raise NotImplementedError
 
     def reset_gpu(self, index):
+        """Reset one GPU. When it is refused IN_USE, the error names who holds the GPU's device files (NVML's own
+        error names nobody): the backend's ``device_holders``, in ``_device_holders.describe``'s words, for both
+        backends alike."""
+        try:
+            self._reset_gpu(index)
+        except NvmlInUse as exc:
+            raise NvmlInUse(self.in_use_message(index, exc))
+
+    def in_use_message(self, index, error):
+        """``error``'s text followed by the holders of GPU ``index``'s device files, or why they could not be
+        listed."""
+        try:
+            found = self.device_holders(index)
+        except (GpuBackendError, NvmlError, OSError) as exc:
+            return "%s; the processes holding GPU %d's device files could not be listed: %s" % (error, index, exc)
+        return "%s; GPU %d: %s" % (error, index, describe(found, own_pid=os.getpid()))
+
+    def _reset_gpu(self, index):
+        """The reset itself; raises NvmlInUse with NVML's (or nvidia-smi's) own words when the GPU is in use."""
+        raise NotImplementedError
+
+    def device_holders(self, index):
+        """Who holds GPU ``index``'s device files open: ``_device_holders.find_holders``'s answer narrowed by
+        ``for_device`` to this GPU ({"holders": [...], "unreadable": [PIDs], "files": [...]}). Reads only."""
         raise NotImplementedError
 
     def create_gpu_instance(self, index, profile_id, start):

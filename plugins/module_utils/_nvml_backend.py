@@ -15,6 +15,14 @@ import json
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
+    DEV_DIR,
+    PROC_ROOT,
+    device_patterns,
+    find_holders,
+    for_device,
+    gpu_file,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODE_NAMES,
     COMPUTE_MODES,
@@ -59,6 +67,9 @@ def _text(value):
 
 class NvmlBackend(GpuBackend):
     kind = "nvml"
+    # Where device_holders looks: the device files and the processes (a test points them at its own).
+    dev_dir = DEV_DIR
+    proc_root = PROC_ROOT
 
     def __init__(self, nvml=None, run_command=None):
         self.nvml = nvml if nvml is not None else pynvml
@@ -305,7 +316,15 @@ class NvmlBackend(GpuBackend):
         mode = nv.NVML_DEVICE_MIG_ENABLE if enabled else nv.NVML_DEVICE_MIG_DISABLE
         return self._call(nv.nvmlDeviceSetMigMode, self._handle(index), mode)
 
-    def reset_gpu(self, index):
+    def device_holders(self, index):
+        """Who holds GPU ``index``'s device files: every process under ``proc_root`` with a descriptor open on
+        ``dev_dir``'s NVIDIA files, narrowed to this GPU by its minor number (/dev/nvidia<minor>; every holder
+        when NVML does not give the minor). Reads /proc only."""
+        minor = self._try(self.nvml.nvmlDeviceGetMinorNumber, self._handle(index))
+        found = find_holders(self.proc_root, device_patterns(self.dev_dir))
+        return for_device(found, None if minor is None else gpu_file(minor, self.dev_dir))
+
+    def _reset_gpu(self, index):
         self._mutating("reset_gpu", index=index)
         # NVML has no public GPU-reset call; nvidia-smi does it (as mig-parted does, per GPU here).
         bus = self.read_gpu(index)["pci_bus_id"]

@@ -25,7 +25,8 @@ the code says so):
   NVML does not list for the profile fails INVALID_ARGUMENT.
 - Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
 - Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
-  CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE), a fault injected into the
+  CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE with NVML's words only, and
+  ``device_holders`` says who holds the files, as the real backend reads /proc), a fault injected into the
   Nth mutating call, a reboot event, and a log of every mutating call (state["call_log"]).
 """
 
@@ -41,10 +42,12 @@ import os
 import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import for_device, gpu_file, holder_record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODES,
     NVML_ERROR_CODES,
     GpuBackend,
+    IN_USE_TEXT,
     GpuBackendError,
     NvmlError,
     NvmlInUse,
@@ -238,20 +241,39 @@ class SimulatedBackend(GpuBackend):
             gpu["mig_current"] = want
             return 0
 
-    def reset_gpu(self, index):
+    def _reset_gpu(self, index):
         with self._mutation("reset_gpu", {"index": index}) as state:
             gpu = gpu_by_index(state, index)
             if not gpu.get("reset_supported", True):
                 raise NvmlNotSupported("GPU %d cannot be reset here (passthrough): a VM reboot is needed" % index)
-            busy = processes_on(state, index)
-            if busy:
-                raise NvmlInUse("GPU %d is in use by %d process(es): %s" % (
-                    index, len(busy), ", ".join("%s (pid %d)" % (p["name"], p["pid"]) for p in busy)))
-            held = [h["name"] for h in state.get("holders", []) if index in h["gpus"]]
-            if held:
-                raise NvmlInUse("GPU %d is in use by another client: %s keep its device files open"
-                                % (index, ", ".join(held)))
+            held = [h for h in state.get("holders", []) if index in h["gpus"]]
+            if processes_on(state, index) or held:
+                # NVML's words for IN_USE (nvmlErrorString), which name nobody, as nvidia-smi prints them for a
+                # refused reset; GpuBackend.reset_gpu adds who holds the device files, from device_holders below.
+                raise NvmlInUse("GPU %d: %s" % (index, IN_USE_TEXT))
             apply_reset(gpu)
+
+    def device_holders(self, index):
+        """The simulated processes that hold GPU ``index``'s device files, as the real backend finds them in /proc:
+        a process NVML lists (a CUDA context) holds /dev/nvidiactl, /dev/nvidia-uvm and its GPU's file; a holder
+        (``hold``) holds /dev/nvidiactl and each of its GPUs' files. GPU i's file is /dev/nvidia<i> (the simulator's
+        minor number is the index). The same records and narrowing as the real backend's (_device_holders)."""
+        with self._locked(write=False) as state:
+            gpu_by_index(state, index)
+            found = {}
+            for proc in state["processes"]:
+                entry = found.setdefault(proc["pid"], {"command": proc["name"], "cgroup": proc.get("cgroup"),
+                                                       "paths": set(["/dev/nvidiactl", "/dev/nvidia-uvm"])})
+                entry["paths"].add(gpu_file(proc["gpu"]))
+            for holder in state.get("holders", []):
+                entry = found.setdefault(holder.get("pid"), {"command": holder.get("command") or holder["name"],
+                                                             "cgroup": holder.get("cgroup"),
+                                                             "paths": set(["/dev/nvidiactl"])})
+                entry["paths"].update(gpu_file(i) for i in holder["gpus"])
+            records = [holder_record(pid, e["command"], e["paths"], e["cgroup"])
+                       for pid, e in sorted(found.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+            files = sorted(set(["/dev/nvidiactl", "/dev/nvidia-uvm"] + [gpu_file(g["index"]) for g in state["gpus"]]))
+            return for_device({"holders": records, "unreadable": [], "files": files}, gpu_file(index))
 
     def create_gpu_instance(self, index, profile_id, start):
         with self._mutation("create_gpu_instance",
@@ -405,15 +427,19 @@ class SimulatedBackend(GpuBackend):
         with self._locked() as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
 
-    def hold(self, holder, indices=None):
+    def hold(self, holder, indices=None, pid=None, command=None, cgroup=None):
         """A program that keeps the GPUs' device files open without a CUDA context (a device plugin, GPU feature
         discovery, a DCGM exporter): NVML lists no process for it, yet a GPU reset fails while it runs. ``indices``
-        None holds every GPU. ``release(holder)`` ends it; a reboot ends every holder."""
+        None holds every GPU. ``pid``, ``command`` and ``cgroup`` (the text of its /proc/<pid>/cgroup) are what the
+        real backend would read of it in /proc (``command`` defaults to ``holder``). ``release(holder)`` ends it; a
+        reboot ends every holder."""
         with self._locked() as state:
             every = [g["index"] for g in state["gpus"]]
             held = every if indices is None else [gpu_by_index(state, i)["index"] for i in indices]
             state["holders"] = [h for h in state.get("holders", []) if h["name"] != holder]
-            state["holders"].append({"name": str(holder), "gpus": sorted(held)})
+            state["holders"].append({"name": str(holder), "gpus": sorted(held),
+                                     "pid": None if pid is None else int(pid), "command": command or str(holder),
+                                     "cgroup": cgroup})
 
     def release(self, holder):
         with self._locked() as state:

@@ -141,6 +141,36 @@ def _dcgm_exporter(cluster):
     return [{"namespace": "monitoring", "selector": "app=dcgm-exporter"}]
 
 
+def test_a_reset_refused_by_a_pod_the_run_does_not_pause_names_its_process_and_pod_uid(cluster):
+    """An exporter DaemonSet that nobody declared for the pause keeps the A100's GPUs open: NVML's error names nobody,
+    the run's message names the pod's process, its UID and container, as the collection reads them from /proc."""
+    cluster.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    cluster.api.put({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "gpu-exporter", "namespace": "monitoring", "labels": {"app": "gpu-exporter"}},
+        "spec": {"selector": {"matchLabels": {"app": "gpu-exporter"}},
+                 "template": {"metadata": {"labels": {"app": "gpu-exporter"}}, "spec": {
+                     "containers": [{"name": "gpu-exporter", "image": "gpu-exporter"}],
+                     "nodeSelector": {"nvidia.com/gpu.present": "true"}}}}})
+    cluster.fake.holders.append({"app": "gpu-exporter"})
+    deadline = time.time() + 60
+    running = []
+    while not running and time.time() < deadline:
+        running = [p for p in cluster.fake.pods_on(A100) if p["metadata"]["name"].startswith("gpu-exporter")
+                   and p["status"].get("phase") == "Running" and cluster.site.gpus(A100).get("holders")]
+        time.sleep(0.2)
+    assert running, "the exporter pod never ran on the A100"
+    uid = running[0]["metadata"]["uid"]
+    res = cluster.site.run(args=("--limit", A100))
+    assert res.rc != 0
+    msgs = [m for host, task, m in res.failures() if host == A100]
+    named = [m for m in msgs if "In use by another client" in m]
+    assert named, msgs
+    assert "gpu-exporter (pod UID %s, container %s) holds /dev/nvidia0" % (uid, uid.replace("-", "")[:12]) \
+        in named[0], named[0]
+    assert not [g for g in cluster.site.gpus(A100)["gpus"] if g["mig_current"]], "no GPU was reset"
+
+
 def test_mps_replicas_change_serves_eight_per_gpu_with_a_dcgm_exporter_paused_too(cluster):
     exporter = _dcgm_exporter(cluster)
     assert cluster.site.run(gpu_node_quiesce_daemonsets=exporter).rc == 0

@@ -21,8 +21,9 @@ devices its GPUs have after a change, each rule taken from the real code:
   rule the fake GPU Operator uses. When the pod ends, its resources are advertised as 0 (the kubelet marks a
   plugin's devices unhealthy when its endpoint stops).
 - While a pod of the release (device plugin, GFD, MPS control daemon) or of another DaemonSet named in
-  ``holders`` runs on a node, it holds the node's simulated GPUs (SimulatedBackend.hold): a GPU reset then fails
-  IN_USE, as it does on a real node ("in use by another client").
+  ``holders`` runs on a node, it holds the node's simulated GPUs (SimulatedBackend.hold, with a PID, its container's
+  name and a pod cgroup line): a GPU reset then fails IN_USE, as it does on a real node ("In use by another client"),
+  and the collection names the pod's process and UID as it would from /proc.
 - GFD labels the node ``nvidia.com/mps.capable=true`` while its config uses MPS (the chart's MPS control daemon
   DaemonSet selects on it: deployments/helm/nvidia-device-plugin/templates/daemonset-mps-control-daemon.yml).
 
@@ -300,13 +301,28 @@ class FakeDaemonSets(ReconcileLoop):
             self.api.put(pod)
             self.events.append((now, node, "running %s" % pod["metadata"]["name"]))
             if self._holds(ds):
-                self._backend(node).hold("pod %s/%s" % key)
+                self._hold(node, pod)
         if self.kind(ds) == "device-plugin":
             self._device_plugin(ds, pod, node)
         elif self.kind(ds) == "dra-kubelet-plugin":
             self._dra_plugin(pod, node, now)
         elif self.kind(ds) == "gfd":
             self._gfd(ds, node)
+
+    def _hold(self, node, pod):
+        """The pod's process holds the node's simulated GPUs, as the real backend would find it in /proc: a PID, its
+        first container's name as the command, and the cgroup kubelet's systemd driver gives a containerd container
+        (kubepods-besteffort-pod<uid with _>.slice/cri-containerd-<id>.scope), so the reset names the pod's UID."""
+        uid = pod["metadata"].get("uid") or ""
+        containers = pod["spec"].get("containers") or [{}]
+        cgroup = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/" \
+                 "cri-containerd-%s.scope\n" % (uid.replace("-", "_"), (uid.replace("-", "") * 2)[:64])
+        self._backend(node).hold("pod %s/%s" % self._key(pod), pid=100000 + self._serial_of(pod),
+                                 command=containers[0].get("name") or pod["metadata"]["name"], cgroup=cgroup)
+
+    @staticmethod
+    def _serial_of(pod):
+        return int(pod["metadata"]["name"].rsplit("-", 1)[-1])
 
     def _end_pod(self, ds, pod, node, now):
         key = self._key(pod)

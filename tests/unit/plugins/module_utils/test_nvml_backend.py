@@ -221,6 +221,39 @@ def test_reset_runs_nvidia_smi_through_the_runner_it_was_given(reading):
         NvmlBackend(nvml=FakeNvml(reading)).reset_gpu(0)
 
 
+# What nvidia-smi prints when a reset is refused because a client holds the GPU (as published for an 8-GPU node; the
+# line per GPU is NVML's IN_USE string): it names no process.
+NVSMI_IN_USE = ("The following GPUs could not be reset:\n  GPU 00000000:00:06.0: In use by another client\n\n"
+                "1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
+                "application, graphics application such as an X server, or a monitoring application such as another "
+                "instance of nvidia-smi). Please first kill all processes using this device and all compute "
+                "applications running in the system.\n")
+
+
+def test_a_refused_reset_on_real_gpus_names_the_processes_holding_the_device_files(reading, tmp_path, holders):
+    """On a real node nvidia-smi and NVML name nobody; the collection finds the holders in /proc (here: real
+    processes holding files of a temporary dev directory) and names them by PID and command."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text("")
+    exporter = holders("fake-dcgm-exporter", dev / "nvidia0", dev / "nvidiactl")
+    other_gpu = holders("fake-other-gpu", dev / "nvidia1")
+
+    class MinorNvml(FakeNvml):
+        def nvmlDeviceGetMinorNumber(self, handle):
+            return 0
+
+    backend = NvmlBackend(nvml=MinorNvml(reading), run_command=lambda argv: (255, NVSMI_IN_USE, ""))
+    backend.dev_dir = str(dev)
+    with pytest.raises(NvmlInUse) as refused:
+        backend.reset_gpu(0)
+    text = str(refused.value)
+    assert "GPU 0 reset refused" in text and "In use by another client" in text
+    assert "PID %d fake-dcgm-exporter holds %s, %s" % (exporter, dev / "nvidia0", dev / "nvidiactl") in text
+    assert "PID %d " % other_gpu not in text            # it holds GPU 1 only
+
+
 # A published `nvidia-smi mig -lgip` of an RTX PRO 6000 Blackwell (driver 580.105.08): NVML index, id, name,
 # instances, MiB, SMs. Placements are not published; the 4-slice geometry's are used.
 RTX_PRO_LISTING = [

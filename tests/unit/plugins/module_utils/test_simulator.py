@@ -135,13 +135,42 @@ def test_ampere_reset_fails_while_a_process_holds_the_gpu(make_sim):
     assert sim.read_gpu(1)["mig_mode_pending"] == "Enabled"
 
 
+POD_UID = "5c1f8a2e-3b4d-4e6f-9a0b-1c2d3e4f5a6b"
+CGROUP = ("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope\n"
+          % (POD_UID.replace("-", "_"), "ab" * 32))
+
+
+def test_a_refused_reset_says_what_nvml_says_and_the_collection_names_the_holders(make_sim):
+    # NVML's own error names nobody; GpuBackend.reset_gpu adds who holds the device files, in the same words as on
+    # real GPUs (_device_holders.describe over the records the real backend reads in /proc)
+    sim = make_sim("dgx-a100-40gb")
+    sim.hold("pod nvidia-device-plugin/nvdp-x", pid=4321, command="nvidia-device-plugin", cgroup=CGROUP)
+    sim.add_process(1, 4242, "dcgm")
+    with pytest.raises(NvmlInUse) as raw:
+        sim._reset_gpu(0)
+    assert str(raw.value) == "GPU 0: In use by another client"
+    with pytest.raises(NvmlInUse) as named:
+        sim.reset_gpu(0)
+    assert str(named.value) == (
+        "GPU 0: In use by another client; GPU 0: 1 process(es) hold the device files open: PID 4321 "
+        "nvidia-device-plugin (pod UID %s, container %s) holds /dev/nvidia0, /dev/nvidia1, /dev/nvidia2, "
+        "/dev/nvidia3, /dev/nvidia4, /dev/nvidia5, /dev/nvidia6, /dev/nvidia7, /dev/nvidiactl" % (POD_UID, "ab" * 6))
+    gpu1 = sim.device_holders(1)["holders"]
+    assert [(h["pid"], h["command"], h["paths"]) for h in gpu1] == [
+        (4242, "dcgm", ["/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidiactl"]),
+        (4321, "nvidia-device-plugin", ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3",
+                                        "/dev/nvidia4", "/dev/nvidia5", "/dev/nvidia6", "/dev/nvidia7",
+                                        "/dev/nvidiactl"])]
+    assert sim.device_holders(2)["holders"][0]["pid"] == 4321        # the pod holds every GPU, dcgm only GPU 1
+
+
 def test_a_holder_without_a_process_makes_the_reset_fail_until_released_or_rebooted(make_sim):
     # a device plugin pod keeps /dev/nvidia* open: no process in NVML, yet the reset fails "in use"
     sim = make_sim("dgx-a100-40gb")
     sim.hold("pod nvidia-device-plugin/nvdp-x")
     assert sim.read_gpu(0)["processes"] == []
     sim.set_mig_mode(0, True)
-    with pytest.raises(NvmlInUse, match="pod nvidia-device-plugin/nvdp-x"):
+    with pytest.raises(NvmlInUse, match="In use by another client.*pod nvidia-device-plugin/nvdp-x"):
         sim.reset_gpu(0)
     assert sim.read_gpu(0)["mig_mode_current"] == "Disabled"
     sim.release("pod nvidia-device-plugin/nvdp-x")
