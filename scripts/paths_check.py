@@ -1,7 +1,8 @@
 """Fails when a tracked file names a directory of the machine it was written on.
 
-A home directory (/root/..., /home/<user>/..., /Users/<user>/...), the workspace (/work/...), a fetched repository's
-local mirror (<owner>+<name>/repo) or a session's job folder means nothing on a reader's machine or in CI. Sources
+A home directory (root's, or one under /home or /Users), the workspace (the folder `work` at the root), a fetched
+repository's local mirror (<owner>+<name>/repo) or a session's job folder means nothing on a reader's machine or in
+CI. Sources
 are named as public repositories at a tag or commit ("NVIDIA/nvidia-container-toolkit at v1.20.0"), instructions use
 relative or temporary paths (/tmp/..., build/...), and programs are found by name (PATH, `pyenv which`).
 `~/.kube/config` and `$HOME/...` are not flagged: they name the reader's own home, not the writer's.

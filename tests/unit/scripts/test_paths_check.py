@@ -15,7 +15,7 @@ _SPEC.loader.exec_module(paths_check)
 HOME = "/" + "root/.pyenv/versions/3.9.18/bin/python3.9"
 USER_HOME = "/" + "home/dev/src/gpuops"
 WORK = "/" + "work/main/build/nct/nvidia-ctk"
-MIRROR = "git clone /tmp/" + ".mirror/NVIDIA+nvidia-container-toolkit/repo x"
+MIRROR = "git clone /tmp/.mirror/NVIDIA" + "+nvidia-container-toolkit/repo x"
 
 
 def test_machine_paths_are_found_with_line_and_kind():
