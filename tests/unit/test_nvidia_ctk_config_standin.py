@@ -84,12 +84,6 @@ def test_the_mode_value_is_not_checked_but_the_key_is(tmp_path):
     assert config.read_text() == before
 
 
-def real_output(name):
-    """The bytes a real nvidia-ctk wrote, below the recording's header in tests/fixtures/nvidia-ctk/NAME."""
-    text = fixture(name)
-    return text[text.index("# ---\n") + len("# ---\n"):]
-
-
 @pytest.mark.parametrize("version, source, expected, drop_in", [
     ("1.20.0", "v1-input.toml", "v1-cdi-drop-in-1.20.0.toml", True),
     ("1.17.8", "v1-input.toml", "v1-cdi-in-place-1.17.8.toml", False),
@@ -108,7 +102,7 @@ def test_cdi_on_a_version_1_config_lands_where_the_real_tool_puts_it(tmp_path, v
         args.append("--drop-in-config=%s" % drop)
     result = ctk_env.run_standin(args, version)
     assert result.returncode == 0, result.stderr
-    assert (drop if drop_in else config).read_text() == real_output(expected)
+    assert (drop if drop_in else config).read_text() == ctk_env.real_ctk_text(expected)
     if drop_in:
         assert config.read_text() == fixture(source)
     assert sorted(str(p.relative_to(etc)) for p in etc.rglob("*") if p.is_file()) == sorted(
