@@ -129,8 +129,9 @@ def plan(runner, p, current, ctk_version, containerd_version):
     if p["cdi_enabled"] and get_in(files_view, ["plugins", cri_key(version), "enable_cdi"]) is not True:
         raise ContainerdConfigError("nvidia-ctk %s's result does not set enable_cdi = true in [plugins.%s], the table"
                                     " containerd's CRI plugin reads it from, so CDI would stay off; nothing was"
-                                    " changed. Use a version 2 config (`version = 2`)."
-                                    % (version_string(ctk_version), _toml_key(cri_key(version))))
+                                    " changed.%s" % (version_string(ctk_version), _toml_key(cri_key(version)),
+                                                     " Convert the config to version 2 (`version = 2`)."
+                                                     if version == 1 else ""))
     if candidate.cri_v1_cdi_set:
         warnings.append("%s is a version 1 config: nvidia-ctk %s puts enable_cdi under [plugins.cri.containerd], where"
                         " containerd's CRI plugin does not read it, so [plugins.cri] enable_cdi = true was set as well"

@@ -277,6 +277,19 @@ def test_cdi_on_a_version_1_config_ends_on_where_containerd_reads_it(env):
     assert second["changed"] is False and second["verified_earlier"] is True and env.files() == snap
 
 
+def test_a_result_with_cdi_off_for_the_cri_plugin_is_refused(env, monkeypatch):
+    """Without the collection's [plugins.cri] setting, nvidia-ctk's version 1 output leaves CDI off: refused, and
+    nothing changes (the guard that also holds for any later nvidia-ctk)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_ctk
+    monkeypatch.setattr(_nvidia_ctk.NvidiaCtkRunner, "_cri_v1_cdi", lambda *_args: False)
+    env.set_ctk("1.17.8")
+    env.config.write_text(V1_INPUT)
+    before = env.files()
+    result = env.run(cdi_enabled=True)
+    assert result["rc"] == 1 and "does not set enable_cdi = true in [plugins.cri]" in result["msg"]
+    assert "version = 2" in result["msg"] and env.files() == before
+
+
 @pytest.mark.parametrize("check", [True, False])
 @pytest.mark.parametrize("containerd", [True, False])
 def test_version_1_config_in_drop_in_mode_refused_naming_version_2(env, monkeypatch, check, containerd):
