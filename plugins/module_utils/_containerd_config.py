@@ -241,6 +241,41 @@ def analyse_source(tree, path, exists):
     return version, errors, warnings
 
 
+def version_1_drop_in_error(path, drop_in_path, ctk_version_text):
+    """Why a ``version = 1`` config is refused in drop-in mode (nvidia-ctk 1.18+), before nvidia-ctk runs."""
+    return ("%s is a version 1 config (`version = 1`): nvidia-ctk %s writes a version 1 config whole to the drop-in %s"
+            " and adds no import for it, so neither the runtime nor enable_cdi would take effect"
+            " (NVIDIA/nvidia-container-toolkit#1430). Convert it to a version 2 config (`version = 2`, plugin"
+            " `io.containerd.grpc.v1.cri`; `containerd config default` on 1.6/1.7 shows the layout) that keeps your"
+            " settings, then run again. Nothing was changed." % (path, ctk_version_text, drop_in_path))
+
+
+# nvidia-ctk's EnableCDI for a version 1 config sets plugins.cri.containerd.enable_cdi (ConfigV1.EnableCDI,
+# pkg/config/engine/containerd/config_v1.go, the same at NVIDIA/nvidia-container-toolkit v1.17.8, v1.18.0 and
+# v1.20.0), but containerd's CRI plugin reads enable_cdi from its own table, [plugins.cri] in version 1
+# (PluginConfig.EnableCDI, containerd/containerd v1.7.34 pkg/cri/config/config.go): CDI would stay off.
+_CRI_V1_HEADER = re.compile(r"^([ \t]*)\[[ \t]*plugins[ \t]*\.[ \t]*(?:cri|\"cri\")[ \t]*\][ \t]*(?:#.*)?$", re.M)
+
+
+def set_cri_v1_enable_cdi(text, path):
+    """``text`` (a version 1 config as nvidia-ctk wrote it) with ``enable_cdi = true`` as the first key of its
+    ``[plugins.cri]`` table, where containerd's CRI plugin reads it. Raises ContainerdConfigError when the file has
+    no such table header or the result does not parse with that setting (nothing is changed then)."""
+    match = _CRI_V1_HEADER.search(text)
+    if match is None:
+        raise ContainerdConfigError("nvidia-ctk's version 1 output for %s has no [plugins.cri] table to set"
+                                    " enable_cdi = true in (containerd's CRI plugin does not read the enable_cdi"
+                                    " nvidia-ctk sets under [plugins.cri.containerd]); nothing was changed. Convert"
+                                    " the config to version 2 (`version = 2`)." % path)
+    line = "\n%s  enable_cdi = true" % match.group(1)
+    out = text[:match.end()] + line + text[match.end():]
+    if get_in(parse_toml(out, "%s with [plugins.cri] enable_cdi = true" % path), ["plugins", "cri", "enable_cdi"]) \
+            is not True:
+        raise ContainerdConfigError("could not set enable_cdi = true under [plugins.cri] in %s; nothing was changed."
+                                    " Convert the config to version 2 (`version = 2`)." % path)
+    return out
+
+
 def _toml_list(items):
     return "[" + ", ".join('"%s"' % i for i in items) + "]"
 
@@ -314,7 +349,10 @@ def check_candidate_dump(dump, runtime_name, runtime_path, set_as_default, cdi_e
     if default and default not in runtimes:
         problems.append("default_runtime_name %r names no configured runtime: containerd would fail to start"
                         " (no corresponding runtime configured in containerd.runtimes)" % default)
-    if cdi_enabled and section.get("enable_cdi") is not True:
+    if cdi_enabled and "enable_cdi" in section and section["enable_cdi"] is not True:
+        problems.append("containerd %s reads enable_cdi = %r from the merged config's CRI plugin (%s): CDI would stay"
+                        " off" % (containerd_version or "", section["enable_cdi"], cri_key(version)))
+    elif cdi_enabled and section.get("enable_cdi") is not True:
         warnings.append("containerd %s does not know enable_cdi (CDI support needs containerd 1.7 or newer); the"
                         " setting is written but ignored" % (containerd_version or ""))
     return problems, warnings

@@ -31,8 +31,9 @@ import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
     CTK_PACKAGE, ContainerdConfigError, TomlLibraryMissing, analyse_source, check_candidate_dump, config_version,
-    diff_entries, effective_changes, effective_cri_tree, lost_imports, parse_toml, plan_files, runtimes_of,
-    source_runtime_name, systemd_cgroup_findings, toml_reader, validate_params, wrong_drop_in_1180)
+    cri_key, diff_entries, effective_changes, effective_cri_tree, get_in, lost_imports, parse_toml, plan_files,
+    runtimes_of, source_runtime_name, systemd_cgroup_findings, toml_reader, validate_params, version_1_drop_in_error,
+    wrong_drop_in_1180)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import Stamp, find_tools
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, read_live, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (
@@ -83,6 +84,8 @@ def read_current(module, runner, p, ctk_version):
     warnings += source_warnings
     if errors:
         raise ContainerdConfigError(" ".join(errors) + " Nothing was changed.")
+    if config_exists and version == 1 and mode == "drop_in":
+        raise ContainerdConfigError(version_1_drop_in_error(config_path, drop_in_path, version_string(ctk_version)))
     wrong = wrong_drop_in_1180(drop_in_path) if mode == "drop_in" else None
     if wrong and os.path.exists(wrong):
         warnings.append("%s exists: nvidia-ctk 1.18.0 wrote its drop-in to this wrong directory"
@@ -122,6 +125,18 @@ def plan(runner, p, current, ctk_version, containerd_version):
     if mode == "drop_in" and candidate.files.get(drop_in_path) is None:
         raise ContainerdConfigError("nvidia-ctk %s did not write the drop-in %s; nothing was changed"
                                     % (version_string(ctk_version), drop_in_path))
+    files_view = effective_cri_tree(candidate.trees.get(config_path), candidate.trees.get(drop_in_path), version)
+    if p["cdi_enabled"] and get_in(files_view, ["plugins", cri_key(version), "enable_cdi"]) is not True:
+        raise ContainerdConfigError("nvidia-ctk %s's result does not set enable_cdi = true in [plugins.%s], the table"
+                                    " containerd's CRI plugin reads it from, so CDI would stay off; nothing was"
+                                    " changed.%s" % (version_string(ctk_version), _toml_key(cri_key(version)),
+                                                     " Convert the config to version 2 (`version = 2`)."
+                                                     if version == 1 else ""))
+    if candidate.cri_v1_cdi_set:
+        warnings.append("%s is a version 1 config: nvidia-ctk %s puts enable_cdi under [plugins.cri.containerd], where"
+                        " containerd's CRI plugin does not read it, so [plugins.cri] enable_cdi = true was set as well"
+                        " (CDI on). Version 1 is deprecated (containerd 1.6/1.7 say it is removed in 2.0): convert the"
+                        " config to version 2 (`version = 2`)." % (config_path, version_string(ctk_version)))
     # What containerd will run: its own merged view when it can be asked, else the files' approximation.
     if candidate.dump is not None:
         after_view, before_view = candidate.dump, before_dump
@@ -164,6 +179,10 @@ def plan(runner, p, current, ctk_version, containerd_version):
         "effective_changes": changes,
     }
     return Evaluation(plan_files(live, candidate.files), fields, warnings)
+
+
+def _toml_key(key):
+    return key if "." not in key else '"%s"' % key
 
 
 def evaluate(module, runner, p, ctk_version, containerd_version):

@@ -29,7 +29,8 @@ import shutil
 import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
-    CTK_PACKAGE, ContainerdConfigError, import_pattern, list_strings, parse_toml)
+    CTK_PACKAGE, ContainerdConfigError, config_version, get_in, import_pattern, list_strings, parse_toml,
+    set_cri_v1_enable_cdi)
 
 
 def parse_ctk_version(text):
@@ -112,6 +113,7 @@ class Candidate(object):
         self.trees = {}          # real path -> parsed tree
         self.dump = None         # parsed `config dump` of the candidate, or None when not validated
         self.stray = []          # files nvidia-ctk wrote outside the expected paths (real-path form)
+        self.cri_v1_cdi_set = False  # [plugins.cri] enable_cdi = true was set on nvidia-ctk's version 1 output
         self.ctk_stdout = ""
         self.ctk_stderr = ""
 
@@ -236,6 +238,8 @@ class NvidiaCtkRunner(object):
         if rc != 0:
             raise ContainerdConfigError("nvidia-ctk failed on a private copy (exit %s), nothing was changed: %s"
                                         % (rc, (err or out).strip()))
+        if cdi_enabled and mode == "in_place":
+            candidate.cri_v1_cdi_set = self._cri_v1_cdi(args, mirror(config_path), config_path)
         for dirpath, _dirs, files in os.walk(root):
             for name in files:
                 full = os.path.join(dirpath, name)
@@ -253,6 +257,28 @@ class NvidiaCtkRunner(object):
         if validate and self.containerd_path and os.path.isfile(mirror(config_path)):
             candidate.dump = self.dump_tree(mirror(config_path), "the candidate config (refused, nothing changed)")
         return candidate
+
+    def _cri_v1_cdi(self, args, private_config, config_path):
+        """On a version 1 output without ``[plugins.cri] enable_cdi = true`` (nvidia-ctk sets it only under
+        ``[plugins.cri.containerd]``, which containerd's CRI plugin does not read): set it in the private copy,
+        then run nvidia-ctk (``args``) on that copy again, so that the candidate is in nvidia-ctk's own form and
+        is what nvidia-ctk leaves unchanged on the next run. Returns whether it was set."""
+        text = _read_optional(private_config)
+        if text is None:
+            return False
+        tree = parse_toml(text, "nvidia-ctk's output for %s" % config_path)
+        if config_version(tree, config_path) != 1 or get_in(tree, ["plugins", "cri", "enable_cdi"]) is True:
+            return False
+        _write_private(private_config, set_cri_v1_enable_cdi(text, config_path))
+        rc, out, err = self.run_command(args)
+        if rc != 0:
+            raise ContainerdConfigError("nvidia-ctk failed on a private copy with [plugins.cri] enable_cdi = true"
+                                        " (exit %s), nothing was changed: %s" % (rc, (err or out).strip()))
+        again = parse_toml(_read_optional(private_config) or "", "nvidia-ctk's output for %s" % config_path)
+        if get_in(again, ["plugins", "cri", "enable_cdi"]) is not True:
+            raise ContainerdConfigError("nvidia-ctk dropped [plugins.cri] enable_cdi = true from %s; nothing was"
+                                        " changed. Convert the config to version 2 (`version = 2`)." % config_path)
+        return True
 
 
 def _write_private(path, text):

@@ -76,6 +76,11 @@ options:
     description:
       - Set C(enable_cdi = true) on the CRI plugin. False leaves C(enable_cdi) as it is (nvidia-ctk never writes
         false). containerd 2.x enables CDI by default; 1.6 ignores the key (a warning says so).
+      - On a C(version = 1) config nvidia-ctk writes C(enable_cdi) under C([plugins.cri.containerd]), which
+        containerd's CRI plugin does not read; the module then also sets C(enable_cdi = true) under
+        C([plugins.cri]) (in place, nvidia-ctk up to 1.17) and warns. A version 1 config in drop-in mode (nvidia-ctk
+        1.18+) is refused; convert it to C(version = 2). A result in which containerd's CRI plugin would not have
+        C(enable_cdi = true) is refused, nothing changed.
     type: bool
     default: false
   runtime_path:

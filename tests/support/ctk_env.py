@@ -22,6 +22,15 @@ def fixture_text(name):
         return handle.read()
 
 
+def real_ctk_text(name):
+    """tests/fixtures/nvidia-ctk/NAME: an input, or what the REAL nvidia-ctk wrote (the bytes below the recording's
+    ``# ---`` header line)."""
+    with open(os.path.join(ROOT, "tests", "fixtures", "nvidia-ctk", name)) as handle:
+        text = handle.read()
+    marker = "# ---\n"
+    return text[text.index(marker) + len(marker):] if marker in text else text
+
+
 def require_containerd():
     """The real containerd binary; fails (never skips) when setup did not install it."""
     if not (os.path.isfile(CONTAINERD) and os.access(CONTAINERD, os.X_OK)):

@@ -17,7 +17,9 @@ outputs for v1.17.8, v1.18.0 and v1.20.0 on named inputs), so that the module ca
   1.17.x edits in place (no ``--drop-in-config`` flag); 1.18.0 defaults to ``/etc/containerd/config.d/…``
   and drops existing ``imports``; 1.18.1+ uses ``conf.d`` and keeps imports; 1.20.0 fills in
   ``runtime_type``; ``--drop-in-config=""`` on 1.18+ reproduces the documented broken result;
-  a config without ``version`` is treated as version 1.
+  a config without ``version`` is treated as version 1, and ``--cdi.enabled`` on a version 1 config sets
+  ``enable_cdi`` under ``[plugins.cri.containerd]``, where the real tool puts it (issue 36; its recorded outputs
+  are tests/fixtures/nvidia-ctk/v1-*.toml).
 
 What it does NOT reproduce: go-toml's own parser (Python's tomllib parses here, so error messages differ),
 ``--config-source=command``, hook mode, the crio/docker runtimes, and anything not documented in the reference.
@@ -262,7 +264,10 @@ def _add_runtime(tree, version, opts, ctk_version):
     elif get_in(tree, default_keys) == opts["name"]:
         _delete(tree, default_keys)
     if opts["cdi"]:
-        _set(tree, ["plugins", cri, "enable_cdi"], True)
+        # EnableCDI: the CRI plugin's table for version 2+ (config.go), but [plugins.cri.containerd] for version 1
+        # (config_v1.go, the same at v1.17.8, v1.18.0 and v1.20.0), a table whose enable_cdi containerd's CRI
+        # plugin never reads; recorded from the real tool in tests/fixtures/nvidia-ctk/v1-*.toml.
+        _set(tree, ["plugins", cri] + (["containerd"] if version == 1 else []) + ["enable_cdi"], True)
 
 
 def _write(path, text):

@@ -82,3 +82,28 @@ def test_the_mode_value_is_not_checked_but_the_key_is(tmp_path):
     code, out, err = recorded("--set nvidia-container-runtime.nomode=cdi --config=cfg/bogus.toml")
     assert (result.returncode, result.stdout.splitlines(), result.stderr.splitlines()) == (code, out, err)
     assert config.read_text() == before
+
+
+@pytest.mark.parametrize("version, source, expected, drop_in", [
+    ("1.20.0", "v1-input.toml", "v1-cdi-drop-in-1.20.0.toml", True),
+    ("1.17.8", "v1-input.toml", "v1-cdi-in-place-1.17.8.toml", False),
+    ("1.17.8", "v1-input-cri-cdi.toml", "v1-cri-cdi-in-place-1.17.8.toml", False),
+])
+def test_cdi_on_a_version_1_config_lands_where_the_real_tool_puts_it(tmp_path, version, source, expected, drop_in):
+    """Issue 36: on a version 1 config the real tool (config_v1.go EnableCDI, the same at v1.17.8, v1.18.0 and
+    v1.20.0) sets enable_cdi under [plugins.cri.containerd], not [plugins.cri] where containerd's CRI plugin reads
+    it; on 1.18+ it writes the whole v1 tree to the drop-in and leaves config.toml alone."""
+    etc = tmp_path / "etc" / "containerd"
+    etc.mkdir(parents=True)
+    config, drop = etc / "config.toml", etc / "conf.d" / "99-nvidia.toml"
+    shutil.copy(os.path.join(FIXTURES, source), str(config))
+    args = ["runtime", "configure", "--runtime=containerd", "--cdi.enabled", "--config=%s" % config]
+    if drop_in:
+        args.append("--drop-in-config=%s" % drop)
+    result = ctk_env.run_standin(args, version)
+    assert result.returncode == 0, result.stderr
+    assert (drop if drop_in else config).read_text() == ctk_env.real_ctk_text(expected)
+    if drop_in:
+        assert config.read_text() == fixture(source)
+    assert sorted(str(p.relative_to(etc)) for p in etc.rglob("*") if p.is_file()) == sorted(
+        ["config.toml"] + (["conf.d/99-nvidia.toml"] if drop_in else []))

@@ -20,7 +20,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config i
     ContainerdConfigError, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_PATH, TomlLibraryMissing,
     WRONG_DROP_IN_1180, analyse_source, check_candidate_dump, config_version, cri_key, diff_entries,
     effective_changes, effective_cri_tree, get_in, lost_imports, parse_toml, plan_files, runtimes_of,
-    source_runtime_name, systemd_cgroup_findings, systemd_cgroup_runtimes, toml_reader, validate_params)
+    set_cri_v1_enable_cdi, source_runtime_name, systemd_cgroup_findings, systemd_cgroup_runtimes, toml_reader,
+    validate_params)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (  # noqa: E402
     NvidiaCtkRunner, choose_edit_mode, configure_args, parse_containerd_version, parse_ctk_version, substitute)
 
@@ -455,6 +456,27 @@ def test_check_candidate_dump_problems():
     assert "enable_cdi" in warnings[0]
     problems, _warnings = check_candidate_dump({"version": 2}, "nvidia", DEFAULT_RUNTIME_PATH, False, False, "x")
     assert "no CRI plugin section" in problems[0]
+    # a containerd that knows enable_cdi (1.7+) and reads it as false: CDI would stay off, refused
+    off = parse_toml(GOLDEN_V2.replace('[plugins."io.containerd.grpc.v1.cri"]\n',
+                                       '[plugins."io.containerd.grpc.v1.cri"]\n    enable_cdi = false\n'), "off")
+    problems, warnings = check_candidate_dump(off, "nvidia", DEFAULT_RUNTIME_PATH, False, True, "1.7.34")
+    assert problems == ["containerd 1.7.34 reads enable_cdi = False from the merged config's CRI plugin"
+                        " (io.containerd.grpc.v1.cri): CDI would stay off"] and warnings == []
+
+
+def test_set_cri_v1_enable_cdi_puts_it_where_the_cri_plugin_reads_it():
+    """Issue 36: nvidia-ctk's version 1 output (recorded from the real 1.17.8) has enable_cdi only under
+    [plugins.cri.containerd]; the collection adds it to [plugins.cri] and leaves every other value as it was."""
+    real = ctk_env.real_ctk_text("v1-cdi-in-place-1.17.8.toml")
+    assert get_in(parse_toml(real, "r"), ["plugins", "cri", "enable_cdi"]) is None
+    fixed = parse_toml(set_cri_v1_enable_cdi(real, "/etc/containerd/config.toml"), "f")
+    expected = parse_toml(real, "r")
+    expected["plugins"]["cri"]["enable_cdi"] = True
+    assert fixed == expected
+    with pytest.raises(ContainerdConfigError, match=r"no \[plugins.cri\] table.*version = 2"):
+        set_cri_v1_enable_cdi('version = 1\n[plugins.cri.containerd]\n  enable_cdi = true\n', "/c.toml")
+    with pytest.raises(ContainerdConfigError, match="not valid TOML"):  # already there: a duplicate key
+        set_cri_v1_enable_cdi('version = 1\n[plugins.cri]\n  enable_cdi = false\n', "/c.toml")
 
 
 def test_effective_changes_ignores_our_keys_and_reports_others():

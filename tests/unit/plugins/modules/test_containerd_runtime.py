@@ -250,6 +250,62 @@ def test_trap_docker_config_without_version(env):
     assert env.files() == before and not env.drop_in.exists()
 
 
+# A version 1 config (`version = 1`): the real nvidia-ctk writes --cdi.enabled's enable_cdi under
+# [plugins.cri.containerd], where containerd's CRI plugin never reads it (issue 36; recorded from nvidia-ctk 1.17.8
+# and 1.20.0 in tests/fixtures/nvidia-ctk/v1-*.toml). Its input is v1-input-cri-cdi.toml less enable_cdi.
+V1_INPUT = ctk_env.real_ctk_text("v1-input-cri-cdi.toml").replace("  enable_cdi = true\n", "")
+V1_WITH_CDI = ctk_env.real_ctk_text("v1-cri-cdi-in-place-1.17.8.toml")
+
+
+def test_cdi_on_a_version_1_config_ends_on_where_containerd_reads_it(env):
+    env.set_ctk("1.17.8")  # in place: the only mode in which a version 1 config takes effect
+    env.config.write_text(V1_INPUT)
+    before = env.files()
+    check = env.run(check=True, cdi_enabled=True)
+    assert check["rc"] == 0 and check["changed"] is True and env.files() == before
+    assert "[plugins.cri] enable_cdi = true" in " ".join(check["trap_warnings"])
+    first = env.run(cdi_enabled=True)
+    assert first["rc"] == 0 and first["changed"] is True and first["config_version"] == 1
+    assert first["diff"] == check["diff"] and first["trap_warnings"] == check["trap_warnings"]
+    # containerd's CRI plugin (its PluginConfig) reads enable_cdi from [plugins.cri] in a version 1 config: the
+    # file is what the real nvidia-ctk 1.17.8 writes for a config that already has it there
+    assert env.config.read_text() == V1_WITH_CDI
+    assert parse_toml(V1_WITH_CDI, "v1")["plugins"]["cri"]["enable_cdi"] is True
+    assert_valid_live(env.config)
+    snap = env.files()
+    second = env.run(cdi_enabled=True)
+    assert second["changed"] is False and second["verified_earlier"] is True and env.files() == snap
+
+
+def test_a_result_with_cdi_off_for_the_cri_plugin_is_refused(env, monkeypatch):
+    """Without the collection's [plugins.cri] setting, nvidia-ctk's version 1 output leaves CDI off: refused, and
+    nothing changes (the guard that also holds for any later nvidia-ctk)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_ctk
+    monkeypatch.setattr(_nvidia_ctk.NvidiaCtkRunner, "_cri_v1_cdi", lambda *_args: False)
+    env.set_ctk("1.17.8")
+    env.config.write_text(V1_INPUT)
+    before = env.files()
+    result = env.run(cdi_enabled=True)
+    assert result["rc"] == 1 and "does not set enable_cdi = true in [plugins.cri]" in result["msg"]
+    assert "version = 2" in result["msg"] and env.files() == before
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("containerd", [True, False])
+def test_version_1_config_in_drop_in_mode_refused_naming_version_2(env, monkeypatch, check, containerd):
+    """nvidia-ctk 1.18+ writes a version 1 config whole to the drop-in and imports it nowhere (#1430): nothing,
+    CDI included, would take effect. Refused before nvidia-ctk runs, with or without containerd to ask."""
+    env.config.write_text(V1_INPUT)
+    before = env.files()
+    extra = {} if containerd else {"containerd_path": None}
+    if not containerd:
+        monkeypatch.setenv("PATH", str(env.tmp / "empty-path"))
+    result = env.run(check=check, cdi_enabled=True, **extra)
+    assert result["rc"] == 1 and result.get("changed") is not True
+    assert "version 1" in result["msg"] and "version = 2" in result["msg"] and "#1430" in result["msg"]
+    assert env.files() == before and not env.drop_in.exists()
+
+
 def test_trap_cri_disabled(env):
     env.config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
     before = env.files()

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import parse_toml
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
@@ -205,6 +206,25 @@ def test_containerd_step_follows_the_modules_verified_state(node, tmp_path):
     assert plan["steps"]["containerd_runtime"] and plan["containerd"] == {"verified": False}
     plan = _plan({"containerd": dict(args, nvidia_ctk_path=str(tmp_path / "nope"))})
     assert plan["steps"]["containerd_runtime"] == ["containerd: nvidia-ctk %s is not executable" % (tmp_path / "nope")]
+
+
+def test_a_converged_version_1_node_with_cdi_has_no_containerd_work(node, tmp_path):
+    """Issue 36: a version 1 config that containerd_runtime brought to CDI on ([plugins.cri] enable_cdi, set by the
+    collection because nvidia-ctk 1.17 puts it under [plugins.cri.containerd]) is converged for the node plan."""
+    node("h200-x1")
+    etc = tmp_path / "etc" / "containerd"
+    etc.mkdir(parents=True)
+    v1_without_cdi = ctk_env.real_ctk_text("v1-input-cri-cdi.toml").replace("  enable_cdi = true\n", "")
+    (etc / "config.toml").write_text(v1_without_cdi)
+    args = {"config_path": str(etc / "config.toml"), "drop_in_path": str(etc / "conf.d" / "99-nvidia.toml"),
+            "nvidia_ctk_path": ctk_env.ctk_wrapper(tmp_path / "bin", "1.17.8"), "cdi_enabled": True,
+            "containerd_path": ctk_env.require_containerd()}
+    assert _plan({"containerd": dict(args)}, check=True)["steps"]["containerd_runtime"]
+    applied = run_main_ok(containerd_runtime.main, dict(args, _ansible_tmpdir=str(tmp_path)))
+    assert applied["changed"] is True and applied["config_version"] == 1
+    assert parse_toml((etc / "config.toml").read_text(), "v1")["plugins"]["cri"]["enable_cdi"] is True
+    plan = _plan({"containerd": dict(args)}, check=True)
+    assert plan["containerd"]["verified"] is True and plan["steps"]["containerd_runtime"] == []
 
 
 @pytest.mark.parametrize("bad,words", [
