@@ -5,7 +5,8 @@
 # connection, a CI runner's case): its current state is read with nvidia-smi and declared in an inventory written
 # here (MIG off, the compute mode and persistence mode each GPU has), with NVML's read-only guard on and every
 # mutating NVML call attempted logged, containerd and systemd unmanaged, the boot-time units written under a scratch
-# directory. Refuses to run where the GPUs' state cannot be declared as one node (MIG on, mixed compute modes).
+# directory. Then site.yml with mig_allow_reboot=true on that local connection, which must be refused before anything
+# is read or changed. Refuses to run where the GPUs' state cannot be declared as one node (MIG on, mixed compute modes).
 # Writes its readings under $OUT.
 set -o pipefail
 # shellcheck source=tests/gpu/device_env.sh
@@ -66,6 +67,12 @@ for scenario in gpu gpu-readonly; do
     | tee -a "$OUT/machine-after.txt"
   [ $r -eq 0 ] || rc=$r
 done
+# The on-host case's refusal: site.yml with mig_allow_reboot=true over this local connection must stop in its
+# validation play, before any module reads or changes the GPU.
+ansible-playbook -i "$SCRATCH/inventory" site.yml -e mig_allow_reboot=true > "$OUT/local-reboot-refused.log" 2>&1
+r=$?
+echo "site.yml -e mig_allow_reboot=true (local connection): rc=$r (must fail)" | tee -a "$OUT/machine-after.txt"
+grep -q "mig_allow_reboot=true with ansible_connection=local" "$OUT/local-reboot-refused.log" && [ $r -ne 0 ] || rc=7
 nvidia-smi --query-gpu=$Q --format=csv,noheader > "$SCRATCH/after.csv"
 {
   m nvidia-smi --query-gpu=$Q --format=csv
