@@ -23,7 +23,8 @@ options:
       The declaration: sharing, replicas, mig_layout, mig_config_name (null when not set), mig_strategy,
       compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval, and for CDI: cdi,
       runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd; for DRA: dra_claim_templates
-      (gpuops_dra_claim_templates, checked only with provider dra).
+      (gpuops_dra_claim_templates, checked only with provider dra); for reboots: connection (ansible_connection),
+      mig_allow_reboot and simulated (the node's GPUs are the simulator's).
     type: dict
     required: true
   node:
@@ -46,7 +47,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: One message per failed check, in the order sharing, replicas, MIG, compute mode and MIG owner,
-    providers, poll interval, CDI; empty when the declaration passes.
+    providers, poll interval, CDI, a reboot over a local connection; empty when the declaration passes.
   type: list
   elements: str
 """
@@ -70,6 +71,7 @@ CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 _WHOLE = re.compile(r"^[0-9]+$")
 _SECONDS = re.compile(r"^[0-9]{1,6}([.][0-9]{1,6})?$")
 _DONE = "Nothing was changed."
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
 
 
 def node_declaration_errors(declared, node):
@@ -122,6 +124,12 @@ def node_declaration_errors(declared, node):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
                       % (head, _json(_truncate(_text(interval), 40)), _DONE))
     errors.extend(_cdi_errors(declared, head, provider))
+    if (declared.get("connection") in LOCAL_CONNECTIONS and _bool(declared.get("mig_allow_reboot", False))
+            and not _bool(declared.get("simulated", False))):
+        errors.append("%s mig_allow_reboot=true with ansible_connection=local: a reboot to activate a MIG mode change "
+                      "would reboot the machine that runs Ansible (this run), not a remote node. Run from a controller "
+                      "over ssh, or set mig_allow_reboot: false (a change that needs a reboot then stops and says so; "
+                      "reboot the host yourself). %s" % (head, _DONE))
     return errors
 
 

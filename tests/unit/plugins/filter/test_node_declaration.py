@@ -114,3 +114,26 @@ def test_dra_claim_templates_are_checked_only_with_dra():
     assert node_declaration_errors(_cdi(provider="dra", dra_claim_templates=[{"name": "w", "sharing": "mps",
                                                                               "active_thread_percentage": 20}]),
                                    "n1") == []
+
+
+@pytest.mark.parametrize("connection", ["local", "ansible.builtin.local"])
+def test_a_reboot_over_a_local_connection_is_refused_before_anything_changes(connection):
+    """On the GPU host itself (a CI runner, molecule's local case) a MIG reboot would reboot the machine running
+    Ansible: refused up front, naming both settings and what to do instead."""
+    d = dict(declared({"gpu_node_sharing": "mig"}), connection=connection, mig_allow_reboot=True, simulated=False)
+    errors = node_declaration_errors(d, "gpu1")
+    assert len(errors) == 1, errors
+    assert "mig_allow_reboot=true" in errors[0] and "ansible_connection=local" in errors[0], errors
+    assert "reboot the machine that runs Ansible" in errors[0] and "mig_allow_reboot: false" in errors[0], errors
+    assert errors[0].endswith("Nothing was changed."), errors
+
+
+@pytest.mark.parametrize("values", [
+    {"connection": "ssh", "mig_allow_reboot": True, "simulated": False},      # a controller reboots a remote node
+    {"connection": "local", "mig_allow_reboot": False, "simulated": False},   # no reboot allowed
+    {"connection": "local", "mig_allow_reboot": "no", "simulated": False},
+    {"connection": "local", "mig_allow_reboot": True, "simulated": True},     # the simulated node reboots, not the host
+    {},                                                                       # older callers: nothing said
+], ids=["ssh", "local-no-reboot", "local-no-reboot-text", "local-simulated", "unset"])
+def test_reboots_elsewhere_or_not_allowed_pass(values):
+    assert node_declaration_errors(dict(declared({"gpu_node_sharing": "mig"}), **values), "gpu1") == []
