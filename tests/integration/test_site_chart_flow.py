@@ -285,3 +285,58 @@ def test_a_kill_at_each_step_leaves_the_node_marked_and_a_rerun_serves_it_withou
     a100 = cluster.site.gpus(A100)
     assert all(g["mig_current"] is True for g in a100["gpus"])
     assert a100["boot_id"] == 1 and "reboot" not in [c.get("event") for c in a100["call_log"]]
+
+
+def _unpausable_daemonset(cluster):
+    """A user's DaemonSet whose affinity lacks the pause expression (its pods would stay on a paused node)."""
+    cluster.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    cluster.api.put({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "gpu-exporter", "namespace": "monitoring", "labels": {"app": "gpu-exporter"}},
+        "spec": {"selector": {"matchLabels": {"app": "gpu-exporter"}},
+                 "template": {"metadata": {"labels": {"app": "gpu-exporter"}}, "spec": {
+                     "containers": [{"name": "exporter", "image": "gpu-exporter"}],
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}}}}})
+    return [{"namespace": "monitoring", "name": "gpu-exporter"}]
+
+
+def test_a_daemonset_that_cannot_be_paused_is_refused_before_the_node_is_cordoned(cluster):
+    unpausable = _unpausable_daemonset(cluster)
+    for check in (True, False):
+        # The A100 has disruptive work (a MIG change): refused, and the batch stops there (the H200 is not reached).
+        res = cluster.site.run(check=check, gpu_node_quiesce_daemonsets=unpausable)
+        assert res.rc != 0, res
+        failed = [f for f in res.failures() if f[0] == A100]
+        assert failed, res
+        msg = failed[-1][2]
+        assert "DaemonSet monitoring/gpu-exporter does not keep its pods off a paused node" in msg, msg
+        assert '"key": "%s"' % PAUSED in msg and '"operator": "NotIn"' in msg and "Nothing changed." in msg, msg
+        # The refusal came before the cordon: nothing was written to a node, no pod left one or was evicted, and the
+        # GPUs were not touched.
+        assert res.task("Cordon the node", A100) == [], res.task("Cordon the node", A100)
+        for node in (A100, H200):
+            assert cluster.node_writes(node) == []
+            live = cluster.node(node)
+            assert not (live.get("spec") or {}).get("unschedulable"), live
+            assert CORDONED_BY not in (live["metadata"].get("annotations") or {}), live["metadata"]
+            assert PAUSED not in (live["metadata"].get("labels") or {}), live["metadata"]
+            assert [e for t, n, e in cluster.fake.events if n == node and e.startswith("ended")] == []
+        assert cluster.site.gpus(A100)["call_log"] == []
+        assert [r for r in cluster.api.requests if r["path"].endswith("/eviction")] == []
+
+
+def test_invalid_quiesce_settings_are_refused_before_the_node_is_cordoned(cluster):
+    # What the pause task checks itself (no role-level check sees these): its timeout's range, and each entry's shape.
+    res = cluster.site.run(args=("--limit", A100), gpu_node_quiesce_timeout=-1, gpu_node_quiesce_daemonsets=[
+        {"namespace": "monitoring", "name": "dcgm-exporter", "selector": "app=dcgm-exporter"}])
+    assert res.rc != 0, res
+    failed = [f for f in res.failures() if f[0] == A100]
+    assert failed, res
+    msg = failed[-1][2]
+    assert "timeout must be a whole number of seconds from 0 to 86400" in msg and "got -1" in msg, msg
+    assert "daemonsets entry in monitoring: give a name or a selector, not both" in msg, msg
+    assert res.task("Cordon the node", A100) == [], res.task("Cordon the node", A100)
+    assert cluster.node_writes(A100) == [] and not cluster.node(A100)["spec"].get("unschedulable")
+    assert cluster.site.gpus(A100)["call_log"] == []
