@@ -55,7 +55,9 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import NVIDIA_SMI_MODE, boot_unit
+# The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
+# the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
+# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
 
 
 # What may stand in a unit's ExecStart line: a UUID as NVML reports it (GPU-<hex and dashes>), an absolute path
@@ -72,6 +74,7 @@ def _shown(value):
 
 
 def _gpu_errors(gpus):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import NVIDIA_SMI_MODE
     if not isinstance(gpus, list):
         return ["compute_mode_unit expects the gpus list of a compute_mode result (index, uuid, nvidia_smi_mode per "
                 "GPU), got %s" % _shown(gpus)]
@@ -93,6 +96,7 @@ def _gpu_errors(gpus):
 
 
 def compute_mode_unit(gpus, persistence=True, nvidia_smi="/usr/bin/nvidia-smi"):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
     errors = _gpu_errors(gpus)
     if not isinstance(nvidia_smi, str) or not _PATH.match(nvidia_smi):
         errors.append("nvidia_smi must be an absolute path without white space or control characters, got %s"

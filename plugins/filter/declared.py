@@ -18,10 +18,13 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_plan import FILE_STATES, normal_mode, sha1
+# The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
+# the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
+# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
 
 
 def declared_files(entries, contents):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._node_plan import FILE_STATES, normal_mode, sha1
     if not isinstance(entries, list):
         raise AnsibleFilterError("declared_files: the entries must be a list, got %s" % type(entries).__name__)
     if not isinstance(contents, dict):

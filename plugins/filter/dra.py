@@ -10,18 +10,26 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _sharing
-from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError
+# The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
+# the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
+# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
+
+
+def _planners():
+    """(_dra, _sharing), imported on first use."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra, _sharing
+    return _dra, _sharing
 
 
 def _interval(interval):
+    _dra = _planners()[0]
     if interval not in _dra.INTERVALS:
         raise AnsibleFilterError("the DRA time-slice interval %r is not one of %s" % (interval, ", ".join(_dra.INTERVALS)))
     return interval
 
 
 def _profiles(profiles, who):
+    _dra = _planners()[0]
     if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
         raise AnsibleFilterError("%s: the input must be the fleet's device plugin profiles (a list of mappings, as "
                                  "gpuops.nvidia.device_plugin_profiles returns them), got %s"
@@ -36,6 +44,7 @@ def _profiles(profiles, who):
 
 def dra_templates(profiles, explicit=None, interval="Default"):
     """The fleet's templates: a whole GPU, one per time-slicing profile, and the user's explicit ones."""
+    _dra = _planners()[0]
     _profiles(profiles, "dra_templates")
     try:
         fleet = _dra.fleet_templates(profiles, _interval(interval))
@@ -53,13 +62,14 @@ def dra_templates(profiles, explicit=None, interval="Default"):
 def dra_node_templates(gpus, profile, node_name, per_gpu=False, interval="Default"):
     """A node's GPU-dependent templates, as {'shared': [...], 'node': [...]}: MPS per GPU product and MIG per profile
     (shared by every node with the same GPUs), and with per_gpu one per GPU of the node."""
+    _dra, _sharing = _planners()
     gpus = gpus.get("gpus") if isinstance(gpus, dict) else gpus
     if not isinstance(gpus, list) or not isinstance(profile, dict):
         raise AnsibleFilterError("dra_node_templates: give the node's GPU facts and its device plugin profile")
     _profiles([profile], "dra_node_templates")
     try:
         gpus = _sharing.check_gpu_facts(gpus)
-    except ShareError as exc:
+    except _sharing.ShareError as exc:
         raise AnsibleFilterError("dra_node_templates: %s" % exc)
     for gpu in gpus:
         if not isinstance(gpu.get("uuid"), str) or not isinstance(gpu.get("mig_devices") or [], list) or not all(
@@ -69,7 +79,7 @@ def dra_node_templates(gpus, profile, node_name, per_gpu=False, interval="Defaul
                                      "(gpu_info's facts expected)" % (gpu.get("index"),))
     try:
         templates = _dra.node_templates(profile, gpus, node_name, per_gpu, _interval(interval))
-    except (_dra.DraError, ShareError) as exc:
+    except (_dra.DraError, _sharing.ShareError) as exc:
         raise AnsibleFilterError("node %s: %s" % (node_name, exc))
     return {"shared": [t for t in templates if t["profile"] != "per-gpu"],
             "node": [t for t in templates if t["profile"] == "per-gpu"]}
@@ -78,6 +88,7 @@ def dra_node_templates(gpus, profile, node_name, per_gpu=False, interval="Defaul
 def dra_profile_names(profiles):
     """The template profile labels the fleet's profiles keep (mps-4, ts-2, mig, default)."""
     _profiles(profiles, "dra_profile_names")
+    _dra = _planners()[0]
     return sorted(set(_dra.base_name(p) for p in profiles or []))
 
 

@@ -58,7 +58,9 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.filter.core import to_json
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+# The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
+# the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
+# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
 
 SHARING = ("mig", "mps", "time-slicing", "none")
 COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited")
@@ -170,6 +172,7 @@ def _cdi_errors(declared, head, provider):
 
 
 def _dra_errors(explicit):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
     try:
         _dra.explicit_templates(explicit)
     except _dra.DraError as exc:

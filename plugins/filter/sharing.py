@@ -14,10 +14,17 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import (
-    ShareError, daemon_defaults, replica_shares, workload_limits)
-
 display = Display()
+
+# The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
+# the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
+# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
+
+
+def _planner():
+    """The _sharing planner, imported on first use."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _sharing
+    return _sharing
 
 
 def _gpus(value):
@@ -36,16 +43,18 @@ def _gpus(value):
 
 
 def mps_shares(gpus, replicas, mode="per_gpu"):
+    _sharing = _planner()
     try:
-        return replica_shares(_gpus(gpus), replicas, mode)
-    except ShareError as e:
+        return _sharing.replica_shares(_gpus(gpus), replicas, mode)
+    except _sharing.ShareError as e:
         raise AnsibleFilterError("mps_shares: %s" % e)
 
 
 def mps_daemon_defaults(gpus, replicas, mode="per_gpu"):
+    _sharing = _planner()
     try:
-        return daemon_defaults(_gpus(gpus), replicas, mode)
-    except ShareError as e:
+        return _sharing.daemon_defaults(_gpus(gpus), replicas, mode)
+    except _sharing.ShareError as e:
         raise AnsibleFilterError("mps_daemon_defaults: %s" % e)
 
 
@@ -59,10 +68,11 @@ def mps_limits(limits, gpus=None, replicas=None, mode="per_gpu", warn=True):
                                  "pinned_device_mem_limit" % ", ".join(str(k) for k in unknown))
     if replicas is not None and gpus is None:
         raise AnsibleFilterError("mps_limits: replicas needs gpus (the GPU facts) to compute the shares")
+    _sharing = _planner()
     try:
-        out = workload_limits(limits.get("active_thread_percentage"), limits.get("pinned_device_mem_limit"),
+        out = _sharing.workload_limits(limits.get("active_thread_percentage"), limits.get("pinned_device_mem_limit"),
                               gpus=_gpus(gpus) if gpus is not None else None, replicas=replicas, mode=mode)
-    except ShareError as e:
+    except _sharing.ShareError as e:
         raise AnsibleFilterError("mps_limits: %s" % e)
     if warn:
         for w in out["warnings"]:
