@@ -48,3 +48,41 @@ def wait_stopped(find_pid, running, bound_s=BOUND_S):
             return None
         assert time.monotonic() < deadline, "the run did not reach its stop point within %d s" % bound_s
         time.sleep(0.02)
+
+
+def _stat(pid):
+    """(state, ppid, pgid) of a process, None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root):
+    """{pid: process group} of every live process below ``root`` (ansible's workers call setsid(): their modules
+    and the programs those run are in the workers' groups, not in ansible-playbook's)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat and stat[0] not in ("Z", "X"):
+                children.setdefault(stat[1], []).append((int(entry), stat[2]))
+    out, todo = {}, [root]
+    while todo:
+        for pid, pgid in children.get(todo.pop(), []):
+            out[pid] = pgid
+            todo.append(pid)
+    return out
+
+
+def wait_gone(pids, bound_s=120):
+    """Wait (bounded) until none of ``pids`` is alive (zombies count as gone)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        alive = [p for p in pids if (_stat(p) or ("X",))[0] not in ("Z", "X")]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, "processes %s of the killed run still alive after %d s" % (alive, bound_s)
+        time.sleep(0.1)
