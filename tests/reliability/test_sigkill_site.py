@@ -65,7 +65,8 @@ def _arm(site, env, kind, where):
 
 def _reach(site, proc, kind, where):
     """Wait (bounded) until the run is at its point: True; False when it ended first."""
-    running = lambda: proc.poll() is None     # noqa: E731
+    def running():
+        return proc.poll() is None
     if kind == "task":
         return wait_child_stopped(proc)
     if kind == "nvml":
