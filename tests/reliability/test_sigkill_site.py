@@ -126,21 +126,22 @@ def _kill_at(site, kind, where, whole_group):
 
 
 def _kill_points(reference):
-    """(kind, where, whole_group) for each of the KILLS: where is a task number, (node, NVML call number) or a write
-    number, uniform over those of a clean converge."""
+    """(kind, where, whole_group) for each of the KILLS: where is a task number, (node, NVML call number) or an API
+    write number of a clean converge; the kills of one kind take one point each from equal spans of its range, so
+    they spread over the whole converge."""
     rng = random.Random(SEED)
     steps = reference["steps"]
-    nvml = [(node, n) for node in NODES for n in range(1, steps[node] + 1)]
+    ranges = {"task": list(range(1, reference["tasks"] + 1)),
+              "nvml": [(node, n) for node in NODES for n in range(1, steps[node] + 1)],
+              "api": list(range(1, steps["api"] + 1))}
     out = []
     for k in range(KILLS):
         kind = KINDS[k % len(KINDS)]
-        if kind == "task":
-            where = rng.randint(1, reference["tasks"])
-        elif kind == "nvml":
-            where = rng.choice(nvml)
-        else:
-            where = rng.randint(1, steps["api"])
-        out.append((kind, where, rng.random() < 0.5))
+        points = ranges[kind]
+        of_kind = len(range(k % len(KINDS), KILLS, len(KINDS)))
+        span = len(points) / float(of_kind)
+        index = int((k // len(KINDS) + rng.random()) * span)
+        out.append((kind, points[min(index, len(points) - 1)], rng.random() < 0.5))
     return out
 
 
@@ -158,6 +159,20 @@ def _record(session_dir, entry):
         seen.append(entry)
         path.write_text(json.dumps(seen))
         return seen if len(seen) == len(RUN_KILLS) else None
+
+
+def test_kill_points_spread_over_each_kind():
+    reference = {"tasks": 107, "steps": {"api": 23, NODES[0]: 9, NODES[1]: 1}}
+    points = _kill_points(reference)
+    ranges = {"task": list(range(1, 108)), "api": list(range(1, 24)),
+              "nvml": [(NODES[0], n) for n in range(1, 10)] + [(NODES[1], 1)]}
+    for kind, values in ranges.items():
+        mine = [values.index(where) for k, where, dummy in points if k == kind]
+        assert mine == sorted(set(mine)), (kind, mine)                   # distinct, in order over the converge
+        assert mine[0] < len(values) // 5 and mine[-1] >= len(values) * 4 // 5, (kind, mine)     # start to end
+    assert (NODES[1], 1) in [where for dummy, where, dummy2 in points]     # the MPS node's NVML call too
+    assert {points[k][0] for k in RUN_KILLS} == set(KINDS)                 # make test's sample: every kind
+    assert {whole for dummy, dummy2, whole in points} == {True, False}
 
 
 @pytest.mark.parametrize("k", RUN_KILLS)
