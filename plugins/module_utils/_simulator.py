@@ -27,7 +27,9 @@ the code says so):
 - Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
   CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE with NVML's words only, and
   ``device_holders`` says who holds the files, as the real backend reads /proc), a fault injected into the
-  Nth mutating call, a reboot event, and a log of every mutating call (state["call_log"]).
+  Nth mutating call, a stop after the Nth mutating call (the calling process stops itself with SIGSTOP once that
+  call is saved, so that a test can kill it at exactly that point: `stop_after`), a reboot event, and a log of
+  every mutating call (state["call_log"]).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +41,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
@@ -61,6 +64,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state imp
     arch_rules,
     cuda_version_text,
     due_fault,
+    due_stop,
     gi_by_id,
     gi_profile_by_id,
     gpu_by_index,
@@ -191,27 +195,37 @@ class SimulatedBackend(GpuBackend):
     @contextlib.contextmanager
     def _mutation(self, call, args):
         """Count the call, fire an injected fault if one is due, log it; the body changes state only if
-        no exception escapes (the state is saved only on success)."""
-        with self._locked() as state:
-            state["mutating_calls"] += 1
-            entry = {"n": state["mutating_calls"], "call": call, "args": args, "pid": os.getpid()}
-            fault = due_fault(state, call)
-            if fault is not None:
-                entry["error"] = fault["error"]
-                entry["injected"] = True
-                # Only the counters and the log are kept: the GPU state is left as it was.
-                state["call_log"].append(entry)
-                raise NvmlError.for_name(fault["error"], "injected fault on %s call #%d" % (call, entry["n"]))
-            work = json.loads(json.dumps(state))
-            try:
-                yield work
-            except NvmlError as exc:
-                entry["error"] = exc.name
-                state["call_log"].append(entry)
-                raise
-            work["call_log"].append(entry)
-            state.clear()
-            state.update(work)
+        no exception escapes (the state is saved only on success). A call that a `stop_after` names stops
+        its process (SIGSTOP) once the call is saved and the state file's lock is released."""
+        stop = False
+        try:
+            with self._locked() as state:
+                state["mutating_calls"] += 1
+                entry = {"n": state["mutating_calls"], "call": call, "args": args, "pid": os.getpid()}
+                due = due_stop(state)
+                fault = due_fault(state, call)
+                if fault is not None:
+                    entry["error"] = fault["error"]
+                    entry["injected"] = True
+                    # Only the counters and the log are kept: the GPU state is left as it was.
+                    state["call_log"].append(entry)
+                    stop = due
+                    raise NvmlError.for_name(fault["error"], "injected fault on %s call #%d" % (call, entry["n"]))
+                work = json.loads(json.dumps(state))
+                try:
+                    yield work
+                except NvmlError as exc:
+                    entry["error"] = exc.name
+                    state["call_log"].append(entry)
+                    stop = due
+                    raise
+                work["call_log"].append(entry)
+                state.clear()
+                state.update(work)
+                stop = due
+        finally:
+            if stop:
+                os.kill(os.getpid(), signal.SIGSTOP)
 
     def set_mig_mode(self, index, enabled):
         with self._mutation("set_mig_mode", {"index": index, "enabled": bool(enabled)}) as state:
@@ -456,6 +470,16 @@ class SimulatedBackend(GpuBackend):
             raise GpuBackendError("after_calls must be 1 or more")
         with self._locked() as state:
             state["faults"].append({"remaining": int(after_calls), "error": error, "call": call})
+
+    def stop_after(self, calls):
+        """Test hook: the process that makes the `calls`-th mutating call from now (1 = the next one; failed
+        calls count) stops itself with SIGSTOP once that call is saved in the state file, its lock released and
+        its call_log entry (with the process's pid) written. A test then kills it there, at a point it chose
+        however loaded the machine is, or resumes it with SIGCONT. One stop at a time: arming replaces it."""
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+            raise GpuBackendError("stop_after needs a whole number of calls, 1 or more; got %r" % (calls,))
+        with self._locked() as state:
+            state["stop_after"] = calls
 
     def set_reset_supported(self, index, supported):
         """Model a passthrough VM (no per-GPU reset) when `supported` is False."""

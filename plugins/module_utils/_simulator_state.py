@@ -177,6 +177,18 @@ def due_fault(state, call):
     return None
 
 
+def due_stop(state):
+    """Whether this mutating call is the one a `stop_after` test hook names (counts it down; absent: False)."""
+    remaining = state.get("stop_after")
+    if remaining is None:
+        return False
+    if remaining <= 1:
+        del state["stop_after"]
+        return True
+    state["stop_after"] = remaining - 1
+    return False
+
+
 def process_facts(p):
     return {"pid": p["pid"], "name": p["name"], "used_memory_mib": p["used_memory_mib"],
             "gi_id": p.get("gi_id"), "ci_id": p.get("ci_id")}

@@ -1,19 +1,21 @@
-"""SIGKILL at random points of a mig_layout run, then a re-run converges (module level; the site.yml-level kill test
-is still to do). The module runs as its own process (`python -m`, as ansible runs it on a node) on a simulated
-8 x A100 node and is killed after a random delay within its ~1 s of work; then the state file must still load,
-the node lock must be free (the kernel drops a killed holder's flock), a re-run must reach the declared layout and
-a third run must change nothing."""
+"""SIGKILL at seeded points of a mig_layout run, then a re-run converges (module level; the site.yml-level kill test is
+tests/reliability/test_sigkill_site.py). The module runs as its own process (`python -m`, as ansible runs it on a
+node) on a simulated 8 x A100 node. Each kill lands right after the N-th of the plan's NVML calls, N chosen by the
+test (seeded, spread over the whole plan): the simulator's stop hook (SimulatedBackend.stop_after) makes the module
+stop itself once that call is saved, and the test SIGKILLs it there, however loaded the machine is. The call log must
+then show exactly N calls; the state file must still load, the node lock must be free (the kernel drops a killed
+holder's flock), a re-run must reach the declared layout and a third run must change nothing."""
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import named_layout_for
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from tests.support.stop_points import wait_child_stopped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KILLS = 20
@@ -38,11 +40,23 @@ def _run(tmp_path, state, args):
     return json.loads(out[out.index("{"):])
 
 
-def test_sigkill_at_random_points_then_rerun_converges(tmp_path):
-    rng = random.Random(20261122)
+def kill_points(seed=20261122):
+    """KILLS call numbers N, 0 < N < FULL_PLAN_CALLS: one drawn from each of KILLS equal spans of the plan, so the
+    kills cover the destroys at its start, the creates at its end and everything between."""
+    rng = random.Random(seed)
+    span = (FULL_PLAN_CALLS - 1) / float(KILLS)
+    return [1 + int(k * span) + rng.randrange(max(1, int(span))) for k in range(KILLS)]
+
+
+def test_kill_points_cover_the_plan():
+    points = kill_points()
+    assert len(set(points)) == KILLS and all(0 < n < FULL_PLAN_CALLS for n in points)
+    assert min(points) <= FULL_PLAN_CALLS // 10 and max(points) >= FULL_PLAN_CALLS * 9 // 10
+
+
+def test_sigkill_at_chosen_calls_then_rerun_converges(tmp_path):
     args = {"config_name": "all-balanced", "lock_timeout": 5}
-    killed_mid_plan = 0
-    for k in range(KILLS):
+    for k, calls in enumerate(kill_points()):
         d = tmp_path / ("k%02d" % k)
         d.mkdir()
         state = str(d / "state.json")
@@ -54,16 +68,18 @@ def test_sigkill_at_random_points_then_rerun_converges(tmp_path):
         first = _run(d, state, {"config_name": "all-1g"})
         assert not first.get("failed"), first
         sim.clear_call_log()
+        sim.stop_after(calls)
         proc = _start(d, state, args)
-        time.sleep(rng.uniform(0.05, 1.2))
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate()
-        calls = [e for e in sim.raw_state()["call_log"] if "call" in e]       # the state file still loads
-        killed_mid_plan += 0 < len(calls) < FULL_PLAN_CALLS
+        stopped = wait_child_stopped(proc)
+        if stopped:
+            proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate()
+        assert stopped, ("kill %d: the run ended before NVML call %d" % (k, calls), proc.returncode, out, err)
+        log = sim.raw_state()["call_log"]                # the state file still loads
+        assert len(log) == calls and all(e["pid"] == proc.pid and "error" not in e for e in log), (k, calls, log)
         again = _run(d, state, args)
-        assert not again.get("failed"), (k, again.get("msg"))
+        assert not again.get("failed"), (k, calls, again.get("msg"))
         for gpu in sim.read_all()["gpus"]:
             want = named_layout_for(gpu, "all-balanced")["mig_devices"]
-            assert dict(current_devices(gpu)) == want, (k, gpu["index"])
-        assert _run(d, state, args)["changed"] is False
-    assert killed_mid_plan >= 5, "too few kills landed inside the plan: %d" % killed_mid_plan
+            assert dict(current_devices(gpu)) == want, (k, calls, gpu["index"])
+        assert _run(d, state, args)["changed"] is False, (k, calls)

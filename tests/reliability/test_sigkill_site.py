@@ -1,16 +1,25 @@
-"""SIGKILL at 20 random points of a whole site.yml converge, then a re-run converges.
+"""SIGKILL at 20 seeded points of a whole site.yml converge, then a re-run converges.
 
 The small fleet of tests/reliability/site_env.py (two single-H200 nodes, the fake API server, real helm and
-containerd) is converged from scratch by ansible-playbook, started in its own process group, and killed at a
-random point: when the run starts its n-th task (n uniform over the task starts of a clean converge, counted by
-the test-only callback tests/support/callback_plugins/task_progress.py, so the points do not depend on how loaded
-the machine is), plus a random 0-1.5 s, so kills land inside tasks (a module, helm) as well as between them.
-Seeded, so a failure can be replayed. Kills pick at random between two ways a controller dies:
+containerd) is converged from scratch by ansible-playbook and killed at a point the test chooses (seeded, so a
+failure can be replayed), of one of three kinds in turn, each counted in a clean converge:
 
-- the whole process group (ansible-playbook, its workers and the modules they run, helm included) at once, as when
-  the controller machine or its container goes away;
+- the start of the run's n-th task: ansible-playbook stops itself there (the test-only callback
+  tests/support/callback_plugins/task_progress.py), between two tasks;
+- right after a node's n-th NVML call: the module making it stops itself once the call is saved (the simulator's
+  stop hook, SimulatedBackend.stop_after), inside mig_mode, mig_layout or compute_mode;
+- the n-th write to the Kubernetes API (lease renewals not counted): the fake API server applies it and holds its
+  answer, so the kill lands inside a Kubernetes module or inside helm, after the write and before its client knows.
+
+The run stops or waits at the point however loaded the machine is, and the test kills it there; each kill must land
+exactly where chosen (task starts, the node's call log, the held write's place among the writes). Kills pick at
+random between two ways a controller dies:
+
+- the whole run at once: ansible-playbook, its workers (each in a session of its own: ansible calls setsid()) and
+  the modules and helm they run, as when the controller machine or its container goes away;
 - ansible-playbook alone, as when AWX cancels a job or the OOM killer picks it: the worker that was running a
-  module lets that module finish, then finds its parent gone. The re-run starts when they are gone.
+  module lets that module finish (a stopped one is resumed, a held write answered), then finds its parent gone. The
+  re-run starts when they are gone.
 
 After each kill: no file is corrupt (site_env.check_integrity: state files load, files whole, no cordon without our
 mark), and a re-run must succeed and end exactly where a clean converge ends (GPUs, files, labels, no node
@@ -25,13 +34,14 @@ import os
 import random
 import signal
 import subprocess
-import time
 
 import pytest
 
 from tests.integration.site_helpers import HELM
-from tests.reliability.site_env import SmallSite, check_integrity, declared, differences, sampled, session_lock
+from tests.reliability.site_env import (NODES, SmallSite, check_integrity, declared, differences, sampled,
+                                        session_lock)
 from tests.support.ansible_run import ROOT
+from tests.support.stop_points import BOUND_S, descendants, wait_child_stopped, wait_gone, wait_stopped
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")]
@@ -40,49 +50,99 @@ KILLS = 20      # the seeded series; make test runs every fourth of them, GPUOPS
 RUN_KILLS = [k for k in range(KILLS) if sampled(k, KILLS, first=0)]
 INSIDE = len(RUN_KILLS) // 2    # of the kills that run, at least this many between the first and last mutating step
 SEED = 20261122
+KINDS = ("task", "nvml", "api")     # kill k stops at a point of kind KINDS[k % 3]
 
 
-def _alive_in_group(pgid):
-    """PIDs of the live (not zombie) processes of a process group."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
-    return out
+def _arm(site, env, kind, where):
+    """Make the run stop (or wait) at the chosen point."""
+    if kind == "task":
+        env["GPUOPS_TEST_STOP_AT_TASK"] = str(where)
+    elif kind == "nvml":
+        site.backend(where[0]).stop_after(where[1])
+    else:
+        site.api.hold_nth_write(where)
 
 
-def _kill_at(site, task, delay, whole_group):
+def _reach(site, proc, kind, where):
+    """Wait (bounded) until the run is at its point: True; False when it ended first."""
+    def running():
+        return proc.poll() is None
+    if kind == "task":
+        return wait_child_stopped(proc)
+    if kind == "nvml":
+        backend = site.backend(where[0])
+
+        def stopped_caller():
+            log = backend.raw_state()["call_log"]
+            return log[where[1] - 1]["pid"] if len(log) >= where[1] else None
+        return wait_stopped(stopped_caller, running) is not None
+    return site.api.wait_held(BOUND_S, running)
+
+
+def _landed(site, kind, where):
+    """Where the run is, in the point's own count: task starts, the node's NVML calls, the held write's number."""
+    if kind == "task":
+        return len(site.tasks_started())
+    if kind == "nvml":
+        return len(site.backend(where[0]).raw_state()["call_log"])
+    held = [i + 1 for i, r in enumerate(site.api.writes(dry_run=False, counted=True)) if r.get("held")]
+    return held[0] if len(held) == 1 else held
+
+
+def _kill_at(site, kind, where, whole_group):
+    """Run site.yml, kill it at its point; returns how many of the point's kind it had made when killed (None: the
+    run ended first)."""
     cmd, env = site.command()
+    env = dict(env)
+    _arm(site, env, kind, where)
     with open(str(site.tmp / "killed-run.out"), "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        while len(site.tasks_started()) < task and proc.poll() is None:
-            time.sleep(0.05)
-        time.sleep(delay)
-        if proc.poll() is not None:
-            return "finished before the kill"
-        if whole_group:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        deadline = time.monotonic() + 120
-        while _alive_in_group(proc.pid):
-            assert time.monotonic() < deadline, "processes of the killed run still alive after 120 s"
-            time.sleep(0.2)
-    started = site.tasks_started()
-    return "killed at task %d: %s" % (len(started), started[-1])
+        try:
+            if not _reach(site, proc, kind, where):
+                return None
+            landed = _landed(site, kind, where)
+            if kind != "task":
+                # ansible-playbook starts nothing more while the test takes the list of its processes
+                os.kill(proc.pid, signal.SIGSTOP)
+                assert wait_child_stopped(proc)
+            tree = descendants(proc.pid)
+            if whole_group:
+                for group in {proc.pid} | set(tree.values()):
+                    try:
+                        os.killpg(group, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            else:
+                proc.send_signal(signal.SIGKILL)
+                for pid in tree:
+                    os.kill(pid, signal.SIGCONT)        # the stopped module goes on, as an unstopped one would
+        finally:
+            site.api.release_held()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        wait_gone(tree)
+    return landed
 
 
-def _kill_points(tasks):
+def _kill_points(reference):
+    """(kind, where, whole_group) for each of the KILLS: where is a task number, (node, NVML call number) or an API
+    write number of a clean converge; the kills of one kind take one point each from equal spans of its range, so
+    they spread over the whole converge."""
     rng = random.Random(SEED)
-    return [(rng.randint(1, tasks), rng.uniform(0, 1.5), rng.random() < 0.5) for _k in range(KILLS)]
+    steps = reference["steps"]
+    ranges = {"task": list(range(1, reference["tasks"] + 1)),
+              "nvml": [(node, n) for node in NODES for n in range(1, steps[node] + 1)],
+              "api": list(range(1, steps["api"] + 1))}
+    out = []
+    for k in range(KILLS):
+        kind = KINDS[k % len(KINDS)]
+        points = ranges[kind]
+        of_kind = len(range(k % len(KINDS), KILLS, len(KINDS)))
+        span = len(points) / float(of_kind)
+        index = int((k // len(KINDS) + rng.random()) * span)
+        out.append((kind, points[min(index, len(points) - 1)], rng.random() < 0.5))
+    return out
 
 
 def _inside(done, total):
@@ -101,25 +161,41 @@ def _record(session_dir, entry):
         return seen if len(seen) == len(RUN_KILLS) else None
 
 
+def test_kill_points_spread_over_each_kind():
+    reference = {"tasks": 107, "steps": {"api": 23, NODES[0]: 9, NODES[1]: 1}}
+    points = _kill_points(reference)
+    ranges = {"task": list(range(1, 108)), "api": list(range(1, 24)),
+              "nvml": [(NODES[0], n) for n in range(1, 10)] + [(NODES[1], 1)]}
+    for kind, values in ranges.items():
+        mine = [values.index(where) for k, where, dummy in points if k == kind]
+        assert mine == sorted(set(mine)), (kind, mine)                   # distinct, in order over the converge
+        assert mine[0] < len(values) // 5 and mine[-1] >= len(values) * 4 // 5, (kind, mine)     # start to end
+    assert (NODES[1], 1) in [where for dummy, where, dummy2 in points]     # the MPS node's NVML call too
+    assert {points[k][0] for k in RUN_KILLS} == set(KINDS)                 # make test's sample: every kind
+    assert {whole for dummy, dummy2, whole in points} == {True, False}
+
+
 @pytest.mark.parametrize("k", RUN_KILLS)
-def test_sigkill_at_a_random_point_then_rerun_converges(k, reference, session_dir, tmp_path):
+def test_sigkill_at_a_chosen_point_then_rerun_converges(k, reference, session_dir, tmp_path):
     want = reference["state"]
-    task_starts = reference["tasks"]
-    task, delay, whole_group = _kill_points(task_starts)[k]
+    kind, where, whole_group = _kill_points(reference)[k]
     site = SmallSite(tmp_path / "fleet")
     try:
-        outcome = _kill_at(site, task, delay, whole_group)
+        landed = _kill_at(site, kind, where, whole_group)
+        assert landed is not None, (k, kind, where, "the run ended before its kill point")
+        assert landed == (where[1] if kind == "nvml" else where), (k, kind, where, "the kill landed at", landed)
         done = site.progress()
         check_integrity(site, want)
         again = site.run()
-        assert again.rc == 0, (k, task, whole_group, done, again)
-        assert not differences(declared(site), want), (k, task, whole_group, done, differences(declared(site), want))
+        assert again.rc == 0, (k, kind, where, whole_group, done, again)
+        assert not differences(declared(site), want), (k, kind, where, whole_group, done,
+                                                       differences(declared(site), want))
     finally:
         site.close()
     inside = _inside(done, reference["steps"])
-    print("kill %02d at task %d of %d + %.2f s (%s): %s; steps done %s; inside the converge: %s" % (
-        k, task, task_starts, delay, "group" if whole_group else "parent", outcome, done, inside))
-    everything = _record(session_dir, {"k": k, "inside": inside, "outcome": outcome})
+    print("kill %02d at %s %s (%s): steps done %s; inside the converge: %s" % (
+        k, kind, where, "whole run" if whole_group else "parent", done, inside))
+    everything = _record(session_dir, {"k": k, "inside": inside, "kind": kind, "where": where})
     if everything is not None:
         landed = sum(1 for entry in everything if entry["inside"])
         assert landed >= INSIDE, ("only %d of %d kills landed between the first and the last mutating step"

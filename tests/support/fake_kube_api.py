@@ -333,6 +333,8 @@ class FakeKubeApi(object):
         self.failures = []
         self._write_fault = None   # [writes still to let through, code] for fail_nth_write
         self.uncounted = None      # predicate(request record): writes fail_nth_write neither counts nor fails
+        self._write_hold = None    # [writes still to let through, reached Event, release Event] for hold_nth_write
+        self.on_request = None     # callable(request record), run as each request comes, before it is answered
         self._rv = 1000
         self._lock = threading.RLock()
         self._local = threading.local()   # the request record of the request this thread serves (answer code)
@@ -393,6 +395,27 @@ class FakeKubeApi(object):
         if n < 1:
             raise ValueError("n must be 1 or more")
         self._write_fault = [n, code]
+
+    def hold_nth_write(self, n):
+        """Apply the ``n``-th mutating request from now (counted as fail_nth_write counts) but hold its answer until
+        ``release_held()``: the client waits there, so a test can kill it at exactly that write however loaded the
+        machine is. ``wait_held(bound_s)`` returns once the write is applied and held (False: not reached)."""
+        if n < 1:
+            raise ValueError("n must be 1 or more")
+        self._write_hold = [n, threading.Event(), threading.Event()]
+
+    def wait_held(self, bound_s, running=None):
+        """Wait (bounded) until the held write is reached; ``running()`` false ends the wait early (False)."""
+        hold = self._write_hold
+        deadline = time.monotonic() + bound_s
+        while not hold[1].wait(0.05):
+            if (running is not None and not running()) or time.monotonic() > deadline:
+                return hold[1].is_set()
+        return True
+
+    def release_held(self):
+        if self._write_hold:
+            self._write_hold[2].set()
 
     def writes(self, dry_run=None, counted=False, accepted=False):
         """Mutating requests seen so far; dry_run=True/False filters on dryRun=All; counted=True leaves out those
@@ -492,6 +515,8 @@ class FakeKubeApi(object):
         with self._lock:
             self.requests.append(record)
         self._local.record = record
+        if self.on_request is not None:
+            self.on_request(record)
         body = None
         if "protobuf" in ctype and body_bytes:
             # helm (client-go) writes core/v1 objects as protobuf: decode the kinds it writes (Secret, ConfigMap).
@@ -523,6 +548,11 @@ class FakeKubeApi(object):
                     code, self._write_fault = self._write_fault[1], None
                     record["injected"] = True
                     return status(code, "InternalError", "Internal error occurred: injected by test (write fault)")
+            if (self._write_hold and self._write_hold[0] > 0 and method in ("POST", "PUT", "PATCH", "DELETE")
+                    and "All" not in query.get("dryRun", []) and not (self.uncounted and self.uncounted(record))):
+                self._write_hold[0] -= 1
+                if self._write_hold[0] == 0:
+                    record["held"] = True
             for failure in self.failures:
                 if failure.times and failure.method in ("*", method) and failure.path_re.search(path):
                     failure.times -= 1
@@ -810,6 +840,10 @@ class _Handler(BaseHTTPRequestHandler):
         if record is not None:
             record["code"] = code      # what the request was answered (requests[i]["code"])
             self.server_api._local.record = None
+            hold = self.server_api._write_hold
+            if record.get("held") and hold:
+                hold[1].set()          # applied, not answered: the client waits here (hold_nth_write)
+                hold[2].wait(600)
         if isinstance(body, bytes):
             payload, ctype = body, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
         else:

@@ -1,5 +1,6 @@
 """The fake API server itself, driven by the real kubernetes client: what the module tests rely on."""
 import json
+import threading
 
 import kubernetes
 import pytest
@@ -163,3 +164,38 @@ def test_snapshot_restores_objects_applied_configs_and_versions_in_another_serve
     assert other.objects == kube_api.objects and other.applied == kube_api.applied
     other.add_node("b")
     assert int(other.get("", "nodes", "b")["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+
+
+def test_hold_nth_write_applies_it_and_holds_the_answer_until_released(kube_api, client):
+    core = client[0]
+    kube_api.add_node("a")
+    kube_api.hold_nth_write(2)
+    core.patch_node("a", {"metadata": {"labels": {"x.io/one": "1"}}}, dry_run="All")    # dry runs do not count
+    core.patch_node("a", {"metadata": {"labels": {"x.io/one": "1"}}})                    # write 1: answered
+    answered = []
+    writer = threading.Thread(target=lambda: answered.append(
+        core.patch_node("a", {"metadata": {"labels": {"x.io/two": "2"}}})), daemon=True)
+    writer.start()
+    assert kube_api.wait_held(60)
+    assert kube_api.node_labels("a")["x.io/two"] == "2"       # applied ...
+    writer.join(0.2)
+    assert answered == [] and writer.is_alive()               # ... and its client still waits for the answer
+    held = [r for r in kube_api.writes(dry_run=False) if r.get("held")]
+    assert len(held) == 1 and held[0] is kube_api.writes(dry_run=False)[1]
+    kube_api.release_held()
+    writer.join(60)
+    assert len(answered) == 1
+    core.patch_node("a", {"metadata": {"labels": {"x.io/three": "3"}}})                  # only one write is held
+
+
+def test_on_request_sees_each_request_before_it_is_answered(kube_api, client):
+    core = client[0]
+    kube_api.add_node("a", labels={"early": "1"})
+    seen = []
+
+    def hook(record):
+        seen.append(record["path"])
+        kube_api.objects[("", "nodes", "", "a")]["metadata"]["labels"]["late"] = "1"
+    kube_api.on_request = hook
+    assert core.read_node("a").metadata.labels["late"] == "1"
+    assert seen == ["/api/v1/nodes/a"]

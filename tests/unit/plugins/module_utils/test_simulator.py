@@ -2,6 +2,9 @@
 import json
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +19,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from tests.support.ansible_run import ROOT
+from tests.support.stop_points import wait_child_stopped
 
 
 def _enable(sim, index):
@@ -432,3 +437,58 @@ def test_errors_carry_nvml_codes():
     assert NvmlError.for_name("IN_USE").code == 19
     assert isinstance(NvmlError.for_code(23), NvmlInsufficientResources)
     assert NvmlError.for_code(4242).name == "UNKNOWN"
+
+
+# ---------------------------------------------------------------- the stop hook (kills at a chosen call)
+_CALLER = ("import sys\n"
+           "from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend\n"
+           "sim = SimulatedBackend(sys.argv[1])\n"
+           "for n in range(5):\n"
+           "    try:\n"
+           "        sim.set_persistence_mode(0, n % 2 == 0) if n != 1 else sim.create_gpu_instance(0, 9, 0)\n"
+           "    except Exception:\n"
+           "        pass\n")
+
+
+def _caller(path):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"))
+    return subprocess.Popen([sys.executable, "-c", _CALLER, path], env=env)
+
+
+@pytest.mark.parametrize("calls", [1, 2, 3, 5])
+def test_stop_after_stops_the_caller_once_its_nth_call_is_saved(make_sim, calls):
+    sim = make_sim("hgx-h200")
+    sim.stop_after(calls)
+    proc = _caller(sim.path)
+    try:
+        assert wait_child_stopped(proc), "the caller ran to its end without stopping"
+        log = sim.raw_state()["call_log"]           # the lock is free while it is stopped
+        assert len(log) == calls and all(e["pid"] == proc.pid for e in log)
+        assert "stop_after" not in sim.raw_state()
+        if calls >= 2:
+            assert log[1]["error"] == "NOT_SUPPORTED"   # a failed call counts and stops too
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(sim.raw_state()["call_log"]) == 5     # resumed: the other calls went on, no second stop
+
+
+def test_without_stop_after_nothing_stops(make_sim):
+    sim = make_sim("hgx-h200")
+    proc = _caller(sim.path)
+    assert not wait_child_stopped(proc) and proc.returncode == 0
+    assert len(sim.raw_state()["call_log"]) == 5
+
+
+@pytest.mark.parametrize("calls", [0, -1, 1.5, "3", True, None])
+def test_bad_stop_after_is_refused_and_changes_nothing(make_sim, calls):
+    sim = make_sim("hgx-h200")
+    with open(sim.path, "rb") as handle:
+        before = handle.read()
+    with pytest.raises(GpuBackendError, match="stop_after needs a whole number of calls, 1 or more; got"):
+        sim.stop_after(calls)
+    with open(sim.path, "rb") as handle:
+        assert handle.read() == before

@@ -1,8 +1,6 @@
 """node_gpu_pods: the real kubernetes client over real HTTP against the fake API server. Here a timer stands in for
 the DaemonSet controller (removes or adds the node's pod); the site tests run the fake controller itself."""
 import json
-import threading
-import time
 
 import pytest
 
@@ -54,18 +52,21 @@ def args(kube_api, **kw):
     return base
 
 
-def after_write(kube_api, seconds, action):
-    """Run ``action`` ``seconds`` after the first write (not a dry run) the fake API server receives."""
-    def wait_then_act():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not [r for r in list(kube_api.requests) if r["method"] != "GET"
-                                                   and not r["query"].get("dryRun")]:
-            time.sleep(0.01)
-        time.sleep(seconds)
-        action()
-    thread = threading.Thread(target=wait_then_act, daemon=True)
-    thread.start()
-    return thread
+def at_listing_after_write(kube_api, listings, action):
+    """Run ``action`` as the module lists pods for the ``listings``-th time after the first write (not a dry run) the
+    fake API server receives, before that listing is answered: the module has then seen the old pods
+    ``listings - 1`` times, however long each poll took. Returns the listings seen after the write."""
+    seen = []
+
+    def hook(record):
+        if record["method"] != "GET" or not record["path"].endswith("/pods"):
+            return
+        if [r for r in list(kube_api.requests) if r["method"] != "GET" and not r["query"].get("dryRun")]:
+            seen.append(record)
+            if len(seen) == listings:
+                action()
+    kube_api.on_request = hook
+    return seen
 
 
 def node_meta(kube_api):
@@ -87,12 +88,13 @@ def test_excludes_paused_needs_the_expression_in_every_term():
 
 
 def test_pause_waits_until_the_pods_left_then_a_second_pause_changes_nothing(cluster):
-    # the DaemonSet controller removes the pod 0.3 s after the node was labelled
-    timer = after_write(cluster, 0.3, lambda: cluster.objects.pop(("", "pods", NS, "nvdp-plugin-abc")))
-    res = run_main(node_gpu_pods.main, args(cluster, state="paused"), diff=True)
-    timer.join()
+    # the DaemonSet controller removes the pod as the module lists the pods for the third time after labelling
+    listings = at_listing_after_write(cluster, 3, lambda: cluster.objects.pop(("", "pods", NS, "nvdp-plugin-abc")))
+    res = run_main(node_gpu_pods.main, args(cluster, state="paused", timeout=120), diff=True)
+    cluster.on_request = None
     assert res["changed"] is True and res["paused"] is True and not res.get("failed"), res
-    assert res["holding"] == [NS + "/nvdp-nvidia-device-plugin"] and res["waited"] >= 0.2
+    # it kept polling while the pod stayed, and stopped at the listing that no longer had it
+    assert res["holding"] == [NS + "/nvdp-nvidia-device-plugin"] and len(listings) == 3 and res["waited"] > 0
     labels, annotations = node_meta(cluster)
     assert labels[_gpu_pods.PAUSE_LABEL] == "true"
     assert annotations[_gpu_pods.PAUSED_BY] == "gpuops.nvidia.gpu_node"
@@ -131,12 +133,12 @@ def test_resume_releases_our_pause_and_waits_for_a_ready_pod(cluster):
         annotations={_gpu_pods.PAUSED_BY: "gpuops.nvidia.gpu_node",
                      _gpu_pods.PAUSED_DAEMONSETS: json.dumps([NS + "/nvdp-nvidia-device-plugin"])})})
     cluster.put(pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=False))
-    # the pod becomes Ready 0.3 s after the module lifted the pause (however long the module took to get there)
+    # the pod becomes Ready as the module lists the pods for the third time after it lifted the pause
     ready = pod("nvdp-plugin-new", "nvdp-nvidia-device-plugin", ready=True)
-    timer = after_write(cluster, 0.3, lambda: cluster.put(ready))
-    res = run_main(node_gpu_pods.main, args(cluster, state="running"))
-    timer.join()
-    assert res["changed"] is True and res["paused"] is False and res["waited"] >= 0.2, res
+    listings = at_listing_after_write(cluster, 3, lambda: cluster.put(ready))
+    res = run_main(node_gpu_pods.main, args(cluster, state="running", timeout=120))
+    cluster.on_request = None
+    assert res["changed"] is True and res["paused"] is False and len(listings) == 3 and res["waited"] > 0, res
     labels, annotations = node_meta(cluster)
     assert _gpu_pods.PAUSE_LABEL not in labels and _gpu_pods.PAUSED_BY not in annotations
     again = run_main(node_gpu_pods.main, args(cluster, state="running"))

@@ -1,0 +1,88 @@
+"""Wait for a process that stopped itself (SIGSTOP) at a point the test chose, so the test can kill it exactly there.
+
+Tests must not place a kill or a fault by sleeping: on a loaded machine the run is elsewhere when the sleep ends. The
+code under test stops itself instead, at a point a test hook names: the simulator after its N-th mutating call
+(SimulatedBackend.stop_after), ansible-playbook at the start of its N-th task or of a named one
+(tests/support/callback_plugins/task_progress.py). These helpers wait for that stop, polling with a bound: how long
+the run takes to get there changes nothing but the wait.
+"""
+import os
+import time
+
+BOUND_S = 300
+
+
+def proc_state(pid):
+    """The state letter of a process (R, S, T, Z, ...), None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def wait_child_stopped(proc, bound_s=BOUND_S):
+    """Wait until the child ``proc`` (a Popen) is stopped, or has ended: True when stopped; False when it ended (its
+    returncode is then set)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+        if pid:
+            if os.WIFSTOPPED(status):
+                return True
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return False
+        assert time.monotonic() < deadline, "process %d neither stopped nor ended within %d s" % (proc.pid, bound_s)
+        time.sleep(0.02)
+
+
+def wait_stopped(find_pid, running, bound_s=BOUND_S):
+    """Wait until the process that ``find_pid()`` names (None while there is none yet) is stopped: its pid. None when
+    ``running()`` turns false first (the run ended without reaching the point)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        pid = find_pid()
+        if pid is not None and proc_state(pid) == "T":
+            return pid
+        if not running():
+            return None
+        assert time.monotonic() < deadline, "the run did not reach its stop point within %d s" % bound_s
+        time.sleep(0.02)
+
+
+def _stat(pid):
+    """(state, ppid, pgid) of a process, None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root):
+    """{pid: process group} of every live process below ``root`` (ansible's workers call setsid(): their modules
+    and the programs those run are in the workers' groups, not in ansible-playbook's)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat and stat[0] not in ("Z", "X"):
+                children.setdefault(stat[1], []).append((int(entry), stat[2]))
+    out, todo = {}, [root]
+    while todo:
+        for pid, pgid in children.get(todo.pop(), []):
+            out[pid] = pgid
+            todo.append(pid)
+    return out
+
+
+def wait_gone(pids, bound_s=120):
+    """Wait (bounded) until none of ``pids`` is alive (zombies count as gone)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        alive = [p for p in pids if (_stat(p) or ("X",))[0] not in ("Z", "X")]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, "processes %s of the killed run still alive after %d s" % (alive, bound_s)
+        time.sleep(0.1)
