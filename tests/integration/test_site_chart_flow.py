@@ -124,19 +124,25 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     assert cluster.fake.events[events:] == []
 
 
-def _dcgm_exporter(cluster):
-    """A user's DCGM exporter DaemonSet whose affinity keeps it off a paused node; its pods hold the GPUs."""
+def _user_daemonset(cluster, name, pausable):
+    """A user's GPU DaemonSet in namespace monitoring; with ``pausable`` its affinity keeps it off a paused node."""
+    expressions = [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]
+    if pausable:
+        expressions.append({"key": PAUSED, "operator": "NotIn", "values": ["true"]})
     cluster.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
     cluster.api.put({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "dcgm-exporter", "namespace": "monitoring", "labels": {"app": "dcgm-exporter"}},
-        "spec": {"selector": {"matchLabels": {"app": "dcgm-exporter"}},
-                 "template": {"metadata": {"labels": {"app": "dcgm-exporter"}}, "spec": {
-                     "containers": [{"name": "exporter", "image": "dcgm-exporter"}],
+        "metadata": {"name": name, "namespace": "monitoring", "labels": {"app": name}},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                     "containers": [{"name": "exporter", "image": name}],
                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                         "nodeSelectorTerms": [{"matchExpressions": [
-                             {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
-                             {"key": PAUSED, "operator": "NotIn", "values": ["true"]}]}]}}}}}}})
+                         "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}}}}})
+
+
+def _dcgm_exporter(cluster):
+    """A user's DCGM exporter DaemonSet whose affinity keeps it off a paused node; its pods hold the GPUs."""
+    _user_daemonset(cluster, "dcgm-exporter", pausable=True)
     cluster.fake.holders.append({"app": "dcgm-exporter"})
     return [{"namespace": "monitoring", "selector": "app=dcgm-exporter"}]
 
@@ -293,16 +299,7 @@ def test_a_kill_at_each_step_leaves_the_node_marked_and_a_rerun_serves_it_withou
 
 def _unpausable_daemonset(cluster):
     """A user's DaemonSet whose affinity lacks the pause expression (its pods would stay on a paused node)."""
-    cluster.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
-    cluster.api.put({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "gpu-exporter", "namespace": "monitoring", "labels": {"app": "gpu-exporter"}},
-        "spec": {"selector": {"matchLabels": {"app": "gpu-exporter"}},
-                 "template": {"metadata": {"labels": {"app": "gpu-exporter"}}, "spec": {
-                     "containers": [{"name": "exporter", "image": "gpu-exporter"}],
-                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                         "nodeSelectorTerms": [{"matchExpressions": [
-                             {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}}}}})
+    _user_daemonset(cluster, "gpu-exporter", pausable=False)
     return [{"namespace": "monitoring", "name": "gpu-exporter"}]
 
 
