@@ -18,6 +18,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import pause_expression
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import is_dns_subdomain
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError, replica_shares
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -71,7 +72,6 @@ PROFILE_ARG_SPEC = dict(
     flags=dict(type="dict"),
 )
 
-_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Under mig_strategy mixed the plugin registers one resource per GPU-instance profile whose compute instance spans
 # it (C == G), named "mig-" + the profile with '+' written as '.': nvidia.com/mig-1g.10gb.me,
 # nvidia.com/mig-1g.24gb.gfx, nvidia.com/mig-1g.24gb.me.all, nvidia.com/mig-1g.24gb-me
@@ -140,7 +140,7 @@ def resource_name_errors(name, where):
         errs.append("%s: resource %r: fully-qualified resource name must be 63 characters or less (device plugin "
                     "rule)" % (where, full))
     prefix, dummy, rest = full.partition("/")
-    if prefix != "nvidia.com" or not _RESOURCE_NAME.match(rest or ""):
+    if prefix != "nvidia.com" or not is_dns_subdomain(rest or ""):
         errs.append("%s: resource %r: incorrect format for resource name: the device plugin accepts nvidia.com/<name> "
                     "where <name> is a DNS subdomain (lower case alphanumerics, '-' and '.')" % (where, full))
     return errs
