@@ -28,7 +28,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config i
     CTK_PACKAGE, import_pattern, list_strings, toml_reader, wrong_drop_in_1180)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, binary_identity, file_digest, find_tool)
+    ToolNotFound, binary_identity, file_digest, find_tool, require_tool)
 
 
 def find_tools(get_bin_path, params):
@@ -36,10 +36,7 @@ def find_tools(get_bin_path, params):
     ``get_bin_path`` (AnsibleModule.get_bin_path) finds in PATH, /usr/bin, /usr/local/bin or /usr/sbin.
     ToolNotFound when a named path is not an executable file, or no nvidia-ctk is found; without containerd the
     candidate is only not validated (containerd_runtime warns)."""
-    ctk = find_tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk")
-    if ctk is None:
-        raise ToolNotFound("nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin): install the %s"
-                           " package, which provides it, or set nvidia_ctk_path" % CTK_PACKAGE, "nvidia-ctk not found")
+    ctk = require_tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
     return ctk, find_tool(get_bin_path, params, "containerd_path", "containerd")
 
 

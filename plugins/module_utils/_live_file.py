@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Live files on the node: read one safely, write one atomically, find an installed tool, and identify a file or an
+"""Live files on the node: read one safely, write one atomically, find (or require) an installed tool, and identify a file or an
 installed binary without trusting its name (PRIVATE to gpuops.nvidia).
 
 Used by the steps that write a node's files from a tool's output (containerd_runtime, cdi_spec) and by the node
@@ -101,3 +101,14 @@ def find_tool(get_bin_path, params, option, name):
         raise ToolNotFound("%s %s does not exist or is not executable (give the path of the %s program)"
                            % (option, given, name), "%s %s is not executable" % (name, given))
     return given
+
+
+def require_tool(get_bin_path, params, option, name, package):
+    """``find_tool`` for a tool the step cannot do without: a tool not found is ToolNotFound too, whose message
+    names every place searched (``option``, PATH and TOOL_DIRS) and the ``package`` that provides it, and whose
+    ``reason`` is ``"<name> not found"``."""
+    path = find_tool(get_bin_path, params, option, name)
+    if path is None:
+        raise ToolNotFound("%s was not found (looked in PATH, %s): install the %s package, which provides it, or set %s"
+                           % (name, ", ".join(TOOL_DIRS), package, option), "%s not found" % name)
+    return path
