@@ -33,6 +33,8 @@ DEVICE_CLASSES = {"gpu": "gpu.nvidia.com", "mig": "mig.nvidia.com"}
 CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
 CONFIG_KIND = "GpuConfig"
 INTERVALS = ("Default", "Short", "Medium", "Long")
+# _kube.DRA_API_VERSION, written here too because this file stays free of the Kubernetes client (the controller's
+# filters load it); tests/unit/plugins/module_utils/test_kube.py fails when the two differ.
 RESOURCE_API = "resource.k8s.io/v1"
 REQUEST = "gpu"
 

@@ -16,11 +16,6 @@ import copy
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 
-# The API the collection writes DRA objects at (DeviceClass, ResourceClaimTemplate): resource.k8s.io/v1, GA in
-# Kubernetes 1.34. NVIDIA's chart also accepts v1beta2 and v1beta1 (_helpers.tpl resourceApiVersion), the collection
-# does not.
-RESOURCE_GROUP = "resource.k8s.io"
-RESOURCE_VERSION = "v1"
 # templates/deviceclass-gpu.yaml and deviceclass-mig.yaml: rendered when resources.gpus.enabled.
 DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
 CHART_NAME = "nvidia-dra-driver-gpu"

@@ -79,11 +79,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
 
 def read_slices(kube, node_name):
-    listed = kube.get("list the ResourceSlices of node %s" % node_name, SLICES,
+    listed = kube.get("list the ResourceSlices of node %s" % node_name, _kube.dra_path("resourceslices"),
                       fieldSelector="spec.nodeName=%s,spec.driver=%s" % (node_name, _dra.DRIVER))
     return listed.get("items") or []
 
