@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
+import json
 import os
 import tempfile
 
@@ -112,3 +113,38 @@ def require_tool(get_bin_path, params, option, name, package):
         raise ToolNotFound("%s was not found (looked in PATH, %s): install the %s package, which provides it, or set %s"
                            % (name, ", ".join(TOOL_DIRS), package, option), "%s not found" % name)
     return path
+
+
+# ------------------------------------------------------------------------------------------------------
+# Verified-state stamps: a step that verified a file records, in a hidden JSON file beside it, what it verified; a
+# later run (or gpu_node_plan) that computes the same inputs trusts the record instead of running the tools again.
+# Each step keeps its own suffix and record (containerd_runtime: _containerd_stamp, cdi_spec: _cdi).
+# ------------------------------------------------------------------------------------------------------
+def stamp_path(path, suffix):
+    """``<directory>/.<name><suffix>``: beside ``path``, hidden, so that it goes where the file goes."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, "." + name + suffix)
+
+
+def stamp_text(record, indent=None):
+    """A stamp's text: ``record`` as JSON with sorted keys (equal records give equal bytes), ending in a newline."""
+    return json.dumps(record, sort_keys=True, indent=indent) + "\n"
+
+
+def parse_stamp(text):
+    """The record a stamp's text holds, or None when it is not a JSON object."""
+    try:
+        recorded = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def load_stamp(path):
+    """The record of the stamp file at ``path``, or None when it is absent, unreadable or not a JSON object."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError, ValueError):
+        return None
+    return parse_stamp(text)

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _live_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import TOOL_DIRS, ToolNotFound, require_tool
 
 
@@ -52,3 +53,34 @@ def test_a_named_path_that_is_not_executable_is_refused(tmp_path):
                      "pkg")
     assert "does not exist or is not executable" in str(err.value)
     assert err.value.reason == "nvidia-ctk %s is not executable" % (tmp_path / "nope")
+
+
+def test_stamp_lies_hidden_beside_the_file_it_vouches_for():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _containerd_stamp
+    assert _live_file.stamp_path("/var/run/cdi/nvidia.yaml", ".x") == "/var/run/cdi/.nvidia.yaml.x"
+    # the file names the nodes already hold stay valid
+    assert _cdi.stamp_path("/var/run/cdi/nvidia.yaml") == "/var/run/cdi/.nvidia.yaml.gpuops-verified"
+    assert _containerd_stamp.stamp_path("/etc/containerd/config.toml") == \
+        "/etc/containerd/.config.toml.gpuops-verified.json"
+
+
+def test_stamp_text_is_stable_json_and_reads_back(tmp_path):
+    assert _live_file.stamp_text({"b": 1, "a": [2]}) == '{"a": [2], "b": 1}\n'
+    assert _live_file.stamp_text({"b": 1, "a": 2}, indent=1) == '{\n "a": 2,\n "b": 1\n}\n'
+    path = tmp_path / ".x.stamp"
+    path.write_text(_live_file.stamp_text({"inputs": {"k": "v"}}))
+    assert _live_file.load_stamp(str(path)) == {"inputs": {"k": "v"}}
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1, 2]", "null", "\"a\"", None])
+def test_a_stamp_that_is_not_a_json_object_is_no_record(tmp_path, text):
+    assert _live_file.parse_stamp(text) is None
+    if text is not None:
+        path = tmp_path / ".x.stamp"
+        path.write_text(text)
+        assert _live_file.load_stamp(str(path)) is None
+
+
+def test_a_missing_or_unreadable_stamp_is_no_record(tmp_path):
+    assert _live_file.load_stamp(str(tmp_path / "absent")) is None
+    assert _live_file.load_stamp(str(tmp_path)) is None   # a directory
