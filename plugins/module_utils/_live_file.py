@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Live files on the node: read one safely, write one atomically, find (or require) an installed tool, and identify a file or an
-installed binary without trusting its name (PRIVATE to gpuops.nvidia).
+"""Live files on the node: read one safely, write one atomically, find (or require) an installed tool, identify a
+file or an installed binary without trusting its name, and keep a verified-state stamp (PRIVATE to gpuops.nvidia).
 
 Used by the steps that write a node's files from a tool's output (containerd_runtime, cdi_spec) and by the node
 plan, which compares what they recorded with the node. Target-side code: Python 3.9+.
