@@ -2,8 +2,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node's CDI spec for NVIDIA GPUs: what it must list, how ``nvidia-ctk cdi list`` is read, and the record of
-what cdi_spec verified (PRIVATE to gpuops.nvidia). No I/O here: cdi_spec runs the tools and writes, gpu_node_plan
-reads the node; both decide with these functions.
+what cdi_spec verified (PRIVATE to gpuops.nvidia; its file is a _live_file stamp). No I/O here: cdi_spec runs the
+tools and writes, gpu_node_plan reads the node; both decide with these functions.
 
 Facts from NVIDIA's code (NVIDIA/nvidia-container-toolkit, tag v1.20.0, commit 5505e2f9; docs/cdi.md has the
 details):
@@ -26,9 +26,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import re
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _live_file
 
 KIND = "nvidia.com/gpu"
 STRATEGIES = ("index", "uuid", "type-index")
@@ -162,8 +163,7 @@ def is_empty_spec_error(text):
 def stamp_path(spec_path):
     """``/var/run/cdi/.nvidia.yaml.gpuops-verified``: beside the spec, so that it goes where the spec goes (a
     transient spec under /var/run is gone after a reboot, and so is its stamp)."""
-    directory, name = os.path.split(spec_path)
-    return os.path.join(directory, "." + name + STAMP_SUFFIX)
+    return _live_file.stamp_path(spec_path, STAMP_SUFFIX)
 
 
 def stamp_inputs(params, expected, driver_version, ctk_identity):
@@ -176,7 +176,7 @@ def stamp_inputs(params, expected, driver_version, ctk_identity):
 
 
 def stamp_text(inputs, spec_digest):
-    return json.dumps(dict(inputs, spec_sha256=spec_digest), sort_keys=True, indent=1) + "\n"
+    return _live_file.stamp_text(dict(inputs, spec_sha256=spec_digest), indent=1)
 
 
 def stamp_reason(recorded_text, inputs, spec_digest):
@@ -184,11 +184,8 @@ def stamp_reason(recorded_text, inputs, spec_digest):
     the one cdi_spec verified for exactly these inputs."""
     if recorded_text is None:
         return "no record of a verified CDI spec"
-    try:
-        recorded = json.loads(recorded_text)
-    except ValueError:
-        return "the record of the verified CDI spec is unreadable"
-    if not isinstance(recorded, dict):
+    recorded = _live_file.parse_stamp(recorded_text)
+    if recorded is None:
         return "the record of the verified CDI spec is unreadable"
     if recorded.get("spec_sha256") != spec_digest:
         return "the CDI spec %s is not the one verified (changed or removed since)" % inputs["spec_path"]

@@ -28,7 +28,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config i
     CTK_PACKAGE, import_pattern, list_strings, toml_reader, wrong_drop_in_1180)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, binary_identity, file_digest, find_tool)
+    ToolNotFound, binary_identity, file_digest, find_tool, load_stamp, require_tool, stamp_text)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import stamp_path as live_stamp_path
 
 
 def find_tools(get_bin_path, params):
@@ -36,10 +37,7 @@ def find_tools(get_bin_path, params):
     ``get_bin_path`` (AnsibleModule.get_bin_path) finds in PATH, /usr/bin, /usr/local/bin or /usr/sbin.
     ToolNotFound when a named path is not an executable file, or no nvidia-ctk is found; without containerd the
     candidate is only not validated (containerd_runtime warns)."""
-    ctk = find_tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk")
-    if ctk is None:
-        raise ToolNotFound("nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin): install the %s"
-                           " package, which provides it, or set nvidia_ctk_path" % CTK_PACKAGE, "nvidia-ctk not found")
+    ctk = require_tool(get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
     return ctk, find_tool(get_bin_path, params, "containerd_path", "containerd")
 
 
@@ -56,8 +54,7 @@ STAMP_PARAMS = ("config_path", "drop_in_path", "edit_mode", "runtime_name", "set
 def stamp_path(config_path):
     """``/etc/containerd/.config.toml.gpuops-verified.json``: beside the config, like the backups; never matched
     by a ``*.toml`` import."""
-    directory, name = os.path.split(config_path)
-    return os.path.join(directory, "." + name + STAMP_SUFFIX)
+    return live_stamp_path(config_path, STAMP_SUFFIX)
 
 
 def _imports_of(path):
@@ -170,13 +167,11 @@ class Stamp(object):
 
     def verified_result(self):
         """The recorded result when every input is as recorded, else None."""
-        try:
-            with open(self.path) as handle:
-                recorded = json.load(handle)
-        except (IOError, OSError, ValueError):
+        recorded = load_stamp(self.path)
+        if recorded is None:
             return None
         now = self.inputs()
-        if now is None or not isinstance(recorded, dict) or recorded.get("inputs") != json.loads(json.dumps(now)):
+        if now is None or recorded.get("inputs") != json.loads(json.dumps(now)):
             return None
         result = recorded.get("result")
         return dict(result, verified_earlier=True) if isinstance(result, dict) else None
@@ -190,7 +185,7 @@ class Stamp(object):
         result = dict(evaluation.fields, changed=False, restart_required=False, files_changed=[],
                       files=[{"path": item["path"], "action": "none"} for item in evaluation.plan],
                       trap_warnings=evaluation.warnings)
-        return json.dumps({"inputs": now, "result": result}, sort_keys=True) + "\n"
+        return stamp_text({"inputs": now, "result": result})
 
 
 def verified_state(module, params):

@@ -17,7 +17,8 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import pause_expression
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import is_dns_subdomain
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError, replica_shares
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -71,7 +72,6 @@ PROFILE_ARG_SPEC = dict(
     flags=dict(type="dict"),
 )
 
-_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Under mig_strategy mixed the plugin registers one resource per GPU-instance profile whose compute instance spans
 # it (C == G), named "mig-" + the profile with '+' written as '.': nvidia.com/mig-1g.10gb.me,
 # nvidia.com/mig-1g.24gb.gfx, nvidia.com/mig-1g.24gb.me.all, nvidia.com/mig-1g.24gb-me
@@ -140,7 +140,7 @@ def resource_name_errors(name, where):
         errs.append("%s: resource %r: fully-qualified resource name must be 63 characters or less (device plugin "
                     "rule)" % (where, full))
     prefix, dummy, rest = full.partition("/")
-    if prefix != "nvidia.com" or not _RESOURCE_NAME.match(rest or ""):
+    if prefix != "nvidia.com" or not is_dns_subdomain(rest or ""):
         errs.append("%s: resource %r: incorrect format for resource name: the device plugin accepts nvidia.com/<name> "
                     "where <name> is a DNS subdomain (lower case alphanumerics, '-' and '.')" % (where, full))
     return errs
@@ -364,43 +364,10 @@ CHART_AFFINITY_TERMS = (
 )
 
 
-def _required_terms(affinity):
-    node = (affinity or {}).get("nodeAffinity")
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
-    return required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-
-
-def affinity_errors(affinity):
-    """A user's ``affinity`` chart value that the pause expression cannot be added to."""
-    if affinity is None:
-        return []
-    terms = _required_terms(affinity) if isinstance(affinity, dict) else None
-    if not isinstance(affinity, dict) or (terms is not None and not (
-            isinstance(terms, list) and terms and all(isinstance(t, dict) for t in terms)
-            and all(isinstance(t.get("matchExpressions", []), list) for t in terms))):
-        return ["helm value affinity must be a mapping whose nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-                ".nodeSelectorTerms, where given, is a non-empty list of terms with matchExpressions lists (the "
-                "collection adds its pause expression to each term), got %r" % (affinity,)]
-    return []
-
-
 def pausable_affinity(affinity=None):
-    """The chart's ``affinity`` value with the expression that keeps the release's pods off a node whose GPU pods
-    gpuops.nvidia.node_gpu_pods paused, in every required node-affinity term (terms are ORed). ``affinity`` is the
-    user's own value (its terms and other keys are kept), else the chart's default terms are used."""
-    out = dict(affinity or {})
-    terms = _required_terms(affinity)
-    terms = [dict(t) for t in (terms if terms else CHART_AFFINITY_TERMS)]
-    for term in terms:
-        expressions = list(term.get("matchExpressions") or [])
-        if pause_expression() not in expressions:
-            expressions.append(pause_expression())
-        term["matchExpressions"] = expressions
-    node = dict(out.get("nodeAffinity") or {})
-    node["requiredDuringSchedulingIgnoredDuringExecution"] = dict(
-        node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}, nodeSelectorTerms=terms)
-    out["nodeAffinity"] = node
-    return out
+    """The chart's ``affinity`` value made pausable (``_gpu_pods.pausable_affinity``); without the user's own terms,
+    the chart's default terms (CHART_AFFINITY_TERMS) are used."""
+    return _gpu_pods.pausable_affinity(affinity, CHART_AFFINITY_TERMS)
 
 
 def extra_values_errors(values):
@@ -412,7 +379,7 @@ def extra_values_errors(values):
                         "node, and a flag or environment variable beats the config file (device plugin precedence: "
                         "flag > environment > config file), so it would override %s in every per-node config; set "
                         "it per profile instead" % (key, env, flag))
-    errs.extend(affinity_errors((values or {}).get("affinity")))
+    errs.extend(_gpu_pods.affinity_errors((values or {}).get("affinity"), "helm value affinity"))
     config = (values or {}).get("config")
     if isinstance(config, dict):
         if config.get("name"):

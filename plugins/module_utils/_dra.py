@@ -26,12 +26,15 @@ __metaclass__ = type
 import re as _re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _sharing
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import is_dns_subdomain
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASSES = {"gpu": "gpu.nvidia.com", "mig": "mig.nvidia.com"}
 CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
 CONFIG_KIND = "GpuConfig"
 INTERVALS = ("Default", "Short", "Medium", "Long")
+# _kube.DRA_API_VERSION, written here too because this file stays free of the Kubernetes client (the controller's
+# filters load it); tests/unit/plugins/module_utils/test_kube.py fails when the two differ.
 RESOURCE_API = "resource.k8s.io/v1"
 REQUEST = "gpu"
 
@@ -43,7 +46,6 @@ SHARING = ("none", "time-slicing", "mps")
 EXPLICIT_KEYS = ("name", "sharing", "interval", "active_thread_percentage", "pinned_memory_limit",
                  "per_device_pinned_memory_limit", "device_class", "mig_profile", "product", "count")
 
-_DNS1123_SUBDOMAIN = _re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UUID_KEY = _re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
 _CEL_TEXT = _re.compile(r"^[-A-Za-z0-9 ._()+/]*$")
 
@@ -142,7 +144,7 @@ def memory_selector(nbytes):
 
 
 def name_errors(name, where="name"):
-    if not isinstance(name, str) or not name or len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if not isinstance(name, str) or not name or len(name) > 253 or not is_dns_subdomain(name):
         return ["%s %r is not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending "
                 "with a letter or digit, at most 253 characters)" % (where, name)]
     return []

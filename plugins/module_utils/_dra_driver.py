@@ -15,12 +15,8 @@ __metaclass__ = type
 import copy
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 
-# The API the collection writes DRA objects at (DeviceClass, ResourceClaimTemplate): resource.k8s.io/v1, GA in
-# Kubernetes 1.34. NVIDIA's chart also accepts v1beta2 and v1beta1 (_helpers.tpl resourceApiVersion), the collection
-# does not.
-RESOURCE_GROUP = "resource.k8s.io"
-RESOURCE_VERSION = "v1"
 # templates/deviceclass-gpu.yaml and deviceclass-mig.yaml: rendered when resources.gpus.enabled.
 DEVICE_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
 CHART_NAME = "nvidia-dra-driver-gpu"
@@ -96,8 +92,7 @@ def values_errors(values):
         errors.append("values.kubeletPlugin must be a mapping (the module sets kubeletPlugin.affinity), got %r"
                       % (plugin,))
     elif plugin:
-        errors.extend(e.replace("helm value affinity", "values.kubeletPlugin.affinity")
-                      for e in _device_plugin.affinity_errors(plugin.get("affinity")))
+        errors.extend(_gpu_pods.affinity_errors(plugin.get("affinity"), "values.kubeletPlugin.affinity"))
     unique = []
     for error in errors:     # a parent that is not a mapping is named once, not once per owned key under it
         if error not in unique:

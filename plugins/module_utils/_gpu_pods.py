@@ -35,6 +35,47 @@ def pause_expression():
     return {"key": PAUSE_LABEL, "operator": "NotIn", "values": [PAUSE_VALUE]}
 
 
+def _required_terms(affinity):
+    node = (affinity or {}).get("nodeAffinity")
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    return required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+
+
+def affinity_errors(affinity, what):
+    """A user's affinity value (a chart's, named ``what`` in the message) that the pause expression cannot be added
+    to; [] when it can."""
+    if affinity is None:
+        return []
+    terms = _required_terms(affinity) if isinstance(affinity, dict) else None
+    if not isinstance(affinity, dict) or (terms is not None and not (
+            isinstance(terms, list) and terms and all(isinstance(t, dict) for t in terms)
+            and all(isinstance(t.get("matchExpressions", []), list) for t in terms))):
+        return ["%s must be a mapping whose nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                ".nodeSelectorTerms, where given, is a non-empty list of terms with matchExpressions lists (the "
+                "collection adds its pause expression to each term), got %r" % (what, affinity)]
+    return []
+
+
+def pausable_affinity(affinity, default_terms):
+    """An affinity value with the pause expression in every required node-affinity term (terms are ORed), so that
+    the DaemonSet's pods leave a node that node_gpu_pods paused. ``affinity`` is the user's own value (its terms and
+    other keys are kept); without required terms of its own, the chart's ``default_terms`` are used (Helm replaces
+    a list value whole, so they are given again)."""
+    out = dict(affinity or {})
+    terms = _required_terms(affinity)
+    terms = [dict(t) for t in (terms if terms else default_terms)]
+    for term in terms:
+        expressions = list(term.get("matchExpressions") or [])
+        if pause_expression() not in expressions:
+            expressions.append(pause_expression())
+        term["matchExpressions"] = expressions
+    node = dict(out.get("nodeAffinity") or {})
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = dict(
+        node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}, nodeSelectorTerms=terms)
+    out["nodeAffinity"] = node
+    return out
+
+
 def _excludes(expression):
     if expression.get("key") != PAUSE_LABEL:
         return False

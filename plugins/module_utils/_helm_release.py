@@ -16,7 +16,6 @@ __metaclass__ = type
 
 import json
 import os
-import re
 import tempfile
 
 from ansible.module_utils.basic import missing_required_lib
@@ -32,9 +31,6 @@ try:
 except ImportError:  # pragma: no cover
     yaml = None
     HAS_YAML = False
-
-# helm's own check of a release name (pkg/chartutil ValidateReleaseName: a DNS-1123 subdomain of at most 53).
-_RELEASE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 LEFT_PENDING = ("helm reported that %s finished, but release %s/%s is left %s: helm could not save the release's "
                 "final status (it only logs that and still exits 0; an API error or timeout while writing the release "
@@ -120,10 +116,12 @@ class HelmRelease(object):
         if p["state"] == "present" and not p["chart_path"] and not p["chart_version"]:
             errors.append("chart_version is required with a chart repository (no chart_path given): pin it (e.g. "
                           "%s) so the chart does not change under you between runs" % self.version_example)
-        if not p["release_name"] or len(p["release_name"]) > 53 or not _RELEASE_NAME.match(p["release_name"]):
+        # helm's own check (pkg/chartutil ValidateReleaseName): a DNS-1123 subdomain of at most 53 characters
+        release = p["release_name"]
+        if not release or len(release) > 53 or not _kube_names.is_dns_subdomain(release):
             errors.append("release_name %s is not a helm release name (lowercase letters, digits, '-' and '.', "
                           "starting and ending with a letter or digit, at most 53 characters)"
-                          % repr(p["release_name"])[:80])
+                          % repr(release)[:80])
         if p["binary_path"] and not (os.path.isfile(p["binary_path"]) and os.access(p["binary_path"], os.X_OK)):
             errors.append("binary_path %s is not an executable file (give the path of the helm program)"
                           % p["binary_path"])

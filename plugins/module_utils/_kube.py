@@ -490,6 +490,24 @@ def pods_path(namespace=None, name=None, sub=None):
     return path + ("/" + sub if sub else "")
 
 
+# The DRA API the collection reads and writes (DeviceClass, ResourceClaimTemplate, ResourceSlice): resource.k8s.io/v1,
+# GA in Kubernetes 1.34. NVIDIA's DRA chart also accepts v1beta2 and v1beta1 (_helpers.tpl resourceApiVersion), the
+# collection does not.
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_API_VERSION = DRA_GROUP + "/" + DRA_VERSION
+
+
+def dra_path(resource, namespace=None, name=None):
+    """The path of DRA ``resource`` (deviceclasses, resourceslices, resourceclaimtemplates ...) at DRA_API_VERSION,
+    in ``namespace`` when given, of object ``name`` when given."""
+    path = "/apis/%s" % DRA_API_VERSION
+    if namespace:
+        path += "/namespaces/%s" % quote(namespace, safe="")
+    path += "/" + resource
+    return path + ("/%s" % quote(name, safe="") if name else "")
+
+
 def daemonsets_path(namespace, name=None):
     path = "/apis/apps/v1/namespaces/%s/daemonsets" % quote(namespace, safe="")
     return path + ("/%s" % quote(name, safe="") if name else "")

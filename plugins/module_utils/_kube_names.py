@@ -33,6 +33,11 @@ VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric 
               "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
 
 
+def is_dns_subdomain(value):
+    """Whether ``value`` has the shape of a lowercase RFC 1123 subdomain (length not checked: callers bound it)."""
+    return isinstance(value, str) and bool(_DNS1123_SUBDOMAIN.match(value))
+
+
 def dns_subdomain_errors(value, what="value"):
     if not value:
         return ["%s must not be empty" % what]

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Live files on the node: read one safely, write one atomically, find an installed tool, and identify a file or an
-installed binary without trusting its name (PRIVATE to gpuops.nvidia).
+"""Live files on the node: read one safely, write one atomically, find (or require) an installed tool, identify a
+file or an installed binary without trusting its name, and keep a verified-state stamp (PRIVATE to gpuops.nvidia).
 
 Used by the steps that write a node's files from a tool's output (containerd_runtime, cdi_spec) and by the node
 plan, which compares what they recorded with the node. Target-side code: Python 3.9+.
@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
+import json
 import os
 import tempfile
 
@@ -101,3 +102,49 @@ def find_tool(get_bin_path, params, option, name):
         raise ToolNotFound("%s %s does not exist or is not executable (give the path of the %s program)"
                            % (option, given, name), "%s %s is not executable" % (name, given))
     return given
+
+
+def require_tool(get_bin_path, params, option, name, package):
+    """``find_tool`` for a tool the step cannot do without: a tool not found is ToolNotFound too, whose message
+    names every place searched (``option``, PATH and TOOL_DIRS) and the ``package`` that provides it, and whose
+    ``reason`` is ``"<name> not found"``."""
+    path = find_tool(get_bin_path, params, option, name)
+    if path is None:
+        raise ToolNotFound("%s was not found (looked in PATH, %s): install the %s package, which provides it, or set %s"
+                           % (name, ", ".join(TOOL_DIRS), package, option), "%s not found" % name)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------
+# Verified-state stamps: a step that verified a file records, in a hidden JSON file beside it, what it verified; a
+# later run (or gpu_node_plan) that computes the same inputs trusts the record instead of running the tools again.
+# Each step keeps its own suffix and record (containerd_runtime: _containerd_stamp, cdi_spec: _cdi).
+# ------------------------------------------------------------------------------------------------------
+def stamp_path(path, suffix):
+    """``<directory>/.<name><suffix>``: beside ``path``, hidden, so that it goes where the file goes."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, "." + name + suffix)
+
+
+def stamp_text(record, indent=None):
+    """A stamp's text: ``record`` as JSON with sorted keys (equal records give equal bytes), ending in a newline."""
+    return json.dumps(record, sort_keys=True, indent=indent) + "\n"
+
+
+def parse_stamp(text):
+    """The record a stamp's text holds, or None when it is not a JSON object."""
+    try:
+        recorded = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def load_stamp(path):
+    """The record of the stamp file at ``path``, or None when it is absent, unreadable or not a JSON object."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError, ValueError):
+        return None
+    return parse_stamp(text)

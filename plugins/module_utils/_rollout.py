@@ -14,6 +14,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
 def _allocatable_int(value):
@@ -23,40 +24,44 @@ def _allocatable_int(value):
         return None
 
 
+def rollout_state(kube, expected, mps_nodes, namespace):
+    """(problems, {node: its nvidia.com/ allocatable}): how the nodes differ from ``expected`` and from a ready MPS
+    daemon pod on each of ``mps_nodes``, as read now."""
+    problems, found = [], {}
+    for node_name, want in sorted(expected.items()):
+        node = kube.get("read node %s" % node_name, _kube.node_path(node_name))
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        found[node_name] = dict((k, v) for k, v in alloc.items() if k.startswith("nvidia.com/"))
+        for res, count in sorted(want.items()):
+            have = _allocatable_int(alloc.get(res, 0))
+            if have != count:
+                problems.append("node %s advertises %s=%s, expected %d"
+                                % (node_name, res, alloc.get(res, 0), count))
+    for node_name in sorted(mps_nodes):
+        pods = kube.get("list pods in %s" % namespace, _kube.pods_path(namespace),
+                        fieldSelector="spec.nodeName=%s" % node_name)
+        ready = False
+        seen = False
+        for pod in pods.get("items") or []:
+            owners = pod["metadata"].get("ownerReferences") or []
+            if not any(o.get("kind") == "DaemonSet" and o.get("name", "").endswith("-mps-control-daemon")
+                       for o in owners):
+                continue
+            seen = True
+            conds = (pod.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                ready = True
+        if not ready:
+            problems.append("node %s: %s" % (node_name, "MPS control daemon pod is not ready" if seen else
+                                             "no MPS control daemon pod (is nvidia.com/mps.capable=true set by "
+                                             "GPU feature discovery?)"))
+    return problems, found
+
+
 def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, sleep=time.sleep):
     """Poll until every node advertises what ``expected`` says and MPS nodes run a ready MPS daemon pod."""
-    deadline = time.time() + timeout
-    while True:
-        problems, found = [], {}
-        for node_name, want in sorted(expected.items()):
-            node = kube.get("read node %s" % node_name, _kube.node_path(node_name))
-            alloc = (node.get("status") or {}).get("allocatable") or {}
-            found[node_name] = dict((k, v) for k, v in alloc.items() if k.startswith("nvidia.com/"))
-            for res, count in sorted(want.items()):
-                have = _allocatable_int(alloc.get(res, 0))
-                if have != count:
-                    problems.append("node %s advertises %s=%s, expected %d"
-                                    % (node_name, res, alloc.get(res, 0), count))
-        for node_name in sorted(mps_nodes):
-            pods = kube.get("list pods in %s" % namespace, _kube.pods_path(namespace),
-                            fieldSelector="spec.nodeName=%s" % node_name)
-            ready = False
-            seen = False
-            for pod in pods.get("items") or []:
-                owners = pod["metadata"].get("ownerReferences") or []
-                if not any(o.get("kind") == "DaemonSet" and o.get("name", "").endswith("-mps-control-daemon")
-                           for o in owners):
-                    continue
-                seen = True
-                conds = (pod.get("status") or {}).get("conditions") or []
-                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
-                    ready = True
-            if not ready:
-                problems.append("node %s: %s" % (node_name, "MPS control daemon pod is not ready" if seen else
-                                                 "no MPS control daemon pod (is nvidia.com/mps.capable=true set by "
-                                                 "GPU feature discovery?)"))
-        if not problems:
-            return found
-        if time.time() >= deadline:
-            raise _kube.KubeError("rollout verification failed after %ss: %s" % (timeout, "; ".join(problems)))
-        sleep(interval)
+    polled = poll(lambda: rollout_state(kube, expected, mps_nodes, namespace), lambda seen: not seen[0], timeout,
+                  interval, sleep=sleep)
+    if not polled.done:
+        raise _kube.KubeError("rollout verification failed after %ss: %s" % (timeout, "; ".join(polled.seen[0])))
+    return polled.seen[1]

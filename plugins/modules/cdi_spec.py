@@ -131,8 +131,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, param_problems
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, find_tool
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, require_tool
 
 
 def main():
@@ -143,13 +144,9 @@ def main():
     if problems:
         module.fail_json(msg="; ".join(problems) + ". Nothing was changed.", changed=False)
     try:
-        ctk = find_tool(module.get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk")
+        ctk = require_tool(module.get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
     except ToolNotFound as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    if ctk is None:
-        module.fail_json(msg="nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin, /usr/sbin): install"
-                             " the nvidia-container-toolkit package, which provides it, or set nvidia_ctk_path."
-                             " Nothing was changed.", changed=False)
+        module.fail_json(msg="%s. Nothing was changed." % exc, changed=False)
     with module_lock(module, "cdi_spec"):
         result = CdiSpecRun(module, ctk).run()
     module.exit_json(**result)

@@ -89,14 +89,14 @@ options:
     default: /usr/bin/nvidia-container-runtime
   nvidia_ctk_path:
     description:
-      - Path of nvidia-ctk. When omitted it is searched in PATH, C(/usr/bin) and C(/usr/local/bin).
+      - Path of nvidia-ctk. When omitted it is searched in PATH, C(/usr/bin), C(/usr/local/bin) and C(/usr/sbin).
       - nvidia-ctk comes with the C(nvidia-container-toolkit) package.
     type: path
   containerd_path:
     description:
       - Path of the containerd binary that will load the config, used for C(containerd --config FILE config dump)
-        validation. When omitted it is searched in PATH, C(/usr/bin), C(/usr/local/bin); when none is found the
-        module warns and relies on its own checks. When given, it must exist.
+        validation. When omitted it is searched in PATH, C(/usr/bin), C(/usr/local/bin) and C(/usr/sbin); when none
+        is found the module warns and relies on its own checks. When given, it must exist.
     type: path
   backup:
     description: Keep a timestamped copy of every file before it is replaced.

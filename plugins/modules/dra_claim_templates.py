@@ -150,8 +150,7 @@ ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
 
 
 def path(namespace, name=None):
-    out = "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaimtemplates" % namespace
-    return out + ("/" + name if name else "")
+    return _kube.dra_path("resourceclaimtemplates", namespace, name)
 
 
 def param_errors(p):

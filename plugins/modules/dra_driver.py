@@ -230,17 +230,17 @@ class DraDriverRelease(_helm_release.HelmRelease):
         p = self.params
         _kube.require_client(self.module)
         kube = _kube.Kube.from_params(p)
-        versions = _kube.served_group_versions(kube, _dra_driver.RESOURCE_GROUP)
+        versions = _kube.served_group_versions(kube, _kube.DRA_GROUP)
         server = _kube.server_git_version(kube)
         self.result["resource_api"] = dict(versions=versions, server_version=server)
-        if _dra_driver.RESOURCE_VERSION not in versions:
+        if _kube.DRA_VERSION not in versions:
             self.module.fail_json(
-                msg="the Kubernetes API server (gitVersion %s) does not serve %s/%s: it serves %s. gpuops.nvidia "
-                    "writes its DRA objects (DeviceClass, ResourceClaimTemplate) at resource.k8s.io/v1, which "
+                msg="the Kubernetes API server (gitVersion %s) does not serve %s: it serves %s. gpuops.nvidia "
+                    "writes its DRA objects (DeviceClass, ResourceClaimTemplate) at %s, which "
                     "Kubernetes 1.34 and later serve (DRA is GA there); upgrade the cluster. Nothing was changed."
-                    % (server or "unknown", _dra_driver.RESOURCE_GROUP, _dra_driver.RESOURCE_VERSION,
-                       ", ".join("%s/%s" % (_dra_driver.RESOURCE_GROUP, v) for v in versions)
-                       or "no resource.k8s.io version"), **self.result)
+                    % (server or "unknown", _kube.DRA_API_VERSION,
+                       ", ".join("%s/%s" % (_kube.DRA_GROUP, v) for v in versions)
+                       or "no %s version" % _kube.DRA_GROUP, _kube.DRA_API_VERSION), **self.result)
         if p["conflict_check"] and p["nodes"]:
             self.check_conflicts(kube)
 
@@ -275,15 +275,15 @@ class DraDriverRelease(_helm_release.HelmRelease):
         """The chart's DeviceClasses exist (pods claim GPUs through them)."""
         kube = _kube.Kube.from_params(self.params)
         missing = [name for name in _dra_driver.DEVICE_CLASSES
-                   if _kube.read_or_none(kube, "read DeviceClass %s" % name, "/apis/%s/%s/deviceclasses/%s" % (
-                       _dra_driver.RESOURCE_GROUP, _dra_driver.RESOURCE_VERSION, name)) is None]
+                   if _kube.read_or_none(kube, "read DeviceClass %s" % name,
+                                         _kube.dra_path("deviceclasses", name=name)) is None]
         if missing:
             self.module.fail_json(
-                msg="helm installed release %s/%s, but DeviceClass %s does not exist at %s/%s: the chart did not "
+                msg="helm installed release %s/%s, but DeviceClass %s does not exist at %s: the chart did not "
                     "create it (NVIDIA's chart renders gpu.nvidia.com and mig.nvidia.com when resources.gpus.enabled; "
                     "check chart_path/chart_version is NVIDIA's nvidia-dra-driver-gpu chart)"
                     % (self.params["namespace"], self.params["release_name"], ", ".join(missing),
-                       _dra_driver.RESOURCE_GROUP, _dra_driver.RESOURCE_VERSION), **self.result)
+                       _kube.DRA_API_VERSION), **self.result)
 
 
 def main():

@@ -70,22 +70,25 @@ published:
   type: dict
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
 def read_slices(kube, node_name):
-    listed = kube.get("list the ResourceSlices of node %s" % node_name, SLICES,
+    listed = kube.get("list the ResourceSlices of node %s" % node_name, _kube.dra_path("resourceslices"),
                       fieldSelector="spec.nodeName=%s,spec.driver=%s" % (node_name, _dra.DRIVER))
     return listed.get("items") or []
+
+
+def read_state(kube, node_name, gpus):
+    """(the node's ResourceSlices of the driver, how they differ from what the GPUs need)."""
+    slices = read_slices(kube, node_name)
+    return slices, _dra.slice_problems(slices, node_name, gpus)
 
 
 def main():
@@ -114,13 +117,8 @@ def main():
     try:
         kube = _kube.Kube.from_params(p)
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")
-        deadline = time.time() + p["timeout"]
-        while True:
-            slices = read_slices(kube, p["node_name"])
-            problems = _dra.slice_problems(slices, p["node_name"], gpus)
-            if not problems or time.time() >= deadline:
-                break
-            time.sleep(min(p["interval"], max(0.0, deadline - time.time())))
+        slices, problems = poll(lambda: read_state(kube, p["node_name"], gpus), lambda seen: not seen[1],
+                                p["timeout"], p["interval"]).seen
     except _kube.KubeError as exc:
         module.fail_json(msg=exc.msg, status=exc.status, expected=expected)
     published = _dra.published_devices(slices, p["node_name"])[0]

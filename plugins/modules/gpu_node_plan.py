@@ -393,13 +393,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
     ARGUMENT_SPEC as CDI_SPEC, expected_devices, stamp_inputs, stamp_path, stamp_reason)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, boot_unit, plan_settings, planned_state, report)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
+    ARGUMENT_SPEC as CONTAINERD_SPEC, CTK_PACKAGE)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, binary_identity, file_digest, find_tool)
+    ToolNotFound, binary_identity, file_digest, require_tool)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
     ARGUMENT_SPEC as RUNTIME_MODE_SPEC, mode_reason)
@@ -617,11 +618,9 @@ def _cdi(module, facts):
     """cdi_spec's record, compared with the spec and the GPUs as read (the tool found the way cdi_spec finds it)."""
     p = module.params["cdi"]
     try:
-        ctk = find_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk")
+        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
     except ToolNotFound as exc:
         return exc.reason
-    if ctk is None:
-        return "nvidia-ctk not found"
     expected = expected_devices(facts["gpus"], p["device_name_strategy"]) if p["state"] == "present" else \
         {"names": [], "counted": {}, "devices": 0}
     record = stamp_path(p["spec_path"])

@@ -149,6 +149,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import inter
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 try:
     import yaml
@@ -188,14 +189,11 @@ def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
 
 def wait_state(kube, node, timeout, interval, sleep=time.sleep):
     """Read the node until the MIG manager reports success or failed; returns (state, seconds waited)."""
-    start = time.time()
-    while True:
+    def read():
         labels = kube.get("read node %s" % node, _kube.node_path(node))["metadata"].get("labels") or {}
-        state = labels.get(_gpu_operator.MIG_STATE_LABEL)
-        waited = round(time.time() - start, 1)
-        if state in ("success", "failed") or waited >= timeout:
-            return state, waited
-        sleep(interval)
+        return labels.get(_gpu_operator.MIG_STATE_LABEL)
+    polled = poll(read, lambda state: state in ("success", "failed"), timeout, interval, sleep=sleep)
+    return polled.seen, round(polled.waited, 1)
 
 
 ARGUMENT_SPEC = dict(

@@ -191,12 +191,12 @@ unit_path:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
     MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
@@ -239,13 +239,7 @@ class Daemon(object):
         return True
 
     def wait(self, up, timeout):
-        deadline = time.time() + timeout
-        while True:
-            if self.running() == up:
-                return True
-            if time.time() >= deadline:
-                return False
-            time.sleep(0.2)
+        return poll(self.running, lambda running: running == up, timeout, 0.2).done
 
     def read(self, indices):
         """What is in force: percentage, {index: MiB|None}, raw answers that could not be read, servers."""

@@ -131,7 +131,6 @@ waited:
 """
 
 import json
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -139,6 +138,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
 class NodeGpuPods(object):
@@ -207,27 +207,25 @@ class NodeGpuPods(object):
         """Until no pod of the DaemonSets is on the node (paused), or each recorded DaemonSet that still exists has a
         Ready pod there (running). Fails after the timeout, naming the pods."""
         p = self.params
-        start = time.time()
-        while True:
+
+        def pending():
             owned = self.pods(daemonsets)
             if p["state"] == "paused":
-                pending = sorted("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
-                                 for pods in owned.values() for pod in pods)
-                what = "still on the node"
-            else:
-                known = set(_gpu_pods.daemonset_id(d) for d in daemonsets)
-                pending = sorted(ds for ds in recorded if ds in known
-                                 and not any(_gpu_pods.pod_ready(pod) for pod in owned.get(ds, [])))
-                what = "without a Ready pod on the node"
-            if not pending:
-                return round(time.time() - start, 1)
-            if time.time() - start >= p["timeout"]:
-                state = ("paused (label %s=%s) and as it was" % (_gpu_pods.PAUSE_LABEL, _gpu_pods.PAUSE_VALUE)
-                         if p["state"] == "paused" else "resumed")
-                self.module.fail_json(msg="node %s: after %ss, %s %s. The node stays %s; a later run resumes from "
-                                      "there." % (p["node_name"], p["timeout"], ", ".join(pending), what, state),
-                                      pending=pending, changed=True)
-            time.sleep(p["interval"])
+                return sorted("%s/%s" % (pod["metadata"].get("namespace"), pod["metadata"]["name"])
+                              for pods in owned.values() for pod in pods)
+            known = set(_gpu_pods.daemonset_id(d) for d in daemonsets)
+            return sorted(ds for ds in recorded if ds in known
+                          and not any(_gpu_pods.pod_ready(pod) for pod in owned.get(ds, [])))
+        polled = poll(pending, lambda seen: not seen, p["timeout"], p["interval"])
+        if polled.done:
+            return round(polled.waited, 1)
+        what = "still on the node" if p["state"] == "paused" else "without a Ready pod on the node"
+        state = ("paused (label %s=%s) and as it was" % (_gpu_pods.PAUSE_LABEL, _gpu_pods.PAUSE_VALUE)
+                 if p["state"] == "paused" else "resumed")
+        self.module.fail_json(msg="node %s: after %ss, %s %s. The node stays %s; a later run resumes from there."
+                              % (p["node_name"], p["timeout"], ", ".join(polled.seen), what, state),
+                              pending=polled.seen, changed=True)
+        return None
 
     def run(self):
         p = self.params

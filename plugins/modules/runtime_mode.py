@@ -81,8 +81,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, find_tool, read_live, write_atomic)
+    ToolNotFound, read_live, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
     ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
@@ -97,12 +98,9 @@ def main():
     if path_problem(path):
         module.fail_json(msg="%s. %s" % (path_problem(path), NOTHING_CHANGED))
     try:
-        ctk = find_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk")
+        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
     except ToolNotFound as exc:
         module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
-    if ctk is None:
-        module.fail_json(msg="nvidia-ctk was not found (looked in PATH, /usr/bin, /usr/local/bin, /usr/sbin): install"
-                             " the nvidia-container-toolkit package, or set nvidia_ctk_path. %s" % NOTHING_CHANGED)
     live = read_live(module, path, "config_path")
     try:
         before = current_mode(live, path)

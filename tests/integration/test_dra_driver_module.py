@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_driver
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main as run_module
@@ -103,7 +103,7 @@ def test_install_idempotent_upgrade_and_uninstall(cluster):
     assert env["FEATURE_GATES"] == "MPSSupport=true,TimeSlicingSettings=true,"
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
-    assert len(terms) == 3 and all(_device_plugin.pause_expression() in t["matchExpressions"] for t in terms)
+    assert len(terms) == 3 and all(_gpu_pods.pause_expression() in t["matchExpressions"] for t in terms)
     assert cluster.get("apps", "deployments", "nvidia-dra-driver-gpu-controller", NS) is None
     assert first["kubelet_plugin"] == {"namespace": NS, "name": DS,
                                        "selector": "app.kubernetes.io/instance=nvidia-dra-driver-gpu"}
@@ -137,7 +137,7 @@ def test_a_users_affinity_keeps_its_terms_and_gains_the_pause_expression(cluster
     terms = daemonset(cluster)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "example.com/dra", "operator": "In", "values": ["yes"]},
-                                           _device_plugin.pause_expression()]}]
+                                           _gpu_pods.pause_expression()]}]
 
 
 @pytest.mark.parametrize("values, words", [

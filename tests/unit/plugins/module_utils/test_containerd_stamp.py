@@ -82,3 +82,12 @@ def test_gpu_node_plan_checks_the_stamp_without_loading_the_run():
     assert "_containerd_run" not in seen["loaded"] and "_nvidia_ctk" not in seen["loaded"], seen["loaded"]
     from ansible_collections.gpuops.nvidia.plugins.modules import containerd_runtime  # noqa: F401  # loads the run
     assert seen["digest"] == containerd_stamp.code_digest()
+
+
+def test_missing_nvidia_ctk_message_lists_every_place_searched():
+    # the search covers /usr/sbin; the message used to leave it out
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import find_tools
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound
+    with pytest.raises(ToolNotFound) as err:
+        find_tools(lambda name, opt_dirs=None: None, {"nvidia_ctk_path": None, "containerd_path": None})
+    assert "(looked in PATH, /usr/bin, /usr/local/bin, /usr/sbin)" in str(err.value)

@@ -144,3 +144,18 @@ def test_require_client_fails_naming_the_library_only_when_it_does_not_import(mo
     with pytest.raises(SystemExit):
         _kube.require_client(module)
     assert "kubernetes" in module.failed["msg"] and "No module named" in module.failed["exception"]
+
+
+def test_dra_paths_are_built_in_one_place():
+    assert _kube.dra_path("resourceslices") == "/apis/resource.k8s.io/v1/resourceslices"
+    assert _kube.dra_path("deviceclasses", name="gpu.nvidia.com") == \
+        "/apis/resource.k8s.io/v1/deviceclasses/gpu.nvidia.com"
+    assert _kube.dra_path("resourceclaimtemplates", "team-a") == \
+        "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates"
+    assert _kube.dra_path("resourceclaimtemplates", "team-a", "gpu-1g") == \
+        "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates/gpu-1g"
+
+
+def test_claim_templates_are_written_at_the_api_the_paths_name():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+    assert _dra.RESOURCE_API == _kube.DRA_API_VERSION == "%s/%s" % (_kube.DRA_GROUP, _kube.DRA_VERSION)

@@ -24,3 +24,15 @@ def test_normalize_label_value():
     assert _kube_names.normalize_label_value(False) == "false"
     assert _kube_names.normalize_label_value(4) == "4"
     assert _kube_names.normalize_label_value("x") == "x"
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("nvidia.com", True), ("gpu-0", True), ("a", True), ("0.a-b.c", True),
+    ("Nvidia.com", False), ("-gpu", False), ("gpu-", False), ("a..b", False), ("", False), ("a_b", False),
+    (None, False), (3, False),
+])
+def test_is_dns_subdomain_is_the_one_shape_check(value, ok):
+    # the DRA names, helm release names and device-plugin resource names are all checked with this one rule
+    assert _kube_names.is_dns_subdomain(value) is ok
+    if isinstance(value, str) and value:
+        assert (not _kube_names.dns_subdomain_errors(value)) is ok
