@@ -71,7 +71,7 @@ def mps_limits(limits, gpus=None, replicas=None, mode="per_gpu", warn=True):
     _sharing = _planner()
     try:
         out = _sharing.workload_limits(limits.get("active_thread_percentage"), limits.get("pinned_device_mem_limit"),
-                              gpus=_gpus(gpus) if gpus is not None else None, replicas=replicas, mode=mode)
+                                       gpus=_gpus(gpus) if gpus is not None else None, replicas=replicas, mode=mode)
     except _sharing.ShareError as e:
         raise AnsibleFilterError("mps_limits: %s" % e)
     if warn:

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Read-only check of the device-holder finder on a lent GPU machine, from the repository root (issue 36 item 4;
 # readings in docs/readings/device-holders-real-gpu.md). Changes no GPU setting and resets nothing: it lists who holds
 # /dev/nvidia*, starts one process that holds /dev/nvidia0 open read-only, finds it with the collection's finder and

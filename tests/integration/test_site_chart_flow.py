@@ -10,6 +10,7 @@ play, as on a live cluster.
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 import yaml
