@@ -36,12 +36,15 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import
 
 
 class Step(object):
-    """One node step: see the module docstring. ``tasks`` is the gpu_node task file (under roles/gpu_node/tasks)
-    that runs it, None for the pseudo-step ``declared``."""
+    """One node step: see the module docstring. Controller side: ``tasks`` is the gpu_node task file (under
+    roles/gpu_node/tasks) that runs it, None for the pseudo-step ``declared``; ``disruptive`` says its work can
+    disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
+    ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set)."""
 
-    __slots__ = ("name", "options", "check", "validate", "settle", "tasks", "disruptive")
+    __slots__ = ("name", "options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption")
 
-    def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False):
+    def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
+                 after_disruption=False):
         self.name = name
         self.options = options
         self.check = check
@@ -49,6 +52,7 @@ class Step(object):
         self.settle = settle
         self.tasks = tasks
         self.disruptive = disruptive
+        self.after_disruption = after_disruption
 
     def params(self, module):
         return dict((option, module.params[option]) for option in self.options)
@@ -233,7 +237,7 @@ STEPS = (
             path=dict(type="path", required=True),
             nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
             mode=dict(type="str", default="0644"))),
-    ))}, check=_compute_mode, tasks="compute_mode.yml"),
+    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True),
     Step("declared", {
         "files": dict(type="list", elements="dict", default=[], options=dict(
             step=dict(type="str", required=True),
@@ -259,7 +263,8 @@ STEPS = (
     Step("containerd_runtime",
          {"containerd": dict(type="dict", options=_with_step(CONTAINERD_SPEC, "containerd_runtime"))},
          tasks="container_runtime.yml"),
-    Step("cdi", {"cdi": dict(type="dict", options=_with_step(CDI_SPEC, "cdi"))}, tasks="container_runtime.yml"),
+    Step("cdi", {"cdi": dict(type="dict", options=_with_step(CDI_SPEC, "cdi"))}, tasks="container_runtime.yml",
+         after_disruption=True),
     Step("runtime_mode", {"runtime_mode": dict(type="dict", options=_with_step(RUNTIME_MODE_SPEC, "runtime_mode"))},
          check=_runtime_mode, tasks="container_runtime.yml"),
 )
@@ -270,6 +275,56 @@ BY_NAME = dict((step.name, step) for step in STEPS)
 def node_steps():
     """The names of the steps that run tasks on the node (every step but the pseudo-step ``declared``), in order."""
     return [step.name for step in STEPS if step.tasks is not None]
+
+
+def gates(plan, managed):
+    """Controller side: from gpu_node_plan's result and ``managed`` (node step -> whether the controller manages
+    it on this node), each node step -> whether it runs, and ``disruptive`` (whether a disruptive step changes the
+    GPUs). A step runs where it is managed (and, where its result says ``managed``, the plan agrees) and has work,
+    or runs again after a disruptive change. Raises ValueError on input that is not that."""
+    names = node_steps()
+    if not isinstance(plan, dict) or not isinstance(plan.get("steps"), dict):
+        raise ValueError("expects gpu_node_plan's result (a dict with steps), got %s" % _kind(plan))
+    if not isinstance(managed, dict) or set(managed) != set(names):
+        raise ValueError("expects, for each node step (%s), whether it is managed on this node; got %s"
+                         % (", ".join(names), ", ".join(sorted(str(k) for k in managed)) if isinstance(managed, dict)
+                            else _kind(managed)))
+    work, on, disruptive = {}, {}, False
+    for step in STEPS:
+        if step.tasks is None:
+            continue
+        found = plan["steps"].get(step.name)
+        if found is not None and not isinstance(found, list):
+            raise ValueError("steps.%s must be the list of reasons the plan found, got %s" % (step.name, _kind(found)))
+        work[step.name] = bool(found)
+        report = plan.get(step.name)
+        if report is not None and not isinstance(report, dict):
+            raise ValueError("%s must be the plan's result for the step (a dict), got %s" % (step.name, _kind(report)))
+        report = report or {}
+        on[step.name] = _truth(managed[step.name], step.name) and report.get("managed", True) is True
+        if step.disruptive and on[step.name]:
+            reasons = report.get("disruptive") or []
+            if not isinstance(reasons, list):
+                raise ValueError("%s.disruptive must be a list of reasons, got %s" % (step.name, _kind(reasons)))
+            disruptive = disruptive or len(reasons) > 0
+    out = dict((name, on[name] and (work[name] or (BY_NAME[name].after_disruption and disruptive))) for name in names)
+    out["disruptive"] = disruptive
+    return out
+
+
+def _kind(value):
+    return type(value).__name__
+
+
+def _truth(value, name):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0", ""):
+        return False
+    raise ValueError("whether step %s is managed must be a boolean, got %r" % (name, value))
 
 
 def argument_spec(**extra):
