@@ -19,8 +19,9 @@ step they belong to; it runs no tasks of its own. A step whose work is found onl
 options and no check here.
 
 Planners that only some nodes need are imported inside the checks (module_utils are compiled from source on every
-module run, and the MIG planner only where MIG is managed); this file imports only the option specs it declares,
-so that the gpu_node role's filters can read the registry cheaply.
+module run, and the MIG planner only where MIG is managed), and the other modules' option specs a step reuses inside
+a function that builds its options: the gpu_node role's filter (node_step_gates) reads the registry's controller-side
+rules in every run's gate task, without loading them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,9 +31,6 @@ __metaclass__ = type
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC as CDI_SPEC
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC as CONTAINERD_SPEC
-from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import ARGUMENT_SPEC as RUNTIME_MODE_SPEC
 
 
 class Step(object):
@@ -41,18 +39,26 @@ class Step(object):
     disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
     ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set)."""
 
-    __slots__ = ("name", "options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption")
+    __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption")
 
     def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
                  after_disruption=False):
         self.name = name
-        self.options = options
+        self._options = options
         self.check = check
         self.validate = validate
         self.settle = settle
         self.tasks = tasks
         self.disruptive = disruptive
         self.after_disruption = after_disruption
+
+    @property
+    def options(self):
+        """The step's options of gpu_node_plan (option -> spec). A step whose options are another module's spec
+        names a function that imports it, so that the controller's filter reads the registry without those."""
+        if callable(self._options):
+            self._options = self._options()
+        return self._options
 
     def params(self, module):
         return dict((option, module.params[option]) for option in self.options)
@@ -219,6 +225,21 @@ def _with_step(spec, step):
     return dict(spec, step=dict(type="str", default=step))
 
 
+def _containerd_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC
+    return {"containerd": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "containerd_runtime"))}
+
+
+def _cdi_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC
+    return {"cdi": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "cdi"))}
+
+
+def _runtime_mode_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import ARGUMENT_SPEC
+    return {"runtime_mode": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "runtime_mode"))}
+
+
 STEPS = (
     Step("mig", {"mig": dict(type="dict", options=dict(
         manage=dict(type="str", choices=["declared", "disable"], required=True),
@@ -260,13 +281,9 @@ STEPS = (
     }, check=_declared, validate=_declared_validate),
     Step("container_toolkit", {}, tasks="toolkit.yml"),
     # checked by gpu_node_plan itself until issue 38's shared helpers (require_tool, one verified-state stamp) land
-    Step("containerd_runtime",
-         {"containerd": dict(type="dict", options=_with_step(CONTAINERD_SPEC, "containerd_runtime"))},
-         tasks="container_runtime.yml"),
-    Step("cdi", {"cdi": dict(type="dict", options=_with_step(CDI_SPEC, "cdi"))}, tasks="container_runtime.yml",
-         after_disruption=True),
-    Step("runtime_mode", {"runtime_mode": dict(type="dict", options=_with_step(RUNTIME_MODE_SPEC, "runtime_mode"))},
-         check=_runtime_mode, tasks="container_runtime.yml"),
+    Step("containerd_runtime", _containerd_options, tasks="container_runtime.yml"),
+    Step("cdi", _cdi_options, tasks="container_runtime.yml", after_disruption=True),
+    Step("runtime_mode", _runtime_mode_options, check=_runtime_mode, tasks="container_runtime.yml"),
 )
 
 BY_NAME = dict((step.name, step) for step in STEPS)
