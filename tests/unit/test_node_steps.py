@@ -33,8 +33,7 @@ def _flat(tasks):
     for task in tasks:
         yield task
         for key in ("block", "rescue", "always"):
-            for inner in _flat(task.get(key) or []):
-                yield inner
+            yield from _flat(task.get(key) or [])
 
 
 def _when(task):
