@@ -388,13 +388,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
-    ARGUMENT_SPEC as CDI_SPEC, expected_devices, stamp_inputs, stamp_path, stamp_reason)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
-    ComputeModeError, boot_unit, plan_settings, planned_state, report)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (
-    ARGUMENT_SPEC as CONTAINERD_SPEC, CTK_PACKAGE)
+    expected_devices, stamp_inputs, stamp_path, stamp_reason)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
@@ -402,108 +399,18 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import I
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, binary_identity, file_digest, require_tool)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
-    ARGUMENT_SPEC as RUNTIME_MODE_SPEC, mode_reason)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            lock_timeout=dict(type="int"),
-            mig=dict(type="dict", options=dict(
-                manage=dict(type="str", choices=["declared", "disable"], required=True),
-                layout=dict(type="list", elements="dict"),
-                config_name=dict(type="str"),
-                allow_reset=dict(type="bool", default=True),
-                force=dict(type="bool", default=False),
-            ), mutually_exclusive=[("layout", "config_name")], required_one_of=[("layout", "config_name")]),
-            compute_mode=dict(type="dict", options=dict(
-                settings=dict(type="list", elements="dict", required=True, options=dict(
-                    gpus=dict(type="list", elements="str", default=["all"]),
-                    mode=dict(type="str", required=True))),
-                persistence_mode=dict(type="bool"),
-                boot_unit=dict(type="dict", options=dict(
-                    path=dict(type="path", required=True),
-                    nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
-                    mode=dict(type="str", default="0644"))),
-            )),
-            files=dict(type="list", elements="dict", default=[], options=dict(
-                step=dict(type="str", required=True),
-                path=dict(type="path", required=True),
-                state=dict(type="str", choices=list(_node_plan.FILE_STATES), default="file"),
-                checksum=dict(type="str"),
-                mode=dict(type="str"),
-            )),
-            units=dict(type="list", elements="dict", default=[], options=dict(
-                step=dict(type="str", required=True),
-                name=dict(type="str", required=True),
-            )),
-            packages=dict(type="list", elements="dict", default=[], options=dict(
-                step=dict(type="str", required=True),
-                manager=dict(type="str", choices=["apt", "dnf"], required=True),
-                names=dict(type="list", elements="str", required=True),
-                version=dict(type="str", required=True),
-                hold=dict(type="bool", default=False),
-            )),
-            containerd=dict(type="dict", options=dict(CONTAINERD_SPEC,
-                                                      step=dict(type="str", default="containerd_runtime"))),
-            cdi=dict(type="dict", options=dict(CDI_SPEC, step=dict(type="str", default="cdi"))),
-            runtime_mode=dict(type="dict", options=dict(RUNTIME_MODE_SPEC, step=dict(type="str", default="runtime_mode"))),
-        ),
-        supports_check_mode=True,
-    )
-    for entry in module.params["files"]:
-        if not entry["path"].startswith("/"):
-            module.fail_json(msg="files: path %r must be absolute" % entry["path"])
-        if entry["checksum"] is not None and (len(entry["checksum"]) != 40 or
-                                              any(c not in "0123456789abcdef" for c in entry["checksum"])):
-            module.fail_json(msg="files: checksum of %s must be a sha1 in hex (40 characters 0-9a-f), got %r"
-                             % (entry["path"], entry["checksum"]))
-        if _node_plan.normal_mode(entry["mode"]) is False:
-            module.fail_json(msg="files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
-    if module.params["packages"]:
-        _check_packages(module)
+    # the options, the input checks and the checks are the steps' own (_node_steps.STEPS, in order); the two
+    # checks below are still this module's
+    module = AnsibleModule(argument_spec=_node_steps.argument_spec(lock_timeout=dict(type="int")),
+                           supports_check_mode=True)
+    _node_steps.validate(module)
     with module_lock(module, "gpu_node_plan"):
         facts = _read(module)
     result = {"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}}
-    steps = result["steps"]
-    if module.params["mig"] is not None:
-        result["mig"] = _mig(module, facts["gpus"])
-        steps.setdefault("mig", []).extend(result["mig"]["disruptive"])
-    if module.params["compute_mode"] is not None:
-        result["compute_mode"], reasons = _compute_mode(module, facts["gpus"])
-        steps.setdefault("compute_mode", []).extend(reasons)
-    for entry in module.params["files"]:
-        seen = result["files"][entry["path"]] = _node_plan.observe(entry["path"])
-        reason = _node_plan.file_reason(entry, seen)
-        steps.setdefault(entry["step"], []).extend([reason] if reason else [])
-    if module.params["units"]:
-        systemctl = module.get_bin_path("systemctl")
-        for unit in module.params["units"]:
-            if systemctl is None:
-                reason = "unit %s: systemctl not found" % unit["name"]
-            else:
-                rc, out, dummy = module.run_command([systemctl, "is-enabled", unit["name"]])
-                reason = _node_plan.unit_reason(unit["name"], rc, out)
-            steps.setdefault(unit["step"], []).extend([reason] if reason else [])
-    if module.params["packages"]:
-        result["packages"] = _packages_state(module, steps)
-    if module.params["containerd"] is not None:
-        result["containerd"], reason = _containerd(module)
-        steps.setdefault(module.params["containerd"]["step"], []).extend([reason] if reason else [])
-    if module.params["cdi"] is not None:
-        reason = _cdi(module, facts)
-        steps.setdefault(module.params["cdi"]["step"], []).extend([reason] if reason else [])
-    if module.params["runtime_mode"] is not None:
-        p = module.params["runtime_mode"]
-        try:
-            text = read_text(p["config_path"], "runtime config") if os.path.lexists(p["config_path"]) else None
-            reason = mode_reason(text, p["config_path"], p["mode"])
-        except InputFileError as exc:
-            reason = str(exc)
-        steps.setdefault(p["step"], []).extend([reason] if reason else [])
-    if "mig" in result and not result["mig"]["managed"]:
-        steps["mig"] = []  # nothing of MIG's is done on this node: its files are reported, not work
+    _node_steps.plan(module, facts, result, local=LOCAL_CHECKS)
     module.exit_json(**result)
 
 
@@ -516,96 +423,16 @@ def _read(module):
         module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
 
 
-def _mig(module, gpus):
-    """MIG as gpu_node planned it with mig_mode and mig_layout in check mode: same functions, same results,
-    same errors (mig_mode's first). The plans are returned when something changes (what gpu_node shows then)."""
-    p = module.params["mig"]
-    out = {"managed": _node_plan.mig_managed(gpus, p["manage"]), "disruptive": []}
-    if not out["managed"]:
-        return out
-    # imported here: a node without MIG to manage never compiles the planner (module_utils are compiled from
-    # source on every module run)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
-        assumed_warning, layout_entry, layout_result, plan_layouts, plan_modes)
-    params = {"gpus": ["all"], "enabled": None, "layout": p["layout"], "config_file": None,
-              "config_name": p["config_name"], "allow_reset": p["allow_reset"], "force": p["force"]}
-    try:
-        out["mode_plan"] = plan_modes(gpus, params)
-    except MigLayoutError as exc:
-        module.fail_json(msg=str(exc))
-    try:
-        resolved, plans, assumed = plan_layouts(gpus, params, check_mode=True)
-    except MigBusyError as exc:
-        module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
-    except MigLayoutError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    if assumed:
-        module.warn(assumed_warning(assumed))
-    by_index = dict((g["index"], g) for g in gpus)
-    out["layout_plan"] = layout_result(resolved, [layout_entry(plan, assumed, by_index[plan["index"]])
-                                                  for plan in plans])
-    out["disruptive"] = _node_plan.mig_disruptive(out["mode_plan"], out["layout_plan"])
-    if not out["disruptive"]:
-        del out["mode_plan"], out["layout_plan"]
-    return out
+def _check_containerd(module, facts, params):
+    """The step containerd_runtime's check, in the registry's convention."""
+    report, reason = _containerd(module)
+    return {"containerd": report}, {params["containerd"]["step"]: [reason] if reason else []}
 
 
-def _compute_mode(module, gpus):
-    """compute_mode's check-mode plan, and its boot-time unit: the role writes the unit from compute_mode's result
-    for the GPUs after the change, which is this plan's ``gpus`` (so the unit is compared only where nothing else
-    changes; otherwise the step has work anyway)."""
-    p = module.params["compute_mode"]
-    try:
-        todo = plan_settings(gpus, p["settings"], p["persistence_mode"])
-    except ComputeModeError as exc:
-        module.fail_json(msg=str(exc))
-    out = {"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
-           "modes": dict((str(k), v) for k, v in todo["modes"].items())}
-    reasons = _node_plan.compute_mode_reasons(todo)
-    unit = p["boot_unit"]
-    if unit is not None:
-        text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
-        reason = _node_plan.file_reason({"path": unit["path"], "mode": unit["mode"],
-                                         "checksum": _node_plan.sha1(text)}, _node_plan.observe(unit["path"]))
-        reasons += [reason] if reason else []
-    return out, reasons
-
-
-def _check_packages(module):
-    """Refuse a package name or version that is not one (before anything is read)."""
-    # imported here (and in _packages_state): a node plan without packages never compiles their code (module_utils
-    # are compiled from source on every module run)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
-    for entry in module.params["packages"]:
-        for name in entry["names"]:
-            if not _packages.NAME_RE.match(name) or not _packages.VERSION_RE.match(entry["version"]):
-                module.fail_json(msg="packages: %r at %r is not a package name (a-z, 0-9, +.-) at a version "
-                                 "(starting with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (name, entry["version"]))
-
-
-def _packages_state(module, steps):
-    """The declared packages as the package database has them (one read per package manager), and each step's
-    reasons. A database that cannot be read is work for every package it holds (the role then says why)."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
-    found = {}
-    by_manager = {}
-    for entry in module.params["packages"]:
-        for name in entry["names"]:
-            by_manager.setdefault(entry["manager"], []).append(dict(entry, name=name))
-    for manager, entries in sorted(by_manager.items()):
-        names = [e["name"] for e in entries]
-        try:
-            installed = _packages.read_installed(module, manager, names)
-        except _packages.PackageError as exc:
-            for entry in entries:
-                steps.setdefault(entry["step"], []).append("package %s cannot be read: %s" % (entry["name"], exc))
-            continue
-        for entry in entries:
-            found[entry["name"]] = installed[entry["name"]]
-            steps.setdefault(entry["step"], []).extend(_packages.reasons([entry], installed))
-    return found
+def _check_cdi(module, facts, params):
+    """The step cdi's check, in the registry's convention."""
+    reason = _cdi(module, facts)
+    return None, {params["cdi"]["step"]: [reason] if reason else []}
 
 
 def _containerd(module):
@@ -633,6 +460,10 @@ def _cdi(module, facts):
         recorded = ""
     inputs = stamp_inputs(p, expected, facts.get("driver_version"), binary_identity(ctk))
     return stamp_reason(recorded, inputs, file_digest(p["spec_path"]))
+
+
+# the steps whose checks are still this module's (the registry refuses a step with no check, or two)
+LOCAL_CHECKS = {"containerd_runtime": _check_containerd, "cdi": _check_cdi}
 
 
 if __name__ == "__main__":

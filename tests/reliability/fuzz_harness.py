@@ -387,6 +387,15 @@ FILTERS = {
                                    "interval": st.one_of(st.just("Default"), _ANY)},
             "dra_profile_names": {"profiles": st.one_of(st.just(OPERATOR_PROFILES), _ANY)}},
     "mig_plan_summary": {"mig_plan_summary": {"layout_gpus": _PLAN_GPUS, "mode_gpus": _PLAN_GPUS}},
+    "node_steps": {"node_step_gates": {
+        "plan": st.one_of(st.fixed_dictionaries({"steps": st.one_of(st.dictionaries(
+            st.sampled_from(["mig", "compute_mode", "cdi", "driver"]),
+            st.one_of(st.lists(st.text(max_size=5), max_size=2), _ANY), max_size=3), _ANY)}, optional={
+                "mig": st.one_of(st.fixed_dictionaries({}, optional={"managed": _ANY, "disruptive": _ANY}), _ANY)}),
+            _ANY),
+        "managed": st.one_of(st.dictionaries(
+            st.sampled_from(["mig", "compute_mode", "container_toolkit", "containerd_runtime", "cdi", "runtime_mode",
+                             "driver"]), st.one_of(st.booleans(), _ANY), max_size=7), _ANY)}},
     "declared": {
         "declared_files": {"entries": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
             "path": st.one_of(st.sampled_from(["/etc/x", "relative", "/etc/\nx"]), _ANY),

@@ -112,8 +112,9 @@ def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(
     source = (tmp_path / "library" / "gpuops_floor_imports_of_gpu_node_plan.py").read_text()
     compile(source, "imports_only", "exec")
     # every import of the module's file, the ones inside its functions too (ansible-core bundles those as well)
-    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan",
-                 "from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError"):
+    # (the steps' checks, with their imports of the planners, are in _node_steps since issue 38's step registry)
+    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps",
+                 "from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state"):
         assert line in source.splitlines()
     assert "from __future__" not in source and "def main" not in source
     assert source.count("from ansible.module_utils.basic import AnsibleModule") == 1

@@ -1,0 +1,399 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gpu_node role's node steps, each declared once (PRIVATE to gpuops.nvidia).
+
+One ``Step`` per step of the node plan (issue 38, part 1): its options of gpuops.nvidia.gpu_node_plan (the module's
+argument spec is the union of them, in this order), its node-side check with one calling convention, and its
+controller-side rule (the gpu_node task file that runs it, whether it disrupts the node).
+
+A check is ``check(module, facts, params) -> (report, reasons)``: ``params`` holds the step's own options as the
+module parsed them, ``facts`` the GPUs as read (gpu_info's facts); ``report`` is None or a dict merged into the
+module's result (``{"mig": ...}``), ``reasons`` a dict of step name -> list of reasons it has work (a step named
+with an empty list has been checked and has none). Checks run in this order, after every step's ``validate``
+(which may fail the module before anything is read) and before every step's ``settle`` (which may correct its
+own step's answer from the whole result).
+
+The files, units and packages the roles declare are one pseudo-step, ``declared``, whose entries each name the
+step they belong to; it runs no tasks of its own. A step whose work is found only there (container_toolkit) has no
+options and no check here.
+
+Planners that only some nodes need are imported inside the checks (module_utils are compiled from source on every
+module run, and the MIG planner only where MIG is managed), and the other modules' option specs a step reuses inside
+a function that builds its options: the gpu_node role's filter (node_step_gates) reads the registry's controller-side
+rules in every run's gate task, without loading them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
+
+
+class Step(object):
+    """One node step: see the module docstring. Controller side: ``tasks`` is the gpu_node task file (under
+    roles/gpu_node/tasks) that runs it, None for the pseudo-step ``declared``; ``disruptive`` says its work can
+    disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
+    ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set)."""
+
+    __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption")
+
+    def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
+                 after_disruption=False):
+        self.name = name
+        self._options = options
+        self.check = check
+        self.validate = validate
+        self.settle = settle
+        self.tasks = tasks
+        self.disruptive = disruptive
+        self.after_disruption = after_disruption
+
+    @property
+    def options(self):
+        """The step's options of gpu_node_plan (option -> spec). A step whose options are another module's spec
+        names a function that imports it, so that the controller's filter reads the registry without those."""
+        if callable(self._options):
+            self._options = self._options()
+        return self._options
+
+    def params(self, module):
+        return dict((option, module.params[option]) for option in self.options)
+
+    def given(self, module):
+        """Whether the module was given this step (any of its options is not None)."""
+        return any(module.params[option] is not None for option in self.options)
+
+
+def _mig(module, facts, params):
+    """MIG as gpu_node planned it with mig_mode and mig_layout in check mode: same functions, same results,
+    same errors (mig_mode's first). The plans are returned when something changes (what gpu_node shows then)."""
+    p = params["mig"]
+    gpus = facts["gpus"]
+    out = {"managed": _node_plan.mig_managed(gpus, p["manage"]), "disruptive": []}
+    if not out["managed"]:
+        return {"mig": out}, {"mig": []}
+    # imported here: a node without MIG to manage never compiles the planner (module_utils are compiled from
+    # source on every module run)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+        assumed_warning, layout_entry, layout_result, plan_layouts, plan_modes)
+    plan_params = {"gpus": ["all"], "enabled": None, "layout": p["layout"], "config_file": None,
+                   "config_name": p["config_name"], "allow_reset": p["allow_reset"], "force": p["force"]}
+    try:
+        out["mode_plan"] = plan_modes(gpus, plan_params)
+    except MigLayoutError as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        resolved, plans, assumed = plan_layouts(gpus, plan_params, check_mode=True)
+    except MigBusyError as exc:
+        module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
+    except MigLayoutError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    if assumed:
+        module.warn(assumed_warning(assumed))
+    by_index = dict((g["index"], g) for g in gpus)
+    out["layout_plan"] = layout_result(resolved, [layout_entry(plan, assumed, by_index[plan["index"]])
+                                                  for plan in plans])
+    out["disruptive"] = _node_plan.mig_disruptive(out["mode_plan"], out["layout_plan"])
+    if not out["disruptive"]:
+        del out["mode_plan"], out["layout_plan"]
+    return {"mig": out}, {"mig": list(out["disruptive"])}
+
+
+def _mig_settle(result, steps):
+    """Nothing of MIG's is done on a node where it is not managed: its files are reported, not work."""
+    if "mig" in result and not result["mig"]["managed"]:
+        steps["mig"] = []
+
+
+def _compute_mode(module, facts, params):
+    """compute_mode's check-mode plan, and its boot-time unit: the role writes the unit from compute_mode's result
+    for the GPUs after the change, which is this plan's ``gpus`` (so the unit is compared only where nothing else
+    changes; otherwise the step has work anyway)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
+        ComputeModeError, boot_unit, plan_settings, planned_state, report)
+    p = params["compute_mode"]
+    try:
+        todo = plan_settings(facts["gpus"], p["settings"], p["persistence_mode"])
+    except ComputeModeError as exc:
+        module.fail_json(msg=str(exc))
+    out = {"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
+           "modes": dict((str(k), v) for k, v in todo["modes"].items())}
+    reasons = _node_plan.compute_mode_reasons(todo)
+    unit = p["boot_unit"]
+    if unit is not None:
+        text = boot_unit(out["gpus"], bool(p["persistence_mode"]), unit["nvidia_smi"])
+        reason = _node_plan.file_reason({"path": unit["path"], "mode": unit["mode"],
+                                         "checksum": _node_plan.sha1(text)}, _node_plan.observe(unit["path"]))
+        reasons += [reason] if reason else []
+    return {"compute_mode": out}, {"compute_mode": reasons}
+
+
+def _add(reasons, step, found):
+    reasons.setdefault(step, []).extend(found)
+
+
+def _declared_validate(module, params):
+    """Refuse a relative path, a checksum that is not a sha1, a mode that is not octal, a package name or version
+    that is not one (before anything is read)."""
+    for entry in params["files"]:
+        if not entry["path"].startswith("/"):
+            module.fail_json(msg="files: path %r must be absolute" % entry["path"])
+        if entry["checksum"] is not None and (len(entry["checksum"]) != 40 or
+                                              any(c not in "0123456789abcdef" for c in entry["checksum"])):
+            module.fail_json(msg="files: checksum of %s must be a sha1 in hex (40 characters 0-9a-f), got %r"
+                             % (entry["path"], entry["checksum"]))
+        if _node_plan.normal_mode(entry["mode"]) is False:
+            module.fail_json(msg="files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
+    if not params["packages"]:
+        return
+    # imported here (and in _packages_state): a node plan without packages never compiles their code (module_utils
+    # are compiled from source on every module run)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    for entry in params["packages"]:
+        for name in entry["names"]:
+            if not _packages.NAME_RE.match(name) or not _packages.VERSION_RE.match(entry["version"]):
+                module.fail_json(msg="packages: %r at %r is not a package name (a-z, 0-9, +.-) at a version "
+                                 "(starting with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (name, entry["version"]))
+
+
+def _declared(module, facts, params):
+    """Every file, directory, absence, unit and package the roles declare, each under its own step."""
+    reasons = {}
+    report = {"files": {}}
+    for entry in params["files"]:
+        seen = report["files"][entry["path"]] = _node_plan.observe(entry["path"])
+        reason = _node_plan.file_reason(entry, seen)
+        _add(reasons, entry["step"], [reason] if reason else [])
+    if params["units"]:
+        systemctl = module.get_bin_path("systemctl")
+        for unit in params["units"]:
+            if systemctl is None:
+                reason = "unit %s: systemctl not found" % unit["name"]
+            else:
+                rc, out, dummy = module.run_command([systemctl, "is-enabled", unit["name"]])
+                reason = _node_plan.unit_reason(unit["name"], rc, out)
+            _add(reasons, unit["step"], [reason] if reason else [])
+    if params["packages"]:
+        report["packages"] = _packages_state(module, params["packages"], reasons)
+    return report, reasons
+
+
+def _packages_state(module, packages, reasons):
+    """The declared packages as the package database has them (one read per package manager), and each step's
+    reasons. A database that cannot be read is work for every package it holds (the role then says why)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    found = {}
+    by_manager = {}
+    for entry in packages:
+        for name in entry["names"]:
+            by_manager.setdefault(entry["manager"], []).append(dict(entry, name=name))
+    for manager, entries in sorted(by_manager.items()):
+        names = [e["name"] for e in entries]
+        try:
+            installed = _packages.read_installed(module, manager, names)
+        except _packages.PackageError as exc:
+            for entry in entries:
+                _add(reasons, entry["step"], ["package %s cannot be read: %s" % (entry["name"], exc)])
+            continue
+        for entry in entries:
+            found[entry["name"]] = installed[entry["name"]]
+            _add(reasons, entry["step"], _packages.reasons([entry], installed))
+    return found
+
+
+def _runtime_mode(module, facts, params):
+    """Whether nvidia-container-runtime's config sets the declared mode (an absent config means auto)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import mode_reason
+    p = params["runtime_mode"]
+    try:
+        text = read_text(p["config_path"], "runtime config") if os.path.lexists(p["config_path"]) else None
+        reason = mode_reason(text, p["config_path"], p["mode"])
+    except InputFileError as exc:
+        reason = str(exc)
+    return None, {p["step"]: [reason] if reason else []}
+
+
+def _with_step(spec, step):
+    """A step's own module's argument spec, plus the step its reasons go to."""
+    return dict(spec, step=dict(type="str", default=step))
+
+
+def _containerd_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC
+    return {"containerd": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "containerd_runtime"))}
+
+
+def _cdi_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC
+    return {"cdi": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "cdi"))}
+
+
+def _runtime_mode_options():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import ARGUMENT_SPEC
+    return {"runtime_mode": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "runtime_mode"))}
+
+
+STEPS = (
+    Step("mig", {"mig": dict(type="dict", options=dict(
+        manage=dict(type="str", choices=["declared", "disable"], required=True),
+        layout=dict(type="list", elements="dict"),
+        config_name=dict(type="str"),
+        allow_reset=dict(type="bool", default=True),
+        force=dict(type="bool", default=False),
+    ), mutually_exclusive=[("layout", "config_name")], required_one_of=[("layout", "config_name")])},
+        check=_mig, settle=_mig_settle, tasks="mig.yml", disruptive=True),
+    Step("compute_mode", {"compute_mode": dict(type="dict", options=dict(
+        settings=dict(type="list", elements="dict", required=True, options=dict(
+            gpus=dict(type="list", elements="str", default=["all"]),
+            mode=dict(type="str", required=True))),
+        persistence_mode=dict(type="bool"),
+        boot_unit=dict(type="dict", options=dict(
+            path=dict(type="path", required=True),
+            nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
+            mode=dict(type="str", default="0644"))),
+    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True),
+    Step("declared", {
+        "files": dict(type="list", elements="dict", default=[], options=dict(
+            step=dict(type="str", required=True),
+            path=dict(type="path", required=True),
+            state=dict(type="str", choices=list(_node_plan.FILE_STATES), default="file"),
+            checksum=dict(type="str"),
+            mode=dict(type="str"),
+        )),
+        "units": dict(type="list", elements="dict", default=[], options=dict(
+            step=dict(type="str", required=True),
+            name=dict(type="str", required=True),
+        )),
+        "packages": dict(type="list", elements="dict", default=[], options=dict(
+            step=dict(type="str", required=True),
+            manager=dict(type="str", choices=["apt", "dnf"], required=True),
+            names=dict(type="list", elements="str", required=True),
+            version=dict(type="str", required=True),
+            hold=dict(type="bool", default=False),
+        )),
+    }, check=_declared, validate=_declared_validate),
+    Step("container_toolkit", {}, tasks="toolkit.yml"),
+    # checked by gpu_node_plan itself until issue 38's shared helpers (require_tool, one verified-state stamp) land
+    Step("containerd_runtime", _containerd_options, tasks="container_runtime.yml"),
+    Step("cdi", _cdi_options, tasks="container_runtime.yml", after_disruption=True),
+    Step("runtime_mode", _runtime_mode_options, check=_runtime_mode, tasks="container_runtime.yml"),
+)
+
+BY_NAME = dict((step.name, step) for step in STEPS)
+
+
+def node_steps():
+    """The names of the steps that run tasks on the node (every step but the pseudo-step ``declared``), in order."""
+    return [step.name for step in STEPS if step.tasks is not None]
+
+
+def gates(plan, managed):
+    """Controller side: from gpu_node_plan's result and ``managed`` (node step -> whether the controller manages
+    it on this node), each node step -> whether it runs, and ``disruptive`` (whether a disruptive step changes the
+    GPUs). A step runs where it is managed (and, where its result says ``managed``, the plan agrees) and has work,
+    or runs again after a disruptive change. Raises ValueError on input that is not that."""
+    names = node_steps()
+    if not isinstance(plan, dict) or not isinstance(plan.get("steps"), dict):
+        raise ValueError("expects gpu_node_plan's result (a dict with steps), got %s" % _kind(plan))
+    if not isinstance(managed, dict) or set(managed) != set(names):
+        raise ValueError("expects, for each node step (%s), whether it is managed on this node; got %s"
+                         % (", ".join(names), ", ".join(sorted(str(k) for k in managed)) if isinstance(managed, dict)
+                            else _kind(managed)))
+    work, on, disruptive = {}, {}, False
+    for step in STEPS:
+        if step.tasks is None:
+            continue
+        found = plan["steps"].get(step.name)
+        if found is not None and not isinstance(found, list):
+            raise ValueError("steps.%s must be the list of reasons the plan found, got %s" % (step.name, _kind(found)))
+        work[step.name] = bool(found)
+        report = plan.get(step.name)
+        if report is not None and not isinstance(report, dict):
+            raise ValueError("%s must be the plan's result for the step (a dict), got %s" % (step.name, _kind(report)))
+        report = report or {}
+        on[step.name] = _truth(managed[step.name], step.name) and report.get("managed", True) is True
+        if step.disruptive and on[step.name]:
+            reasons = report.get("disruptive") or []
+            if not isinstance(reasons, list):
+                raise ValueError("%s.disruptive must be a list of reasons, got %s" % (step.name, _kind(reasons)))
+            disruptive = disruptive or len(reasons) > 0
+    out = dict((name, on[name] and (work[name] or (BY_NAME[name].after_disruption and disruptive))) for name in names)
+    out["disruptive"] = disruptive
+    return out
+
+
+def _kind(value):
+    return type(value).__name__
+
+
+def _truth(value, name):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0", ""):
+        return False
+    raise ValueError("whether step %s is managed must be a boolean, got %r" % (name, value))
+
+
+def argument_spec(**extra):
+    """gpu_node_plan's argument spec: ``extra`` (the module's own options), then every step's options in order."""
+    spec = dict(extra)
+    for step in STEPS:
+        for option, option_spec in step.options.items():
+            if option in spec:
+                raise ValueError("option %s declared twice (step %s)" % (option, step.name))
+            spec[option] = option_spec
+    return spec
+
+
+def checks(local=None):
+    """Each step with options, with its check: the registry's own, or the one ``local`` (step name -> check) names
+    for it. A step with options and no check, or two, is an error in the collection, not in the input."""
+    local = dict(local or {})
+    out = []
+    for step in STEPS:
+        check = local.pop(step.name, None)
+        if not step.options:
+            if check is not None:
+                raise ValueError("step %s has no options, so no check" % step.name)
+            continue
+        if (check is None) == (step.check is None):
+            raise ValueError("step %s needs exactly one check, has %s"
+                             % (step.name, "none" if check is None else "two"))
+        out.append((step, check or step.check))
+    if local:
+        raise ValueError("checks for steps the registry does not have: %s" % ", ".join(sorted(local)))
+    return out
+
+
+def plan(module, facts, result, local=None):
+    """Run every given step's check (``validate`` is run by ``validate``, before the read) and every step's
+    ``settle``, filling ``result`` (which holds ``steps``)."""
+    steps = result["steps"]
+    for step, check in checks(local):
+        if not step.given(module):
+            continue
+        report, reasons = check(module, facts, step.params(module))
+        result.update(report or {})
+        for name, found in reasons.items():
+            _add(steps, name, found)
+    for step in STEPS:
+        if step.settle is not None:
+            step.settle(result, steps)
+    return result
+
+
+def validate(module):
+    """Every given step's input checks, before anything is read (a failure changes nothing)."""
+    for step in STEPS:
+        if step.validate is not None and step.given(module):
+            step.validate(module, step.params(module))
