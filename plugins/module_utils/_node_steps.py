@@ -30,6 +30,8 @@ __metaclass__ = type
 
 import os
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
 
 
@@ -334,14 +336,13 @@ def _kind(value):
 
 
 def _truth(value, name):
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0", ""):
+    """A managed flag as Jinja's ``bool`` reads it (ansible-core's own conversion); an empty value is False."""
+    if isinstance(value, str) and not value.strip():
         return False
-    raise ValueError("whether step %s is managed must be a boolean, got %r" % (name, value))
+    try:
+        return boolean(value.strip() if isinstance(value, str) else value, strict=True)
+    except TypeError:
+        raise ValueError("whether step %s is managed must be a boolean, got %r" % (name, value))
 
 
 def argument_spec(**extra):
