@@ -379,3 +379,35 @@ def plan(declaration, node, devices, state=None, installed=None, available=None)
 def refusal_text(result):
     """One message for every refusal of a plan, ending in what changed (nothing)."""
     return "; ".join(r["msg"] for r in result["refusals"]) + "; nothing changed."
+
+
+def declared_packages(declaration, node, hold=True):
+    """What the node plan compares without asking the source: [{manager, names, version, hold}], one entry per
+    version, for the packages whose exact version follows from the declaration (NVIDIA's CUDA repository, a mirror of
+    it, package files); [] where the source decides the versions (the Ubuntu archive) or only a branch is declared.
+    The module source is ``auto``'s choice before the source is read (precompiled where the source publishes them)."""
+    decl = validate(declaration)
+    manager = node["manager"]
+    if not decl["version"] or (manager == "apt" and decl["package_source"] == "distribution") or manager == "dnf" \
+            and decl["package_source"] == "distribution":
+        return []
+    source = decl["module_source"]
+    if source == "auto":
+        source = "precompiled" if precompiled_offered(manager, decl["package_source"], decl["flavour"]) else "dkms"
+    n = names(decl, node, source)
+    groups = [("driver", n["driver"]), ("kernel", n["kernel"])]
+    fm = {"true": True, "false": False}.get(decl["fabric_manager"])
+    if fm is None:
+        fm = bool(node.get("nvswitch"))
+    if fm:
+        groups.append(("fabric_manager", n["fabric_manager"]))
+    out = []
+    for group, group_names in groups:
+        version = exact_version(decl, node, group_names[0], group)
+        same = [e for e in out if e["version"] == version]
+        if same:
+            same[0]["names"].extend(group_names)
+        else:
+            out.append({"manager": manager, "names": list(group_names), "version": version,
+                        "hold": bool(hold) and manager == "apt"})
+    return out

@@ -257,3 +257,14 @@ def test_property_every_pinned_package_carries_the_drivers_version(minor, patch,
         if not p["name"].startswith("kmod-nvidia-%s" % version):
             assert dp.upstream(p["version"]) == version, p
     assert len(set(names(res))) == len(res["packages"])
+
+
+def test_declared_packages_are_the_plans_where_the_versions_follow_from_the_declaration():
+    for decl, node, st_ in (({"version": "580.95.05"}, dict(UBUNTU, nvswitch=True), state(nvswitch=True)),
+                            ({"version": "570.195.03", "flavour": "proprietary"}, RHEL, state())):
+        declared = dp.declared_packages(decl, node)
+        res = dp.plan(decl, node, H200, st_)
+        assert sorted((n, e["version"]) for e in declared for n in e["names"]) == \
+            sorted((p["name"], p["version"]) for p in res["packages"])
+    assert dp.declared_packages({"version": "580.95.05", "package_source": "distribution"}, UBUNTU) == []
+    assert [e["hold"] for e in dp.declared_packages({"version": "580.95.05"}, UBUNTU)] == [True]
