@@ -259,14 +259,15 @@ def _resolve(decl, node, name, group, available):
 
 
 # ------------------------------------------------------------------------------------------------ the plan
-def plan(declaration, node, devices, state=None, installed=None, available=None):
+def plan(declaration, node, devices, state=None, installed=None, available=None, installed_driver=None):
     """The driver's packages for a node, and every refusal.
 
     ``node``: {"manager": apt|dnf, "distribution": "ubuntu", "distribution_major": "24", "kernel": uname -r,
     "architecture": "x86_64"}. ``state``: ``_driver_state.read``'s dict (secure_boot, nvswitch, nvlink5,
     nouveau_loaded) or None. ``installed``: ``_packages.read_installed``' dict or None. ``available``: {name:
     [versions]} that the source offers (the repository asked, or the package files' own versions), None when not
-    read. Returns a dict; ``refusals`` (each {"kind", "msg"}) empty means the plan may be applied."""
+    read. ``installed_driver``: the driver version the node's packages hold whatever their names (another branch's
+    packages carry another name on apt). Returns a dict; ``refusals`` (each {"kind", "msg"}) empty means the plan may be applied."""
     decl = validate(declaration)
     state = state or {}
     manager = node.get("manager")
@@ -358,6 +359,9 @@ def plan(declaration, node, devices, state=None, installed=None, available=None)
         if action != "none":
             changes.append("%s: %s -> %s (%s)" % (entry["name"], have or "not installed", entry["version"] or "?", action))
     down = [a for a in actions if a["action"] == "downgrade"]
+    target = decl["version"] or (upstream(packages[0]["version"]) if packages and packages[0]["version"] else "")
+    if installed_driver and target and not down and _packages.deb_compare(installed_driver, target) > 0:
+        down = [{"name": "the installed driver", "installed": installed_driver}]
     if down and not decl["allow_downgrade"]:
         refuse("downgrade", "refusing to downgrade %s: installed %s is newer than the declared %s. Declare the "
                             "installed version, or allow the downgrade (driver_allow_downgrade: true)"
@@ -411,3 +415,8 @@ def declared_packages(declaration, node, hold=True):
             out.append({"manager": manager, "names": list(group_names), "version": version,
                         "hold": bool(hold) and manager == "apt"})
     return out
+
+
+def version_key(version):
+    """A sort key for driver versions (580.95.05 after 580.82.07)."""
+    return tuple(int(part) for part in version.split("."))

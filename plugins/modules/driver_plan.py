@@ -227,6 +227,28 @@ class DriverPlan(object):
             return _package_repo.parse_madison(out, names)
         return None
 
+    def installed_driver(self, state):
+        """The newest driver version on the node whatever its packages' names: the loaded module's, and on apt any
+        branch's libnvidia-compute package (dpkg-query takes a name pattern)."""
+        found = []
+        loaded = (state or {}).get("loaded") or {}
+        if loaded.get("version"):
+            found.append(loaded["version"])
+        if self.p["manager"] == "apt":
+            binary = self.module.get_bin_path("dpkg-query")
+            if binary:
+                rc, out, err = self.module.run_command([binary, "-W", "-f", "${Package}\t${Version}\t${Status}\n",
+                                                        "libnvidia-compute-*"])
+                for line in out.splitlines():
+                    fields = line.split("\t")
+                    if len(fields) == 3 and fields[2].endswith(" installed"):
+                        found.append(_driver_plan.upstream(fields[1]))
+        found = [v for v in found if _driver_plan.VERSION_RE.match(v)]
+        if not found:
+            return None
+        self.result["installed_driver"] = max(found, key=_driver_plan.version_key)
+        return self.result["installed_driver"]
+
     def run(self):
         decl = self.p["declaration"]
         try:
@@ -242,8 +264,10 @@ class DriverPlan(object):
         except _packages.PackageError as exc:
             self.fail("database", "the package database cannot be read: %s" % exc)
         self.result["installed"] = installed
+        installed_driver = self.installed_driver(state)
         try:
-            plan = _driver_plan.plan(decl, node, devices, state, installed=installed, available=available)
+            plan = _driver_plan.plan(decl, node, devices, state, installed=installed, available=available,
+                                     installed_driver=installed_driver)
         except _driver_plan.DriverPlanError as exc:
             self.fail("input", "the driver cannot be planned for this node, nothing changed: %s" % exc)
         self.result["plan"] = plan

@@ -268,3 +268,10 @@ def test_declared_packages_are_the_plans_where_the_versions_follow_from_the_decl
             sorted((p["name"], p["version"]) for p in res["packages"])
     assert dp.declared_packages({"version": "580.95.05", "package_source": "distribution"}, UBUNTU) == []
     assert [e["hold"] for e in dp.declared_packages({"version": "580.95.05"}, UBUNTU)] == [True]
+
+
+def test_refused_downgrade_to_another_branch_whose_packages_have_other_names():
+    res = dp.plan({"version": "570.195.03"}, UBUNTU, H200, state(), installed={}, installed_driver="580.95.05")
+    assert kinds(res) == ["downgrade"] and "580.95.05" in res["refusals"][0]["msg"]
+    assert dp.plan({"version": "580.95.05"}, UBUNTU, H200, state(), installed_driver="570.195.03")["refusals"] == []
+    assert dp.version_key("580.95.05") > dp.version_key("580.82.07")
