@@ -1,0 +1,302 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: driver_plan
+short_description: Plan the NVIDIA driver's packages for a node, and refuse what cannot work, before anything changes
+version_added: 0.3.0
+description:
+  - The read and plan of the gpuops.nvidia.driver role; changes nothing, in any mode.
+  - Reads the node's NVIDIA PCI devices and driver state (Secure Boot, NVSwitch, NVLink5, nouveau) below O(root),
+    unless given in O(devices) and O(state); the installed packages from the package database; and what the package
+    source offers - the repository asked from a scratch directory (O(repository)), the node's own apt lists
+    (O(package_source=distribution)), or the package files (O(package_files)).
+  - Then plans the packages at exact versions (driver userspace, kernel modules - precompiled where the source has
+    them for the running kernel, else DKMS -, the Fabric Manager at exactly the driver's version on NVSwitch systems,
+    nvidia-persistenced) and refuses, with what to do - proprietary modules on Blackwell, open modules on a GPU older
+    than Turing, Secure Boot with an unsigned DKMS build, a Fabric Manager pinned at another version, a downgrade
+    unless allowed, precompiled modules demanded where the source has none for the running kernel, and a version the
+    source does not have.
+options:
+  manager:
+    description: V(apt) or V(dnf).
+    type: str
+    choices: [apt, dnf]
+    required: true
+  declaration:
+    description:
+      - The declared driver - C(version) (like V(580.95.05)) and/or C(branch), C(flavour) (open, proprietary),
+        C(module_source) (auto, precompiled, dkms), C(package_source) (cuda_repository, distribution, mirror, files),
+        C(fabric_manager) (auto, true, false), C(fabric_manager_version), C(dkms_signing) (none, mok),
+        C(allow_downgrade), C(revision) (the package revision, where it differs from NVIDIA's).
+    type: dict
+    required: true
+  kernel:
+    description: The running kernel (C(uname -r)); read from O(root)'s C(/proc/sys/kernel/osrelease) when empty.
+    type: str
+    default: ""
+  distribution_major:
+    description: The distribution's major version (the RPM release's C(el9)).
+    type: str
+    default: ""
+  root:
+    description: Where the node's C(/sys) and C(/proc) are (V(/) on a node; the lab's node directory).
+    type: path
+    default: /
+  devices:
+    description: The NVIDIA PCI devices, as the driver layer reads them; read below O(root) when not given.
+    type: list
+    elements: dict
+  state:
+    description: The driver state (secure_boot, nvswitch, nvlink5, nouveau_loaded), read below O(root) when not given.
+    type: dict
+  repository:
+    description: The repository as it will be configured (as M(gpuops.nvidia.package_plan) takes it).
+    type: dict
+    suboptions:
+      sources:
+        description: The text of the apt C(.list) or dnf C(.repo) file.
+        type: str
+        required: true
+      key:
+        description: The repository's signing key, ASCII-armored.
+        type: str
+        required: true
+      key_path:
+        description: Where the key will be written (replaced by its scratch copy in O(repository.sources)).
+        type: path
+        required: true
+  package_files:
+    description: Package files on the node (air-gapped installs); their names and versions are what is offered.
+    type: list
+    elements: path
+    default: []
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module changes nothing; it runs the same way in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements:
+  - C(dpkg-query), C(apt-get), C(apt-cache), C(dpkg-deb) (Debian family); C(rpm), C(dnf) (RHEL family).
+seealso:
+  - module: gpuops.nvidia.package_plan
+  - name: NVIDIA Driver Installation Guide
+    link: https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
+author:
+  - gpuops.nvidia developers (@gpuops)
+"""
+
+EXAMPLES = r"""
+- name: What installing driver 580.95.05 (open modules) from NVIDIA's CUDA repository would change
+  gpuops.nvidia.driver_plan:
+    manager: apt
+    declaration: {version: 580.95.05}
+  register: driver_plan
+"""
+
+RETURN = r"""
+plan:
+  description:
+    - The plan - C(version), C(branch), C(flavour), C(module_source) and why, C(stream) (dnf), C(packages) (per
+      package C(name), C(version), C(group), C(installed), C(action)), C(extra) (unpinned - kernel headers, nvlsm),
+      C(fabric_manager), C(persistenced), C(changes), C(notes), C(reboot_needed) and C(reboot_reason), C(refusals).
+  returned: always
+  type: dict
+installed:
+  description: What the package database says of each package.
+  returned: always
+  type: dict
+available:
+  description: Per package, the versions the source offers (null when the source was not read).
+  returned: always
+  type: dict
+files:
+  description: Per package, the package file that holds it (O(package_files)).
+  returned: always
+  type: dict
+kind:
+  description: On failure, what failed - V(input), V(read), V(database), V(signature), V(unreachable), V(other), or a
+    refusal's kind (V(flavour), V(secure_boot), V(fabric_manager), V(downgrade), V(precompiled), V(version),
+    V(source)).
+  returned: on failure
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan, _package_repo, _packages
+
+
+def read_devices(root):
+    """The driver layer's PCI reader, imported where it runs (it lives beside this module from issue 34 on)."""
+    try:
+        from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci
+    except ImportError:
+        return None
+    return _pci.read_nvidia_devices(root=root)
+
+
+def read_state(root):
+    try:
+        from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
+    except ImportError:
+        return None
+    return _driver_state.read(root=root)
+
+
+def read_kernel(root):
+    with open(os.path.join(root, "proc/sys/kernel/osrelease")) as handle:
+        return handle.read().strip()
+
+
+class DriverPlan(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.result = {"changed": False, "available": None, "files": {}, "installed": {}}
+
+    def fail(self, kind, msg, **extra):
+        self.module.fail_json(msg=msg, kind=kind, **dict(self.result, **extra))
+
+    def node(self):
+        p = self.p
+        devices, state = p["devices"], p["state"]
+        try:
+            if devices is None:
+                devices = read_devices(p["root"])
+            if state is None:
+                state = read_state(p["root"])
+            kernel = p["kernel"] or (state or {}).get("kernel") or read_kernel(p["root"])
+        except (IOError, OSError, ValueError) as exc:
+            self.fail("read", "the node's devices or driver state cannot be read below %s: %s" % (p["root"], exc))
+        if devices is None or state is None:
+            self.fail("read", "this collection has no reader for the node's PCI devices or driver state (the "
+                              "driver layer's _pci and _driver_state): give devices and state")
+        return {"manager": p["manager"], "kernel": kernel, "distribution_major": p["distribution_major"]}, devices, state
+
+    def offered(self, decl, node):
+        p = self.p
+        names = _driver_plan.probe_names(decl, node)
+        if p["package_files"]:
+            tool = self.module.get_bin_path("dpkg-deb" if p["manager"] == "apt" else "rpm", required=True)
+            available, errors = {}, []
+            for path in p["package_files"]:
+                rc, out, err = self.module.run_command(_package_repo.file_command(p["manager"], path, tool, tool),
+                                                       environ_update={"LANG": "C"})
+                found = _package_repo.parse_file(p["manager"], out) if rc == 0 else None
+                if found is None:
+                    errors.append("%s is not a package (%s)" % (path, (err or out).strip()))
+                    continue
+                available.setdefault(found[0], []).append(found[1])
+                self.result["files"][found[0]] = path
+            if errors:
+                self.fail("files", "package_files: %s; nothing changed." % "; ".join(errors))
+            return available
+        if p["repository"] is not None:
+            repo = p["repository"]
+            try:
+                return _package_repo.probe(self.module, p["manager"], repo["sources"], repo["key"], repo["key_path"],
+                                           names)
+            except _package_repo.RepositoryError as exc:
+                what = {"signature": "its signature does not verify with the given key (or it is not signed): give "
+                                     "the key that signs it",
+                        "unreachable": "it does not answer: check the URL and the node's network or proxy",
+                        "other": "the package manager refused it"}[exc.kind]
+                self.fail(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
+                          % (what, "apt-get" if p["manager"] == "apt" else "dnf", exc), output=exc.output)
+        if decl.get("package_source") == "distribution" and p["manager"] == "apt":
+            # the node's own, configured sources (the Ubuntu archive), as its apt lists have them
+            rc, out, err = self.module.run_command([self.module.get_bin_path("apt-cache", required=True), "madison"]
+                                                   + names, environ_update={"LANG": "C", "LC_ALL": "C"})
+            if rc != 0:
+                self.fail("other", "apt-cache madison exited %d: %s" % (rc, err.strip()))
+            return _package_repo.parse_madison(out, names)
+        return None
+
+    def installed_driver(self, state):
+        """The newest driver version on the node whatever its packages' names: the loaded module's, and on apt any
+        branch's libnvidia-compute package (dpkg-query takes a name pattern)."""
+        found = []
+        loaded = (state or {}).get("loaded") or {}
+        if loaded.get("version"):
+            found.append(loaded["version"])
+        if self.p["manager"] == "apt":
+            binary = self.module.get_bin_path("dpkg-query")
+            if binary:
+                rc, out, err = self.module.run_command([binary, "-W", "-f", "${Package}\t${Version}\t${Status}\n",
+                                                        "libnvidia-compute-*"])
+                for line in out.splitlines():
+                    fields = line.split("\t")
+                    if len(fields) == 3 and fields[2].endswith(" installed"):
+                        found.append(_driver_plan.upstream(fields[1]))
+        found = [v for v in found if _driver_plan.VERSION_RE.match(v)]
+        if not found:
+            return None
+        self.result["installed_driver"] = max(found, key=_driver_plan.version_key)
+        return self.result["installed_driver"]
+
+    def run(self):
+        decl = self.p["declaration"]
+        try:
+            _driver_plan.validate(decl)
+        except _driver_plan.DriverPlanError as exc:
+            self.fail("input", "invalid driver declaration, nothing changed: %s" % exc)
+        node, devices, state = self.node()
+        available = self.offered(decl, node)
+        self.result["available"] = available
+        candidates = _driver_plan.probe_names(decl, node)
+        try:
+            installed = _packages.read_installed(self.module, self.p["manager"], candidates)
+        except _packages.PackageError as exc:
+            self.fail("database", "the package database cannot be read: %s" % exc)
+        self.result["installed"] = installed
+        installed_driver = self.installed_driver(state)
+        try:
+            plan = _driver_plan.plan(decl, node, devices, state, installed=installed, available=available,
+                                     installed_driver=installed_driver)
+        except _driver_plan.DriverPlanError as exc:
+            self.fail("input", "the driver cannot be planned for this node, nothing changed: %s" % exc)
+        self.result["plan"] = plan
+        if plan["refusals"]:
+            self.fail(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))
+        return self.result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            manager=dict(type="str", choices=list(_packages.MANAGERS), required=True),
+            declaration=dict(type="dict", required=True),
+            kernel=dict(type="str", default=""),
+            distribution_major=dict(type="str", default=""),
+            root=dict(type="path", default="/"),
+            devices=dict(type="list", elements="dict"),
+            state=dict(type="dict"),
+            repository=dict(type="dict", options=dict(
+                sources=dict(type="str", required=True),
+                key=dict(type="str", required=True, no_log=False),
+                key_path=dict(type="path", required=True, no_log=False),
+            )),
+            package_files=dict(type="list", elements="path", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(**DriverPlan(module).run())
+
+
+if __name__ == "__main__":
+    main()

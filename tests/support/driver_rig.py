@@ -1,0 +1,172 @@
+"""Fake NVIDIA driver packages for the driver role's tests, in a local signed apt repository laid out as NVIDIA's CUDA
+repository (``<url>/ubuntu2404/x86_64/``: a flat repository), built with Debian's own tools (tests/support/apt_rig.py:
+Keyring, Root).
+
+The packages are NOT NVIDIA's or Canonical's: each is built here with dpkg-deb, named and versioned like the real ones
+(plugins/module_utils/_driver_plan.py says where each name comes from) and depending on each other at the exact
+version as the real ones do. Two driver versions (570.195.03 and 580.95.05), the open and proprietary flavours, DKMS
+packages, NVIDIA's Fabric Manager at each version (depending on the driver at exactly its version), and the Ubuntu
+archive's packages of 580 with a precompiled ``linux-modules-nvidia-580-server-open-<KERNEL>`` for one kernel.
+
+What they install is what the lab's reading code looks at: a kernel module placeholder under
+``lib/modules/<KERNEL>/`` (text naming version, flavour and whether signed) and the userspace library marker
+``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version>`` (the path the driver layer's simulator reads; until that
+constant lands it is written here), nvidia-smi and nvidia-persistenced stand-ins, and the persistenced unit.
+"""
+import os
+import subprocess
+from email.utils import formatdate
+import hashlib
+
+from tests.support import apt_rig
+
+KERNEL = "6.8.0-87-generic"
+OLD, NEW = "570.195.03", "580.95.05"
+CUDA_REVISION = "0ubuntu1"
+ARCHIVE_REVISION = "0ubuntu0.24.04.2"
+PRECOMPILED_VERSION = "6.8.0-87.88+1"
+LIBRARY_MARKER = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s"
+
+
+def module_text(version, flavour, signed):
+    return ("TEST STAND-IN nvidia.ko (tests/support/driver_rig.py), NOT NVIDIA's module\nversion=%s\nflavour=%s\n"
+            "signed=%s\n" % (version, flavour, "yes" if signed else "no"))
+
+
+def cuda_packages(version):
+    """{name: (package version, depends, files)} of NVIDIA's CUDA repository (Ubuntu) for one driver version."""
+    b = version.split(".")[0]
+    v = "%s-%s" % (version, CUDA_REVISION)
+    lib = "libnvidia-compute-%s" % b
+    out = {
+        lib: (v, None, {LIBRARY_MARKER % version: "TEST STAND-IN libnvidia-ml %s\n" % version}),
+        "nvidia-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
+            "usr/bin/nvidia-smi": "#!/bin/sh\necho 'TEST STAND-IN nvidia-smi %s'\n" % version}),
+        "nvidia-compute-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
+            "usr/bin/nvidia-persistenced": "#!/bin/sh\necho 'TEST STAND-IN nvidia-persistenced %s'\n" % version,
+            "lib/systemd/system/nvidia-persistenced.service":
+                "[Unit]\nDescription=TEST STAND-IN NVIDIA Persistence Daemon\n[Service]\nType=forking\n"
+                "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced\n[Install]\n"
+                "WantedBy=multi-user.target\n"}),
+    }
+    for flavour, suffix in (("open", "-open"), ("proprietary", "")):
+        dkms = "nvidia-dkms-%s%s" % (b, suffix)
+        out[dkms] = (v, lib + " (= %s)" % v, {
+            "lib/modules/%s/updates/dkms/nvidia.ko" % KERNEL: module_text(version, flavour, False)})
+        out["nvidia-headless-%s%s" % (b, suffix)] = (v, "%s (= %s), nvidia-compute-utils-%s (= %s), %s (= %s)" % (
+            dkms, v, b, v, lib, v), {"usr/share/doc/nvidia-headless-%s%s/README" % (b, suffix): "TEST STAND-IN\n"})
+    fm = "nvidia-fabricmanager" if int(b) >= 580 else "nvidia-fabricmanager-%s" % b
+    out[fm] = ("%s-1" % version, "%s (= %s)" % (lib, v), {
+        "usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'TEST STAND-IN nv-fabricmanager %s'\n" % version,
+        "usr/share/nvidia/nvswitch/fabricmanager.cfg": "# TEST STAND-IN\n"})
+    return out
+
+
+def archive_packages(version):
+    """The Ubuntu archive's -server-open packages of one driver version, with the precompiled modules for KERNEL."""
+    b = version.split(".")[0]
+    v = "%s-%s" % (version, ARCHIVE_REVISION)
+    lib = "libnvidia-compute-%s-server" % b
+    return {
+        lib: (v, None, {LIBRARY_MARKER % version: "TEST STAND-IN libnvidia-ml %s (archive)\n" % version}),
+        "nvidia-utils-%s-server" % b: (v, "%s (= %s)" % (lib, v), {
+            "usr/bin/nvidia-smi": "#!/bin/sh\necho 'TEST STAND-IN nvidia-smi %s'\n" % version}),
+        "nvidia-compute-utils-%s-server" % b: (v, "%s (= %s)" % (lib, v), {
+            "usr/bin/nvidia-persistenced": "#!/bin/sh\necho 'TEST STAND-IN nvidia-persistenced %s'\n" % version}),
+        "nvidia-headless-no-dkms-%s-server-open" % b: (v, "nvidia-compute-utils-%s-server (= %s), %s (= %s)" % (
+            b, v, lib, v), {"usr/share/doc/nvidia-headless-no-dkms-%s-server-open/README" % b: "TEST STAND-IN\n"}),
+        "linux-modules-nvidia-%s-server-open-%s" % (b, KERNEL): (PRECOMPILED_VERSION, "%s (>= %s)" % (lib, version), {
+            "lib/modules/%s/kernel/nvidia-%ssrv/nvidia.ko" % (KERNEL, b): module_text(version, "open", True)}),
+    }
+
+
+def build(workdir, name, version, depends, files, arch_name):
+    tree = os.path.join(str(workdir), "%s_%s" % (name, version))
+    os.makedirs(os.path.join(tree, "DEBIAN"))
+    # each branch's packages replace the other branch's (as Ubuntu's do through their shared virtual names)
+    base = name.replace("570", "B").replace("580", "B")
+    control = ["Package: %s" % name, "Version: %s" % version, "Architecture: %s" % arch_name,
+               "Maintainer: gpuops.nvidia tests <tests@gpuops-test.invalid>", "Section: non-free/libs",
+               "Priority: optional", "Provides: gpuops-test-%s" % base, "Conflicts: gpuops-test-%s" % base,
+               "Replaces: gpuops-test-%s" % base]
+    if name.startswith("nvidia-dkms-"):
+        # the open and proprietary modules of one branch exclude each other
+        other = name[:-5] if name.endswith("-open") else name + "-open"
+        control.append("Conflicts: gpuops-test-%s, %s" % (base, other))
+        control.remove("Conflicts: gpuops-test-%s" % base)
+    if depends:
+        control.append("Depends: %s" % depends)
+    control.append("Description: TEST STAND-IN for %s %s (not NVIDIA's or Canonical's package)" % (name, version))
+    for rel, text in files.items():
+        path = os.path.join(tree, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chmod(path, 0o755 if "/bin/" in rel else 0o644)
+    with open(os.path.join(tree, "DEBIAN", "control"), "w") as handle:
+        handle.write("\n".join(control) + "\n")
+    deb = os.path.join(str(workdir), "%s_%s_%s.deb" % (name, version, arch_name))
+    owner = ["--root-owner-group"] if os.geteuid() == 0 else []
+    apt_rig.run(["dpkg-deb", "-Zgzip", "--build"] + owner + [tree, deb])
+    return deb
+
+
+def flat_repository(folder, debs, keyring):
+    """A flat repository (Packages, Release, InRelease signed by ``keyring``) in ``folder``."""
+    os.makedirs(folder)
+    for deb in debs:
+        os.link(deb, os.path.join(folder, os.path.basename(deb)))
+    packages = apt_rig.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=folder)
+    with open(os.path.join(folder, "Packages"), "w") as handle:
+        handle.write(packages)
+    data = packages.encode()
+    with open(os.path.join(folder, "Release"), "w") as handle:
+        handle.write("Origin: gpuops-test\nLabel: gpuops-test (NOT NVIDIA)\nDate: %s\nArchitectures: %s\n"
+                     "SHA256:\n %s %d Packages\n" % (formatdate(usegmt=True), apt_rig.arch(),
+                                                     hashlib.sha256(data).hexdigest(), len(data)))
+    keyring.clearsign(os.path.join(folder, "Release"), os.path.join(folder, "InRelease"))
+
+
+class DriverRig(object):
+    """Built once per test session: the key, the packages, the repository (``url``: the CUDA repository's base; the
+    node's folder is ``<url>/ubuntu2404/x86_64``) and the same packages as an Ubuntu archive stand-in."""
+
+    def __init__(self, base):
+        base = str(base)
+        self.keyring = apt_rig.Keyring(os.path.join(base, "gpg"), "driver")
+        self.key = self.keyring.armored
+        arch_name = apt_rig.arch()
+        debs_dir = os.path.join(base, "debs")
+        os.makedirs(debs_dir)
+        self.debs = {}
+        for version in (OLD, NEW):
+            for name, (pv, depends, files) in cuda_packages(version).items():
+                self.debs[(name, pv)] = build(debs_dir, name, pv, depends, files, arch_name)
+        for name, (pv, depends, files) in archive_packages(NEW).items():
+            self.debs[(name, pv)] = build(debs_dir, name, pv, depends, files, arch_name)
+        # the running kernel's headers, which DKMS builds against (the distribution's, in the same repository here)
+        headers = "linux-headers-%s" % KERNEL
+        self.debs[(headers, "6.8.0-87.88")] = build(debs_dir, headers, "6.8.0-87.88", None, {
+            "usr/src/%s/Makefile" % headers: "# TEST STAND-IN\n"}, arch_name)
+        self.base = os.path.join(base, "repo")
+        flat_repository(os.path.join(self.base, "ubuntu2404", "x86_64"), self.debs.values(), self.keyring)
+
+    @property
+    def url(self):
+        return "file://" + self.base
+
+    def close(self):
+        self.keyring.close()
+
+
+def installed(root, names=None):
+    """{package: (version, status)} installed in ``root`` (an apt_rig.Root)."""
+    proc = subprocess.run(["dpkg-query", "--admindir=%s/var/lib/dpkg" % root.path, "-W",
+                           "-f", "${Package}\t${Version}\t${Status}\n"] + list(names or []),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    out = {}
+    for line in proc.stdout.splitlines():
+        name, version, status = line.split("\t")
+        if status.endswith(" installed"):
+            out[name] = (version, status)
+    return out
