@@ -241,8 +241,8 @@ def plan(node, verdict, owner, now, release_cordon=True):
                 written["lastTransitionTime"] = now
             status_patch = {"status": {"conditions": [written]}}
             condition = dict(condition or {}, **written)
-            changes.append("%s condition %s=False (%s)" % ("set" if before["condition"] is None else "update",
-                                                            CONDITION_TYPE, want["reason"]))
+            verb = "set" if before["condition"] is None else "update"
+            changes.append("%s condition %s=False (%s)" % (verb, CONDITION_TYPE, want["reason"]))
     elif condition is not None:
         status_patch = {"status": {"conditions": [{"type": CONDITION_TYPE, "$patch": "delete"}]}}
         condition = None

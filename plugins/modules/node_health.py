@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: node_health
 short_description: Put the GPU health gate's marks on a Kubernetes Node, or take them off
-version_added: 0.2.0
+version_added: 0.3.0
 description:
   - Takes a health O(verdict) computed elsewhere (the GPU health read and its policy) for the Node O(node_name), and
     makes the Node say it.

@@ -31,7 +31,8 @@ in the API's own shapes:
   and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; a list with a
   patch merge key in ``STRATEGIC_MERGE_KEYS`` (a Node's ``status.conditions``, by ``type``) is merged element by
   element, an element with ``$patch: delete`` removed; other lists are replaced, as the atomic ones are (a Node's
-  ``spec.taints``); ``$patch: delete/replace`` on maps is honoured), ``application/json-patch+json`` (RFC 6902 add/remove/replace/test), ``application/apply-patch+yaml``
+  ``spec.taints``); ``$patch: delete/replace`` on maps is honoured), ``application/json-patch+json`` (RFC 6902
+  add/remove/replace/test), ``application/apply-patch+yaml``
   (server-side apply modelled per field manager: create or merge, and fields the same manager applied before but
   no longer applies are removed; no managedFields, no conflicts between managers);
 - protobuf request bodies for Secret and ConfigMap (what helm's release storage sends; tests/support/k8s_protobuf.py)
