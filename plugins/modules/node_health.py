@@ -269,9 +269,9 @@ def main():
         module.exit_json(**marks.run())
     except KubeError as exc:
         # what this task wrote before the error stays written: say so (changed) and what it was
-        result = dict(marks.result, changed=bool(marks.written), changes=list(marks.written))
-        result.pop("diff", None)
-        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason, **result)
+        result = dict((k, v) for k, v in marks.result.items() if k != "diff")
+        result.update(changed=bool(marks.written), changes=list(marks.written), status=exc.status, reason=exc.reason)
+        module.fail_json(msg=exc.msg, **result)
 
 
 if __name__ == "__main__":
