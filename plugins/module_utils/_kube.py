@@ -365,10 +365,13 @@ class Kube(object):
     def create(self, what, path, body, dry_run=False):
         return self.request(what, "POST", path, query=_dry(dry_run), body=body)
 
-    def patch(self, what, path, patch, dry_run=False):
-        """A JSON merge patch (RFC 7386): maps merge, null deletes a key."""
+    def patch(self, what, path, patch, dry_run=False, strategic=False):
+        """A JSON merge patch (RFC 7386): maps merge, null deletes a key. With ``strategic``, a strategic merge patch
+        (the API's own type: a list with a patch merge key, such as a Node's status.conditions by type, is merged
+        element by element instead of replaced; an element ``{key: K, "$patch": "delete"}`` removes one)."""
         return self.request(what, "PATCH", path, query=_dry(dry_run), body=patch,
-                            content_type="application/merge-patch+json")
+                            content_type="application/strategic-merge-patch+json" if strategic
+                            else "application/merge-patch+json")
 
     def delete(self, what, path, dry_run=False, precondition=None):
         """With ``precondition`` (a resourceVersion), DeleteOptions.preconditions: the API server deletes only an
@@ -470,8 +473,9 @@ def ensure_namespace(kube, namespace, dry_run=False, create=True):
     return "would be created" if dry_run else "created"
 
 
-def node_path(name):
-    return "/api/v1/nodes/%s" % quote(name, safe="")
+def node_path(name, sub=None):
+    """A Node's path; ``sub``: a subresource (``status``)."""
+    return "/api/v1/nodes/%s" % quote(name, safe="") + ("/" + sub if sub else "")
 
 
 def runtime_class_path(name=None):

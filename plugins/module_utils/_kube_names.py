@@ -96,6 +96,15 @@ def label_value_errors(key, value):
     return errs
 
 
+def to_label_value(text, fallback):
+    """``text`` made a valid label value (also a taint's value): each character outside ``[A-Za-z0-9_.-]`` becomes
+    '-', at most 63 characters, starting and ending with an alphanumeric character; ``fallback`` when nothing is
+    left."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text if isinstance(text, str) else "")[:63]
+    value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+    return value if value else fallback
+
+
 def normalize_label_value(value):
     """YAML turns ``true`` and ``4`` into bool/int; Kubernetes labels are strings ("true", "4")."""
     if isinstance(value, bool):

@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Finding this host's Kubernetes Node (PRIVATE: do not use from other collections).
+"""This host's Kubernetes Node: finding it, and the collection's cordon mark (PRIVATE: do not use from other
+collections).
 
-By node name, hostname or InternalIP, as the modules' node_name / hostname / internal_ips / node_lookup parameters
-say; the API calls go through ``_kube.Kube``.
+Found by node name, hostname or InternalIP, as the modules' node_name / hostname / internal_ips / node_lookup
+parameters say; the API calls go through ``_kube.Kube``. The cordon mark (``cordon_patch``) is shared by node_cordon
+and node_health, so that a cordon either of them makes is released by the same rule.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,6 +17,32 @@ import socket
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, node_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import dns_subdomain_errors
+
+
+# The annotation that says who cordoned a node (set in the same patch as spec.unschedulable).
+OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
+
+
+def cordon_patch(want, before, marked_by, owner):
+    """The merge patch that takes the node to ``want`` (True: cordoned), or None when nothing is to change.
+    ``before``: node is cordoned now; ``marked_by``: its cordoned-by annotation (or None). A node already cordoned
+    is left as it is (whoever cordoned it); with ``owner``, only a cordon marked with ``owner`` is released (its mark
+    removed with it), so an administrator's cordon is never undone."""
+    if want:
+        if before:
+            return None       # already cordoned: by us (marked) or by someone else (theirs to release)
+        patch = {"spec": {"unschedulable": True}}
+        if owner:
+            patch["metadata"] = {"annotations": {OWNER_ANNOTATION: owner}}
+        return patch
+    if owner is None:
+        return {"spec": {"unschedulable": False}} if before else None
+    if marked_by != owner:
+        return None           # not our cordon (or none): leave it
+    patch = {"metadata": {"annotations": {OWNER_ANNOTATION: None}}}
+    if before:
+        patch["spec"] = {"unschedulable": False}
+    return patch
 
 
 def local_identity():

@@ -157,29 +157,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-
-
-OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
-
-
-def cordon_patch(want, before, marked_by, owner):
-    """The merge patch that takes the node to ``want`` (True: cordoned), or None when nothing is to change.
-    ``before``: node is cordoned now; ``marked_by``: its cordoned-by annotation (or None)."""
-    if want:
-        if before:
-            return None       # already cordoned: by us (marked) or by someone else (theirs to release)
-        patch = {"spec": {"unschedulable": True}}
-        if owner:
-            patch["metadata"] = {"annotations": {OWNER_ANNOTATION: owner}}
-        return patch
-    if owner is None:
-        return {"spec": {"unschedulable": False}} if before else None
-    if marked_by != owner:
-        return None           # not our cordon (or none): leave it
-    patch = {"metadata": {"annotations": {OWNER_ANNOTATION: None}}}
-    if before:
-        patch["spec"] = {"unschedulable": False}
-    return patch
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
 
 
 def is_gpu_pod(pod, prefix):

@@ -230,6 +230,20 @@ MODULES = {
                           files=KUBE_FILES),
     "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
                         hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
+    "node_health": dict(rig="kube", args={"node_name": "gpu-node-1", "verdict": {
+        "healthy": False, "warnings": [],
+        "blocking": [{"gpu": 3, "bus_id": "00000000:47:00.0", "kind": "row_remap_pending",
+                      "message": "GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot"}]}},
+                        hints=dict(KUBE_HINTS, verdict=st.one_of(st.fixed_dictionaries(
+                            {"healthy": st.one_of(st.booleans(), json_values(1)),
+                             "blocking": st.one_of(st.lists(st.fixed_dictionaries({
+                                 "gpu": st.one_of(st.none(), st.integers(-2, 9), st.sampled_from(HUGE_INTS)),
+                                 "bus_id": st.one_of(st.none(), strings(["00000000:47:00.0", "47:00", "0000:47:00.7"])),
+                                 "kind": strings(["row_remap_pending", "xid 79", "a" * 200, "", "-"]),
+                                 "message": strings(["GPU 3: remapped rows pending", ""])}), max_size=3), hostile())},
+                            optional={"warnings": st.one_of(st.just([]), hostile())}), json_values(), hostile()),
+                                   owner=strings(["gpuops.nvidia.gpu_node", ""])),
+                        files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},
                           hints=dict(KUBE_HINTS, node_selector=st.one_of(
                               st.dictionaries(strings(), json_values(3), max_size=3), hostile())),

@@ -19,14 +19,20 @@ in the API's own shapes:
   selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
 - the custom resource ClusterPolicy (``nvidia.com/v1``, cluster-scoped), pruned, defaulted and validated against the
   schema of NVIDIA's published CRD at a chosen release (``crd_versions``; fake_crd.py, tests/fixtures/gpu-operator);
+- Nodes as kube-apiserver's node strategies (pkg/registry/core/node/strategy.go): a write to the node keeps the
+  stored ``status`` and a write to its ``status`` subresource keeps the stored ``spec``; taints validated as
+  ValidateNode does (key a label name, value a label value, effect NoSchedule/PreferNoSchedule/NoExecute, unique by
+  key and effect);
 - ``resourceVersion`` preconditions as a real API server: a PUT or a patch whose body carries a resourceVersion
   other than the stored one is refused with 409 Conflict ("Operation cannot be fulfilled on
   leases.coordination.k8s.io ..."), without it the write is unconditional; Lease specs validated as
   coordination/v1 does (leaseDurationSeconds > 0, leaseTransitions >= 0, RFC 3339 times);
 - patch types: ``application/merge-patch+json`` (RFC 7386), ``application/strategic-merge-patch+json`` (maps merge
-  and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; the list merge
-  keys of real strategic merge are not modelled: lists are replaced, and ``$patch: delete/replace`` on maps is
-  honoured), ``application/json-patch+json`` (RFC 6902 add/remove/replace/test), ``application/apply-patch+yaml``
+  and ``null`` deletes as in merge patch, which is exact for ``metadata.labels``/``annotations``; a list with a
+  patch merge key in ``STRATEGIC_MERGE_KEYS`` (a Node's ``status.conditions``, by ``type``) is merged element by
+  element, an element with ``$patch: delete`` removed; other lists are replaced, as the atomic ones are (a Node's
+  ``spec.taints``); ``$patch: delete/replace`` on maps is honoured), ``application/json-patch+json`` (RFC 6902
+  add/remove/replace/test), ``application/apply-patch+yaml``
   (server-side apply modelled per field manager: create or merge, and fields the same manager applied before but
   no longer applies are removed; no managedFields, no conflicts between managers);
 - protobuf request bodies for Secret and ConfigMap (what helm's release storage sends; tests/support/k8s_protobuf.py)
@@ -149,8 +155,17 @@ def merge_patch(target, patch):
     return out
 
 
-def strategic_merge_patch(target, patch):
-    """Strategic merge patch for maps (merge, null deletes, $patch: replace|delete); lists are replaced."""
+# Lists that strategic merge patch merges by a key (the Go types' patchStrategy=merge, patchMergeKey), per kind, by
+# field path; every other list is replaced whole. From kubernetes/api at v0.33.0 core/v1/types.go: NodeStatus.Conditions
+# (patchMergeKey=type); NodeSpec.Taints is +listType=atomic (replaced).
+STRATEGIC_MERGE_KEYS = {"Node": {("status", "conditions"): "type"}}
+
+
+def strategic_merge_patch(target, patch, merge_keys=None, path=()):
+    """Strategic merge patch: maps merge, null deletes, $patch: replace|delete on a map; a list whose ``path`` has a
+    key in ``merge_keys`` ({path tuple: key}) is merged by it (_merge_list); other lists are replaced."""
+    if isinstance(patch, list) and (merge_keys or {}).get(path) and isinstance(target, list):
+        return _merge_list(target, patch, merge_keys[path], merge_keys, path)
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     directive = patch.get("$patch")
@@ -160,16 +175,39 @@ def strategic_merge_patch(target, patch):
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
-        if key.startswith("$"):
+        if key.startswith("$"):        # $setElementOrder/..., $retainKeys: ordering hints, not modelled
             continue
         if value is None:
             out.pop(key, None)
         else:
-            merged = strategic_merge_patch(out.get(key), value)
+            merged = strategic_merge_patch(out.get(key), value, merge_keys, path + (key,))
             if merged is None:
                 out.pop(key, None)
             else:
                 out[key] = merged
+    return out
+
+
+def _merge_list(target, patch, key, merge_keys, path):
+    """apimachinery strategicpatch's mergeSlice for a list of maps with merge key ``key``: an element of the patch
+    merges into the stored element with the same key (its other fields kept), ``{key: K, "$patch": "delete"}``
+    removes that element (nothing when there is none), an element with a new key is appended; ``[{"$patch":
+    "replace"}, ...]`` replaces the list."""
+    if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
+        return [copy.deepcopy(item) for item in patch if not (isinstance(item, dict) and item.get("$patch"))]
+    out = [copy.deepcopy(item) for item in target]
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            raise ValueError("map in %s does not contain declared merge key: %s" % (".".join(path), key))
+        index = next((i for i, have in enumerate(out) if isinstance(have, dict) and have.get(key) == item[key]), None)
+        if item.get("$patch") == "delete":
+            if index is not None:
+                del out[index]
+            continue
+        if index is None:
+            out.append(strategic_merge_patch({}, item, merge_keys, path))
+        else:
+            out[index] = strategic_merge_patch(out[index], item, merge_keys, path)
     return out
 
 
@@ -294,6 +332,29 @@ def _lease_errors(spec):
     transitions = spec.get("leaseTransitions")
     if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
         causes.append(("spec.leaseTransitions", transitions, "must be greater than or equal to 0"))
+    return causes
+
+
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _taint_errors(taints):
+    """ValidateNode's taint rules (kubernetes pkg/apis/core/validation validateNodeTaints): key a label name, value
+    a label value, effect one of three, unique by key and effect."""
+    causes = []
+    seen = set()
+    for i, taint in enumerate(taints if isinstance(taints, list) else []):
+        field = "spec.taints[%d]" % i
+        key, value, effect = taint.get("key") or "", taint.get("value") or "", taint.get("effect") or ""
+        # the key's and the value's rules are the labels' (ValidateLabelName, IsValidLabelValue)
+        causes += [(field + ".key", bad, why) for dummy, bad, why in _label_errors({key: ""})]
+        causes += [(field + ".value", bad, why) for dummy, bad, why in _label_errors({"key": value})]
+        if effect not in _TAINT_EFFECTS:
+            causes.append((field + ".effect", effect, "supported values: \"NoSchedule\", \"PreferNoSchedule\", "
+                           "\"NoExecute\""))
+        if (key, effect) in seen:
+            causes.append((field, key, "taints must be unique by key and effect pair"))
+        seen.add((key, effect))
     return causes
 
 
@@ -654,6 +715,8 @@ class FakeKubeApi(object):
         causes += _label_errors(meta.get("labels"))
         if plural == "leases":
             causes += _lease_errors(obj.get("spec") or {})
+        if plural == "nodes":
+            causes += _taint_errors((obj.get("spec") or {}).get("taints"))
         if plural == "runtimeclasses":
             handler = obj.get("handler")
             if not handler or not _DNS1123_LABEL.match(handler):
@@ -776,6 +839,8 @@ class FakeKubeApi(object):
                 return _conflict(plural, group, name)
             if sub == "status":
                 obj = dict(copy.deepcopy(old), status=obj.get("status"))
+            elif plural == "nodes":     # nodeStrategy.PrepareForUpdate: a write to the node keeps its status
+                obj["status"] = copy.deepcopy(old.get("status"))
             obj["apiVersion"], obj["kind"] = api_version, kind
             if namespaced:
                 obj["metadata"]["namespace"] = namespace
@@ -798,7 +863,11 @@ class FakeKubeApi(object):
             elif ctype == "application/merge-patch+json":
                 obj = merge_patch(copy.deepcopy(old), body)     # a copy: validation and dry runs must not touch
             elif ctype == "application/strategic-merge-patch+json":    # the stored object
-                obj = strategic_merge_patch(copy.deepcopy(old), body)
+                try:
+                    obj = strategic_merge_patch(copy.deepcopy(old), body, STRATEGIC_MERGE_KEYS.get(kind))
+                except ValueError as exc:
+                    return status(422, "Invalid", "the server rejected our request due to an error in our "
+                                  "request: %s" % exc)
             elif ctype == "application/json-patch+json":
                 try:
                     obj = json_patch(old, body)
@@ -813,6 +882,14 @@ class FakeKubeApi(object):
             obj.setdefault("metadata", {})["name"] = name
             if namespaced:
                 obj["metadata"]["namespace"] = namespace
+            if old and plural == "nodes":
+                # nodeStatusStrategy keeps the stored spec on a status write, nodeStrategy the stored status on a
+                # write to the node (kubernetes pkg/registry/core/node/strategy.go, PrepareForUpdate)
+                kept = "spec" if sub == "status" else "status"
+                if kept in old:
+                    obj[kept] = copy.deepcopy(old[kept])
+                else:
+                    obj.pop(kept, None)
             if old and obj["metadata"].get("resourceVersion") not in (None, old["metadata"]["resourceVersion"]):
                 return _conflict(plural, group, name)
             invalid = self._validate(plural, kind, obj, name, old)

@@ -199,3 +199,89 @@ def test_on_request_sees_each_request_before_it_is_answered(kube_api, client):
     kube_api.on_request = hook
     assert core.read_node("a").metadata.labels["late"] == "1"
     assert seen == ["/api/v1/nodes/a"]
+
+
+# ---- Nodes: status subresource, conditions merged by type, taints (what node_health relies on) ----------------------
+SMP = "application/strategic-merge-patch+json"
+
+
+def _conditions(kube_api, name):
+    return {c["type"]: c for c in kube_api.get("", "nodes", name)["status"]["conditions"]}
+
+
+def test_status_patch_merges_conditions_by_type_and_deletes_one_with_patch_delete(kube_api, client):
+    """Strategic merge on NodeStatus.conditions (patchMergeKey=type, kubernetes/api v0.33.0 core/v1/types.go): an
+    element with a new type is added, one with a known type merges into it (its other fields kept: the kubelet's
+    Ready condition is not touched), ``$patch: delete`` removes one type only."""
+    core = client[0]
+    kube_api.add_node("a")
+    mine = {"type": "ExampleGpu", "status": "False", "reason": "Bad", "message": "m1",
+            "lastTransitionTime": "2025-01-01T00:00:00Z"}
+    core.patch_node_status("a", {"status": {"conditions": [mine]}}, _content_type=SMP)
+    assert _conditions(kube_api, "a") == {"Ready": {"type": "Ready", "status": "True"}, "ExampleGpu": mine}
+    # a later patch without lastTransitionTime keeps the stored one; null deletes a field
+    core.patch_node_status("a", {"status": {"conditions": [{"type": "ExampleGpu", "message": "m2", "reason": None}]}},
+                           _content_type=SMP)
+    assert _conditions(kube_api, "a")["ExampleGpu"] == {"type": "ExampleGpu", "status": "False", "message": "m2",
+                                                        "lastTransitionTime": "2025-01-01T00:00:00Z"}
+    core.patch_node_status("a", {"status": {"conditions": [{"type": "ExampleGpu", "$patch": "delete"}]}},
+                           _content_type=SMP)
+    assert _conditions(kube_api, "a") == {"Ready": {"type": "Ready", "status": "True"}}
+    # deleting a type that is not there is no error and changes nothing
+    core.patch_node_status("a", {"status": {"conditions": [{"type": "ExampleGpu", "$patch": "delete"}]}},
+                           _content_type=SMP)
+    assert _conditions(kube_api, "a") == {"Ready": {"type": "Ready", "status": "True"}}
+    # an element without the merge key is refused, as apimachinery's strategicpatch refuses it
+    with pytest.raises(ApiException) as exc:
+        core.patch_node_status("a", {"status": {"conditions": [{"status": "True"}]}}, _content_type=SMP)
+    assert exc.value.status == 422 and "merge key" in status_of(exc)["message"]
+
+
+def test_merge_patch_replaces_the_conditions_list(kube_api, client):
+    """A JSON merge patch (RFC 7386) has no merge keys: the list is replaced, the kubelet's Ready condition lost -
+    why a condition is written with a strategic merge patch."""
+    core = client[0]
+    kube_api.add_node("a")
+    core.patch_node_status("a", {"status": {"conditions": [{"type": "ExampleGpu", "status": "False"}]}},
+                           _content_type="application/merge-patch+json")
+    assert list(_conditions(kube_api, "a")) == ["ExampleGpu"]
+
+
+def test_node_write_keeps_status_and_status_write_keeps_spec(kube_api, client):
+    """nodeStrategy / nodeStatusStrategy PrepareForUpdate (kubernetes pkg/registry/core/node/strategy.go): status in
+    a write to the node is dropped, spec in a write to node/status is dropped."""
+    core = client[0]
+    kube_api.add_node("a")
+    core.patch_node("a", {"spec": {"unschedulable": True}, "status": {"conditions": [{"type": "X", "status": "True"}]}},
+                    _content_type=SMP)
+    stored = kube_api.get("", "nodes", "a")
+    assert stored["spec"] == {"unschedulable": True} and list(_conditions(kube_api, "a")) == ["Ready"]
+    core.patch_node_status("a", {"spec": {"unschedulable": False},
+                                 "status": {"conditions": [{"type": "X", "status": "True"}]}}, _content_type=SMP)
+    assert kube_api.get("", "nodes", "a")["spec"] == {"unschedulable": True}
+    assert list(_conditions(kube_api, "a")) == ["Ready", "X"]
+
+
+def test_taints_are_validated_and_replaced_whole(kube_api, client):
+    """NodeSpec.Taints is +listType=atomic (a patch replaces the list); ValidateNode refuses a bad key, value or
+    effect and a second taint with the same key and effect (422)."""
+    core = client[0]
+    kube_api.add_node("a")
+    admin = {"key": "example.com/maintenance", "value": "disk", "effect": "NoExecute"}
+    core.patch_node("a", {"spec": {"taints": [admin]}}, _content_type=SMP)
+    ours = {"key": "example.com/gpu", "value": "x", "effect": "NoSchedule"}
+    core.patch_node("a", {"spec": {"taints": [ours]}}, _content_type=SMP)
+    assert kube_api.get("", "nodes", "a")["spec"]["taints"] == [ours]
+    for bad, field in [({"key": "a b", "value": "x", "effect": "NoSchedule"}, "spec.taints[0].key"),
+                       ({"key": "k", "value": "not ok", "effect": "NoSchedule"}, "spec.taints[0].value"),
+                       ({"key": "k", "value": "x" * 64, "effect": "NoSchedule"}, "spec.taints[0].value"),
+                       ({"key": "k", "value": "x", "effect": "Sometimes"}, "spec.taints[0].effect")]:
+        with pytest.raises(ApiException) as exc:
+            core.patch_node("a", {"spec": {"taints": [bad]}}, _content_type=SMP)
+        assert exc.value.status == 422 and field in status_of(exc)["message"], bad
+    with pytest.raises(ApiException) as exc:
+        core.patch_node("a", {"spec": {"taints": [ours, dict(ours, value="y")]}}, _content_type=SMP)
+    assert exc.value.status == 422 and "unique by key and effect" in status_of(exc)["message"]
+    # the same key with another effect is another taint
+    core.patch_node("a", {"spec": {"taints": [ours, dict(ours, effect="NoExecute")]}}, _content_type=SMP)
+    assert kube_api.get("", "nodes", "a")["spec"]["taints"] == [ours, dict(ours, effect="NoExecute")]
