@@ -192,8 +192,8 @@ def wanted_modules(before, also_load=()):
 def check_also_load(values):
     bad = [v for v in values or () if v not in OPTIONAL_MODULES]
     if bad:
-        raise DriverModulesError("also_load: %s not valid; valid: %s" % (", ".join(map(repr, bad)),
-                                                                        ", ".join(OPTIONAL_MODULES)))
+        raise DriverModulesError("also_load: %s not valid; valid: %s" % (
+            ", ".join(map(repr, bad)), ", ".join(OPTIONAL_MODULES)))
     return list(values or ())
 
 

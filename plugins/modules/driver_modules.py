@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: driver_modules
 short_description: Unload, load or reload the NVIDIA kernel modules on a live node, with the daemons that hold them
-version_added: 0.4.0
+version_added: 0.3.0
 description:
   - The kernel-module half of a live driver upgrade. O(state=unloaded) stops the daemons that hold the driver (DCGM's
     host engine, the MPS control daemon, nvidia-persistenced, the Fabric Manager, NVLSM; as systemd units where one
@@ -38,7 +38,7 @@ options:
       - V(unloaded) - no NVIDIA module loaded; the daemons that held it stopped (and recorded).
       - V(loaded) - the driver loaded; a loaded driver of another version than O(version) is refused (use
         V(reloaded)).
-      - V(reloaded) - the driver loaded at O(version): unloaded and loaded again when another version is loaded.
+      - V(reloaded) - the driver loaded at O(version); unloaded and loaded again when another version is loaded.
     type: str
     choices: [unloaded, loaded, reloaded]
     required: true
@@ -345,8 +345,8 @@ class Run(object):
                     return "cannot signal PID %d (%s): %s" % (daemon["pid"], daemon["label"], exc)
             gone = poll(lambda: pid_alive(daemon["pid"]), lambda alive: not alive, self.p["daemon_timeout"], 0.1)
             if not gone.done:
-                return "%s (PID %d) still runs %d s after SIGTERM" % (daemon["label"], daemon["pid"],
-                                                                     self.p["daemon_timeout"])
+                return "%s (PID %d) still runs %d s after SIGTERM" % (
+                    daemon["label"], daemon["pid"], self.p["daemon_timeout"])
         self.actions.append("stop %s" % where(daemon))
         self.stopped.append(public(daemon))
         self.stopped_full.append(daemon)
@@ -451,8 +451,8 @@ class Run(object):
             msg += ". Backed out: the daemons this run stopped were started again%s" % (
                 " and the modules it removed loaded back" if reload else "")
         else:
-            msg += ". Backing out was incomplete (%s is kept for the next run): %s" % (self.record_path,
-                                                                                        "; ".join(notes))
+            msg += ". Backing out was incomplete (%s is kept for the next run): %s" % (
+                self.record_path, "; ".join(notes))
         extra = {"holders": holders} if holders is not None else {}
         self.fail(msg, **extra)
 
@@ -471,8 +471,8 @@ class Run(object):
         if self.version and now["version"] != self.version:
             self.fail("after the load the nvidia module is %s, not %s" % (now["version"], self.version))
         if self.p["flavour"] and now["flavour"] != self.p["flavour"]:
-            self.fail("after the load the nvidia module is the %s flavour, not %s" % (now["flavour"],
-                                                                                     self.p["flavour"]))
+            self.fail("after the load the nvidia module is the %s flavour, not %s" % (
+                now["flavour"], self.p["flavour"]))
         running = set(d["name"] for d in self.running_daemons())
         errors = self.start_all([d for d in (record or {}).get("daemons", []) if d["name"] not in running])
         if errors:

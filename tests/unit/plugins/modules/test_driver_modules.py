@@ -246,3 +246,39 @@ def test_optional_modules_loaded_before_come_back(node):
     assert res["actions"][1:6] == ["rmmod nvidia_peermem", "rmmod nvidia_uvm", "rmmod nvidia_drm",
                                    "rmmod nvidia_modeset", "rmmod nvidia"]
     assert res["modules"] == ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"]
+
+
+@pytest.fixture
+def pid_daemon_node(tmp_path, monkeypatch):
+    """A node whose Fabric Manager runs from its pid file, no unit: a real background process."""
+    n = Node(tmp_path, monkeypatch)
+    n.pid_file = df.path(n.root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "support", "fake_daemon.py"), n.pid_file], check=True,
+                   timeout=30)
+    yield n
+    text = df.read(n.root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid")
+    if text and text.strip().isdigit():
+        try:
+            os.kill(int(text), 15)
+        except OSError:
+            pass
+
+
+def test_a_pid_file_daemon_is_stopped_by_sigterm_and_started_again_with_its_command_line(pid_daemon_node):
+    node = pid_daemon_node
+    first = int(df.read(node.root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid"))
+    assert node.modules()["nvidia"]["refcnt"] == 4  # the daemon holds two files
+    res = node.run(state="unloaded")
+    assert not res.get("failed"), res
+    assert res["actions"][0] == "stop NVIDIA Fabric Manager (nv-fabricmanager) (PID %d)" % first
+    assert not node.modules() and not os.path.exists(node.pid_file)
+    with open(df.path(node.root, "var/lib/gpuops/driver-modules.json")) as handle:
+        record = json.load(handle)
+    assert record["daemons"][0]["argv"][-1] == node.pid_file
+    upgrade_files(node)
+    res = node.run(state="loaded", version=NEW)
+    assert not res.get("failed"), res
+    second = int(df.read(node.root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid"))
+    assert second != first and os.path.isdir(df.path(node.root, "proc", str(second)))
+    assert [d["name"] for d in res["daemons_started"]] == ["fabricmanager"]
+    assert node.modules()["nvidia"]["refcnt"] == 4
