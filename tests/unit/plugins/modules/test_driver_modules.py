@@ -282,3 +282,17 @@ def test_a_pid_file_daemon_is_stopped_by_sigterm_and_started_again_with_its_comm
     assert second != first and os.path.isdir(df.path(node.root, "proc", str(second)))
     assert [d["name"] for d in res["daemons_started"]] == ["fabricmanager"]
     assert node.modules()["nvidia"]["refcnt"] == 4
+
+
+def test_a_process_that_opens_the_files_while_the_daemons_stop_is_named_and_the_daemons_start_again(node):
+    # the point the test chooses: persistenced's stop is when a workload opens the GPU
+    with open(os.path.join(node.units, "nvidia-persistenced.service"), "a") as handle:
+        handle.write("ExecStop=%s %s hold 5555 session-7.scope ./burn\n" % (sys.executable, DRIVER_FILES))
+    node.systemctl("daemon-reload")
+    upgrade_files(node)
+    res = node.run(state="reloaded", version=NEW)
+    assert res["failed"] is True
+    assert "PID 5555 burn (unit session-7.scope) holds" in res["msg"], res["msg"]
+    assert node.active("nvidia-persistenced.service") and node.version() == OLD
+    assert res["daemons_started"] == res["daemons_stopped"] == [
+        {"name": "persistenced", "label": "nvidia-persistenced", "unit": "nvidia-persistenced.service"}]
