@@ -107,6 +107,12 @@ class GpuBackend(object):
     def read_gpu(self, index):
         raise NotImplementedError
 
+    def read_health(self):
+        """Every GPU's health and this boot's Xid lines, read only: {"backend", "gpus": [...], "kernel_log": {...}} in
+        the shape _gpu_health's docstring gives. Apart from read_all: a lost GPU is an entry ("lost": true), not an
+        error, and a field whose NVML call answers NOT_SUPPORTED holds _gpu_health.NOT_SUPPORTED."""
+        raise NotImplementedError
+
     def set_mig_mode(self, index, enabled):
         """Request MIG mode; returns NVML's activation status (0, or IN_USE / RESET_REQUIRED codes).
         Callers must re-read current/pending mode: a zero status does not mean the mode is active."""

@@ -23,10 +23,17 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders impo
     for_device,
     gpu_file,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import (
+    FABRIC_STATES,
+    NOT_SUPPORTED,
+    decode_clock_events,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import read_kernel_log
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODE_NAMES,
     COMPUTE_MODES,
     MIG_MODE_NAMES,
+    NVML_ERROR_NAMES,
     GpuBackend,
     GpuBackendError,
     NvmlError,
@@ -298,6 +305,169 @@ class NvmlBackend(GpuBackend):
                 continue
             ci["mig_uuid"] = _text(self._call(nv.nvmlDeviceGetUUID, mh))
             ci["processes"] = self._processes(mh)
+
+    # ------------------------------------------------------------------ health (read-only; docs/health.md)
+    def read_health(self):
+        """Every GPU's health (the shape in _gpu_health's docstring) and this boot's Xid lines, read with NVML's
+        read-only calls and ``journalctl``/``dmesg`` through ``run_command``. A GPU NVML answers GPU_IS_LOST for is an
+        entry with "lost"; a call that answers NOT_SUPPORTED is recorded as NOT_SUPPORTED for its field."""
+        n = self._call(self.nvml.nvmlDeviceGetCount)
+        return {"backend": self.kind, "gpus": [self.read_gpu_health(i) for i in range(n)],
+                "kernel_log": read_kernel_log(self.run_command)}
+
+    def read_kernel_log(self):
+        return read_kernel_log(self.run_command)
+
+    def read_gpu_health(self, index):
+        lost_code = getattr(self.nvml, "NVML_ERROR_GPU_IS_LOST", 15)
+        entry = {"index": index}
+        try:
+            h = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            entry["uuid"] = _text(self.nvml.nvmlDeviceGetUUID(h))
+            entry["name"] = _text(self.nvml.nvmlDeviceGetName(h))
+            entry["pci_bus_id"] = _text(self.nvml.nvmlDeviceGetPciInfo(h).busId)
+            arch = self._ns(self.nvml.nvmlDeviceGetArchitecture, h)
+            entry["architecture"] = _ARCH_NAMES.get(arch, "unknown")
+            entry["lost"] = False
+            entry.update(self._health_fields(h))
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) != lost_code:
+                raise NvmlError.for_code(getattr(exc, "value", 999), str(exc))
+            entry.update({"lost": True, "error": str(exc)})
+        return entry
+
+    def _ns(self, fn, *args):
+        """A read whose NOT_SUPPORTED answer is recorded as NOT_SUPPORTED; other errors (GPU_IS_LOST included) go up
+        as pynvml raised them, for read_gpu_health to judge."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == self.nvml.NVML_ERROR_NOT_SUPPORTED:
+                return NOT_SUPPORTED
+            raise
+
+    def _health_fields(self, h):
+        nv = self.nvml
+        return {
+            "ecc": self._ecc(h),
+            "retired_pages": self._retired_pages(h),
+            "remapped_rows": self._remapped_rows(h),
+            "nvlink": self._nvlinks(h),
+            "pcie": {
+                # The link's best: what this GPU in this slot can train to (nvmlDeviceGetMaxPcieLinkGeneration/Width,
+                # nvidia-smi's "Max"); the GPU's own best is kept apart (nvmlDeviceGetGpuMaxPcieLinkGeneration,
+                # nvidia-smi's "Device Max").
+                "generation": {"current": self._ns(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+                               "max": self._ns(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                               "gpu_max": self._gpu_max_generation(h)},
+                "width": {"current": self._ns(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
+                          "max": self._ns(nv.nvmlDeviceGetMaxPcieLinkWidth, h)},
+            },
+            "clock_events": self._clock_events(h),
+            "temperature_c": self._ns(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+            "fabric": self._fabric(h),
+        }
+
+    def _gpu_max_generation(self, h):
+        fn = getattr(self.nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None)
+        if fn is None:
+            return NOT_SUPPORTED
+        try:
+            return self._ns(fn, h)
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                return NOT_SUPPORTED
+            raise
+
+    def _ecc(self, h):
+        nv = self.nvml
+        mode = self._ns(nv.nvmlDeviceGetEccMode, h)
+        if mode == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        names = {nv.NVML_FEATURE_ENABLED: "Enabled", nv.NVML_FEATURE_DISABLED: "Disabled"}
+        out = {"mode_current": names.get(mode[0], str(mode[0])), "mode_pending": names.get(mode[1], str(mode[1]))}
+        for counter, key in ((nv.NVML_VOLATILE_ECC, "volatile"), (nv.NVML_AGGREGATE_ECC, "aggregate")):
+            out[key] = {
+                "corrected": self._ns(nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, counter),
+                "uncorrected": self._ns(nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                        counter),
+            }
+        return out
+
+    def _retired_pages(self, h):
+        nv = self.nvml
+        single = self._ns(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        if single == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        double = self._ns(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = self._ns(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+        return {"single_bit": len(single), "double_bit": NOT_SUPPORTED if double == NOT_SUPPORTED else len(double),
+                "pending": pending if pending == NOT_SUPPORTED else pending == nv.NVML_FEATURE_ENABLED}
+
+    def _remapped_rows(self, h):
+        rows = self._ns(self.nvml.nvmlDeviceGetRemappedRows, h)
+        if rows == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        corrected, uncorrected, pending, failure = rows
+        return {"corrected": corrected, "uncorrected": uncorrected, "pending": bool(pending), "failure": bool(failure)}
+
+    def _nvlinks(self, h):
+        """Each NVLink's state and its DL error counters: links 0.. until NVML refuses a link number; a GPU whose link
+        0 answers NOT_SUPPORTED has no NVLink (a PCIe card, a passthrough VM)."""
+        nv = self.nvml
+        links = []
+        for link in range(nv.NVML_NVLINK_MAX_LINKS):
+            try:
+                state = nv.nvmlDeviceGetNvLinkState(h, link)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                    break
+                raise
+            errors = {}
+            for name, counter in (("replay", nv.NVML_NVLINK_ERROR_DL_REPLAY),
+                                  ("recovery", nv.NVML_NVLINK_ERROR_DL_RECOVERY),
+                                  ("crc_flit", nv.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+                                  ("crc_data", nv.NVML_NVLINK_ERROR_DL_CRC_DATA)):
+                errors[name] = self._ns(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
+            links.append({"link": link, "active": state == nv.NVML_FEATURE_ENABLED, "errors": errors})
+        return links or NOT_SUPPORTED
+
+    def _clock_events(self, h):
+        nv = self.nvml
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = self._ns(fn, h)
+        return mask if mask == NOT_SUPPORTED else decode_clock_events(mask)
+
+    def _fabric(self, h):
+        """nvmlDeviceGetGpuFabricInfoV (the v2 struct, with the health mask) where the driver has it, else
+        nvmlDeviceGetGpuFabricInfo. State NOT_SUPPORTED (no NVSwitch fabric) is recorded as NOT_SUPPORTED."""
+        nv = self.nvml
+        info, has_mask = None, False
+        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfo_v2_t"):
+            info = nv.c_nvmlGpuFabricInfo_v2_t()
+            try:
+                if self._ns(nv.nvmlDeviceGetGpuFabricInfoV, h, nv.byref(info)) == NOT_SUPPORTED:
+                    return NOT_SUPPORTED
+                has_mask = True
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) not in (nv.NVML_ERROR_FUNCTION_NOT_FOUND,
+                                                       getattr(nv, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25)):
+                    raise
+                info = None
+        if info is None:
+            info = nv.c_nvmlGpuFabricInfo_t()
+            if self._ns(nv.nvmlDeviceGetGpuFabricInfo, h, nv.byref(info)) == NOT_SUPPORTED:
+                return NOT_SUPPORTED
+        if info.state not in FABRIC_STATES:
+            return NOT_SUPPORTED
+        degraded = NOT_SUPPORTED
+        if has_mask:
+            bits = (info.healthMask >> nv.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & \
+                nv.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
+            degraded = {nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
+                        nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False}.get(bits, NOT_SUPPORTED)
+        status = NVML_ERROR_NAMES.get(info.status, str(info.status)) if info.status else "SUCCESS"
+        return {"state": FABRIC_STATES[info.state], "status": status, "degraded_bandwidth": degraded}
 
     # ------------------------------------------------------------------ mutations
     def _mutating(self, call, **args):

@@ -30,6 +30,10 @@ the code says so):
   Nth mutating call, a stop after the Nth mutating call (the calling process stops itself with SIGSTOP once that
   call is saved, so that a test can kill it at exactly that point: `stop_after`), a reboot event, and a log of
   every mutating call (state["call_log"]).
+- Health (_simulator_health): each GPU's ECC counts, row remapping, NVLinks, PCIe link, clock event reasons,
+  temperature and fabric state, answered NOT_SUPPORTED where NVML does for that generation and machine shape; a lost
+  GPU (every call answers GPU_IS_LOST, a reboot brings it back); this boot's kernel log with Xid lines. Test hooks:
+  ``inject_health``, ``add_xid``, ``set_kernel_log_readable``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -59,6 +63,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     NvmlNotFound,
     NvmlNotSupported,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_health as sim_health
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state import (
     apply_reset,
     arch_rules,
@@ -179,12 +184,20 @@ class SimulatedBackend(GpuBackend):
                 "driver_version": state["driver_version"],
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % state["driver_version"],
-                "gpus": [gpu_facts(state, g) for g in state["gpus"]],
+                "gpus": [gpu_facts(state, sim_health.raise_if_lost(g)) for g in state["gpus"]],
             }
 
     def read_gpu(self, index):
         with self._locked(write=False) as state:
-            return gpu_facts(state, gpu_by_index(state, index))
+            gpu = gpu_by_index(state, index)
+            sim_health.raise_if_lost(gpu)
+            return gpu_facts(state, gpu)
+
+    def read_health(self):
+        """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health)."""
+        with self._locked(write=False) as state:
+            return {"backend": self.kind, "gpus": [sim_health.health_facts(state, g) for g in state["gpus"]],
+                    "kernel_log": sim_health.kernel_log(state)}
 
     def raw_state(self):
         """The whole state document (for tests and the simulator's own tools)."""
@@ -258,6 +271,7 @@ class SimulatedBackend(GpuBackend):
     def _reset_gpu(self, index):
         with self._mutation("reset_gpu", {"index": index}) as state:
             gpu = gpu_by_index(state, index)
+            sim_health.raise_if_lost(gpu)
             if not gpu.get("reset_supported", True):
                 raise NvmlNotSupported("GPU %d cannot be reset here (passthrough): a VM reboot is needed" % index)
             held = [h for h in state.get("holders", []) if index in h["gpus"]]
@@ -418,6 +432,7 @@ class SimulatedBackend(GpuBackend):
                 else:
                     gpu["mig_current"] = False
                     gpu["mig_pending"] = False
+            sim_health.after_reboot(state)
             state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
             return state["boot_id"]
 
@@ -485,6 +500,25 @@ class SimulatedBackend(GpuBackend):
         """Model a passthrough VM (no per-GPU reset) when `supported` is False."""
         with self._locked() as state:
             gpu_by_index(state, index)["reset_supported"] = bool(supported)
+
+    def inject_health(self, index, fault, value=True, link=None):
+        """Test hook: set one health fault on GPU ``index`` (``_simulator_health.FAULTS``: a lost GPU, ECC counts, a
+        pending or failed row remap, an NVLink down or its error counters, a PCIe link below its maximum, clock event
+        reasons, the temperature, the fabric's state; ``healthy`` clears them). What the GPU answers NOT_SUPPORTED for
+        cannot be set (NvmlNotSupported)."""
+        with self._locked() as state:
+            sim_health.inject(state, gpu_by_index(state, index), fault, value, link)
+
+    def add_xid(self, index, code, message=None, pid=None):
+        """Test hook: the driver logs Xid ``code`` for GPU ``index`` in this boot's simulated kernel log; returns the
+        line. A reboot starts a new, empty log."""
+        with self._locked() as state:
+            return sim_health.add_xid(state, gpu_by_index(state, index), code, message, pid)
+
+    def set_kernel_log_readable(self, readable):
+        """Test hook: False makes the kernel log unreadable (no journal, dmesg restricted)."""
+        with self._locked() as state:
+            sim_health.set_kernel_log_readable(state, readable)
 
     def clear_call_log(self):
         with self._locked() as state:

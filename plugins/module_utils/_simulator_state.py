@@ -14,6 +14,7 @@ __metaclass__ = type
 import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_health import after_reset
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     GpuBackendError,
     NvmlInvalidArgument,
@@ -159,6 +160,7 @@ def processes_on(state, index):
 
 
 def apply_reset(gpu):
+    after_reset(gpu)
     gpu["gpu_instances"] = []
     if gpu["mig_current"] is not None:
         gpu["mig_current"] = gpu["mig_pending"]

@@ -22,6 +22,10 @@ description:
   - Uses NVML through pynvml on a real host. When the environment variable C(GPUOPS_SIMULATED_GPUS) names a
     state file, it reads simulated GPUs instead (see docs/simulator.md); C(GPUOPS_SIMULATED_MACHINE) names the
     machine shape used to create that file when it does not exist.
+  - With O(health) (the default) it also reads every GPU's health with NVML's read-only calls (ECC, remapped rows or
+    retired pages, NVLinks, PCIe link, clock event reasons, temperature, NVSwitch fabric) and this boot's Xid events
+    from the kernel log (C(journalctl -k -b), else C(dmesg)), and returns the findings with the health policy's
+    verdict in RV(health); see docs/health.md.
   - Changes nothing, in any mode.
 options:
   gpus:
@@ -32,6 +36,19 @@ options:
     type: list
     elements: str
     default: [all]
+  health:
+    description:
+      - Whether to read the GPUs' health and return RV(health).
+      - The findings and the verdict cover every GPU of the node, whatever O(gpus) selects.
+    type: bool
+    default: true
+  health_policy:
+    description:
+      - "What each health finding kind does to the verdict, C(block), C(warn) or C(ignore), over the defaults listed in
+        docs/health.md (for example C({row_remap_pending: warn, ecc_corrected: ignore}))."
+      - An unknown kind or action is an error that names the valid ones.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -67,6 +84,17 @@ EXAMPLES = r"""
 - name: Only the H200s
   gpuops.nvidia.gpu_info:
     gpus: [H200]
+
+- name: Read the GPUs' health, with a pending row remap only a warning
+  gpuops.nvidia.gpu_info:
+    health_policy:
+      row_remap_pending: warn
+  register: gpu
+
+- name: Show what blocks this node
+  ansible.builtin.debug:
+    msg: "{{ gpu.health.blocking }}"
+  when: not gpu.health.healthy
 """
 
 RETURN = r"""
@@ -137,6 +165,41 @@ gpus:
       type: list
       elements: dict
       returned: always
+health:
+  description: The GPUs' health (with O(health)) - the findings, the policy's verdict, the kernel log's source and
+    each GPU's health read. Not part of C(nvidia_gpus).
+  returned: when O(health) is true
+  type: dict
+  contains:
+    verdict: {description: "C(block) (a finding blocks), C(warn) (only warnings) or C(pass).", type: str,
+              returned: always, sample: block}
+    healthy: {description: Whether no finding blocks., type: bool, returned: always}
+    blocking:
+      description: One line per blocking finding, naming the GPU, its bus id, the finding and what fixes it.
+      type: list
+      elements: str
+      returned: always
+      sample: ["GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot; the gate clears when the
+                next run finds it healthy"]
+    warnings: {description: One line per warning finding., type: list, elements: str, returned: always}
+    findings:
+      description: Each finding (kind, gpu, pci_bus_id, detail, fix, summary, action; Xid findings add xid with code,
+        mnemonic, cause, action, recommended and line, and times).
+      type: list
+      elements: dict
+      returned: always
+    kernel_log:
+      description: Whether this boot's kernel log could be read (readable), from where (source, C(journalctl) or
+        C(dmesg)), why not (reason) and how many Xid lines it held (xid_lines).
+      type: dict
+      returned: always
+    gpus:
+      description: Each GPU's health read (index, uuid, name, pci_bus_id, architecture, lost, ecc, retired_pages,
+        remapped_rows, nvlink, pcie, clock_events, temperature_c, fabric); a field NVML answers NOT_SUPPORTED for
+        holds C(not supported).
+      type: list
+      elements: dict
+      returned: always
 ansible_facts:
   description: The same data as C(nvidia_gpus).
   returned: always
@@ -156,23 +219,50 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     select_gpus,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
+
+
+def _runner(module):
+    """The command runner the NVML backend reads the kernel log with (argument lists, no shell)."""
+    def run(argv):
+        return module.run_command(argv, check_rc=False)
+    return run
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(gpus=dict(type="list", elements="str", default=["all"])),
+        argument_spec=dict(gpus=dict(type="list", elements="str", default=["all"]),
+                           health=dict(type="bool", default=True),
+                           health_policy=dict(type="dict", default={})),
         supports_check_mode=True,
     )
+    want_health = module.params["health"]
     try:
-        backend = get_backend()
+        policy = validate_policy(module.params["health_policy"] or None)
+    except HealthPolicyError as exc:
+        module.fail_json(msg=str(exc))
+    facts = health = lost = None
+    try:
+        backend = get_backend(run_command=_runner(module))
         try:
-            facts = backend.read_all()
+            try:
+                facts = backend.read_all()
+            except NvmlError as exc:
+                if exc.name != "GPU_IS_LOST" or not want_health:
+                    raise
+                lost = exc
+            if want_health:
+                health = summary(backend.read_health(), policy)
         finally:
             backend.close()
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     except NvmlError as exc:
         module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
+    if lost is not None:
+        # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
+        module.fail_json(msg="NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (lost, "; ".join(health["blocking"])),
+                         health=health)
 
     selector = module.params["gpus"]
     chosen = select_gpus(facts["gpus"], selector)
@@ -181,7 +271,10 @@ def main():
             selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
             or "no GPUs"))
     facts["gpus"] = chosen
-    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
+    result = dict(facts)
+    if health is not None:
+        result["health"] = health
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **result)
 
 
 if __name__ == "__main__":

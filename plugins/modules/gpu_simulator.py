@@ -23,9 +23,10 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [reboot, add_process, remove_process, inject_fault, set_reset_supported, show]
+    choices: [reboot, add_process, remove_process, inject_fault, set_reset_supported, show, inject_health, add_xid,
+              set_kernel_log_readable]
   index:
-    description: GPU index, for C(add_process) and C(set_reset_supported).
+    description: GPU index, for C(add_process), C(set_reset_supported), C(inject_health) and C(add_xid).
     type: int
   pid:
     description: Process id, for C(add_process) and C(remove_process).
@@ -57,6 +58,36 @@ options:
   supported:
     description: For C(set_reset_supported), whether a per-GPU reset is exposed.
     type: bool
+  fault:
+    description:
+      - For C(inject_health), the health fault to set on GPU O(index) (see docs/health.md), one of C(lost),
+        C(ecc_mode), C(ecc_volatile_corrected), C(ecc_volatile_uncorrected), C(ecc_aggregate_corrected),
+        C(ecc_aggregate_uncorrected), C(row_remap_pending), C(row_remap_failure), C(remapped_rows_corrected),
+        C(remapped_rows_uncorrected), C(retired_pages_pending), C(retired_pages_single_bit),
+        C(retired_pages_double_bit), C(nvlink_down), C(nvlink_replay), C(nvlink_recovery), C(nvlink_crc_flit),
+        C(nvlink_crc_data), C(pcie_generation), C(pcie_width), C(clock_events), C(temperature), C(fabric_state),
+        C(fabric_status), C(fabric_degraded), or C(healthy) (back to the healthy defaults).
+      - A fault on what the GPU answers NOT_SUPPORTED for (an NVLink of a PCIe card, page retirement on Ampere and
+        later) is refused.
+    type: str
+  value:
+    description:
+      - For C(inject_health), the fault's value (true/false, a count, a generation or width, a list of clock event
+        reasons, a fabric state or status).
+    type: raw
+    default: true
+  link:
+    description: For the C(nvlink_*) faults of C(inject_health), the link number.
+    type: int
+  code:
+    description: For C(add_xid), the Xid code the driver logs for GPU O(index).
+    type: int
+  message:
+    description: For C(add_xid), the text after the code (default C(simulated Xid <code>)).
+    type: str
+  readable:
+    description: For C(set_kernel_log_readable), whether the kernel log can be read.
+    type: bool
 attributes:
   check_mode:
     support: full
@@ -83,6 +114,23 @@ EXAMPLES = r"""
     pid: 4242
     name: train.py
 
+- name: GPU 3 has a row remap pending
+  gpuops.nvidia.gpu_simulator:
+    action: inject_health
+    index: 3
+    fault: row_remap_pending
+
+- name: GPU 3 fell off the bus (a lost GPU and its Xid line)
+  gpuops.nvidia.gpu_simulator:
+    action: "{{ item.action }}"
+    index: 3
+    fault: "{{ item.fault | default(omit) }}"
+    code: "{{ item.code | default(omit) }}"
+    message: "{{ item.message | default(omit) }}"
+  loop:
+    - {action: inject_health, fault: lost}
+    - {action: add_xid, code: 79, message: GPU has fallen off the bus.}
+
 - name: The third NVML call from now fails
   gpuops.nvidia.gpu_simulator:
     action: inject_fault
@@ -91,6 +139,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+line:
+  description: The kernel-log line the simulated driver logged.
+  returned: action=add_xid
+  type: str
+  sample: "NVRM: Xid (PCI:0000:47:00): 79, GPU has fallen off the bus."
 boot_id:
   description: The simulated boot counter after a reboot.
   returned: action=reboot
@@ -116,7 +169,21 @@ REQUIRED = {
     "remove_process": ["pid"],
     "inject_fault": ["error"],
     "set_reset_supported": ["index", "supported"],
+    "inject_health": ["index", "fault"],
+    "add_xid": ["index", "code"],
+    "set_kernel_log_readable": ["readable"],
 }
+
+
+def _value(value):
+    """A templated value arrives as text: "8" is 8, "true"/"no" are booleans; anything else is kept as it is."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit() and text.isascii():
+            return int(text)
+        if text.lower() in ("true", "yes", "on", "false", "no", "off"):
+            return text.lower() in ("true", "yes", "on")
+    return value
 
 
 def main():
@@ -124,11 +191,13 @@ def main():
         argument_spec=dict(
             action=dict(type="str", required=True,
                         choices=["reboot", "add_process", "remove_process", "inject_fault",
-                                 "set_reset_supported", "show"]),
+                                 "set_reset_supported", "show", "inject_health", "add_xid",
+                                 "set_kernel_log_readable"]),
             index=dict(type="int"), pid=dict(type="int"), name=dict(type="str", default="workload"),
             used_memory_mib=dict(type="int", default=0), gi_id=dict(type="int"), ci_id=dict(type="int"),
             after_calls=dict(type="int", default=1), error=dict(type="str"), call=dict(type="str"),
-            supported=dict(type="bool"),
+            supported=dict(type="bool"), fault=dict(type="str"), value=dict(type="raw", default=True),
+            link=dict(type="int"), code=dict(type="int"), message=dict(type="str"), readable=dict(type="bool"),
         ),
         supports_check_mode=True,
     )
@@ -155,6 +224,12 @@ def main():
             sim.inject_fault(p["after_calls"], p["error"], p["call"])
         elif p["action"] == "set_reset_supported":
             sim.set_reset_supported(p["index"], p["supported"])
+        elif p["action"] == "inject_health":
+            sim.inject_health(p["index"], p["fault"], _value(p["value"]), p["link"])
+        elif p["action"] == "add_xid":
+            result["line"] = sim.add_xid(p["index"], p["code"], p["message"])
+        elif p["action"] == "set_kernel_log_readable":
+            sim.set_kernel_log_readable(p["readable"])
     except (GpuBackendError, NvmlError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=True, **result)

@@ -138,3 +138,63 @@ def test_lab_site_playbook_shows_every_node(tmp_path):
     assert [f for f in files if not f.endswith(".lock")] == ["%s.json" % n for n in nodes]
     assert set("%s.json.lock" % n for n in nodes) <= set(files)
     assert all(f.startswith(tuple("%s.json" % n for n in nodes)) for f in files)
+
+
+# ---------------------------------------------------------------------------------------------------- health
+SIM = "gpuops.nvidia.gpu_simulator"
+
+
+def test_health_of_a_healthy_hgx_passes(tmp_path):
+    result = run_module(MODULE, env=_sim_env(tmp_path, "hgx-h100-80gb"))[0]
+    health = result["health"]
+    assert health["verdict"] == "pass" and health["healthy"] is True and health["findings"] == []
+    assert health["kernel_log"] == {"readable": True, "source": "simulated", "reason": None, "xid_lines": 0}
+    assert len(health["gpus"]) == 8 and len(health["gpus"][0]["nvlink"]) == 18
+    assert health["gpus"][0]["retired_pages"] == "not supported"
+    assert "health" not in result["ansible_facts"]["nvidia_gpus"]
+
+
+def test_injected_faults_block_with_gpu_bus_id_and_fix_and_the_policy_loosens_them(tmp_path):
+    env = _sim_env(tmp_path, "hgx-h200")
+    for args in ({"action": "inject_health", "index": 2, "fault": "row_remap_pending"},
+                 {"action": "inject_health", "index": 5, "fault": "pcie_width", "value": "8"},
+                 {"action": "add_xid", "index": 1, "code": 13, "message": "Graphics SM Warp Exception"}):
+        assert not run_module(SIM, args, env=env)[0].get("failed")
+    path = env["GPUOPS_SIMULATED_GPUS"]
+    before = _digest(path)
+    result = run_module(MODULE, env=env, check=True)[0]
+    health = result["health"]
+    assert health["verdict"] == "block" and health["healthy"] is False
+    assert health["blocking"] == [
+        "GPU 2 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot; the gate clears when the next run "
+        "finds it healthy",
+        "GPU 5 (00000000:90:00.0): PCIe link narrower than its maximum width (x8, max x16) - reseat the GPU or check "
+        "its riser and slot, then reboot; the gate clears when the next run finds it healthy"]
+    assert health["warnings"][0].startswith("GPU 1 (00000000:0F:00.0): an application's Xid since boot (Xid 13")
+    assert _digest(path) == before, "check mode reads only"
+    loose = run_module(MODULE, {"health_policy": {"row_remap_pending": "warn", "pcie_width_degraded": "ignore"}},
+                       env=env)[0]["health"]
+    assert loose["verdict"] == "warn" and len(loose["warnings"]) == 2
+    assert [f["action"] for f in loose["findings"]] == ["warn", "warn", "ignore"]
+
+
+def test_a_bad_health_policy_is_refused(tmp_path):
+    result = run_module(MODULE, {"health_policy": {"nvlink_dwn": "warn"}}, env=_sim_env(tmp_path))[0]
+    assert result["failed"] is True
+    assert "unknown health finding kind 'nvlink_dwn'" in result["msg"] and "nvlink_down" in result["msg"]
+    result = run_module(MODULE, {"health_policy": {"nvlink_down": "maybe"}}, env=_sim_env(tmp_path))[0]
+    assert result["failed"] is True and "'maybe' is not one of block, warn, ignore" in result["msg"]
+
+
+def test_a_lost_gpu_fails_the_read_naming_it(tmp_path):
+    env = _sim_env(tmp_path, "hgx-h200")
+    run_module(SIM, {"action": "inject_health", "index": 3, "fault": "lost"}, env=env)
+    result = run_module(MODULE, env=env)[0]
+    assert result["failed"] is True and "GPU_IS_LOST" in result["msg"]
+    assert "GPU 3 (00000000:4E:00.0): NVML reports the GPU lost" in result["msg"]
+    assert result["health"]["findings"][0]["kind"] == "gpu_lost"
+
+
+def test_health_can_be_left_out(tmp_path):
+    result = run_module(MODULE, {"health": False}, env=_sim_env(tmp_path))[0]
+    assert "health" not in result and len(result["gpus"]) == 8

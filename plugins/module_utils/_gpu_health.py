@@ -1,0 +1,317 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU health: the shape of a health read, the findings it holds, and the policy that says which findings block a node's
+release. Pure: no I/O (the read is each backend's ``read_health``; the kernel log's Xid lines are parsed by ``_xid``).
+
+A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
+"reason", "lines" (its Xid lines)}}. A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and,
+unless NVML answered GPU_IS_LOST ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED
+holds ``NOT_SUPPORTED`` instead of its value (the NVML call behind each field is named in docs/health.md):
+- "ecc": {"mode_current", "mode_pending" ("Enabled"/"Disabled"), "volatile"/"aggregate": {"corrected", "uncorrected"}}
+- "retired_pages": {"single_bit", "double_bit", "pending"} (before Ampere; Ampere and later answer NOT_SUPPORTED)
+- "remapped_rows": {"corrected", "uncorrected", "pending", "failure"} (Ampere and later)
+- "nvlink": [{"link", "active", "errors": {"replay", "recovery", "crc_flit", "crc_data"}}]
+- "pcie": {"generation": {"current", "max", "gpu_max"}, "width": {"current", "max"}}
+- "clock_events": {"mask" ("0x..."), "reasons": [names, ``CLOCK_EVENT_REASONS``]}
+- "temperature_c"
+- "fabric": {"state", "status", "degraded_bandwidth"}
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import xid_events
+
+NOT_SUPPORTED = "not supported"
+
+# nvmlClocksEventReason* bits (nvml.h; pynvml of nvidia-ml-py 13.615.71 names the same values), in bit order.
+CLOCK_EVENT_REASONS = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"), (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+CLOCK_EVENT_BITS = dict((name, bit) for bit, name in CLOCK_EVENT_REASONS)
+HW_SLOWDOWN_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+
+# nvmlGpuFabricState_t: 0 NOT_SUPPORTED (recorded as NOT_SUPPORTED), 1..3 below.
+FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
+
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+ACTIONS = ("block", "warn", "ignore")
+GATE_CLEARS = "the gate clears when the next run finds it healthy"
+
+# Finding kind: (default action, what the finding says, what fixes it). The defaults are the issue's (35): a finding that
+# makes the GPU's results or its availability untrustworthy blocks; a count that says "watch this GPU" warns.
+FINDING_KINDS = {
+    "gpu_lost": ("block", "NVML reports the GPU lost (GPU_IS_LOST)", "reboot the node; if it stays lost, service it"),
+    "row_remap_pending": ("block", "remapped rows pending", "reset the GPU or reboot; " + GATE_CLEARS),
+    "row_remap_failure": ("block", "row remapping failed", "the GPU needs service (RMA); " + GATE_CLEARS),
+    "retired_pages_pending": ("block", "page retirement pending",
+                              "reset the GPU or reboot to retire the pages; " + GATE_CLEARS),
+    "ecc_uncorrected_volatile": ("block", "uncorrected ECC errors since the last reset",
+                                 "reset the GPU or reboot, then check its remapped rows; " + GATE_CLEARS),
+    "xid_fatal": ("block", "a fatal Xid since boot", "do what NVIDIA's Xid catalog says for it"),
+    "fabric_incomplete": ("block", "NVLink fabric registration not completed",
+                          "check nvidia-fabricmanager on this node and the NVSwitches; " + GATE_CLEARS),
+    "nvlink_down": ("block", "an NVLink is down", "reset the GPU or reboot; if it stays down, check the link; "
+                    + GATE_CLEARS),
+    "pcie_generation_degraded": ("block", "PCIe link below its maximum generation",
+                                 "reseat the GPU or check its riser and slot, then reboot; " + GATE_CLEARS),
+    "pcie_width_degraded": ("block", "PCIe link narrower than its maximum width",
+                            "reseat the GPU or check its riser and slot, then reboot; " + GATE_CLEARS),
+    "ecc_uncorrected_aggregate": ("warn", "uncorrected ECC errors over the GPU's life",
+                                  "watch the GPU's remapped rows; service it if they keep growing"),
+    "ecc_corrected": ("warn", "corrected ECC errors", "watch the GPU; no action needed while rows remap"),
+    "ecc_disabled": ("warn", "ECC is disabled", "enable ECC (nvidia-smi -e 1) and reset the GPU"),
+    "remapped_rows": ("warn", "rows already remapped", "none while no remap is pending or failed; watch the count"),
+    "retired_pages": ("warn", "pages already retired", "none while no retirement is pending; watch the count"),
+    "nvlink_errors": ("warn", "NVLink error counters above zero", "watch the link; reseat or service it if they grow"),
+    "fabric_degraded": ("warn", "NVLink fabric bandwidth degraded", "check the NVSwitches and the GPU's links"),
+    "hw_slowdown": ("warn", "hardware clock slowdown active", "check the GPU's power supply and cooling"),
+    "thermal_slowdown": ("warn", "thermal clock slowdown active", "check the GPU's cooling"),
+    "xid_gpu": ("warn", "a GPU or driver Xid since boot that needs no reset", "see NVIDIA's Xid catalog for it"),
+    "xid_application": ("warn", "an application's Xid since boot", "the application's fault: check the application"),
+    "kernel_log_unreadable": ("warn", "the kernel log could not be read, so Xid events are not known",
+                              "let the collection read journalctl -k or dmesg on this node"),
+}
+DEFAULT_POLICY = dict((kind, entry[0]) for kind, entry in FINDING_KINDS.items())
+
+
+class HealthPolicyError(ValueError):
+    """A health policy that is not a mapping of known finding kinds to block, warn or ignore."""
+
+
+def decode_clock_events(mask):
+    """NVML's clock event reason bitmask -> {"mask": "0x...", "reasons": [names of the set bits]} (unknown bits named
+    "bit_0x...")."""
+    reasons = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, dummy in CLOCK_EVENT_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            reasons.append("bit_0x%x" % bit)
+            rest &= ~bit
+        bit <<= 1
+    return {"mask": "0x%016x" % mask, "reasons": reasons}
+
+
+def encode_clock_events(reasons):
+    """The bitmask of clock event reason names (the simulator keeps names; NVML answers a mask)."""
+    mask = 0
+    for name in reasons:
+        mask |= CLOCK_EVENT_BITS[name]
+    return mask
+
+
+def _supported(value):
+    return value is not None and value != NOT_SUPPORTED
+
+
+def _count(section, key):
+    if not isinstance(section, dict):
+        return 0
+    value = section.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def gpu_findings(gpu):
+    """(kind, detail) pairs for one GPU's health entry."""
+    out = []
+    if gpu.get("lost"):
+        return [("gpu_lost", gpu.get("error") or "")]
+    ecc = gpu.get("ecc")
+    if isinstance(ecc, dict):
+        if ecc.get("mode_current") == "Disabled":
+            out.append(("ecc_disabled", "ECC mode %s, pending %s" % (ecc.get("mode_current"), ecc.get("mode_pending"))))
+        volatile, aggregate = ecc.get("volatile"), ecc.get("aggregate")
+        if _count(volatile, "uncorrected"):
+            out.append(("ecc_uncorrected_volatile", "%d uncorrected (volatile)" % _count(volatile, "uncorrected")))
+        if _count(aggregate, "uncorrected"):
+            out.append(("ecc_uncorrected_aggregate", "%d uncorrected (aggregate)" % _count(aggregate, "uncorrected")))
+        sections = (("volatile", volatile), ("aggregate", aggregate))
+        corrected = [(name, _count(section, "corrected")) for name, section in sections]
+        if any(n for dummy, n in corrected):
+            out.append(("ecc_corrected", ", ".join("%d %s" % (n, name) for name, n in corrected)))
+    pages = gpu.get("retired_pages")
+    if isinstance(pages, dict):
+        if pages.get("pending") is True:
+            out.append(("retired_pages_pending", ""))
+        if _count(pages, "single_bit") or _count(pages, "double_bit"):
+            out.append(("retired_pages", "%d single-bit, %d double-bit" % (
+                _count(pages, "single_bit"), _count(pages, "double_bit"))))
+    rows = gpu.get("remapped_rows")
+    if isinstance(rows, dict):
+        if rows.get("pending") is True:
+            out.append(("row_remap_pending", ""))
+        if rows.get("failure") is True:
+            out.append(("row_remap_failure", ""))
+        if _count(rows, "corrected") or _count(rows, "uncorrected"):
+            out.append(("remapped_rows", "%d for corrected, %d for uncorrected errors" % (
+                _count(rows, "corrected"), _count(rows, "uncorrected"))))
+    links = gpu.get("nvlink")
+    if isinstance(links, list):
+        down = [link["link"] for link in links if link.get("active") is False]
+        if down:
+            plural = "s" if len(down) > 1 else ""
+            out.append(("nvlink_down", "link%s %s inactive" % (plural, ", ".join(str(n) for n in down))))
+        noisy = []
+        for link in links:
+            counts = ["%s %d" % (name, _count(link.get("errors"), name)) for name in NVLINK_COUNTERS
+                      if _count(link.get("errors"), name)]
+            if counts:
+                noisy.append("link %d: %s" % (link["link"], ", ".join(counts)))
+        if noisy:
+            out.append(("nvlink_errors", "; ".join(noisy)))
+    pcie = gpu.get("pcie")
+    if isinstance(pcie, dict):
+        for kind, key, unit in (("pcie_generation_degraded", "generation", "Gen%s"),
+                                ("pcie_width_degraded", "width", "x%s")):
+            section = pcie.get(key)
+            if not isinstance(section, dict):
+                continue
+            current, best = section.get("current"), section.get("max")
+            if _supported(current) and _supported(best) and current < best:
+                out.append((kind, "%s, max %s" % (unit % current, unit % best)))
+    events = gpu.get("clock_events")
+    if isinstance(events, dict):
+        reasons = events.get("reasons") or []
+        hardware = [r for r in reasons if r in HW_SLOWDOWN_REASONS]
+        thermal = [r for r in reasons if r in THERMAL_REASONS]
+        temperature = gpu.get("temperature_c")
+        heat = (" at %s C" % temperature) if _supported(temperature) else ""
+        if hardware:
+            out.append(("hw_slowdown", ", ".join(hardware) + heat))
+        if thermal:
+            out.append(("thermal_slowdown", ", ".join(thermal) + heat))
+    fabric = gpu.get("fabric")
+    if isinstance(fabric, dict):
+        if fabric.get("state") != "completed" or fabric.get("status") not in (None, "SUCCESS"):
+            out.append(("fabric_incomplete", "state %s, status %s" % (fabric.get("state"), fabric.get("status"))))
+        if fabric.get("degraded_bandwidth") is True:
+            out.append(("fabric_degraded", "the fabric reports degraded bandwidth"))
+    return out
+
+
+def _xid_kind(event):
+    if event["fatal"]:
+        return "xid_fatal"
+    return "xid_application" if event["cause"] == "application" else "xid_gpu"
+
+
+def _xid_detail(event):
+    name = event["mnemonic"] or "unknown code"
+    who = ""
+    if event.get("pid") is not None or event.get("process"):
+        who = " (pid %s%s)" % (event.get("pid"), ", " + event["process"] if event.get("process") else "")
+    action = (" - NVIDIA: %s" % event["action"]) if event.get("action") else ""
+    return "Xid %d %s: %s%s%s" % (event["code"], name, event["message"] or event["description"], who, action)
+
+
+def findings(health):
+    """Every finding of a health read: [{"kind", "gpu" (index or None for the node), "pci_bus_id", "detail", "fix",
+    "summary"}], GPUs in index order, node findings last. Xid events are deduplicated per GPU and code (the first line
+    of each is kept, with how many times it was logged)."""
+    out = []
+    gpus = health.get("gpus") or []
+    for gpu in gpus:
+        for kind, detail in gpu_findings(gpu):
+            out.append(_finding(kind, gpu.get("index"), gpu.get("pci_bus_id"), detail))
+    log = health.get("kernel_log") or {}
+    if not log.get("readable"):
+        out.append(_finding("kernel_log_unreadable", None, None, log.get("reason") or "kernel log not readable"))
+        return [_summarize(f) for f in out]
+    seen = {}
+    for event in xid_events(log.get("lines") or [], gpus):
+        key = (event["gpu"], event["pci_bus_id"], event["code"])
+        if key in seen:
+            seen[key]["times"] += 1
+            continue
+        kind = _xid_kind(event)
+        fix = event["recommended"]
+        if kind == "xid_fatal":
+            fix += "; the Xid stays in this boot's kernel log, so the gate clears after a reboot (or set xid_fatal to " \
+                   "warn once it is dealt with)"
+        finding = _finding(kind, event["gpu"], event["pci_bus_id"], _xid_detail(event), fix)
+        finding["xid"] = {"code": event["code"], "mnemonic": event["mnemonic"], "cause": event["cause"],
+                          "action": event["action"], "recommended": event["recommended"], "line": event["line"]}
+        finding["times"] = 1
+        if event["gpu"] is None:
+            finding["detail"] += " (no GPU of this node has that bus id)"
+        seen[key] = finding
+        out.append(finding)
+    for finding in out:
+        if finding.get("times", 1) > 1:
+            finding["detail"] += " (logged %d times)" % finding["times"]
+    out.sort(key=lambda f: (f["gpu"] is None, f["gpu"] if f["gpu"] is not None else 0))
+    return [_summarize(f) for f in out]
+
+
+def _finding(kind, index, bus_id, detail, fix=None):
+    dummy, words, default_fix = FINDING_KINDS[kind]
+    fix = fix or default_fix
+    return {"kind": kind, "gpu": index, "pci_bus_id": bus_id, "words": words, "detail": detail, "fix": fix}
+
+
+def _summarize(finding):
+    """The line a user reads: "GPU 3 (00000000:47:00.0): remapped rows pending (...) - reset the GPU or reboot; ..."."""
+    index, bus_id = finding["gpu"], finding["pci_bus_id"]
+    who = "node" if index is None else "GPU %d (%s)" % (index, bus_id)
+    if index is None and bus_id:
+        who = "node (PCI %s)" % bus_id
+    finding["summary"] = "%s: %s%s - %s" % (who, finding.pop("words"),
+                                            (" (%s)" % finding["detail"]) if finding["detail"] else "", finding["fix"])
+    return finding
+
+
+def validate_policy(policy):
+    """A user's policy ({kind: block|warn|ignore}, None for the defaults) merged over ``DEFAULT_POLICY``; raises
+    HealthPolicyError naming the bad key or value and the valid ones."""
+    if policy is None:
+        return dict(DEFAULT_POLICY)
+    if not isinstance(policy, dict):
+        raise HealthPolicyError("the health policy must be a mapping of finding kind to block, warn or ignore; got %s"
+                                % type(policy).__name__)
+    merged = dict(DEFAULT_POLICY)
+    for kind in sorted(policy, key=str):
+        if kind not in FINDING_KINDS:
+            raise HealthPolicyError("unknown health finding kind %r in the health policy; valid kinds: %s" % (
+                kind, ", ".join(sorted(FINDING_KINDS))))
+        action = policy[kind]
+        if not isinstance(action, str) or action not in ACTIONS:
+            raise HealthPolicyError("health policy %s: %r is not one of %s" % (kind, action, ", ".join(ACTIONS)))
+        merged[kind] = action
+    return merged
+
+
+def verdict(found, policy=None):
+    """The policy applied to ``findings``: {"verdict": "block"|"warn"|"pass", "healthy" (nothing blocks),
+    "blocking": [summaries], "warnings": [summaries], "findings": [each finding with its "action"]}. ``policy`` is
+    validated (HealthPolicyError)."""
+    merged = validate_policy(policy)
+    decided = []
+    for finding in found:
+        item = dict(finding)
+        item["action"] = merged[finding["kind"]]
+        decided.append(item)
+    blocking = [f["summary"] for f in decided if f["action"] == "block"]
+    warnings = [f["summary"] for f in decided if f["action"] == "warn"]
+    return {"verdict": "block" if blocking else ("warn" if warnings else "pass"), "healthy": not blocking,
+            "blocking": blocking, "warnings": warnings, "findings": decided}
+
+
+def summary(health, policy=None):
+    """gpu_info's ``health`` section: the verdict over the read's findings, the kernel log's source, and each GPU's
+    read fields."""
+    result = verdict(findings(health), policy)
+    log = health.get("kernel_log") or {}
+    result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
+                            "reason": log.get("reason"), "xid_lines": len(log.get("lines") or [])}
+    result["gpus"] = health.get("gpus") or []
+    return result

@@ -1,0 +1,191 @@
+"""The health findings and the policy: every finding kind from a health read, the defaults, overrides, bad policies."""
+import copy
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import NOT_SUPPORTED
+
+BUS = "00000000:47:00.0"
+
+
+def healthy_gpu(index=3, bus=BUS):
+    """A healthy HGX H100 GPU as the NVML backend reads it."""
+    return {
+        "index": index, "uuid": "GPU-x", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": bus, "architecture": "hopper",
+        "lost": False,
+        "ecc": {"mode_current": "Enabled", "mode_pending": "Enabled", "volatile": {"corrected": 0, "uncorrected": 0},
+                "aggregate": {"corrected": 0, "uncorrected": 0}},
+        "retired_pages": NOT_SUPPORTED,
+        "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+        "nvlink": [{"link": n, "active": True, "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}}
+                   for n in range(18)],
+        "pcie": {"generation": {"current": 5, "max": 5, "gpu_max": 5}, "width": {"current": 16, "max": 16}},
+        "clock_events": health.decode_clock_events(0x1), "temperature_c": 31,
+        "fabric": {"state": "completed", "status": "SUCCESS", "degraded_bandwidth": False},
+    }
+
+
+def read(*gpus, **log):
+    return {"backend": "nvml", "gpus": list(gpus),
+            "kernel_log": log or {"readable": True, "source": "journalctl", "lines": []}}
+
+
+def kinds(found):
+    return [f["kind"] for f in found]
+
+
+def test_a_healthy_gpu_has_no_finding_and_passes():
+    result = health.verdict(health.findings(read(healthy_gpu())))
+    assert result == {"verdict": "pass", "healthy": True, "blocking": [], "warnings": [], "findings": []}
+
+
+def test_not_supported_fields_are_no_finding():
+    gpu = healthy_gpu()
+    for key in ("ecc", "retired_pages", "remapped_rows", "nvlink", "clock_events", "temperature_c", "fabric"):
+        gpu[key] = NOT_SUPPORTED
+    gpu["pcie"] = {"generation": {"current": NOT_SUPPORTED, "max": 5, "gpu_max": 5},
+                   "width": {"current": 16, "max": NOT_SUPPORTED}}
+    assert health.findings(read(gpu)) == []
+
+
+def _set(gpu, path, value):
+    target = gpu
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return gpu
+
+
+# (changes to a healthy GPU, the finding kind it gives, its default action, words its summary holds)
+CASES = [
+    ([(("lost",), True), (("error",), "GPU is lost")], "gpu_lost", "block", "NVML reports the GPU lost"),
+    ([(("remapped_rows", "pending"), True)], "row_remap_pending", "block",
+     "GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot; the gate clears when the next run "
+     "finds it healthy"),
+    ([(("remapped_rows", "failure"), True)], "row_remap_failure", "block", "row remapping failed - the GPU needs service"),
+    ([(("retired_pages",), {"single_bit": 0, "double_bit": 0, "pending": True})], "retired_pages_pending", "block",
+     "page retirement pending"),
+    ([(("ecc", "volatile", "uncorrected"), 2)], "ecc_uncorrected_volatile", "block", "2 uncorrected (volatile)"),
+    ([(("fabric", "state"), "in_progress")], "fabric_incomplete", "block", "state in_progress"),
+    ([(("fabric", "status"), "NOT_READY")], "fabric_incomplete", "block", "status NOT_READY"),
+    ([(("nvlink", 5, "active"), False)], "nvlink_down", "block", "link 5 inactive"),
+    ([(("pcie", "generation", "current"), 4)], "pcie_generation_degraded", "block", "Gen4, max Gen5"),
+    ([(("pcie", "width", "current"), 8)], "pcie_width_degraded", "block", "x8, max x16"),
+    ([(("ecc", "aggregate", "uncorrected"), 1)], "ecc_uncorrected_aggregate", "warn", "1 uncorrected (aggregate)"),
+    ([(("ecc", "volatile", "corrected"), 7)], "ecc_corrected", "warn", "7 volatile, 0 aggregate"),
+    ([(("ecc", "mode_current"), "Disabled")], "ecc_disabled", "warn", "ECC is disabled"),
+    ([(("remapped_rows", "corrected"), 2)], "remapped_rows", "warn", "2 for corrected, 0 for uncorrected"),
+    ([(("retired_pages",), {"single_bit": 3, "double_bit": 1, "pending": False})], "retired_pages", "warn",
+     "3 single-bit, 1 double-bit"),
+    ([(("nvlink", 2, "errors", "replay"), 9)], "nvlink_errors", "warn", "link 2: replay 9"),
+    ([(("fabric", "degraded_bandwidth"), True)], "fabric_degraded", "warn", "degraded bandwidth"),
+    ([(("clock_events",), health.decode_clock_events(0x8 | 0x80))], "hw_slowdown", "warn",
+     "hw_slowdown, hw_power_brake_slowdown at 31 C"),
+    ([(("clock_events",), health.decode_clock_events(0x40))], "thermal_slowdown", "warn", "hw_thermal_slowdown"),
+]
+
+
+@pytest.mark.parametrize("changes,kind,action,words", CASES, ids=[c[1] + "-" + c[3][:12] for c in CASES])
+def test_each_finding_kind_and_its_default(changes, kind, action, words):
+    gpu = healthy_gpu()
+    for path, value in changes:
+        _set(gpu, path, value)
+    result = health.verdict(health.findings(read(gpu)))
+    assert kinds(result["findings"]) == [kind]
+    finding = result["findings"][0]
+    assert finding["action"] == action and finding["gpu"] == 3 and finding["pci_bus_id"] == BUS
+    assert words in finding["summary"] and finding["summary"].startswith("GPU 3 (00000000:47:00.0): ")
+    assert result["verdict"] == action and result["healthy"] is (action != "block")
+
+
+def test_a_lost_gpu_is_one_finding_and_other_gpus_are_still_judged():
+    lost = {"index": 0, "pci_bus_id": "00000000:07:00.0", "lost": True, "error": "GPU is lost"}
+    slow = _set(healthy_gpu(), ("pcie", "width", "current"), 8)
+    assert kinds(health.findings(read(lost, slow))) == ["gpu_lost", "pcie_width_degraded"]
+
+
+XID_79 = "[ 812.1] NVRM: Xid (PCI:0000:47:00): 79, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:47:00): 13, pid=77, name=train, Graphics SM Warp Exception"
+XID_92 = "NVRM: Xid (PCI:0000:47:00): 92, pid=0, High single-bit ECC error rate"
+
+
+def test_xid_kinds_and_their_defaults():
+    found = health.findings(read(healthy_gpu(), readable=True, source="dmesg", lines=[XID_79, XID_13, XID_92, XID_79]))
+    result = health.verdict(found)
+    assert [(f["kind"], f["action"]) for f in result["findings"]] == [
+        ("xid_fatal", "block"), ("xid_application", "warn"), ("xid_gpu", "warn")]
+    fatal = result["findings"][0]
+    assert fatal["xid"]["code"] == 79 and fatal["xid"]["action"] == "RESTART_BM" and fatal["times"] == 2
+    assert "reboot the node" in fatal["summary"] and "logged 2 times" in fatal["summary"]
+    assert "(pid 77, train)" in result["findings"][1]["summary"]
+
+
+def test_an_xid_on_a_bus_no_gpu_has_is_a_node_finding():
+    found = health.findings(read(healthy_gpu(), readable=True, source="dmesg",
+                                 lines=["NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus."]))
+    assert found[0]["gpu"] is None and found[0]["summary"].startswith("node (PCI 0000:99:00): a fatal Xid")
+    assert "no GPU of this node has that bus id" in found[0]["summary"]
+
+
+def test_an_unreadable_kernel_log_warns_and_says_why():
+    found = health.findings(read(healthy_gpu(), readable=False, reason="kernel log not readable: dmesg: rc 1"))
+    result = health.verdict(found)
+    assert kinds(found) == ["kernel_log_unreadable"] and result["verdict"] == "warn" and result["healthy"]
+    assert "dmesg: rc 1" in result["warnings"][0]
+
+
+def test_the_policy_overrides_per_kind():
+    gpu = _set(_set(healthy_gpu(), ("remapped_rows", "pending"), True), ("ecc", "volatile", "corrected"), 1)
+    found = health.findings(read(gpu))
+    assert health.verdict(found)["verdict"] == "block"
+    loose = health.verdict(found, {"row_remap_pending": "warn"})
+    assert loose["verdict"] == "warn" and len(loose["warnings"]) == 2
+    quiet = health.verdict(found, {"row_remap_pending": "ignore", "ecc_corrected": "ignore"})
+    assert quiet["verdict"] == "pass" and [f["action"] for f in quiet["findings"]] == ["ignore", "ignore"]
+    strict = health.verdict(found, {"ecc_corrected": "block"})
+    assert len(strict["blocking"]) == 2
+
+
+def test_the_default_policy_is_the_issues():
+    blocking = sorted(k for k, v in health.DEFAULT_POLICY.items() if v == "block")
+    assert blocking == sorted([
+        "gpu_lost", "row_remap_pending", "row_remap_failure", "retired_pages_pending", "ecc_uncorrected_volatile",
+        "xid_fatal", "fabric_incomplete", "nvlink_down", "pcie_generation_degraded", "pcie_width_degraded"])
+    assert health.validate_policy(None) == health.DEFAULT_POLICY
+
+
+@pytest.mark.parametrize("policy,words", [
+    ({"row_remap_pendng": "warn"}, "unknown health finding kind 'row_remap_pendng' in the health policy; valid kinds: "
+                                   "ecc_corrected, ecc_disabled"),
+    ({"nvlink_down": "stop"}, "health policy nvlink_down: 'stop' is not one of block, warn, ignore"),
+    ({"nvlink_down": True}, "health policy nvlink_down: True is not one of block, warn, ignore"),
+    ({"nvlink_down": None}, "None is not one of block, warn, ignore"),
+    (["nvlink_down"], "must be a mapping of finding kind to block, warn or ignore; got list"),
+    ("block", "got str"),
+])
+def test_bad_policies_are_refused_clearly(policy, words):
+    with pytest.raises(health.HealthPolicyError) as refused:
+        health.verdict([], policy)
+    assert words in str(refused.value)
+
+
+def test_findings_do_not_change_the_read():
+    gpu = _set(healthy_gpu(), ("remapped_rows", "pending"), True)
+    data = read(gpu, readable=True, lines=[XID_79])
+    before = copy.deepcopy(data)
+    health.summary(data, {"xid_fatal": "warn"})
+    assert data == before
+
+
+def test_summary_reports_the_kernel_log_and_the_gpus():
+    got = health.summary(read(healthy_gpu(), readable=True, source="journalctl", lines=[XID_13]))
+    assert got["kernel_log"] == {"readable": True, "source": "journalctl", "reason": None, "xid_lines": 1}
+    assert got["gpus"][0]["index"] == 3 and got["verdict"] == "warn"
+
+
+def test_clock_event_bits_decode_and_encode():
+    decoded = health.decode_clock_events(0x1 | 0x8 | 0x40 | 0x800)
+    assert decoded == {"mask": "0x0000000000000849",
+                       "reasons": ["gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "bit_0x800"]}
+    assert health.encode_clock_events(["gpu_idle", "hw_slowdown", "hw_thermal_slowdown"]) == 0x49
