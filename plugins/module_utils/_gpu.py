@@ -22,6 +22,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders impo
 
 ENV_STATE = "GPUOPS_SIMULATED_GPUS"
 ENV_SHAPE = "GPUOPS_SIMULATED_MACHINE"
+# The simulated node's root below NVML and its host options at creation (_simulator_host).
+ENV_ROOT = "GPUOPS_SIMULATED_ROOT"
+ENV_HOST = "GPUOPS_SIMULATED_HOST"
 
 # NVML return codes (nvml.h nvmlReturn_t) and the names this collection reports them by.
 NVML_ERROR_NAMES = {
@@ -45,6 +48,16 @@ MIG_MODE_NAMES = {0: "Disabled", 1: "Enabled"}
 
 class GpuBackendError(Exception):
     """A problem outside NVML: a missing package, no driver, an unreadable or corrupt state file."""
+
+
+class NvmlInitError(GpuBackendError):
+    """NVML could not start (nvmlInit failed): ``name`` is NVML's name for the failure (LIBRARY_NOT_FOUND,
+    DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, ...). A GpuBackendError, so code that only reports it needs no
+    change; code that must tell a node without a driver from a version mismatch reads ``name``."""
+
+    def __init__(self, name, message):
+        self.name = name
+        super(NvmlInitError, self).__init__(message)
 
 
 class NvmlError(Exception):

@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_SHAPE, ENV_STATE
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_HOST, ENV_ROOT, ENV_SHAPE, ENV_STATE
 
 
 def get_backend(run_command=None):
@@ -22,7 +22,9 @@ def get_backend(run_command=None):
     state_path = os.environ.get(ENV_STATE)
     if state_path:
         from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-        return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None)
+        # GPUOPS_SIMULATED_ROOT / GPUOPS_SIMULATED_HOST: the simulated node below NVML (_simulator_host).
+        return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None,
+                                root=os.environ.get(ENV_ROOT) or None, host_options=os.environ.get(ENV_HOST) or None)
     from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
     return NvmlBackend(run_command=run_command)
 

@@ -374,3 +374,177 @@ def model_key_for_name(name):
         if m["name"] == name:
             return key
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Below NVML: naming a GPU from PCI sysfs before a driver is loaded, and which kernel-module flavour can run it.
+#
+# Sources, short names used below:
+#   open table = NVIDIA/open-gpu-kernel-modules at 580.95.05, README.md, "Compatible GPUs": "The NVIDIA open kernel
+#                modules can be used on any Turing or later GPU", with one row per product and PCI id (device, or
+#                device + subsystem vendor + subsystem device). Rows copied below as (subsystem vendor, subsystem
+#                device); None = a row with the device id alone.
+#   pci.ids    = the PCI id database vendored by go-nvlib (pkg/pciids/default_pci.ids, 2025.07.11), NVIDIA 10de.
+#   kernel modules page = NVIDIA Data Center driver installation guide, "Kernel Modules"
+#                (docs.nvidia.com/datacenter/tesla/driver-installation-guide/kernel-modules.html): the open flavour
+#                needs the GSP (Turing and later); Maxwell, Pascal and Volta need the proprietary flavour; Blackwell
+#                and later need the open flavour.
+# ---------------------------------------------------------------------------------------------------------------
+ARCHITECTURE_ORDER = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+OPEN_MODULES_FIRST_ARCHITECTURE = "turing"          # kernel modules page; open table's first sentence
+PROPRIETARY_LAST_ARCHITECTURE = "hopper"            # kernel modules page: Blackwell and later need open modules
+OPEN_TABLE_SOURCE = "NVIDIA/open-gpu-kernel-modules at 580.95.05, README.md, Compatible GPUs"
+
+# Catalog model -> the open table's rows for its PCI device id (the device id is the model's pci_device_id >> 16).
+OPEN_MODULE_ROWS = {
+    "H200": [(0x10DE, 0x18BE), (0x10DE, 0x18BF)],
+    "H100-SXM5-80GB": [(0x10DE, 0x16C0), (0x10DE, 0x16C1)],
+    "A100-SXM4-40GB": [None],       # the row "20B0" alone (the table's "20B0 10DE 1450" is another board, PG509-200)
+    "A100-SXM4-80GB": [(0x10DE, 0x1463), (0x10DE, 0x147F), (0x10DE, 0x1622), (0x10DE, 0x1623)],
+    "A30": [(0x10DE, 0x1532), (0x10DE, 0x1804), (0x10DE, 0x1852)],
+    "B200": [(0x10DE, 0x1999), (0x10DE, 0x199B), (0x10DE, 0x20DA)],
+    "GB200": [(0x10DE, 0x2046), (0x10DE, 0x20CA), (0x10DE, 0x20D5), (0x10DE, 0x21C9), (0x10DE, 0x21CA)],
+    "B300": [(0x10DE, 0x20E6)],
+    "GH200": [(0x10DE, 0x16EB), (0x10DE, 0x1805), (0x10DE, 0x1809)],   # GH200 120GB (x2), GH200 480GB
+    "H100-NVL": [(0x10DE, 0x1839)],
+    "RTX-PRO-6000": [(0x10DE, 0x204E)],
+    "L40S": [(0x10DE, 0x1851), (0x10DE, 0x18CF)],
+}
+
+# GPUs the collection names from PCI but does not simulate (no MIG tables here): the data-center parts a fleet still
+# runs. Names as pci.ids writes them (the open table's names where it has the part); architecture from the chip name
+# (TU = Turing, GA10x = Ampere, AD = Ada, GV = Volta, GP = Pascal). V100 and P100 are in no row of the open table:
+# they run the proprietary flavour only.
+PCI_ONLY_MODELS = {
+    "T4": {"name": "Tesla T4", "device_id": 0x1EB8, "architecture": "turing", "open_rows": [(0x10DE, 0x12A2)]},
+    "A10": {"name": "NVIDIA A10", "device_id": 0x2236, "architecture": "ampere", "open_rows": [(0x10DE, 0x1482)]},
+    "L4": {"name": "NVIDIA L4", "device_id": 0x27B8, "architecture": "ada",
+           "open_rows": [(0x10DE, 0x16CA), (0x10DE, 0x16EE)]},
+    "V100-SXM2-16GB": {"name": "Tesla V100 SXM2 16GB", "device_id": 0x1DB1, "architecture": "volta", "open_rows": []},
+    "V100-PCIE-16GB": {"name": "Tesla V100 PCIe 16GB", "device_id": 0x1DB4, "architecture": "volta", "open_rows": []},
+    "V100-SXM2-32GB": {"name": "Tesla V100 SXM2 32GB", "device_id": 0x1DB5, "architecture": "volta", "open_rows": []},
+    "V100-PCIE-32GB": {"name": "Tesla V100 PCIe 32GB", "device_id": 0x1DB6, "architecture": "volta", "open_rows": []},
+    "P100-PCIE-16GB": {"name": "Tesla P100 PCIe 16GB", "device_id": 0x15F8, "architecture": "pascal", "open_rows": []},
+    "P100-SXM2-16GB": {"name": "Tesla P100 SXM2 16GB", "device_id": 0x15F9, "architecture": "pascal", "open_rows": []},
+}
+
+# NVSwitch PCI functions (class 0x0680, "bridge, other"). Device ids as the NVSwitch driver of
+# NVIDIA/open-gpu-kernel-modules at 580.95.05 lists them (src/common/nvswitch/kernel/nvswitch.c:
+# nvswitch_lr10_device_ids, and the PCIe management endpoints of nvswitch_ls10_device_ids); SV10 (first generation,
+# HGX-2 / DGX-2 with V100) from the comment in src/nvidia/generated/g_kernel_nvlink_nvoc.h ("Willow device ID is
+# 0x10F5 or 0x1AC0..0x1ACF"), which the open NVSwitch driver does not drive. pci.ids names 1af1 "GA100 [A100
+# NVSwitch]" and 22a3 "GH100 [H100 NVSwitch]"; the Fabric Manager user guide's "GPU Baseboard Topologies" shows
+# 1ac2 on HGX-2, 1af1 on HGX A100 and 22a3 on HGX H100. On HGX B200/B300 the NVSwitches are not PCI devices of the
+# host (same guide): they are reached through a ConnectX-7 bridge whose VPD names SW_MNG (an NVLink5 system).
+NVSWITCH_GENERATIONS = {
+    "sv10": {"name": "NVSwitch (first generation, V100)", "open_modules": False,
+             "device_ids": [0x10F5] + list(range(0x1AC0, 0x1AD0))},
+    "lr10": {"name": "NVSwitch (second generation, A100)", "open_modules": True,
+             "device_ids": [0x1AE8] + list(range(0x1AF0, 0x1B00))},
+    "ls10": {"name": "NVSwitch (third generation, H100/H200)", "open_modules": True,
+             "device_ids": list(range(0x22A0, 0x22A8))},
+}
+
+# The NVSwitches of the machine shapes, in PCI bus order: (generation, device id, count). The Fabric Manager user
+# guide shows six 1af1 on an HGX A100 and four 22a3 on an HGX H100 (H200: "the same as HGX H100"). NVLink5 shapes
+# have instead the ConnectX-7 bridge functions named in NVLINK5_SHAPES.
+SHAPE_NVSWITCHES = {
+    "dgx-a100-40gb": ("lr10", 0x1AF1, 6),
+    "dgx-a100-80gb": ("lr10", 0x1AF1, 6),
+    "hgx-h100-80gb": ("ls10", 0x22A3, 4),
+    "hgx-h200": ("ls10", 0x22A3, 4),
+}
+# HGX B200/B300: four ConnectX-7 bridge functions (two ports, each a full-capability PF and a limited PF whose VPD
+# carries SW_MNG), as the Fabric Manager user guide describes them.
+NVLINK5_SHAPES = ("hgx-b200", "hgx-b300")
+# NVSwitch bus numbers: those of a DGX A100 (public `lspci` of DGX A100 nodes list them at c4..c9 next to GPUs at
+# 07, 0f, 47, 4e, 87, 90, b7, bd, the simulator's GPU bus numbers); the H100/H200 shapes keep the same numbers
+# although a DGX H100 lists its four at 05..08, because the simulator's GPUs keep the DGX A100's bus numbers.
+_NVSWITCH_BUS_NUMBERS = [0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9]
+# The PCI subsystem of a simulated GPU whose open-table row has no subsystem (A100-SXM4-40GB): NVIDIA's vendor id and
+# subsystem device 0000, a placeholder (no reading of that board's subsystem id was at hand).
+_SIMULATED_SUBSYSTEM_DEFAULT = (0x10DE, 0x0000)
+
+
+def architecture_rank(architecture):
+    """Position of an architecture in ARCHITECTURE_ORDER (None when unknown)."""
+    try:
+        return ARCHITECTURE_ORDER.index(architecture)
+    except ValueError:
+        return None
+
+
+def open_modules_supported(architecture):
+    """Whether NVIDIA's open kernel modules can run a GPU of this architecture (Turing and later), None if unknown."""
+    rank = architecture_rank(architecture)
+    if rank is None:
+        return None
+    return rank >= ARCHITECTURE_ORDER.index(OPEN_MODULES_FIRST_ARCHITECTURE)
+
+
+def proprietary_modules_supported(architecture):
+    """Whether the proprietary kernel modules can run a GPU of this architecture (not Blackwell or later)."""
+    rank = architecture_rank(architecture)
+    if rank is None:
+        return None
+    return rank <= ARCHITECTURE_ORDER.index(PROPRIETARY_LAST_ARCHITECTURE)
+
+
+def _pci_index():
+    index = {}
+    for key, m in GPU_MODELS.items():
+        index.setdefault(m["pci_device_id"] >> 16, []).append(
+            {"key": key, "name": m["name"], "architecture": m["architecture"], "open_rows": OPEN_MODULE_ROWS[key]})
+    for key, m in PCI_ONLY_MODELS.items():
+        index.setdefault(m["device_id"], []).append(
+            {"key": key, "name": m["name"], "architecture": m["architecture"], "open_rows": m["open_rows"]})
+    return index
+
+
+_PCI_INDEX = _pci_index()
+
+
+def gpu_by_pci(device_id, subsystem_vendor=None, subsystem_device=None):
+    """The catalog's GPU for a PCI device id (and subsystem, where the catalog has several models on one device id),
+    as {"key", "name", "architecture", "open_modules", "open_module_row"}, or None when the device id is unknown.
+
+    ``open_modules`` follows the open table's rule (Turing and later); ``open_module_row`` says whether the board's
+    exact (device, subsystem) or the bare device id is a row of that table (False for a board the table does not
+    list, which the rule still covers)."""
+    candidates = _PCI_INDEX.get(device_id)
+    if not candidates:
+        return None
+    chosen = candidates[0]
+    for cand in candidates:
+        if (subsystem_vendor, subsystem_device) in cand["open_rows"]:
+            chosen = cand
+            break
+    rows = chosen["open_rows"]
+    return {
+        "key": chosen["key"], "name": chosen["name"], "architecture": chosen["architecture"],
+        "open_modules": open_modules_supported(chosen["architecture"]),
+        "open_module_row": None in rows or (subsystem_vendor, subsystem_device) in rows,
+    }
+
+
+def nvswitch_generation(device_id):
+    """The NVSwitch generation key ('sv10', 'lr10', 'ls10') of an NVIDIA PCI device id, or None."""
+    for key, gen in NVSWITCH_GENERATIONS.items():
+        if device_id in gen["device_ids"]:
+            return key
+    return None
+
+
+def simulated_subsystem(model_key):
+    """The PCI subsystem (vendor, device) the simulator gives a GPU of this model: the model's first board in the
+    open table, or the bare id's NVIDIA default when the table lists the device id alone."""
+    rows = OPEN_MODULE_ROWS.get(model_key) or []
+    for row in rows:
+        if row is not None:
+            return row
+    return _SIMULATED_SUBSYSTEM_DEFAULT
+
+
+def nvswitch_bus_id(position):
+    """PCI bus id (sysfs form, 4-hex-digit domain) of the simulated machine's NVSwitch at this position."""
+    return "0000:%02x:00.0" % _NVSWITCH_BUS_NUMBERS[position]

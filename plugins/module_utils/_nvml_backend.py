@@ -37,6 +37,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     GpuBackend,
     GpuBackendError,
     NvmlError,
+    NvmlInitError,
     NvmlInUse,
     NvmlNotSupported,
     mig_devices,
@@ -90,12 +91,13 @@ class NvmlBackend(GpuBackend):
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
+            name = NVML_ERROR_NAMES.get(code, "UNKNOWN")
             if code in (self.nvml.NVML_ERROR_LIBRARY_NOT_FOUND, self.nvml.NVML_ERROR_DRIVER_NOT_LOADED):
-                raise GpuBackendError(
+                raise NvmlInitError(name, (
                     "no NVIDIA driver on this host: NVML could not start (%s). Install the NVIDIA driver "
                     "(libnvidia-ml.so.1 must load), or set GPUOPS_SIMULATED_GPUS to run against simulated GPUs"
-                    % exc)
-            raise GpuBackendError("NVML could not start: %s" % exc)
+                    % exc))
+            raise NvmlInitError(name, "NVML could not start: %s" % exc)
         self._closed = False
 
     def close(self):

@@ -24,6 +24,12 @@ the code says so):
   creating on occupied slices (or beyond a profile's max instances) fails INSUFFICIENT_RESOURCES; a placement
   NVML does not list for the profile fails INVALID_ARGUMENT.
 - Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
+- Below NVML (_simulator_host): when GPUOPS_SIMULATED_ROOT names the node's root, the machine's host tree (PCI
+  functions, the loaded driver's files, nouveau, Secure Boot, NVSwitch/NVLink5 marks) is rendered there once, when
+  the state file is created, and NVML starts only as the real one would on that host: no NVML library ->
+  LIBRARY_NOT_FOUND, no nvidia module -> DRIVER_NOT_LOADED, library and module versions apart ->
+  LIB_RM_VERSION_MISMATCH (NvmlInitError, raised by the first NVML call of a backend). Test hooks (reboot, processes,
+  holders, faults) are not NVML calls and work whatever the driver's state.
 - Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
   CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE with NVML's words only, and
   ``device_holders`` says who holds the files, as the real backend reads /proc), a fault injected into the
@@ -49,6 +55,7 @@ import signal
 import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import for_device, gpu_file, holder_record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODES,
@@ -57,6 +64,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     IN_USE_TEXT,
     GpuBackendError,
     NvmlError,
+    NvmlInitError,
     NvmlInUse,
     NvmlInsufficientResources,
     NvmlInvalidArgument,
@@ -93,11 +101,17 @@ MUTATING_CALLS = (
 class SimulatedBackend(GpuBackend):
     kind = "simulated"
 
-    def __init__(self, state_path, shape=None):
+    def __init__(self, state_path, shape=None, root=None, host_options=None):
         if not state_path:
             raise GpuBackendError("GPUOPS_SIMULATED_GPUS is empty: set it to the path of a state file")
         self.path = os.path.abspath(state_path)
         self.shape = shape
+        # The node's root below NVML (GPUOPS_SIMULATED_ROOT) and the host options used when the state is created
+        # (GPUOPS_SIMULATED_HOST); see _simulator_host.
+        self.root = os.path.abspath(root) if root else None
+        self.host_options = host_options
+        self._nvml_started = False
+        self._loaded_version = None
         if not os.path.exists(self.path):
             if not shape:
                 raise GpuBackendError(
@@ -125,6 +139,8 @@ class SimulatedBackend(GpuBackend):
             fcntl.flock(lock_fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
             if not os.path.exists(self.path) and create_shape:
                 state = new_state(create_shape, self.path)
+                if self.root:
+                    self._render_host(state)
                 self._save(state)
             state = self._load()
             before = json.dumps(state, sort_keys=True)
@@ -141,6 +157,37 @@ class SimulatedBackend(GpuBackend):
                     self._save(state)
         finally:
             os.close(lock_fd)
+
+    def _render_host(self, state):
+        """The new machine's host tree under the root (once, before its state file is first saved: a run killed
+        between the two renders it again)."""
+        opts = host.parse_options(self.host_options, state["driver_version"])
+        if opts["driver"]:
+            state["driver_version"] = opts["driver"]
+        try:
+            host.render(self.root, state["shape"], [g["pci_bus_id"] for g in state["gpus"]], opts)
+        except (IOError, OSError) as exc:
+            raise GpuBackendError("cannot render the simulated host under %s: %s" % (self.root, exc))
+        state["host"] = {"rendered": True, "driver": opts["driver"], "flavour": opts["flavour"],
+                         "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"]}
+
+    def _nvml(self):
+        """Start simulated NVML once per backend, as nvmlInit would on the modelled host (NvmlInitError otherwise)."""
+        if self._nvml_started:
+            return
+        error, loaded = host.nvml_init_error(self.root)
+        if error:
+            raise NvmlInitError(error[0], "simulated node %s: NVML could not start (%s)" % (
+                os.path.basename(self.path), error[1]))
+        self._loaded_version = loaded
+        self._nvml_started = True
+
+    def _sync_holders(self, state):
+        """nvidia's refcnt on the modelled host follows the processes holding device files (test hooks only)."""
+        if self.root:
+            pids = set(p["pid"] for p in state["processes"])
+            pids.update(h.get("pid") or ("holder", h["name"]) for h in state.get("holders", []))
+            host.set_holders(self.root, len(pids))
 
     def _load(self):
         try:
@@ -178,16 +225,19 @@ class SimulatedBackend(GpuBackend):
 
     # ------------------------------------------------------------------ reads
     def read_all(self):
+        self._nvml()
         with self._locked(write=False) as state:
+            version = self._loaded_version or state["driver_version"]
             return {
                 "backend": self.kind,
-                "driver_version": state["driver_version"],
+                "driver_version": version,
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
-                "nvml_version": "13.%s" % state["driver_version"],
+                "nvml_version": "13.%s" % version,
                 "gpus": [gpu_facts(state, sim_health.raise_if_lost(g)) for g in state["gpus"]],
             }
 
     def read_gpu(self, index):
+        self._nvml()
         with self._locked(write=False) as state:
             gpu = gpu_by_index(state, index)
             sim_health.raise_if_lost(gpu)
@@ -195,6 +245,7 @@ class SimulatedBackend(GpuBackend):
 
     def read_health(self):
         """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health)."""
+        self._nvml()
         with self._locked(write=False) as state:
             return {"backend": self.kind, "gpus": [sim_health.health_facts(state, g) for g in state["gpus"]],
                     "kernel_log": sim_health.kernel_log(state)}
@@ -210,6 +261,7 @@ class SimulatedBackend(GpuBackend):
         """Count the call, fire an injected fault if one is due, log it; the body changes state only if
         no exception escapes (the state is saved only on success). A call that a `stop_after` names stops
         its process (SIGSTOP) once the call is saved and the state file's lock is released."""
+        self._nvml()
         stop = False
         try:
             with self._locked() as state:
@@ -434,6 +486,7 @@ class SimulatedBackend(GpuBackend):
                     gpu["mig_pending"] = False
             sim_health.after_reboot(state)
             state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
+            self._sync_holders(state)
             return state["boot_id"]
 
     def add_process(self, index, pid, name, used_memory_mib=0, gi_id=None, ci_id=None):
@@ -451,10 +504,12 @@ class SimulatedBackend(GpuBackend):
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
             state["processes"].append({"pid": int(pid), "name": name, "gpu": index, "gi_id": gi_id,
                                        "ci_id": ci_id, "used_memory_mib": int(used_memory_mib)})
+            self._sync_holders(state)
 
     def remove_process(self, pid):
         with self._locked() as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+            self._sync_holders(state)
 
     def hold(self, holder, indices=None, pid=None, command=None, cgroup=None):
         """A program that keeps the GPUs' device files open without a CUDA context (a device plugin, GPU feature
@@ -469,10 +524,12 @@ class SimulatedBackend(GpuBackend):
             state["holders"].append({"name": str(holder), "gpus": sorted(held),
                                      "pid": None if pid is None else int(pid), "command": command or str(holder),
                                      "cgroup": cgroup})
+            self._sync_holders(state)
 
     def release(self, holder):
         with self._locked() as state:
             state["holders"] = [h for h in state.get("holders", []) if h["name"] != holder]
+            self._sync_holders(state)
 
     def inject_fault(self, after_calls, error, call=None):
         """Make the `after_calls`-th mutating call from now (1 = the next one), counting only calls named

@@ -24,7 +24,7 @@ description:
     for kernel modules outside the driver that use it. Either refuses the run, naming each holder (PID, command, pod
     UID and container or systemd unit from its cgroup); nothing is stopped. After the daemons are stopped it checks
     again, with the driver's own reference counts (the rule of NVIDIA's driver container, see
-    docs/driver-modules.md); if the driver is still in use, the daemons are started again and nothing is unloaded.
+    docs/driver.md); if the driver is still in use, the daemons are started again and nothing is unloaded.
   - What an unload stopped and unloaded is recorded in O(record_path) before the first stop, so a later
     O(state=loaded) (after the packages changed, or after an interrupted run) knows which daemons and optional
     modules to bring back. The record is removed once they are back.

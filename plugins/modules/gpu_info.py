@@ -26,6 +26,16 @@ description:
     retired pages, NVLinks, PCIe link, clock event reasons, temperature, NVSwitch fabric) and this boot's Xid events
     from the kernel log (C(journalctl -k -b), else C(dmesg)), and returns the findings with the health policy's
     verdict in RV(health); see docs/health.md.
+  - Reports the driver below NVML in C(driver) (see docs/driver.md), that is the loaded kernel module's version and
+    flavour from C(/sys/module/nvidia/version) and C(/proc/driver/nvidia/version), the running kernel, the nvidia
+    modules with their reference counts, nouveau, Secure Boot, NVSwitch and NVLink5 systems, and NVML's own driver
+    version.
+  - When NVML cannot start (no driver installed or loaded, or a loaded module of another version than the NVML
+    library, C(Driver/library version mismatch)), the module still answers, with no GPUs from NVML, the reason in
+    C(driver.nvml_error) and the GPUs and NVSwitches read from PCI sysfs in C(driver.pci). Other failures (pynvml
+    missing, an unreadable simulator state) still fail the task.
+  - On simulated GPUs the files below NVML are read under C(GPUOPS_SIMULATED_ROOT) (the lab node's scratch
+    directory); without it nothing below NVML is read and C(driver.root) is null.
   - Changes nothing, in any mode.
 options:
   gpus:
@@ -200,23 +210,70 @@ health:
       type: list
       elements: dict
       returned: always
+driver:
+  description:
+    - The NVIDIA driver as NVML and the kernel show it. The fields read below NVML are null when C(root) is null
+      (simulated GPUs without a simulated host).
+  returned: always
+  type: dict
+  contains:
+    root: {description: "Where the files below NVML were read (C(/) on a host); null when none were.", type: str,
+           returned: always, sample: /}
+    nvml_driver_version: {description: NVML's driver version (nvmlSystemGetDriverVersion); null when NVML could not
+                            start., type: str, returned: always, sample: "580.159.04"}
+    nvml_error:
+      description: Why NVML could not start (C(name) as NVML names it, for example C(DRIVER_NOT_LOADED),
+        C(LIBRARY_NOT_FOUND) or C(LIB_RM_VERSION_MISMATCH), and C(message)); null when it started.
+      type: dict
+      returned: always
+    loaded_version: {description: "The loaded nvidia module's version (C(/sys/module/nvidia/version)); null when no
+                       driver is loaded.", type: str, returned: always, sample: "580.159.04"}
+    flavour: {description: "C(open) or C(proprietary), from the wording of C(/proc/driver/nvidia/version); null when
+                no driver is loaded.", type: str, returned: always, sample: open}
+    modules: {description: "The loaded nvidia* modules and their reference counts (C(/proc/modules)).", type: dict,
+              returned: always, sample: {nvidia: 1, nvidia_uvm: 0}}
+    in_use: {description: "Whether something holds the loaded driver (it could not be unloaded now).", type: bool,
+             returned: always}
+    kernel: {description: The running kernel (C(uname -r))., type: str, returned: always, sample: 6.8.0-87-generic}
+    nouveau_loaded: {description: Whether the nouveau module is loaded., type: bool, returned: always}
+    secure_boot: {description: "Secure Boot from its EFI variable; null when unknown (not an EFI boot).",
+                  type: bool, returned: always}
+    nvswitch: {description: "Whether the node is an NVSwitch system (C(/proc/driver/nvidia-nvswitch/devices) not
+                 empty).", type: bool, returned: always}
+    nvlink5: {description: "Whether the node is an NVLink5 system (an InfiniBand device whose VPD names
+                C(SW_MNG)).", type: bool, returned: always}
+    read_error: {description: "Why the files below NVML could not be read; null when they could.", type: str,
+                 returned: always}
+    pci:
+      description:
+        - Only when NVML could not start. C(gpus) and C(nvswitches) read from PCI sysfs (bus_id, device, subsystem,
+          name, architecture, open_modules, bound_driver; ids as hex strings) and C(flavours), the kernel-module
+          flavours that can run them (C(open), C(proprietary), C(reasons)).
+      type: dict
+      returned: when NVML could not start
 ansible_facts:
   description: The same data as C(nvidia_gpus).
   returned: always
   type: dict
   contains:
     nvidia_gpus:
-      description: C(backend), C(driver_version), C(cuda_driver_version), C(nvml_version) and C(gpus).
+      description: C(backend), C(driver_version), C(cuda_driver_version), C(nvml_version), C(gpus) and C(driver).
       type: dict
       returned: always
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+    ENV_ROOT,
     GpuBackendError,
     NvmlError,
+    NvmlInitError,
     select_gpus,
+    simulated,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
@@ -229,6 +286,47 @@ def _runner(module):
     return run
 
 
+def _pci_record(device):
+    out = dict(device)
+    for key in ("vendor", "device", "subsystem_vendor", "subsystem_device"):
+        out[key] = "0x%04x" % device[key]
+    out["class"] = "0x%06x" % device["class"]
+    return out
+
+
+def driver_section(root, nvml_version, nvml_error):
+    """The ``driver`` report: NVML's answer (its version, or why it could not start) next to what the kernel shows
+    under ``root`` (None: nothing below NVML is read); with NVML down, the PCI view too."""
+    section = {"root": root, "nvml_driver_version": nvml_version,
+               "nvml_error": None if nvml_error is None else {"name": nvml_error.name, "message": str(nvml_error)},
+               "loaded_version": None, "flavour": None, "modules": {}, "in_use": False, "kernel": None,
+               "nouveau_loaded": None, "secure_boot": None, "nvswitch": None, "nvlink5": None, "read_error": None}
+    if root is None:
+        return section
+    try:
+        state = _driver_state.read(root)
+        loaded = state["loaded"] or {}
+        section.update(loaded_version=loaded.get("version"), flavour=loaded.get("flavour"),
+                       modules=loaded.get("modules", {}), in_use=_driver_state.in_use(loaded.get("modules", {})),
+                       kernel=state["kernel"], nouveau_loaded=state["nouveau_loaded"],
+                       secure_boot=state["secure_boot"], nvswitch=state["nvswitch"], nvlink5=state["nvlink5"])
+        if nvml_error is not None:
+            devices = _pci.read_nvidia_devices(root)
+            section["pci"] = {"gpus": [_pci_record(d) for d in _pci.gpus(devices)],
+                              "nvswitches": [_pci_record(d) for d in _pci.nvswitches(devices)],
+                              "flavours": _pci.flavours(devices)}
+    except (_driver_state.DriverStateError, _pci.PciReadError) as exc:
+        section["read_error"] = str(exc)
+    return section
+
+
+def driver_root():
+    """Where the files below NVML are: the simulated node's root on simulated GPUs (None without one), else "/"."""
+    if simulated():
+        return os.environ.get(ENV_ROOT) or None
+    return "/"
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(gpus=dict(type="list", elements="str", default=["all"]),
@@ -237,6 +335,7 @@ def main():
         supports_check_mode=True,
     )
     want_health = module.params["health"]
+    nvml_error = None
     try:
         policy = validate_policy(module.params["health_policy"] or None)
     except HealthPolicyError as exc:
@@ -255,6 +354,11 @@ def main():
                 health = summary(backend.read_health(), policy)
         finally:
             backend.close()
+    except NvmlInitError as exc:
+        # No NVML (no driver yet, or a version mismatch): the node is answered from below NVML instead.
+        nvml_error = exc
+        facts = {"backend": "simulated" if simulated() else "nvml", "driver_version": None,
+                 "cuda_driver_version": None, "nvml_version": None, "gpus": []}
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     except NvmlError as exc:
@@ -263,6 +367,13 @@ def main():
         # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
         module.fail_json(msg="NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (lost, "; ".join(health["blocking"])),
                          health=health)
+
+    facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
+    if nvml_error is not None:
+        if facts["driver"]["read_error"]:
+            module.fail_json(msg="NVML could not start (%s) and the node could not be read below NVML either: %s" % (
+                nvml_error, facts["driver"]["read_error"]), driver=facts["driver"])
+        module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
 
     selector = module.params["gpus"]
     chosen = select_gpus(facts["gpus"], selector)

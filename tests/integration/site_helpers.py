@@ -4,6 +4,8 @@ import json
 import os
 import shutil
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+
 from tests.support.ansible_run import ROOT, playbook_command, run_playbook
 
 SITE = os.path.join(ROOT, "site.yml")
@@ -49,14 +51,21 @@ class Site(object):
         with open(str(self.state / ("%s.json" % node))) as handle:
             return json.load(handle)
 
-    def files(self, node):
+    def files(self, node, image=False):
+        """The files under the node's root, by relative path. Without ``image``, those the simulated host brought
+        (_simulator_host: the kernel's views under proc/ and sys/, and the image's driver files its manifest lists)
+        are left out, so that what remains is what the collection wrote."""
         root = self.state / node
+        brought = set() if image else _simulator_host.image_paths(str(root))
         out = {}
         for dirpath, dummy, names in os.walk(str(root)):
             for name in names:
                 path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, str(root))
+                if not image and (rel in brought or rel.startswith(_simulator_host.KERNEL_VIEWS)):
+                    continue
                 with open(path, "rb") as handle:
-                    out[os.path.relpath(path, str(root))] = handle.read()
+                    out[rel] = handle.read()
         return out
 
     def chart(self):

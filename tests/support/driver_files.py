@@ -1,7 +1,7 @@
 """The driver's files under a lab root, as the lab and the tests write them and the kmod stand-ins change them.
 
 NOT NVIDIA's or the kernel's code: a model of the files that the driver layer reads under a root R (``/`` on a real
-host, a node's scratch directory in the lab), following the driver layer's file contract (docs/driver-modules.md,
+host, a node's scratch directory in the lab), following the driver layer's file contract (docs/driver.md,
 "Files under the root"):
 
 - ``R/proc/sys/kernel/osrelease``: the running kernel (``uname -r``).

@@ -5,6 +5,9 @@ import os
 
 import pytest
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
 from tests.support.ansible_run import run_module, run_playbook
 
 MODULE = "gpuops.nvidia.gpu_info"
@@ -101,10 +104,20 @@ def test_corrupt_state_fails_clearly_and_is_kept(tmp_path):
     assert path.read_text() == "not json"
 
 
-def test_no_driver_on_a_real_host(tmp_path):
-    result = run_module(MODULE)[0]
-    assert result["failed"] is True
-    assert "no NVIDIA driver on this host" in result["msg"]
+def test_no_driver_on_a_real_host_answers_from_below_nvml(tmp_path):
+    # This machine has no NVIDIA driver: NVML cannot start, and gpu_info says why and what PCI and the kernel show
+    # (here: no NVIDIA function at all), instead of failing.
+    result, proc = run_module(MODULE)
+    assert not result.get("failed"), proc.stdout
+    assert result["gpus"] == [] and result["driver_version"] is None
+    driver = result["driver"]
+    assert driver["root"] == "/" and driver["nvml_driver_version"] is None
+    assert driver["nvml_error"]["name"] in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED")
+    assert "no NVIDIA driver on this host" in driver["nvml_error"]["message"]
+    with open("/proc/sys/kernel/osrelease") as handle:
+        assert driver["kernel"] == handle.read().strip()
+    assert driver["loaded_version"] is None and driver["read_error"] is None
+    assert driver["pci"]["gpus"] == [] and driver["pci"]["flavours"]["open"] is True
 
 
 def test_pynvml_missing_on_a_real_host(tmp_path):
@@ -133,11 +146,83 @@ def test_lab_site_playbook_shows_every_node(tmp_path):
     assert "GPU7 H200 143771MiB" in "\n".join(shown["lab-hgx-h200"]["msg"])
     assert "GPU0 A100-SXM4-40GB" in "\n".join(shown["lab-dgx-a100"]["msg"])
     assert "GPU7 B200 183359MiB" in "\n".join(shown["lab-hgx-b200"]["msg"])
-    # the state files, their lock files (the simulator's own and the node lock beside it), nothing else
+    # the state files, their lock files (the simulator's own and the node lock beside it), and each node's simulated
+    # host below NVML (rendered with the state file: the kernel's views and the image's driver), nothing else
     files = sorted(os.listdir(str(tmp_path)))
-    assert [f for f in files if not f.endswith(".lock")] == ["%s.json" % n for n in nodes]
+    assert [f for f in files if not f.endswith(".lock") and f not in nodes] == ["%s.json" % n for n in nodes]
     assert set("%s.json.lock" % n for n in nodes) <= set(files)
-    assert all(f.startswith(tuple("%s.json" % n for n in nodes)) for f in files)
+    assert all(f.startswith(tuple("%s.json" % n for n in nodes)) for f in files if f not in nodes)
+    for node in nodes:
+        brought = _simulator_host.image_paths(str(tmp_path / node))
+        for dirpath, dummy, names in os.walk(str(tmp_path / node)):
+            for name in names:
+                rel = os.path.relpath(os.path.join(dirpath, name), str(tmp_path / node))
+                assert rel in brought or rel.startswith(_simulator_host.KERNEL_VIEWS), (node, rel)
+
+
+def _host_env(tmp_path, shape="hgx-h200", options=""):
+    env = _sim_env(tmp_path, shape)
+    env.update({"GPUOPS_SIMULATED_ROOT": str(tmp_path / "root"), "GPUOPS_SIMULATED_HOST": options})
+    return env
+
+
+def test_driver_section_of_a_node_whose_image_brings_the_driver(tmp_path):
+    result, proc = run_module(MODULE, env=_host_env(tmp_path))
+    assert not result.get("failed"), proc.stdout
+    driver = result["driver"]
+    assert driver["nvml_driver_version"] == driver["loaded_version"] == result["driver_version"] == "580.159.04"
+    assert (driver["flavour"], driver["nvml_error"], driver["read_error"]) == ("open", None, None)
+    assert driver["modules"] == {"nvidia": 1, "nvidia_uvm": 0} and driver["in_use"] is False
+    assert (driver["nouveau_loaded"], driver["secure_boot"], driver["nvswitch"], driver["nvlink5"]) == (
+        False, False, True, False)
+    assert "pci" not in driver and len(result["gpus"]) == 8
+    assert result["ansible_facts"]["nvidia_gpus"]["driver"] == driver
+
+
+def test_a_node_before_its_driver_answers_with_the_pci_view(tmp_path):
+    env = _host_env(tmp_path, "hgx-b200", "driver=none,nouveau,secure-boot=on")
+    result, proc = run_module(MODULE, env=env, check=True)
+    assert not result.get("failed") and result["changed"] is False, proc.stdout
+    assert result["gpus"] == []
+    driver = result["driver"]
+    assert driver["nvml_error"]["name"] == "LIBRARY_NOT_FOUND"
+    assert (driver["loaded_version"], driver["nouveau_loaded"], driver["secure_boot"], driver["nvlink5"]) == (
+        None, True, True, True)
+    gpus = driver["pci"]["gpus"]
+    assert len(gpus) == 8 and set(g["name"] for g in gpus) == {"NVIDIA B200"}
+    assert gpus[0]["device"] == "0x2901" and gpus[0]["class"] == "0x030200" and gpus[0]["bound_driver"] == "nouveau"
+    assert driver["pci"]["nvswitches"] == []
+    flavours = driver["pci"]["flavours"]
+    assert flavours["open"] is True and flavours["proprietary"] is False
+    assert "NVIDIA B200" in flavours["reasons"]["proprietary"][0]
+
+
+def test_a_version_mismatch_is_reported_not_failed(tmp_path):
+    env = _host_env(tmp_path, "h200-x1", "driver=570.172.08")
+    assert run_module(MODULE, env=env)[0]["driver_version"] == "570.172.08"
+    _simulator_host.install_nvml_library(env["GPUOPS_SIMULATED_ROOT"], "580.95.05")
+    result = run_module(MODULE, env=env)[0]
+    driver = result["driver"]
+    assert not result.get("failed") and result["gpus"] == []
+    assert driver["nvml_error"]["name"] == "LIB_RM_VERSION_MISMATCH"
+    assert "Driver/library version mismatch" in driver["nvml_error"]["message"]
+    assert driver["loaded_version"] == "570.172.08" and driver["pci"]["gpus"][0]["name"] == "NVIDIA H200"
+
+
+def test_a_broken_host_tree_without_nvml_fails_naming_both(tmp_path):
+    env = _host_env(tmp_path, "h200-x1", "driver=none")
+    SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="h200-x1", root=env["GPUOPS_SIMULATED_ROOT"],
+                     host_options="driver=none")
+    os.unlink(os.path.join(env["GPUOPS_SIMULATED_ROOT"], "proc/sys/kernel/osrelease"))
+    result = run_module(MODULE, env=env)[0]
+    assert result["failed"] is True
+    assert "NVML could not start" in result["msg"] and "osrelease" in result["msg"]
+
+
+def test_simulated_gpus_without_a_root_read_nothing_below_nvml(tmp_path):
+    result = run_module(MODULE, env=_sim_env(tmp_path, "h200-x1"))[0]
+    assert result["driver"]["root"] is None and result["driver"]["nvml_driver_version"] == result["driver_version"]
+    assert result["driver"]["kernel"] is None and result["driver"]["loaded_version"] is None
 
 
 # ---------------------------------------------------------------------------------------------------- health

@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NVIDIA's PCI functions read from sysfs, before any driver is loaded: which are GPUs and NVSwitches, their catalog
+names, and which kernel-module flavours can run them.
+
+Everything is read under a root directory ("/" on a host, the node's scratch directory in the lab):
+``<root>/sys/bus/pci/devices/<domain:bus:dev.fn>/{vendor,device,class,subsystem_vendor,subsystem_device}`` (hex
+text such as ``0x10de``) and the ``driver`` link, whose basename is the bound driver. The classification:
+- a GPU: class 0x0300xx (VGA controller) or 0x0302xx (3D controller; the data-center GPUs);
+- an NVSwitch: class 0x0680xx (bridge, other) with one of the NVSwitch device ids of _gpu_catalog
+  (NVIDIA/open-gpu-kernel-modules at 580.95.05, src/common/nvswitch/kernel/nvswitch.c);
+- anything else of vendor 0x10de (an audio function, a USB controller of a workstation board): "other".
+Flavours follow _gpu_catalog's rules (NVIDIA/open-gpu-kernel-modules at 580.95.05 README "Compatible GPUs": open
+modules on Turing and later; the Data Center driver installation guide, "Kernel Modules": Blackwell and later need
+them). ``parse_device`` and ``flavours`` are pure; ``read_nvidia_devices`` does the reads.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+
+NVIDIA_VENDOR = 0x10DE
+PCI_DEVICES = "sys/bus/pci/devices"
+CLASS_VGA = 0x0300
+CLASS_3D = 0x0302
+CLASS_BRIDGE_OTHER = 0x0680
+_ATTRIBUTES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device")
+
+
+class PciReadError(Exception):
+    """PCI sysfs could not be read; the message names the path."""
+
+
+def parse_hex(text, path):
+    """The number in a sysfs hex attribute (``0x10de\\n``); PciReadError naming ``path`` when it is not one."""
+    value = (text or "").strip()
+    try:
+        return int(value, 16)
+    except ValueError:
+        raise PciReadError("%s does not hold a hexadecimal number (found %r)" % (path, value))
+
+
+def classify(pci_class, device):
+    """'gpu', 'nvswitch' or 'other' for an NVIDIA function of this class and device id."""
+    base = pci_class >> 8
+    if base in (CLASS_VGA, CLASS_3D):
+        return "gpu"
+    if base == CLASS_BRIDGE_OTHER and catalog.nvswitch_generation(device):
+        return "nvswitch"
+    return "other"
+
+
+def parse_device(bus_id, attributes, bound_driver):
+    """One function's record (the contract's shape) from its attribute numbers and bound driver (None: unbound)."""
+    device = attributes["device"]
+    kind = classify(attributes["class"], device)
+    name = architecture = open_modules = None
+    if kind == "gpu":
+        known = catalog.gpu_by_pci(device, attributes["subsystem_vendor"], attributes["subsystem_device"])
+        if known:
+            name, architecture, open_modules = known["name"], known["architecture"], known["open_modules"]
+    elif kind == "nvswitch":
+        generation = catalog.NVSWITCH_GENERATIONS[catalog.nvswitch_generation(device)]
+        name, open_modules = generation["name"], generation["open_modules"]
+    return {
+        "bus_id": bus_id,
+        "vendor": attributes["vendor"],
+        "device": device,
+        "subsystem_vendor": attributes["subsystem_vendor"],
+        "subsystem_device": attributes["subsystem_device"],
+        "class": attributes["class"],
+        "kind": kind,
+        "bound_driver": bound_driver,
+        "name": name,
+        "architecture": architecture,
+        "open_modules": open_modules,
+    }
+
+
+def _read_text(path):
+    try:
+        with open(path, "r") as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        raise PciReadError("cannot read %s: %s" % (path, exc.strerror or exc))
+
+
+def _bound_driver(directory):
+    link = os.path.join(directory, "driver")
+    try:
+        return os.path.basename(os.readlink(link).rstrip("/")) or None
+    except OSError:
+        # No link: no driver bound. A directory (a test tree without links) names the driver by its own name.
+        if os.path.isdir(link):
+            return os.path.basename(os.path.realpath(link)) or None
+        return None
+
+
+def read_nvidia_devices(root="/"):
+    """Every NVIDIA PCI function under ``root``, in bus-id order (see the module docstring for the record).
+    PciReadError naming the path when the devices directory or an attribute of an NVIDIA function is unreadable."""
+    base = os.path.join(root, PCI_DEVICES)
+    try:
+        names = sorted(os.listdir(base))
+    except OSError as exc:
+        raise PciReadError("cannot list the PCI devices in %s: %s" % (base, exc.strerror or exc))
+    out = []
+    for bus_id in names:
+        directory = os.path.join(base, bus_id)
+        vendor_path = os.path.join(directory, "vendor")
+        if parse_hex(_read_text(vendor_path), vendor_path) != NVIDIA_VENDOR:
+            continue
+        attributes = {}
+        for attribute in _ATTRIBUTES:
+            path = os.path.join(directory, attribute)
+            attributes[attribute] = parse_hex(_read_text(path), path)
+        out.append(parse_device(bus_id, attributes, _bound_driver(directory)))
+    return out
+
+
+def _label(device):
+    return "%s %s" % (device["bus_id"], device["name"] or "(PCI id %04x:%04x, not in the catalog)" % (
+        device["vendor"], device["device"]))
+
+
+def flavours(devices):
+    """Which kernel-module flavours can run these devices: {"open": bool, "proprietary": bool, "reasons": {"open":
+    [...], "proprietary": [...]}}, each reason a sentence naming the device that rules the flavour out.
+
+    open: every GPU (and NVSwitch) Turing or later, in NVIDIA's open-module table; a GPU the catalog does not know
+    rules it out (it cannot be shown to be supported). proprietary: no GPU of Blackwell or later. Functions of kind
+    "other" do not count."""
+    reasons = {"open": [], "proprietary": []}
+    for device in devices:
+        if device["kind"] == "gpu":
+            arch = device["architecture"]
+            if device["open_modules"] is None:
+                reasons["open"].append("%s is not in the catalog, so open-module support is unknown (%s)" % (
+                    _label(device), catalog.OPEN_TABLE_SOURCE))
+            elif not device["open_modules"]:
+                reasons["open"].append("%s is %s: the open kernel modules need Turing or later" % (
+                    _label(device), arch.capitalize()))
+            if arch and catalog.proprietary_modules_supported(arch) is False:
+                reasons["proprietary"].append("%s is %s: Blackwell and later GPUs need the open kernel modules" % (
+                    _label(device), arch.capitalize()))
+        elif device["kind"] == "nvswitch" and device["open_modules"] is False:
+            reasons["open"].append("%s: the open kernel modules do not drive this NVSwitch generation" % _label(device))
+    return {"open": not reasons["open"], "proprietary": not reasons["proprietary"], "reasons": reasons}
+
+
+def gpus(devices):
+    return [d for d in devices if d["kind"] == "gpu"]
+
+
+def nvswitches(devices):
+    return [d for d in devices if d["kind"] == "nvswitch"]
