@@ -100,6 +100,11 @@ MUTATING_CALLS = (
 
 class SimulatedBackend(GpuBackend):
     kind = "simulated"
+    # (class defaults: the tests' in-memory simulator sets only its state; no root means NVML as before)
+    root = None
+    host_options = None
+    _nvml_started = False
+    _loaded_version = None
 
     def __init__(self, state_path, shape=None, root=None, host_options=None):
         if not state_path:
