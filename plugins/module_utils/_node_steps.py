@@ -5,7 +5,9 @@
 
 One ``Step`` per step of the node plan (issue 38, part 1): its options of gpuops.nvidia.gpu_node_plan (the module's
 argument spec is the union of them, in this order), its node-side check with one calling convention, and its
-controller-side rule (the gpu_node task file that runs it, whether it disrupts the node).
+controller-side rule (the gpu_node task file that runs it, whether it disrupts the node, which later steps its change
+makes run again). The registry's order is the order the role runs the steps in (a step that another one makes run
+again comes after it).
 
 A check is ``check(module, facts, params) -> (report, reasons)``: ``params`` holds the step's own options as the
 module parsed them, ``facts`` the GPUs as read (gpu_info's facts); ``report`` is None or a dict merged into the
@@ -16,7 +18,8 @@ own step's answer from the whole result).
 
 The files, units and packages the roles declare are one pseudo-step, ``declared``, whose entries each name the
 step they belong to; it runs no tasks of its own. A step whose work is found only there (container_toolkit) has no
-options and no check here.
+options and no check here. Its report says, per step, the declared packages that are not installed (``installs``):
+in check mode nothing is installed, so the steps such a step makes run again cannot be planned in that run.
 
 Planners that only some nodes need are imported inside the checks (module_utils are compiled from source on every
 module run, and the MIG planner only where MIG is managed), and the other modules' option specs a step reuses inside
@@ -39,12 +42,15 @@ class Step(object):
     """One node step: see the module docstring. Controller side: ``tasks`` is the gpu_node task file (under
     roles/gpu_node/tasks) that runs it, None for the pseudo-step ``declared``; ``disruptive`` says its work can
     disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
-    ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set)."""
+    ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set);
+    ``reruns`` names the later steps that run whenever this one runs (it changes what they read: the toolkit's
+    install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk)."""
 
-    __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption")
+    __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption",
+                 "reruns")
 
     def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
-                 after_disruption=False):
+                 after_disruption=False, reruns=()):
         self.name = name
         self._options = options
         self.check = check
@@ -53,21 +59,27 @@ class Step(object):
         self.tasks = tasks
         self.disruptive = disruptive
         self.after_disruption = after_disruption
+        self.reruns = tuple(reruns)
 
     @property
     def options(self):
-        """The step's options of gpu_node_plan (option -> spec). A step whose options are another module's spec
-        names a function that imports it, so that the controller's filter reads the registry without those."""
-        if callable(self._options):
-            self._options = self._options()
+        """The step's options of gpu_node_plan (option -> spec). An option whose spec is another module's names a
+        function that imports it, so that the controller's filters read the registry without those."""
+        if any(callable(spec) for spec in self._options.values()):
+            self._options = dict((option, spec() if callable(spec) else spec) for option, spec in self._options.items())
         return self._options
 
+    @property
+    def option_names(self):
+        """The names of the step's options, without building their specs."""
+        return list(self._options)
+
     def params(self, module):
-        return dict((option, module.params[option]) for option in self.options)
+        return dict((option, module.params[option]) for option in self._options)
 
     def given(self, module):
         """Whether the module was given this step (any of its options is not None)."""
-        return any(module.params[option] is not None for option in self.options)
+        return any(module.params[option] is not None for option in self._options)
 
 
 def _mig(module, facts, params):
@@ -182,15 +194,16 @@ def _declared(module, facts, params):
                 reason = _node_plan.unit_reason(unit["name"], rc, out)
             _add(reasons, unit["step"], [reason] if reason else [])
     if params["packages"]:
-        report["packages"] = _packages_state(module, params["packages"], reasons)
+        report["packages"], report["installs"] = _packages_state(module, params["packages"], reasons)
     return report, reasons
 
 
 def _packages_state(module, packages, reasons):
-    """The declared packages as the package database has them (one read per package manager), and each step's
-    reasons. A database that cannot be read is work for every package it holds (the role then says why)."""
+    """The declared packages as the package database has them (one read per package manager), each step's
+    reasons, and per step the packages it would install (not installed now). A database that cannot be read is work
+    for every package it holds (the role then says why)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
-    found = {}
+    found, installs = {}, {}
     by_manager = {}
     for entry in packages:
         for name in entry["names"]:
@@ -206,7 +219,9 @@ def _packages_state(module, packages, reasons):
         for entry in entries:
             found[entry["name"]] = installed[entry["name"]]
             _add(reasons, entry["step"], _packages.reasons([entry], installed))
-    return found
+            if installed[entry["name"]].get("version") is None:
+                _add(installs, entry["step"], [entry["name"]])
+    return found, installs
 
 
 def _runtime_mode(module, facts, params):
@@ -222,24 +237,62 @@ def _runtime_mode(module, facts, params):
     return None, {p["step"]: [reason] if reason else []}
 
 
+def _containerd(module, facts, params):
+    """containerd_runtime's verified-state stamp, checked for the tools it would run (found the way it finds them:
+    a tool it would not find or run is work, and the module then fails with its own message)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
+    p = params["containerd"]
+    report, reason = verified_state(module, p)
+    return {"containerd": report}, {p["step"]: [reason] if reason else []}
+
+
+def _cdi(module, facts, params):
+    """cdi_spec's record, compared with the spec and the GPUs as read (nvidia-ctk found the way cdi_spec finds
+    it: not found is work, and cdi_spec then fails with its own message); with state absent, whether the spec or
+    its record is still there."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
+        expected_devices, stamp_inputs, stamp_path, stamp_reason)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+        ToolNotFound, binary_identity, file_digest, require_tool)
+    p = params["cdi"]
+    try:
+        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
+    except ToolNotFound as exc:
+        return None, {p["step"]: [exc.reason]}
+    record = stamp_path(p["spec_path"])
+    if p["state"] == "absent":
+        present = [path for path in (p["spec_path"], record) if os.path.lexists(path)]
+        return None, {p["step"]: ["%s present (state absent)" % ", ".join(present)] if present else []}
+    try:
+        recorded = read_text(record, "CDI spec record") if os.path.lexists(record) else None
+    except InputFileError:
+        recorded = ""
+    inputs = stamp_inputs(p, expected_devices(facts["gpus"], p["device_name_strategy"]), facts.get("driver_version"),
+                          binary_identity(ctk))
+    reason = stamp_reason(recorded, inputs, file_digest(p["spec_path"]))
+    return None, {p["step"]: [reason] if reason else []}
+
+
 def _with_step(spec, step):
     """A step's own module's argument spec, plus the step its reasons go to."""
     return dict(spec, step=dict(type="str", default=step))
 
 
-def _containerd_options():
+def _containerd_spec():
     from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import ARGUMENT_SPEC
-    return {"containerd": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "containerd_runtime"))}
+    return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "containerd_runtime"))
 
 
-def _cdi_options():
+def _cdi_spec():
     from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC
-    return {"cdi": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "cdi"))}
+    return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "cdi"))
 
 
-def _runtime_mode_options():
+def _runtime_mode_spec():
     from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import ARGUMENT_SPEC
-    return {"runtime_mode": dict(type="dict", options=_with_step(ARGUMENT_SPEC, "runtime_mode"))}
+    return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "runtime_mode"))
 
 
 STEPS = (
@@ -281,14 +334,38 @@ STEPS = (
             hold=dict(type="bool", default=False),
         )),
     }, check=_declared, validate=_declared_validate),
-    Step("container_toolkit", {}, tasks="toolkit.yml"),
-    # checked by gpu_node_plan itself until issue 38's shared helpers (require_tool, one verified-state stamp) land
-    Step("containerd_runtime", _containerd_options, tasks="container_runtime.yml"),
-    Step("cdi", _cdi_options, tasks="container_runtime.yml", after_disruption=True),
-    Step("runtime_mode", _runtime_mode_options, check=_runtime_mode, tasks="container_runtime.yml"),
+    # its packages ship the nvidia-ctk that the three steps after it run (and nvidia-container-runtime's config)
+    Step("container_toolkit", {}, tasks="toolkit.yml", reruns=("containerd_runtime", "runtime_mode", "cdi")),
+    Step("containerd_runtime", {"containerd": _containerd_spec}, check=_containerd, tasks="containerd.yml"),
+    Step("runtime_mode", {"runtime_mode": _runtime_mode_spec}, check=_runtime_mode, tasks="runtime_mode.yml"),
+    # after MIG: the spec lists the MIG devices as they are after any change
+    Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True),
 )
 
 BY_NAME = dict((step.name, step) for step in STEPS)
+
+
+def registry_problems(steps):
+    """What is wrong with a registry (an error in the collection): a name used twice, a step that reruns one that
+    does not come after it (the role runs the steps in registry order, so it could not run again), a disruptive step
+    after one that runs again after a disruption (it would run before the change it follows)."""
+    problems, seen = [], []
+    for step in steps:
+        if step.name in seen:
+            problems.append("step %s is declared twice" % step.name)
+        seen.append(step.name)
+    names = [step.name for step in steps]
+    by_name = dict((step.name, step) for step in steps)
+    for index, step in enumerate(steps):
+        if step.option_names and step.check is None:
+            problems.append("step %s has options but no check" % step.name)
+        for later in step.reruns:
+            if later not in names[index + 1:] or by_name[later].tasks is None:
+                problems.append("step %s reruns %s, which is not a node step after it" % (step.name, later))
+        if step.disruptive and any(s.after_disruption for s in steps[:index]):
+            problems.append("disruptive step %s comes after %s, which runs again after a disruptive change"
+                            % (step.name, ", ".join(s.name for s in steps[:index] if s.after_disruption)))
+    return problems
 
 
 def node_steps():
@@ -296,20 +373,32 @@ def node_steps():
     return [step.name for step in STEPS if step.tasks is not None]
 
 
-def gates(plan, managed):
+def gates(plan, managed, check_mode=False, steps=None):
     """Controller side: from gpu_node_plan's result and ``managed`` (node step -> whether the controller manages
     it on this node), each node step -> whether it runs, and ``disruptive`` (whether a disruptive step changes the
     GPUs). A step runs where it is managed (and, where its result says ``managed``, the plan agrees) and has work,
-    or runs again after a disruptive change. Raises ValueError on input that is not that."""
-    names = node_steps()
+    runs again after a disruptive change (``after_disruption``), or runs because an earlier step that runs names it in
+    ``reruns``. In check mode the earlier step changes nothing, so it makes nothing run; and where it would install
+    packages (``installs`` of the plan) the steps it names do not run at all: what they run is not there yet, so they
+    cannot be planned in this run. ``steps`` is the registry (a test's own).
+    Raises ValueError on input that is not that."""
+    steps = STEPS if steps is None else steps
+    problems = registry_problems(steps)
+    if problems:
+        raise ValueError("the step registry is wrong: %s" % "; ".join(problems))
+    names = [step.name for step in steps if step.tasks is not None]
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), dict):
         raise ValueError("expects gpu_node_plan's result (a dict with steps), got %s" % _kind(plan))
     if not isinstance(managed, dict) or set(managed) != set(names):
         raise ValueError("expects, for each node step (%s), whether it is managed on this node; got %s"
                          % (", ".join(names), ", ".join(sorted(str(k) for k in managed)) if isinstance(managed, dict)
                             else _kind(managed)))
+    installs = plan.get("installs") or {}
+    if not isinstance(installs, dict):
+        raise ValueError("installs must be the packages each step would install (a dict), got %s" % _kind(installs))
+    check_mode = _truth(check_mode, "check_mode", "check mode")
     work, on, disruptive = {}, {}, False
-    for step in STEPS:
+    for step in steps:
         if step.tasks is None:
             continue
         found = plan["steps"].get(step.name)
@@ -326,23 +415,58 @@ def gates(plan, managed):
             if not isinstance(reasons, list):
                 raise ValueError("%s.disruptive must be a list of reasons, got %s" % (step.name, _kind(reasons)))
             disruptive = disruptive or len(reasons) > 0
-    out = dict((name, on[name] and (work[name] or (BY_NAME[name].after_disruption and disruptive))) for name in names)
+    out, rerun, held = {}, set(), set()
+    for step in steps:
+        if step.tasks is None:
+            continue
+        out[step.name] = on[step.name] and step.name not in held and (
+            work[step.name] or (step.after_disruption and disruptive) or step.name in rerun)
+        if out[step.name] and not check_mode:
+            rerun.update(step.reruns)
+        elif out[step.name] and installs.get(step.name):
+            held.update(step.reruns)
     out["disruptive"] = disruptive
     return out
+
+
+def plan_args(inputs, only=None):
+    """gpu_node_plan's arguments from ``inputs``: each step with options (every one, and no other) -> its options'
+    values, or None where the step is not planned on this node. A step with a single option may give its value
+    alone (``{"cdi": {...}}`` for ``{"cdi": {"cdi": {...}}}``). ``only``: the steps to give the module (the others
+    left out). Raises ValueError on input that is not that."""
+    with_options = [step.name for step in STEPS if step.option_names]
+    if not isinstance(inputs, dict) or set(inputs) != set(with_options):
+        raise ValueError("expects, for each step of the node plan (%s), its options or none; got %s"
+                         % (", ".join(with_options), ", ".join(sorted(str(k) for k in inputs))
+                            if isinstance(inputs, dict) else _kind(inputs)))
+    only = with_options if only is None else only
+    if not isinstance(only, list) or not set(only) <= set(with_options):
+        raise ValueError("only must be a list of steps of the node plan (%s), got %r" % (", ".join(with_options), only))
+    args = {}
+    for name in only:
+        value, options = inputs[name], BY_NAME[name].option_names
+        if value is None:
+            continue
+        if len(options) == 1:
+            value = {list(options)[0]: value}
+        if not isinstance(value, dict) or not set(value) <= set(options):
+            raise ValueError("step %s: expects its options (%s), got %r" % (name, ", ".join(sorted(options)), value))
+        args.update((option, option_value) for option, option_value in value.items() if option_value is not None)
+    return args
 
 
 def _kind(value):
     return type(value).__name__
 
 
-def _truth(value, name):
+def _truth(value, name, what=None):
     """A managed flag as Jinja's ``bool`` reads it (ansible-core's own conversion); an empty value is False."""
     if isinstance(value, str) and not value.strip():
         return False
     try:
         return boolean(value.strip() if isinstance(value, str) else value, strict=True)
     except TypeError:
-        raise ValueError("whether step %s is managed must be a boolean, got %r" % (name, value))
+        raise ValueError("%s must be a boolean, got %r" % (what or "whether step %s is managed" % name, value))
 
 
 def argument_spec(**extra):
@@ -356,34 +480,14 @@ def argument_spec(**extra):
     return spec
 
 
-def checks(local=None):
-    """Each step with options, with its check: the registry's own, or the one ``local`` (step name -> check) names
-    for it. A step with options and no check, or two, is an error in the collection, not in the input."""
-    local = dict(local or {})
-    out = []
-    for step in STEPS:
-        check = local.pop(step.name, None)
-        if not step.options:
-            if check is not None:
-                raise ValueError("step %s has no options, so no check" % step.name)
-            continue
-        if (check is None) == (step.check is None):
-            raise ValueError("step %s needs exactly one check, has %s"
-                             % (step.name, "none" if check is None else "two"))
-        out.append((step, check or step.check))
-    if local:
-        raise ValueError("checks for steps the registry does not have: %s" % ", ".join(sorted(local)))
-    return out
-
-
-def plan(module, facts, result, local=None):
+def plan(module, facts, result):
     """Run every given step's check (``validate`` is run by ``validate``, before the read) and every step's
     ``settle``, filling ``result`` (which holds ``steps``)."""
     steps = result["steps"]
-    for step, check in checks(local):
-        if not step.given(module):
+    for step in STEPS:
+        if not step.option_names or not step.given(module):
             continue
-        report, reasons = check(module, facts, step.params(module))
+        report, reasons = step.check(module, facts, step.params(module))
         result.update(report or {})
         for name, found in reasons.items():
             _add(steps, name, found)

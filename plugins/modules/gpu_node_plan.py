@@ -370,6 +370,13 @@ packages:
   returned: when O(packages) is given
   type: dict
   sample: {nvidia-container-toolkit: {version: 1.20.0-1, held: true, status: hold ok installed}}
+installs:
+  description:
+    - Per step, the packages of O(packages) that are not installed (the step would install them). In check mode
+      nothing is installed, so the steps that run the tools they ship cannot be planned in that run.
+  returned: when O(packages) is given
+  type: dict
+  sample: {container_toolkit: [nvidia-container-toolkit, nvidia-container-toolkit-base]}
 containerd:
   description: C(verified) (the stamp matched) and, when it did, the recorded result.
   returned: when O(containerd) is given
@@ -384,33 +391,23 @@ ansible_facts:
       type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
-    expected_devices, stamp_inputs, stamp_path, stamp_reason)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import verified_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, binary_identity, file_digest, require_tool)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
 def main():
-    # the options, the input checks and the checks are the steps' own (_node_steps.STEPS, in order); the two
-    # checks below are still this module's
+    # the options, the input checks and the checks are the steps' own (_node_steps.STEPS, in order)
     module = AnsibleModule(argument_spec=_node_steps.argument_spec(lock_timeout=dict(type="int")),
                            supports_check_mode=True)
     _node_steps.validate(module)
     with module_lock(module, "gpu_node_plan"):
         facts = _read(module)
     result = {"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}}
-    _node_steps.plan(module, facts, result, local=LOCAL_CHECKS)
+    _node_steps.plan(module, facts, result)
     module.exit_json(**result)
 
 
@@ -421,49 +418,6 @@ def _read(module):
         module.fail_json(msg=str(exc))
     except NvmlError as exc:
         module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
-
-
-def _check_containerd(module, facts, params):
-    """The step containerd_runtime's check, in the registry's convention."""
-    report, reason = _containerd(module)
-    return {"containerd": report}, {params["containerd"]["step"]: [reason] if reason else []}
-
-
-def _check_cdi(module, facts, params):
-    """The step cdi's check, in the registry's convention."""
-    reason = _cdi(module, facts)
-    return None, {params["cdi"]["step"]: [reason] if reason else []}
-
-
-def _containerd(module):
-    """containerd_runtime's verified-state stamp, checked for the tools it would run (found the way it finds
-    them: a tool it would not find or run is work, and the module then fails with its own message)."""
-    return verified_state(module, module.params["containerd"])
-
-
-def _cdi(module, facts):
-    """cdi_spec's record, compared with the spec and the GPUs as read (the tool found the way cdi_spec finds it)."""
-    p = module.params["cdi"]
-    try:
-        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
-    except ToolNotFound as exc:
-        return exc.reason
-    expected = expected_devices(facts["gpus"], p["device_name_strategy"]) if p["state"] == "present" else \
-        {"names": [], "counted": {}, "devices": 0}
-    record = stamp_path(p["spec_path"])
-    if p["state"] == "absent":
-        present = [path for path in (p["spec_path"], record) if os.path.lexists(path)]
-        return ("%s present (state absent)" % ", ".join(present)) if present else None
-    try:
-        recorded = read_text(record, "CDI spec record") if os.path.lexists(record) else None
-    except InputFileError:
-        recorded = ""
-    inputs = stamp_inputs(p, expected, facts.get("driver_version"), binary_identity(ctk))
-    return stamp_reason(recorded, inputs, file_digest(p["spec_path"]))
-
-
-# the steps whose checks are still this module's (the registry refuses a step with no check, or two)
-LOCAL_CHECKS = {"containerd_runtime": _check_containerd, "cdi": _check_cdi}
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The node steps are declared once, in plugins/module_utils/_node_steps.py (issue 38, part 1).
 
 Adding a step is one registry entry plus its role's tasks: the node plan's options (its argument spec, its
-documentation and what gpu_node passes it) and the role's gates (each step's task file included where its gate says
-so) are read here from the registry and from the files, and a step missing in either fails. The gate rules themselves
+documentation and the one input per step gpu_node gives it) and the role's gates (each step's task file included
+under its own gate, in the registry's order, and told whether each step is managed) are read here from the registry
+and from the files, and a step missing in either fails (shown on both sides). The gate rules themselves
 (node_step_gates) are tested on plan results as gpu_node_plan returns them.
 """
 import os
@@ -13,20 +14,23 @@ import yaml
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_step_gates
+from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_plan_args, node_step_gates
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TASKS = os.path.join(ROOT, "roles", "gpu_node", "tasks")
-# the gates a step's include may test: the mapping, or (the container runtime's steps, which toolkit.yml's re-check
-# still adds reasons to after an install) the plan's reasons
-GATE = re.compile(r"__gpu_node_(?:gates|work)\.(\w+)")
+ROLE = os.path.join(ROOT, "roles", "gpu_node")
+TASKS = os.path.join(ROLE, "tasks")
+GATE = re.compile(r"__gpu_node_gates\.(\w+)")
+
+
+def _load(*path):
+    with open(os.path.join(*path)) as handle:
+        return yaml.safe_load(handle)
 
 
 def _tasks(name):
-    with open(os.path.join(TASKS, name)) as handle:
-        return yaml.safe_load(handle)
+    return _load(TASKS, name)
 
 
 def _flat(tasks):
@@ -41,56 +45,204 @@ def _when(task):
     return " ".join(when) if isinstance(when, list) else str(when or "")
 
 
-def test_the_node_plans_options_are_the_registrys_steps():
-    spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
-    documented = yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]
-    # every option of every step is documented, and nothing else is (lock_timeout is the node lock's fragment)
-    assert sorted(spec) == sorted(list(documented) + ["lock_timeout"])
-    (plan_task,) = [t for t in _tasks("main.yml") if "gpuops.nvidia.gpu_node_plan" in t]
-    passed = plan_task["gpuops.nvidia.gpu_node_plan"]
-    # gpu_node passes the node plan every option of every step
-    assert sorted(passed) == sorted(o for step in _node_steps.STEPS for o in step.options)
-    # a step's `step` default (where its reasons go) is a node step of the registry
-    defaults = [s["options"]["step"]["default"] for s in spec.values() if "step" in (s.get("options") or {})
-                and "default" in s["options"]["step"]]
-    assert defaults and set(defaults) <= set(_node_steps.node_steps())
+def _gates_call(main):
+    (gates_task,) = [t for t in main if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
+    return gates_task["ansible.builtin.set_fact"]["__gpu_node_gates"]
 
 
-def test_every_step_with_options_has_exactly_one_check():
-    checks = _node_steps.checks(gpu_node_plan.LOCAL_CHECKS)
-    with_options = [step.name for step in _node_steps.STEPS if step.options]
-    assert [step.name for step, check in checks] == with_options and all(callable(c) for s, c in checks)
-    with pytest.raises(ValueError, match="cdi needs exactly one check, has none"):
-        _node_steps.checks({"containerd_runtime": gpu_node_plan.LOCAL_CHECKS["containerd_runtime"]})
-    with pytest.raises(ValueError, match="mig needs exactly one check, has two"):
-        _node_steps.checks(dict(gpu_node_plan.LOCAL_CHECKS, mig=gpu_node_plan.LOCAL_CHECKS["cdi"]))
-    with pytest.raises(ValueError, match="registry does not have: driver"):
-        _node_steps.checks(dict(gpu_node_plan.LOCAL_CHECKS, driver=gpu_node_plan.LOCAL_CHECKS["cdi"]))
-
-
-def test_the_role_gates_every_registry_step_and_no_other():
-    steps = _node_steps.node_steps()
-    main = _tasks("main.yml")
-    gated = {}
+def registry_vs_role(steps, main, plan_inputs, documented):
+    """What keeps the step registry ``steps`` and the gpu_node role (its tasks/main.yml ``main``, the node plan's
+    inputs ``plan_inputs`` of vars/main.yml, the module's ``documented`` options) from being one description of the
+    node steps: each problem a sentence. Empty means adding a step was one registry entry plus its role's tasks."""
+    problems = []
+    node_steps = [step.name for step in steps if step.tasks is not None]
+    with_options = [step.name for step in steps if step.option_names]
+    options = [option for step in steps for option in step.option_names]
+    # the plan: the module's options are the registry's (and documented), the role gives one input per step with
+    # options, through node_plan_args alone
+    if sorted(options + ["lock_timeout"]) != sorted(documented):
+        problems.append("gpu_node_plan documents %s, the registry declares %s"
+                        % (sorted(documented), sorted(options + ["lock_timeout"])))
+    if sorted(plan_inputs) != sorted(with_options):
+        problems.append("vars/main.yml's __gpu_node_plan_inputs names %s, the registry's steps with options are %s"
+                        % (sorted(plan_inputs), sorted(with_options)))
+    plan_tasks = [t for t in main if "gpuops.nvidia.gpu_node_plan" in t]
+    if len(plan_tasks) != 1 or plan_tasks[0]["gpuops.nvidia.gpu_node_plan"] != {} or \
+            "__gpu_node_plan_inputs | gpuops.nvidia.node_plan_args" not in \
+            str((plan_tasks[0].get("module_defaults") or {}).get("gpuops.nvidia.gpu_node_plan")):
+        problems.append("main.yml's plan task must take its arguments from __gpu_node_plan_inputs alone")
+    # the gates: one mapping of whether each node step is managed, and each step's file included under its gate alone,
+    # in the registry's order
+    managed = re.findall(r"'(\w+)':", _gates_call(main))
+    if sorted(managed) != sorted(node_steps):
+        problems.append("the gates are told whether %s are managed, the registry's node steps are %s"
+                        % (sorted(managed), node_steps))
+    included = []
     for task in main:
         target = task.get("ansible.builtin.include_tasks")
-        for name in GATE.findall(_when(task)):
-            gated.setdefault(name, set()).add(target)
-    for step in _node_steps.STEPS:
-        if step.tasks is None:
-            continue
-        # the step's task file is included from main.yml under a gate that names the step
-        assert step.tasks in gated.get(step.name, ()), (step.name, step.tasks, gated)
-    # and every step a gate of main.yml names is a registry step (disruptive: the mapping's other answer)
-    assert set(gated) - {"disruptive"} <= set(steps), set(gated) - set(steps)
-    # the mapping is given whether each registry step, and no other, is managed on this node
-    (gates_task,) = [t for t in main if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
-    call = gates_task["ansible.builtin.set_fact"]["__gpu_node_gates"]
-    assert "gpuops.nvidia.node_step_gates" in call
-    assert sorted(re.findall(r"'(\w+)':", call)) == sorted(steps)
-    # the steps' own task files test the same gates (mig.yml applies MIG where its gate says so)
-    inner = [t for t in _flat(_tasks("mig.yml")) if "__gpu_node_gates.mig" in _when(t)]
-    assert [t["name"] for t in inner] == ["Apply MIG mode and layout"]
+        gates = GATE.findall(_when(task))
+        if gates and gates[0] != "disruptive" and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
+            included.append((gates[0], target))
+    for step in steps:
+        if step.tasks is not None and (step.name, step.tasks) not in included:
+            problems.append("main.yml does not include %s under __gpu_node_gates.%s" % (step.tasks, step.name))
+    for name, target in included:
+        if name not in node_steps:
+            problems.append("main.yml gates %s on a step the registry lacks: %s" % (target, name))
+    order = [name for name, target in included if name in node_steps]
+    if order != [name for name in node_steps if name in order]:
+        problems.append("main.yml includes the steps in the order %s, the registry's is %s" % (order, node_steps))
+    return problems
+
+
+def _role():
+    main = _tasks("main.yml")
+    inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
+    documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
+    return main, inputs, documented
+
+
+def test_adding_a_step_is_one_registry_entry_plus_its_role_tasks():
+    main, inputs, documented = _role()
+    assert registry_vs_role(_node_steps.STEPS, main, inputs, documented) == []
+    # the module's argument spec is built from the registry, and every step's `step` default is a node step
+    spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
+    assert sorted(spec) == sorted(documented)
+    defaults = [s["options"]["step"]["default"] for s in spec.values() if "step" in (s.get("options") or {})
+                and "default" in s["options"]["step"]]
+    assert sorted(defaults) == ["cdi", "containerd_runtime", "runtime_mode"]
+
+
+def test_a_step_missing_on_either_side_is_found():
+    main, inputs, documented = _role()
+    # a step the registry has and the role lacks: its include, its gate's managed flag, its plan input
+    no_cdi_include = [t for t in main if t.get("ansible.builtin.include_tasks") != "cdi.yml"]
+    assert registry_vs_role(_node_steps.STEPS, no_cdi_include, inputs, documented) == [
+        "main.yml does not include cdi.yml under __gpu_node_gates.cdi"]
+    main_no_flag = [dict(t, **{"ansible.builtin.set_fact": dict(t["ansible.builtin.set_fact"], __gpu_node_gates=_gates_call(
+        main).replace("'cdi': __gpu_node_cdi_on", ""))}) if t is _gates_task(main) else t for t in main]
+    assert any("the gates are told whether" in p for p in registry_vs_role(_node_steps.STEPS, main_no_flag, inputs,
+                                                                           documented))
+    no_input = dict((k, v) for k, v in inputs.items() if k != "runtime_mode")
+    assert any("__gpu_node_plan_inputs names" in p for p in registry_vs_role(_node_steps.STEPS, main, no_input,
+                                                                             documented))
+    # a step the role has and the registry lacks
+    fewer = tuple(step for step in _node_steps.STEPS if step.name != "cdi")
+    found = registry_vs_role(fewer, main, inputs, documented)
+    assert "main.yml gates cdi.yml on a step the registry lacks: cdi" in found and len(found) == 4, found
+    # the steps out of the registry's order
+    swapped = list(main)
+    a, b = [i for i, t in enumerate(main) if t.get("ansible.builtin.include_tasks") in ("runtime_mode.yml", "cdi.yml")]
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    assert [p for p in registry_vs_role(_node_steps.STEPS, swapped, inputs, documented) if "order" in p]
+
+
+def _gates_task(main):
+    (task,) = [t for t in main if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
+    return task
+
+
+def test_molecules_gpu_verify_plans_with_the_roles_inputs():
+    (play,) = _load(ROOT, "extensions", "molecule", "gpu", "verify.yml")
+    (task,) = [t for t in play["tasks"] if "gpuops.nvidia.gpu_node_plan" in t]
+    assert task["gpuops.nvidia.gpu_node_plan"] == {}
+    assert "__gpu_node_plan_inputs | gpuops.nvidia.node_plan_args(" in task["module_defaults"]["gpuops.nvidia.gpu_node_plan"]
+    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in play["tasks"] if "ansible.builtin.include_role" in t] \
+        == ["validate.yml", "resolve.yml", "declare.yml"]
+
+
+def test_no_task_file_rewrites_a_variable_or_another_steps_facts():
+    spec = _load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    set_by = {}
+    for name in sorted(os.listdir(TASKS)):
+        for task in _flat(_tasks(name) or []):
+            for fact in (task.get("ansible.builtin.set_fact") or {}):
+                set_by.setdefault(fact, []).append(name)
+    assert set_by and not set(set_by) & set(spec), set(set_by) & set(spec)       # no user variable is set
+    assert dict((f, n) for f, n in set_by.items() if len(n) > 1) == {}             # each fact is set in one place
+    assert "__gpu_node_work" not in set_by
+
+
+def test_the_registry_is_checked():
+    assert _node_steps.registry_problems(_node_steps.STEPS) == []
+    steps = list(_node_steps.STEPS)
+    bad = [_node_steps.Step("orphan", {"orphan": dict(type="dict")}, tasks="orphan.yml")] + steps + \
+          [_node_steps.Step("late", {}, tasks="late.yml", reruns=("mig",)),
+           _node_steps.Step("reboot", {}, tasks="reboot.yml", disruptive=True)]
+    assert _node_steps.registry_problems(bad) == [
+        "step orphan has options but no check",
+        "step late reruns mig, which is not a node step after it",
+        "disruptive step reboot comes after compute_mode, cdi, which runs again after a disruptive change"]
+    with pytest.raises(AnsibleFilterError, match="the step registry is wrong: step orphan has options but no check"):
+        try:
+            _node_steps.gates({"steps": {}}, {}, steps=bad)
+        except ValueError as exc:
+            raise AnsibleFilterError(str(exc))
+
+
+def test_the_driver_and_health_steps_fit_the_registry():
+    """The two steps that come next, as one entry each: the driver first (disruptive; MIG, compute mode and the CDI
+    spec run again after it) and health last (a read, run again after any disruptive change, never disruptive)."""
+    def check(module, facts, params):
+        return None, {}
+    steps = (_node_steps.Step("driver", {"driver": dict(type="dict")}, check=check, tasks="driver.yml",
+                              disruptive=True, reruns=("mig", "compute_mode", "cdi")),) + _node_steps.STEPS + \
+        (_node_steps.Step("health", {"health": dict(type="dict")}, check=check, tasks="health.yml",
+                          after_disruption=True),)
+    assert _node_steps.registry_problems(steps) == []
+    managed = dict(MANAGED, driver=True, health=True)
+    quiet = {"mig": [], "compute_mode": [], "containerd_runtime": [], "cdi": [], "runtime_mode": [], "health": []}
+    # a converged node: nothing runs
+    plan = _plan(dict(quiet, driver=[]), mig={"managed": True, "disruptive": []})
+    plan["driver"] = {"disruptive": []}
+    assert not any(_node_steps.gates(plan, managed, steps=steps).values())
+    # a driver change: disruptive; MIG (its instances are lost), compute mode, the CDI spec and health run after it
+    plan = _plan(dict(quiet, driver=["driver 570 -> 580"]), mig={"managed": True, "disruptive": []})
+    plan["driver"] = {"disruptive": ["driver 570 -> 580"]}
+    gates = _node_steps.gates(plan, managed, steps=steps)
+    assert gates == {"driver": True, "mig": True, "compute_mode": True, "container_toolkit": False,
+                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "health": True,
+                     "disruptive": True}
+    # an unhealthy node with nothing else to do: health alone, nothing disruptive
+    plan = _plan(dict(quiet, driver=[], health=["GPU 3: XID 79"]), mig={"managed": True, "disruptive": []})
+    gates = _node_steps.gates(plan, managed, steps=steps)
+    assert [k for k, v in gates.items() if v] == ["health"]
+
+
+def test_the_toolkit_makes_the_container_runtime_steps_run():
+    plan = _plan({"mig": [], "compute_mode": [], "container_toolkit": ["nvidia-container-toolkit 1.17.8 -> 1.20.0-1"],
+                  "containerd_runtime": [], "runtime_mode": [], "cdi": []}, mig={"managed": True, "disruptive": []})
+    plan["installs"] = {}
+    on = dict(MANAGED, container_toolkit=True)
+    gates = node_step_gates(plan, on)
+    assert [k for k, v in gates.items() if v] == ["container_toolkit", "containerd_runtime", "runtime_mode", "cdi"]
+    # not where they are not managed (the GPU Operator's toolkit writes containerd's runtime)
+    assert not node_step_gates(plan, dict(on, containerd_runtime=False))["containerd_runtime"]
+    # check mode: the upgrade changes nothing, so they run only with work of their own
+    plan["steps"]["cdi"] = ["no record"]
+    assert [k for k, v in node_step_gates(plan, on, True).items() if v] == ["container_toolkit", "cdi"]
+    # check mode, the toolkit not installed yet: what they run is not there, so they are not planned at all
+    plan["installs"] = {"container_toolkit": ["nvidia-container-toolkit"]}
+    assert [k for k, v in node_step_gates(plan, on, "true").items() if v] == ["container_toolkit"]
+    # applying: they run
+    assert node_step_gates(plan, on, False)["containerd_runtime"]
+
+
+def test_the_plan_arguments_come_from_one_input_per_step():
+    inputs = {"mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
+              "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
+              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None}
+    assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
+                                      "runtime_mode": {"mode": "cdi"}}
+    assert node_plan_args(inputs, ["mig"]) == {"mig": inputs["mig"]}
+    with pytest.raises(AnsibleFilterError, match=re.escape(
+            "node_plan_args: expects, for each step of the node plan (mig, compute_mode, declared, containerd_runtime, "
+            "runtime_mode, cdi), its options or none; got cdi, compute_mode, containerd_runtime, declared, mig")):
+        node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
+    with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
+        node_plan_args(inputs, ["driver"])
+    with pytest.raises(AnsibleFilterError, match=re.escape("step declared: expects its options (files, packages, units)")):
+        node_plan_args(dict(inputs, declared={"file": []}))
 
 
 MANAGED = {"mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True, "cdi": True,

@@ -112,7 +112,8 @@ def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan
     assert sorted(calls[0]) == sorted(declared), "the task and vars/main.yml pass different parameters"
     for key, value in calls[0].items():
         assert value == "{{ %s.%s }}" % (fact, key), (key, value)
-    plans = [task["gpuops.nvidia.gpu_node_plan"] for _name, task in tasks_of("gpu_node")
-             if "gpuops.nvidia.gpu_node_plan" in task]
-    option = {"gpuops.nvidia.cdi_spec": "cdi", "gpuops.nvidia.runtime_mode": "runtime_mode"}[module]
-    assert plans[0][option] == "{{ %s if %s | bool else omit }}" % (fact, on)
+    # the node plan is given the same fact (vars/main.yml's one input per step, __gpu_node_plan_inputs)
+    with open(os.path.join(ROLES, "gpu_node", "vars", "main.yml")) as handle:
+        inputs = yaml.safe_load(handle)["__gpu_node_plan_inputs"]
+    step = {"gpuops.nvidia.cdi_spec": "cdi", "gpuops.nvidia.runtime_mode": "runtime_mode"}[module]
+    assert inputs[step] == "{{ %s if %s | bool else none }}" % (fact, on)

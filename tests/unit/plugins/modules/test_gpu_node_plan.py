@@ -288,12 +288,14 @@ def test_packages_are_read_with_dpkg_query_and_compared_with_the_pin(node, tmp_p
         "package libnvidia-container1 is deinstall ok config-files, declared 1.20.0-1"]
     assert res["packages"]["nvidia-container-toolkit"] == {"version": "1.20.0-1", "held": True,
                                                            "status": "hold ok installed"}
+    # what the step would install (not installed now): in check mode the steps after it cannot be planned then
+    assert res["installs"] == {"container_toolkit": ["libnvidia-container1"]}, res["packages"]
     # the same node, as declared: no work
     _dpkg_status(tmp_path / "right", [(n, "1.20.0-1", "hold ok installed") for n in names])
     monkeypatch.setenv("DPKG_ROOT", str(tmp_path / "right"))
     res = _plan({"packages": [{"step": "container_toolkit", "manager": "apt", "names": names, "version": "1.20.0-1",
                                "hold": True}]})
-    assert res["steps"]["container_toolkit"] == [], res
+    assert res["steps"]["container_toolkit"] == [] and res["installs"] == {}, res
     # an epoch is part of the version
     res = _plan({"packages": [{"step": "container_toolkit", "manager": "apt", "names": names[:1], "version": "1:1.20.0-1"}]})
     assert res["steps"]["container_toolkit"] == ["package nvidia-container-toolkit is at 1.20.0-1, declared 1:1.20.0-1"]
