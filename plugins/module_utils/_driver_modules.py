@@ -41,6 +41,8 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import describe_holder
+from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import DriverStateError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import parse_proc_modules as _parse_modules
 
 # Unload order: each module before the one it uses; nvidia last.
 UNLOAD_ORDER = ("nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
@@ -89,18 +91,14 @@ def daemon_table(mps_unit=DEFAULT_MPS_UNIT):
 
 
 def parse_proc_modules(text):
-    """{name: {"refcnt": int, "users": [names]}} of ``/proc/modules`` (``name size refcnt users state offset``;
-    ``users`` is ``a,b,`` or ``-``), in the file's order. A line that does not read is an error naming it."""
-    out = {}
-    for number, line in enumerate((text or "").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) < 4 or not parts[2].lstrip("-").isdigit():
-            raise DriverModulesError("/proc/modules line %d does not read as 'name size refcnt users state "
-                                     "offset': %r" % (number, line))
-        out[parts[0]] = {"refcnt": int(parts[2]), "users": [u for u in parts[3].split(",") if u and u != "-"]}
-    return out
+    """{name: {"refcnt": int or None, "users": [names]}} of ``/proc/modules`` (_driver_state's reading: ``users`` is
+    its ``deps`` column; a refcnt of ``-``, a kernel that cannot unload modules, is None), in the file's order. A line
+    that does not read is an error naming it."""
+    try:
+        modules = _parse_modules(text)
+    except DriverStateError as exc:
+        raise DriverModulesError(str(exc))
+    return dict((name, {"refcnt": info["refcnt"], "users": info["deps"]}) for name, info in modules.items())
 
 
 def driver_loaded(modules):
@@ -124,6 +122,12 @@ def in_use(modules):
     for mod in LOAD_ORDER:
         info = modules.get(mod)
         if info is None:
+            continue
+        if info["refcnt"] is None:
+            # (a real H100 host's kernel, docs/readings/driver-health-real-gpu.md: /proc/modules shows '-')
+            reasons.append("module %s shows no reference count in /proc/modules ('-'): this kernel was built without "
+                           "module unloading (CONFIG_MODULE_UNLOAD), so the driver cannot be unloaded on a live node; "
+                           "another version loads only with a reboot" % mod)
             continue
         foreign = [u for u in info["users"] if u not in DRIVER_MODULES]
         if foreign:

@@ -122,9 +122,12 @@ def nvidia_modules(modules):
 def in_use(module_refcnts):
     """Whether the loaded driver is held (cannot be unloaded): nvidia's refcnt is larger than the number of its
     loaded dependents nvidia_modeset, nvidia_uvm, nvidia_peermem, or one of those has a refcnt above 0 (the rule of
-    NVIDIA/gpu-driver-container's _unload_driver). ``module_refcnts`` is nvidia_modules()' result."""
+    NVIDIA/gpu-driver-container's _unload_driver). ``module_refcnts`` is nvidia_modules()' result. A refcnt of None (a
+    kernel built without module unloading shows '-') counts as held: such a driver cannot be unloaded at all."""
     if "nvidia" not in module_refcnts:
         return False
+    if any(module_refcnts[m] is None for m in module_refcnts if m == "nvidia" or m in _NVIDIA_DEPENDENTS):
+        return True
     dependents = [m for m in _NVIDIA_DEPENDENTS if m in module_refcnts]
     if (module_refcnts["nvidia"] or 0) > len(dependents):
         return True

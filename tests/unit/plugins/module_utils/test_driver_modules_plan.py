@@ -33,7 +33,7 @@ def test_parse_proc_modules():
 
 
 def test_parse_proc_modules_names_a_bad_line():
-    with pytest.raises(dm.DriverModulesError, match="line 2 does not read"):
+    with pytest.raises(dm.DriverModulesError, match="line 2 is not .name size refcnt"):
         dm.parse_proc_modules("nvidia 1 0 - Live 0x0\ngarbage\n")
 
 
@@ -134,3 +134,16 @@ def test_refusal_names_every_holder():
     text = dm.refusal(holders, ["module nvidia has 1 reference(s)"], [77])
     assert "PID 4242 python3 (pod UID u-1, container cccccccccccc) holds /dev/nvidia0" in text
     assert "module nvidia has 1 reference(s)" in text and "PID 77" in text
+
+
+# A real H100 host's /proc/modules (driver 580.159.04, docs/readings/driver-health-real-gpu.md): its kernel was built
+# without module unloading, so the reference counts read '-'.
+REAL_NO_UNLOAD = ("nvidia_uvm 1830912 - - Live 0xffffffffc080c000 (O)\n"
+                  "nvidia 14299136 - - Live 0xffffffffc0400000 (O)\n")
+
+
+def test_a_kernel_without_module_unloading_reads_and_refuses_the_unload():
+    modules = dm.parse_proc_modules(REAL_NO_UNLOAD)
+    assert modules == {"nvidia_uvm": {"refcnt": None, "users": []}, "nvidia": {"refcnt": None, "users": []}}
+    reasons = dm.in_use(modules)
+    assert len(reasons) == 2 and all("without module unloading" in r and "reboot" in r for r in reasons)

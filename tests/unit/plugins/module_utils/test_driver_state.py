@@ -164,3 +164,12 @@ def test_unreadable_required_files_name_the_path(tmp_path):
     (tmp_path / ds.MODULE_VERSION).mkdir()          # exists, cannot be read as a file
     with pytest.raises(ds.DriverStateError, match="cannot read .*sys/module/nvidia/version"):
         ds.read(str(tmp_path))
+
+
+def test_a_kernel_without_module_unloading_counts_as_held():
+    # a real H100 host's /proc/modules (docs/readings/driver-health-real-gpu.md): refcnt '-' on every module
+    modules = ds.parse_proc_modules("nvidia_uvm 1830912 - - Live 0xffffffffc080c000 (O)\n"
+                                    "nvidia 14299136 - - Live 0xffffffffc0400000 (O)\n")
+    refcnts = ds.nvidia_modules(modules)
+    assert refcnts == {"nvidia_uvm": None, "nvidia": None}
+    assert ds.in_use(refcnts) is True
