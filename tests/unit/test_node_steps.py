@@ -96,7 +96,8 @@ def registry_vs_role(steps, main, plan_inputs, documented):
 
 
 def _role():
-    main = _tasks("main.yml")
+    # main.yml plans and gates; steps.yml (included by main.yml where something has work) includes each step's file
+    main = _tasks("main.yml") + _tasks("steps.yml")
     inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
     documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
     return main, inputs, documented
