@@ -76,6 +76,9 @@ class Site(object):
 
 
 class Result(object):
+    """A site.yml run's json_results document and its process (picklable: a converged lab's build records the runs
+    it made for the tests that assert on them, tests/support/converged_lab.py)."""
+
     def __init__(self, data, proc):
         self.data, self.proc = data, proc
         self.stats = data["stats"]

@@ -6,8 +6,13 @@ rendered node affinity admits them, and a fake device plugin whose pods hold the
 fails IN_USE while they run) and advertise what the GPUs were when the pod started (stale after a MIG change until it
 restarts). Nodes start labelled nvidia.com/gpu.present=true, so the release's pods run on them before the first node
 play, as on a live cluster.
+
+The tests that start from the converged lab take a copy of this session's one converge of it (the ``converged``
+fixture, tests/support/converged_lab.py) instead of converging again; the test of the converge itself asserts on what
+that converge recorded.
 """
 import os
+import pathlib
 import signal
 import subprocess
 import time
@@ -39,24 +44,42 @@ SAMPLED_STEPS = (STEPS[0], STEPS[1], STEPS[4])
 
 
 class Cluster(object):
-    def __init__(self, tmp_path):
+    """The lab's two nodes on the fake cluster, all under ``tmp_path``; with ``restore`` (a converged lab's record,
+    _converge), the API server's objects and the fake controller's state of that converge, whose files a
+    converged_labs copy has put under ``tmp_path``."""
+
+    def __init__(self, tmp_path, restore=None):
+        tmp_path = pathlib.Path(str(tmp_path))
         self.api = FakeKubeApi(tokens=None).start()
         kubeconfig = str(tmp_path / "kubeconfig")
         with open(kubeconfig, "w") as handle:
             yaml.safe_dump(self.api.kubeconfig(), handle)
-        for i, node in enumerate((A100, H200)):
-            self.api.add_node(node, internal_ip="10.0.0.%d" % (11 + i), labels={"nvidia.com/gpu.present": "true"})
+        if restore is None:
+            for i, node in enumerate((A100, H200)):
+                self.api.add_node(node, internal_ip="10.0.0.%d" % (11 + i), labels={"nvidia.com/gpu.present": "true"})
+        else:
+            self.api.restore(restore["api"])
         self.site = Site(tmp_path, gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
                          gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60, gpu_node_operator_poll_interval=0.5)
         self.site.extra["cluster_device_plugin_chart_path"] = self.site.chart()
         shapes = lab_nodes()
         self.fake = FakeDaemonSets(self.api, dict((n, (str(self.site.state / ("%s.json" % n)), shapes[n]))
-                                                  for n in (A100, H200))).start()
+                                                  for n in (A100, H200)))
+        if restore is not None:
+            self.fake.restore(restore["fake"])
+        self.fake.start()
 
     def stop(self):
         self.fake.stop()
         self.api.stop()
         assert self.fake.errors == [], self.fake.errors[0]
+
+    def wait_settled(self, bound_s=60):
+        """Wait (bounded) until the fake controller has nothing under way (no pod starting or ending)."""
+        deadline = time.monotonic() + bound_s
+        while not self.fake.settled():
+            assert time.monotonic() < deadline, "the fake DaemonSets did not settle within %d s" % bound_s
+            time.sleep(0.05)
 
     def node(self, name):
         return self.api.get("", "nodes", name)
@@ -65,8 +88,12 @@ class Cluster(object):
         return dict((k, v) for k, v in self.node(name)["status"]["allocatable"].items() if k.startswith("nvidia.com/"))
 
     def node_writes(self, name, since=0):
-        return [r for r in self.api.requests[since:] if r["method"] == "PATCH" and not r["query"].get("dryRun")
-                and r["path"] == "/api/v1/nodes/%s" % name]
+        return _node_writes(self.api.requests[since:], name)
+
+
+def _node_writes(requests, name):
+    return [r for r in requests if r["method"] == "PATCH" and not r["query"].get("dryRun")
+            and r["path"] == "/api/v1/nodes/%s" % name]
 
 
 @pytest.fixture
@@ -76,6 +103,34 @@ def cluster(tmp_path):
         yield c
     finally:
         c.stop()
+
+
+def _converge(directory):
+    """The lab variant "chart-flow": site.yml converges the fresh cluster once; recorded are what a copy restores
+    besides its files (the API server's objects, the fake controller's state) and what the converge showed (its
+    result, the controller's events, the API requests), for the test that asserts on the converge itself."""
+    c = Cluster(directory)
+    try:
+        res = c.site.run()
+        assert res.rc == 0, res
+        c.wait_settled()
+    finally:
+        c.stop()
+    return {"api": c.api.snapshot(), "fake": c.fake.snapshot(), "result": res, "events": list(c.fake.events),
+            "requests": list(c.api.requests)}
+
+
+@pytest.fixture
+def converged(converged_labs, tmp_path, request):
+    """A Cluster converged by site.yml from scratch: a fresh copy of this session's converge of the chart-flow lab
+    (tests/support/converged_lab.py); ``converged.first`` is what that converge recorded (_converge)."""
+    with converged_labs.copy("chart-flow", _converge, keep_in=tmp_path, test=request.node.nodeid) as (slot, record):
+        c = Cluster(slot, restore=record)
+        c.first = record
+        try:
+            yield c
+        finally:
+            c.stop()
 
 
 def _released(node):
@@ -89,8 +144,11 @@ def _expected(cluster, node, config, strategy):
     return dict((k, str(v)) for k, v in advertised(gpus, config, strategy).items())
 
 
-def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the_new_devices(cluster):
-    res = cluster.site.run()
+def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the_new_devices(converged):
+    # The converge from scratch is the session's converge of this lab: its result, events and requests as it
+    # recorded them (converged.first), the cluster and the GPUs as it left them (a copy).
+    cluster, first = converged, converged.first
+    res = first["result"]
     assert res.rc == 0, res
     a100 = cluster.site.gpus(A100)
     # MIG mode went on with a GPU reset, on every GPU, and no reboot: the plugin pods had left the node first.
@@ -108,11 +166,11 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     for node in (A100, H200):
         assert _released(cluster.node(node)), cluster.node(node)["metadata"]
     # In order on the A100: cordon + pause, the old pods ended, the GPUs changed, resumed, new pods, uncordon.
-    ended = [t for t, n, what in cluster.fake.events if n == A100 and what.startswith("ended")]
-    registered = [(t, what) for t, n, what in cluster.fake.events if n == A100 and what.startswith("registered")]
+    ended = [t for t, n, what in first["events"] if n == A100 and what.startswith("ended")]
+    registered = [(t, what) for t, n, what in first["events"] if n == A100 and what.startswith("registered")]
     assert ended and registered and registered[-1][0] > max(ended)
     assert "mig-" in registered[-1][1] and "mig-" not in registered[0][1]
-    spec_changes = [(r["body"].get("spec") or {}).get("unschedulable") for r in cluster.node_writes(A100)
+    spec_changes = [(r["body"].get("spec") or {}).get("unschedulable") for r in _node_writes(first["requests"], A100)
                     if "unschedulable" in (r["body"].get("spec") or {})]
     assert spec_changes == [True, False]
 
@@ -123,6 +181,10 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     assert res.changed(A100) == 0 and res.changed(H200) == 0, res
     assert cluster.node_writes(A100, seen) == [] and cluster.node_writes(H200, seen) == []
     assert cluster.fake.events[events:] == []
+    # ... and the node plan finds no work on either node: the copy is the converged lab, verified-state stamps and all
+    for node in (A100, H200):
+        steps = res.task("Read the GPUs and plan every step", node)[0]["steps"]
+        assert all(reasons == [] for reasons in steps.values()), (node, steps)
 
 
 def _user_daemonset(cluster, name, pausable):
@@ -139,6 +201,15 @@ def _user_daemonset(cluster, name, pausable):
                      "containers": [{"name": "exporter", "image": name}],
                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                          "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}}}}})
+
+
+def _wait_running(cluster, node, prefix, bound_s=60):
+    """Wait (bounded) until a pod whose name starts with ``prefix`` runs on ``node``."""
+    deadline = time.monotonic() + bound_s
+    while not [p for p in cluster.fake.pods_on(node) if p["metadata"]["name"].startswith(prefix)
+               and p["status"].get("phase") == "Running"]:
+        assert time.monotonic() < deadline, "no %s pod ran on %s within %d s" % (prefix, node, bound_s)
+        time.sleep(0.1)
 
 
 def _dcgm_exporter(cluster):
@@ -178,9 +249,10 @@ def test_a_reset_refused_by_a_pod_the_run_does_not_pause_names_its_process_and_p
     assert not [g for g in cluster.site.gpus(A100)["gpus"] if g["mig_current"]], "no GPU was reset"
 
 
-def test_mps_replicas_change_serves_eight_per_gpu_with_a_dcgm_exporter_paused_too(cluster):
+def test_mps_replicas_change_serves_eight_per_gpu_with_a_dcgm_exporter_paused_too(converged):
+    cluster = converged
     exporter = _dcgm_exporter(cluster)
-    assert cluster.site.run(gpu_node_quiesce_daemonsets=exporter).rc == 0
+    _wait_running(cluster, H200, "dcgm-exporter")
     res = cluster.site.run(args=("--limit", H200), gpu_node_replicas=8, gpu_node_quiesce_daemonsets=exporter)
     assert res.rc == 0, res
     assert cluster.allocatable(H200) == {"nvidia.com/gpu": "64"}
@@ -196,8 +268,8 @@ def test_mps_replicas_change_serves_eight_per_gpu_with_a_dcgm_exporter_paused_to
     assert mps and mps[0]["status"]["phase"] == "Running"
 
 
-def test_without_the_pause_a_stale_node_fails_verification_and_stays_cordoned_then_a_rerun_serves_it(cluster):
-    assert cluster.site.run().rc == 0
+def test_without_the_pause_a_stale_node_fails_verification_and_stays_cordoned_then_a_rerun_serves_it(converged):
+    cluster = converged
     stale = cluster.allocatable(A100)
     # A layout change on GPUs already in MIG mode needs no reset: without the pause the plugin keeps running and
     # keeps advertising the old devices.
@@ -219,8 +291,8 @@ def test_without_the_pause_a_stale_node_fails_verification_and_stays_cordoned_th
     assert _released(cluster.node(A100))
 
 
-def test_a_run_killed_while_paused_is_resumed_and_an_administrators_cordon_is_kept(cluster):
-    assert cluster.site.run().rc == 0
+def test_a_run_killed_while_paused_is_resumed_and_an_administrators_cordon_is_kept(converged):
+    cluster = converged
     # What a kill right after the pause leaves: our cordon and our pause, the GPU pods gone.
     node = cluster.node(A100)
     node["spec"]["unschedulable"] = True

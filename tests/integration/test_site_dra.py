@@ -6,9 +6,15 @@ chart nvidia-dra-driver-gpu 25.8.1 (tests/fixtures/charts/nvidia-dra-driver-gpu)
 whose fake kubelet plugin publishes a node's ResourceSlice from its simulated GPUs when its pod starts (stale after a MIG
 change until it restarts, as NVIDIA's plugin) and holds the GPUs while it runs. The lab's A100 (MIG all-balanced) and
 H200 (MPS, 4 replicas) converge; their templates are published into the namespace ml.
+
+The check run and the converge from scratch are made once per session (the ``converged`` fixture,
+tests/support/converged_lab.py): the test of the converge asserts on what they recorded, and each test that starts
+from the converged lab takes a copy of it.
 """
 import os
+import pathlib
 import shutil
+import time
 
 import pytest
 import yaml
@@ -28,28 +34,47 @@ PAUSED = "gpuops.nvidia/gpu-pods-paused"
 
 
 class Cluster(object):
-    def __init__(self, tmp_path):
+    """The lab's two nodes on the fake cluster, all under ``tmp_path``; with ``restore`` (a converged lab's record,
+    _converge), the API server's objects and the fake controller's state of that converge, whose files a
+    converged_labs copy has put under ``tmp_path``."""
+
+    def __init__(self, tmp_path, restore=None):
+        tmp_path = pathlib.Path(str(tmp_path))
         self.api = FakeKubeApi(tokens=None, server_version="v1.34.1").start()
         kubeconfig = str(tmp_path / "kubeconfig")
         with open(kubeconfig, "w") as handle:
             yaml.safe_dump(self.api.kubeconfig(), handle)
-        for i, node in enumerate((A100, H200)):
-            self.api.add_node(node, internal_ip="10.0.0.%d" % (11 + i), labels={"nvidia.com/gpu.present": "true"})
-        self.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        if restore is None:
+            for i, node in enumerate((A100, H200)):
+                self.api.add_node(node, internal_ip="10.0.0.%d" % (11 + i), labels={"nvidia.com/gpu.present": "true"})
+            self.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        else:
+            self.api.restore(restore["api"])
         chart = str(tmp_path / "dra-chart")
-        shutil.copytree(DRA_CHART, chart)
+        if not os.path.exists(chart):
+            shutil.copytree(DRA_CHART, chart)
         self.site = Site(tmp_path, gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
                          gpuops_device_plugin_provider="dra", cluster_dra_chart_path=chart,
                          gpuops_dra_namespaces=["ml"], gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60,
                          gpu_node_operator_poll_interval=0.5)
         shapes = lab_nodes()
         self.fake = FakeDaemonSets(self.api, dict((n, (str(self.site.state / ("%s.json" % n)), shapes[n]))
-                                                  for n in (A100, H200))).start()
+                                                  for n in (A100, H200)))
+        if restore is not None:
+            self.fake.restore(restore["fake"])
+        self.fake.start()
 
     def stop(self):
         self.fake.stop()
         self.api.stop()
         assert self.fake.errors == [], self.fake.errors[0]
+
+    def wait_settled(self, bound_s=60):
+        """Wait (bounded) until the fake controller has nothing under way (no pod starting or ending, no wipe due)."""
+        deadline = time.monotonic() + bound_s
+        while not self.fake.settled():
+            assert time.monotonic() < deadline, "the fake DaemonSets did not settle within %d s" % bound_s
+            time.sleep(0.05)
 
     def objects(self, plural, namespace=None):
         with self.api._lock:
@@ -80,6 +105,38 @@ def cluster(tmp_path):
         c.stop()
 
 
+def _converge(directory):
+    """The lab variant "dra": on the fresh cluster, site.yml in check mode, then the converge. Recorded are what a
+    copy restores besides its files (the API server's objects, the fake controller's state) and what the two runs
+    showed, for the test that asserts on them: the check run's result and what the cluster and the A100's GPUs were
+    before and right after it, and the converge's result."""
+    c = Cluster(directory)
+    try:
+        before = c.gpus(A100)
+        check = c.site.run(check=True, diff=True)
+        after_check = {"result": check, "gpus_before": before, "gpus": c.gpus(A100), "writes": c.writes(),
+                       "slices": c.slices(), "templates": c.templates()}
+        res = c.site.run()
+        assert check.rc == 0 and res.rc == 0, (check, res)
+        c.wait_settled()
+    finally:
+        c.stop()
+    return {"api": c.api.snapshot(), "fake": c.fake.snapshot(), "check": after_check, "result": res}
+
+
+@pytest.fixture
+def converged(converged_labs, tmp_path, request):
+    """A Cluster that site.yml checked, then converged, from scratch: a fresh copy of this session's converge of the
+    DRA lab (tests/support/converged_lab.py); ``converged.first`` is what that converge recorded (_converge)."""
+    with converged_labs.copy("dra", _converge, keep_in=tmp_path, test=request.node.nodeid) as (slot, record):
+        c = Cluster(slot, restore=record)
+        c.first = record
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
 def _released(node):
     meta = node["metadata"]
     return not (node.get("spec") or {}).get("unschedulable") and PAUSED not in (meta.get("labels") or {})
@@ -106,16 +163,19 @@ def _promised(gpus):
     return out
 
 
-def test_check_converge_rerun_and_a_mig_relayout_republished_before_uncordon(cluster):
+def test_check_converge_rerun_and_a_mig_relayout_republished_before_uncordon(converged):
+    # The check run and the converge from scratch are the session's runs of this lab, as they recorded them
+    # (converged.first); the cluster and the GPUs are a copy of what the converge left.
+    cluster, first = converged, converged.first
     # check mode on a fresh cluster: the plan, and nothing written (no release, no slice, no template, no GPU change)
-    before = cluster.gpus(A100)
-    res = cluster.site.run(check=True, diff=True)
+    check = first["check"]
+    res = check["result"]
     assert res.rc == 0, res
-    assert cluster.writes() == [] and cluster.slices() == [] and cluster.templates() == {}
-    assert cluster.gpus(A100) == before
+    assert check["writes"] == [] and check["slices"] == [] and check["templates"] == {}
+    assert check["gpus"] == check["gpus_before"]
 
     # converge
-    res = cluster.site.run()
+    res = first["result"]
     assert res.rc == 0, res
     a100 = cluster.site.gpus(A100)
     assert all(g["mig_current"] is True for g in a100["gpus"])
@@ -192,8 +252,8 @@ def test_a_device_plugin_on_a_node_is_refused_before_anything_changes(cluster):
     assert cluster.gpus(A100) == before, "no node play ran"
 
 
-def test_without_the_pause_the_stale_slices_fail_verification_and_the_node_stays_cordoned_until_a_rerun(cluster):
-    assert cluster.site.run().rc == 0
+def test_without_the_pause_the_stale_slices_fail_verification_and_the_node_stays_cordoned_until_a_rerun(converged):
+    cluster = converged
     stale = _published(cluster, A100)
     # a layout change on GPUs already in MIG mode needs no reset: without the pause the kubelet plugin keeps running
     # and keeps publishing the old MIG devices (it enumerates them only when it starts)

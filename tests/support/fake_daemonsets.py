@@ -218,6 +218,40 @@ class FakeDaemonSets(ReconcileLoop):
         self._plugin_seen = {}     # pod key -> the config label the plugin last registered with
         self._serial = 0
 
+    # ---- a converged cluster handed on (tests/support/converged_lab.py) -------------------------------------------
+    def settled(self):
+        """Whether nothing is under way: every node runs exactly the pods its DaemonSets' placement gives it, all
+        Running; none is ending; no slice wipe is due."""
+        if self._ending or self._dra_wipes:
+            return False
+        daemonsets = [d for d in self._objects("daemonsets") if d.get("kind") == "DaemonSet"]
+        for node_name in self.nodes:
+            node = self.api.get("", "nodes", node_name)
+            labels = (node or {}).get("metadata", {}).get("labels") or {}
+            pods = dict((p["metadata"]["ownerReferences"][0]["name"], p) for p in self.pods_on(node_name))
+            want = set(d["metadata"]["name"] for d in daemonsets
+                       if node is not None and should_run(d["spec"]["template"].get("spec") or {}, labels))
+            if set(pods) != want or any(p["status"].get("phase") != "Running" for p in pods.values()):
+                return False
+        return True
+
+    def snapshot(self):
+        """What the controller knows beyond the API server's store (its pods are there, the GPUs' holds are in the
+        state files): which plugins registered or published with what, and its pod numbering. Call it settled and
+        stopped; ``restore`` gives it to a new controller over the restored store (the events are not handed on: a
+        test reads those of its own runs)."""
+        assert self.settled(), "snapshot of fake DaemonSets with pods starting or ending"
+        return {"plugin_seen": sorted(self._plugin_seen.items()), "dra_published": sorted(self._dra_published.items()),
+                "started": sorted(self._started.items()), "serial": self._serial}
+
+    def restore(self, data):
+        """Load what ``snapshot`` returned (before ``start``)."""
+        self._plugin_seen = dict((tuple(k), v) for k, v in data["plugin_seen"])
+        self._dra_published = dict((tuple(k), v) for k, v in data["dra_published"])
+        self._started = dict((tuple(k), v) for k, v in data["started"])
+        self._serial = data["serial"]
+        return self
+
     # ---- what the API server holds ------------------------------------------------------------------------------
     def _objects(self, plural):
         with self.api._lock:
