@@ -91,3 +91,35 @@ def test_fresh_node_check_then_install_load_and_rerun(tmp_path, rig):
     assert again.rc == 0, again
     assert again.changed("drv-fresh") == 0, again
     assert not [t for t in again.task("Install the driver", "drv-fresh") if not t.get("skipped")]
+
+
+def test_nouveau_reboots_once_and_a_mismatch_is_reloaded(tmp_path, rig):
+    site, args = driver_site(tmp_path, rig, {"drv-nouveau": "driver=none,nouveau", "drv-mismatch": "driver=570.195.03"})
+    mismatch = apt_rig.Root(site.state / "drv-mismatch")
+    # the mismatch node: 580's packages installed under its loaded 570 module (the library is 580: NVML refuses)
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    assert [t["msg"] for t in res.task("Show the reboot a real run would do", "drv-nouveau")] == [
+        "Would reboot once: node drv-nouveau: nouveau is loaded: it holds the GPUs until a reboot with it blacklisted "
+        "(driver %s)" % NEW]
+    mismatch.dpkg_install(rig.debs[(n, v)] for n, v in (
+        ("libnvidia-compute-580", NEW + "-0ubuntu1"), ("nvidia-compute-utils-580", NEW + "-0ubuntu1"),
+        ("nvidia-dkms-580-open", NEW + "-0ubuntu1"), ("nvidia-utils-580", NEW + "-0ubuntu1"),
+        ("nvidia-headless-580-open", NEW + "-0ubuntu1")))
+    boots = dict((n, site.gpus(n)["boot_id"]) for n in ("drv-nouveau", "drv-mismatch"))
+
+    res = site.run(args=args)
+    assert res.rc == 0, res
+    # nouveau: exactly one reboot, after which the installed driver is loaded and nouveau is not
+    assert site.gpus("drv-nouveau")["boot_id"] == boots["drv-nouveau"] + 1
+    assert loaded(site, "drv-nouveau") == NEW
+    assert "nouveau" not in driver_files.loaded(str(site.state / "drv-nouveau"))
+    assert not os.path.exists(str(site.state / "drv-nouveau" / "var/lib/gpuops/driver-reboot-attempted"))
+    # the mismatch: reloaded at 580, no reboot
+    assert loaded(site, "drv-mismatch") == NEW and site.gpus("drv-mismatch")["boot_id"] == boots["drv-mismatch"]
+    assert [t["version"] for t in res.task("Load the driver (none loaded) or reload it", "drv-mismatch")] == [NEW]
+
+    again = site.run(args=args)
+    assert again.rc == 0, again
+    assert again.changed("drv-nouveau") == 0 and again.changed("drv-mismatch") == 0, again
+    assert site.gpus("drv-nouveau")["boot_id"] == boots["drv-nouveau"] + 1
