@@ -44,13 +44,14 @@ class Step(object):
     disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
     ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set);
     ``reruns`` names the later steps that run whenever this one runs (it changes what they read: the toolkit's
-    install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk)."""
+    install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk). ``needs_nvml``: its
+    check reads the GPUs through NVML (where NVML cannot start yet, it waits for the driver step)."""
 
     __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption",
-                 "reruns")
+                 "reruns", "needs_nvml")
 
     def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
-                 after_disruption=False, reruns=()):
+                 after_disruption=False, reruns=(), needs_nvml=False):
         self.name = name
         self._options = options
         self.check = check
@@ -60,6 +61,7 @@ class Step(object):
         self.disruptive = disruptive
         self.after_disruption = after_disruption
         self.reruns = tuple(reruns)
+        self.needs_nvml = needs_nvml
 
     @property
     def options(self):
@@ -80,6 +82,17 @@ class Step(object):
     def given(self, module):
         """Whether the module was given this step (any of its options is not None)."""
         return any(module.params[option] is not None for option in self._options)
+
+
+def _driver(module, facts, params):
+    """The loaded driver against the declared pin (_driver_step: the planner and the read below NVML)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_step
+    return _driver_step.check(module, facts, params)
+
+
+def _driver_validate(module, params):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_step
+    _driver_step.validate(module, params)
 
 
 def _mig(module, facts, params):
@@ -296,6 +309,14 @@ def _runtime_mode_spec():
 
 
 STEPS = (
+    # first: a driver change loses MIG's instances and the compute mode and changes the files the CDI spec lists
+    Step("driver", {"driver": dict(type="dict", options=dict(
+        version=dict(type="str", default=""),
+        branch=dict(type="str", default=""),
+        flavour=dict(type="str", choices=["open", "proprietary"], default="open"),
+        root=dict(type="path"),
+    ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
+        reruns=("mig", "compute_mode", "cdi")),
     Step("mig", {"mig": dict(type="dict", options=dict(
         manage=dict(type="str", choices=["declared", "disable"], required=True),
         layout=dict(type="list", elements="dict"),
@@ -303,7 +324,7 @@ STEPS = (
         allow_reset=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     ), mutually_exclusive=[("layout", "config_name")], required_one_of=[("layout", "config_name")])},
-        check=_mig, settle=_mig_settle, tasks="mig.yml", disruptive=True),
+        check=_mig, settle=_mig_settle, tasks="mig.yml", disruptive=True, needs_nvml=True),
     Step("compute_mode", {"compute_mode": dict(type="dict", options=dict(
         settings=dict(type="list", elements="dict", required=True, options=dict(
             gpus=dict(type="list", elements="str", default=["all"]),
@@ -313,7 +334,7 @@ STEPS = (
             path=dict(type="path", required=True),
             nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
             mode=dict(type="str", default="0644"))),
-    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True),
+    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True, needs_nvml=True),
     Step("declared", {
         "files": dict(type="list", elements="dict", default=[], options=dict(
             step=dict(type="str", required=True),
@@ -339,7 +360,7 @@ STEPS = (
     Step("containerd_runtime", {"containerd": _containerd_spec}, check=_containerd, tasks="containerd.yml"),
     Step("runtime_mode", {"runtime_mode": _runtime_mode_spec}, check=_runtime_mode, tasks="runtime_mode.yml"),
     # after MIG: the spec lists the MIG devices as they are after any change
-    Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True),
+    Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True),
 )
 
 BY_NAME = dict((step.name, step) for step in STEPS)
@@ -484,8 +505,14 @@ def plan(module, facts, result):
     """Run every given step's check (``validate`` is run by ``validate``, before the read) and every step's
     ``settle``, filling ``result`` (which holds ``steps``)."""
     steps = result["steps"]
+    waiting = facts.get("nvml_error")
     for step in STEPS:
         if not step.option_names or not step.given(module):
+            continue
+        if waiting is not None and step.needs_nvml:
+            # not checked: NVML cannot read the GPUs until the driver step has run (not run in this pass)
+            result[step.name] = {"managed": False, "waiting": "driver", "disruptive": []}
+            _add(steps, step.name, ["waits for the driver (NVML: %s)" % waiting["message"]])
             continue
         report, reasons = step.check(module, facts, step.params(module))
         result.update(report or {})

@@ -176,6 +176,22 @@ class SimulatedBackend(GpuBackend):
         state["host"] = {"rendered": True, "driver": opts["driver"], "flavour": opts["flavour"],
                          "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"]}
 
+    def _boot_host(self, state):
+        """The modelled host's kernel view after a boot (_simulator_host.boot): the installed driver loaded, nouveau
+        where it is not blacklisted. Nothing where the host is not modelled."""
+        if not host.modelled(self.root) or not state.get("host"):
+            return
+        switches = [f[0] for f in host.machine_functions(state["shape"], [g["pci_bus_id"] for g in state["gpus"]])
+                    if f[1] == "nvswitch"]
+        try:
+            loaded = host.boot(self.root, state["host"], [host.sysfs_bus_id(g["pci_bus_id"]) for g in state["gpus"]],
+                               switches)
+        except (IOError, OSError) as exc:
+            raise GpuBackendError("cannot boot the simulated host under %s: %s" % (self.root, exc))
+        if loaded:
+            state["driver_version"] = loaded
+        self._nvml_started = False
+
     def _nvml(self):
         """Start simulated NVML once per backend, as nvmlInit would on the modelled host (NvmlInitError otherwise)."""
         if self._nvml_started:
@@ -490,6 +506,7 @@ class SimulatedBackend(GpuBackend):
                     gpu["mig_current"] = False
                     gpu["mig_pending"] = False
             sim_health.after_reboot(state)
+            self._boot_host(state)
             state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
             self._sync_holders(state)
             return state["boot_id"]

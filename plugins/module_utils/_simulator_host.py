@@ -326,6 +326,89 @@ def set_holders(root, count):
     write_modules(root, refcnts, others=[n for n in names if not n.startswith("nvidia")])
 
 
+# ---------------------------------------------------------------------------------------------------- a boot
+# modprobe.d directories (man modprobe.d: /etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d,
+# /lib/modprobe.d); a "blacklist nouveau" line in any *.conf there keeps udev from loading nouveau at boot.
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d",
+                 "usr/lib/modprobe.d")
+# The modules udev loads for an NVIDIA GPU at boot once a driver is installed (nvidia; nvidia_uvm and nvidia_modeset
+# by the packages' modprobe.d and udev rules), as the image's driver has them.
+BOOT_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset")
+_PLACEHOLDER_MAGIC = "GPUOPS-PLACEHOLDER-KO 1"
+
+
+def nouveau_blacklisted(root):
+    """Whether a modprobe.d file under ``root`` blacklists nouveau."""
+    for directory in MODPROBE_DIRS:
+        try:
+            names = sorted(os.listdir(os.path.join(root, directory)))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".conf"):
+                continue
+            try:
+                with open(os.path.join(root, directory, name)) as handle:
+                    if any(line.split()[:2] == ["blacklist", "nouveau"] for line in handle if line.strip()):
+                        return True
+            except (IOError, OSError):
+                continue
+    return False
+
+
+def installed_module(root, kernel):
+    """(version, flavour, signed) of the nvidia module a package installed for ``kernel`` (the lab's placeholder
+    module file, tests/support/driver_files.py's format; ``updates/`` first, as depmod orders them), or None."""
+    base = os.path.join(root, "lib/modules", kernel)
+    found = []
+    for dirpath, _dirs, files in os.walk(base):
+        if "nvidia.ko" in files:
+            found.append(os.path.join(dirpath, "nvidia.ko"))
+    found.sort(key=lambda p: (not os.path.relpath(p, base).startswith("updates" + os.sep), p))
+    for path in found:
+        try:
+            with open(path) as handle:
+                lines = handle.read().splitlines()
+        except (IOError, OSError, UnicodeDecodeError):
+            continue
+        if not lines or lines[0].strip() != _PLACEHOLDER_MAGIC:
+            continue
+        fields = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+        if "version" in fields and fields.get("flavour") in ("open", "proprietary"):
+            return fields["version"].strip(), fields["flavour"].strip(), fields.get("signed", "no").strip() == "yes"
+    return None
+
+
+def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
+    """The kernel's view after a boot: every module of the last boot gone; nouveau loaded where the host has it
+    (``host_state["nouveau"]``: the distribution's nouveau claims the GPUs) and no modprobe.d file blacklists it; else
+    the nvidia module a package installed for the running kernel (refused, as the kernel does, when Secure Boot is
+    on and it is unsigned), else the image's driver (``host_state["driver"]``). Returns the loaded driver's version
+    or None."""
+    kernel = (open(os.path.join(root, KERNEL_RELEASE)).read().strip() if os.path.exists(os.path.join(root, KERNEL_RELEASE))
+              else host_state.get("kernel") or DEFAULT_KERNEL)
+    unload_driver(root, list(gpu_bus_ids) + list(nvswitch_bus_ids))
+    if host_state.get("nouveau") and not nouveau_blacklisted(root):
+        write_modules(root, {}, others=("nouveau",))
+        for bus_id in gpu_bus_ids:
+            _bind(root, bus_id, "nouveau")
+        return None
+    installed = installed_module(root, kernel)
+    secure_boot = os.path.exists(os.path.join(root, SECURE_BOOT_VAR)) and \
+        open(os.path.join(root, SECURE_BOOT_VAR), "rb").read()[4:5] == b"\x01"
+    modules = BOOT_MODULES
+    if installed is not None:
+        version, flavour, signed = installed
+        if secure_boot and not signed:
+            return None
+    elif host_state.get("driver"):
+        version, flavour, modules = host_state["driver"], host_state.get("flavour") or "open", IMAGE_MODULES
+    else:
+        return None
+    load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids, modules=modules)
+    return version
+
+
 # ---------------------------------------------------------------------------------------------------- NVML's view
 def nvml_library_version(root):
     """The version of the NVML library NVML would load under ``root`` (the name libnvidia-ml.so.1 links to), or

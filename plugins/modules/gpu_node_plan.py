@@ -16,6 +16,11 @@ description:
   - The first step of the gpuops.nvidia.gpu_node role, in one module run instead of one per role and per file.
     Reads the GPUs (the fact C(nvidia_gpus), as M(gpuops.nvidia.gpu_info) sets it) and answers, per step, what
     would change, from the same code the steps' own modules run. Changes nothing, in any mode.
+  - B(Driver) (O(driver)) - the loaded NVIDIA driver (C(/sys/module/nvidia/version), C(/proc/driver/nvidia/version)),
+    nouveau and NVML's start against the declared pin (RV(driver)); the driver's packages are compared as O(packages)
+    with step C(driver). When NVML cannot start (no driver yet, a driver/library version mismatch) and O(driver) is
+    given, the GPUs are not read - the steps that read them (MIG, compute mode, CDI) report C(waiting) and are not
+    managed in this plan, and the role plans again after the driver step. Without O(driver) NVML must start.
   - B(MIG) (O(mig)) - whether MIG is managed on this node, and the plans M(gpuops.nvidia.mig_mode) and
     M(gpuops.nvidia.mig_layout) return in check mode.
   - B(Compute mode) (O(compute_mode)) - what M(gpuops.nvidia.compute_mode) would change, and its per-GPU result
@@ -37,6 +42,29 @@ description:
     unchanged counts as work, so the step's own role decides as it always did.
   - Holds the node lock (see O(lock_timeout)) while it reads, so a plan is never read from a half-applied state.
 options:
+  driver:
+    description:
+      - The NVIDIA driver the node declares (the gpuops.nvidia.driver role's C(driver_version), C(driver_branch),
+        C(driver_flavour)). Not given - the driver is not read and NVML must start.
+    type: dict
+    suboptions:
+      version:
+        description: The declared driver version (like C(580.95.05)); empty where only O(driver.branch) is declared.
+        type: str
+        default: ""
+      branch:
+        description: The declared branch (like C(580)); the loaded driver must be of it where no version is declared.
+        type: str
+        default: ""
+      flavour:
+        description: The declared kernel module flavour.
+        type: str
+        choices: [open, proprietary]
+        default: open
+      root:
+        description: The root the files below NVML are read under; default C(/), on simulated GPUs the simulated node's
+          root (C(GPUOPS_SIMULATED_ROOT)).
+        type: path
   mig:
     description:
       - MIG, planned only when it is managed on this node (RV(mig.managed)).
@@ -339,6 +367,16 @@ steps:
   returned: always
   type: dict
   sample: {mig: [], compute_mode: ["GPU 0: compute mode Prohibited -> Default"], containerd_runtime: []}
+driver:
+  description:
+    - The loaded driver against the pin - C(loaded_version), C(loaded_flavour) (null when none is loaded),
+      C(nouveau_loaded), C(secure_boot), C(kernel), C(nvswitch), C(nvlink5), C(nvml_error) (null, or NVML's C(name) and
+      C(message) when it could not start), C(action) (C(none), C(load), C(reload) or C(reboot)), C(reboot_needed),
+      C(disruptive) (reasons the node's GPU users are disrupted) and C(root).
+  returned: when O(driver) is given
+  type: dict
+  sample: {loaded_version: 570.195.03, loaded_flavour: open, action: reload, reboot_needed: false,
+           disruptive: ["driver 570.195.03 is loaded, 580.95.05 is declared"]}
 mig:
   description:
     - C(managed), C(disruptive) (reasons the GPUs change, for the cordon), and when MIG is managed and something
@@ -394,7 +432,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
@@ -414,6 +452,13 @@ def main():
 def _read(module):
     try:
         return read_facts()
+    except NvmlInitError as exc:
+        # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the
+        # driver step has the work; the steps that read the GPUs wait for it). Elsewhere NVML must start.
+        if module.params["driver"] is None:
+            module.fail_json(msg=str(exc))
+        return {"backend": None, "driver_version": None, "cuda_driver_version": None, "nvml_version": None,
+                "gpus": [], "nvml_error": {"name": exc.name, "message": str(exc)}}
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     except NvmlError as exc:

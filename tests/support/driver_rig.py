@@ -18,7 +18,7 @@ import subprocess
 from email.utils import formatdate
 import hashlib
 
-from tests.support import apt_rig
+from tests.support import apt_rig, driver_files
 
 KERNEL = "6.8.0-87-generic"
 OLD, NEW = "570.195.03", "580.95.05"
@@ -28,9 +28,27 @@ PRECOMPILED_VERSION = "6.8.0-87.88+1"
 LIBRARY_MARKER = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s"
 
 
-def module_text(version, flavour, signed):
-    return ("TEST STAND-IN nvidia.ko (tests/support/driver_rig.py), NOT NVIDIA's module\nversion=%s\nflavour=%s\n"
-            "signed=%s\n" % (version, flavour, "yes" if signed else "no"))
+# The kernel modules one driver package installs (as placeholders: tests/support/driver_files.py's format, which the
+# kmod stand-ins and the simulated boot read).
+MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
+# NVML's library link (what the simulated NVML opens: plugins/module_utils/_simulator_host.NVML_LIBRARY_LINK).
+LIBRARY_LINK = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+
+
+def module_text(version, flavour, signed, module="nvidia"):
+    """A placeholder module file (NOT NVIDIA's module): driver_files' format."""
+    return driver_files.render_placeholder(module, version, flavour, signed)
+
+
+def module_files(directory, version, flavour, signed):
+    """{path: text} of every module of one driver under ``directory`` (lib/modules/<kernel>/...)."""
+    return dict(("%s/%s" % (directory, driver_files.module_file_name(m)), module_text(version, flavour, signed, m))
+                for m in MODULES)
+
+
+def library_files(version, text):
+    """The NVML library and its link (a ("symlink", target) value is a symbolic link in the package)."""
+    return {LIBRARY_MARKER % version: text, LIBRARY_LINK: ("symlink", os.path.basename(LIBRARY_MARKER % version))}
 
 
 def cuda_packages(version):
@@ -39,7 +57,7 @@ def cuda_packages(version):
     v = "%s-%s" % (version, CUDA_REVISION)
     lib = "libnvidia-compute-%s" % b
     out = {
-        lib: (v, None, {LIBRARY_MARKER % version: "TEST STAND-IN libnvidia-ml %s\n" % version}),
+        lib: (v, None, library_files(version, "TEST STAND-IN libnvidia-ml %s\n" % version)),
         "nvidia-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
             "usr/bin/nvidia-smi": "#!/bin/sh\necho 'TEST STAND-IN nvidia-smi %s'\n" % version}),
         "nvidia-compute-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
@@ -51,8 +69,8 @@ def cuda_packages(version):
     }
     for flavour, suffix in (("open", "-open"), ("proprietary", "")):
         dkms = "nvidia-dkms-%s%s" % (b, suffix)
-        out[dkms] = (v, lib + " (= %s)" % v, {
-            "lib/modules/%s/updates/dkms/nvidia.ko" % KERNEL: module_text(version, flavour, False)})
+        out[dkms] = (v, lib + " (= %s)" % v, module_files("lib/modules/%s/updates/dkms" % KERNEL, version, flavour,
+                                                           False))
         out["nvidia-headless-%s%s" % (b, suffix)] = (v, "%s (= %s), nvidia-compute-utils-%s (= %s), %s (= %s)" % (
             dkms, v, b, v, lib, v), {"usr/share/doc/nvidia-headless-%s%s/README" % (b, suffix): "TEST STAND-IN\n"})
     fm = "nvidia-fabricmanager" if int(b) >= 580 else "nvidia-fabricmanager-%s" % b
@@ -68,15 +86,16 @@ def archive_packages(version):
     v = "%s-%s" % (version, ARCHIVE_REVISION)
     lib = "libnvidia-compute-%s-server" % b
     return {
-        lib: (v, None, {LIBRARY_MARKER % version: "TEST STAND-IN libnvidia-ml %s (archive)\n" % version}),
+        lib: (v, None, library_files(version, "TEST STAND-IN libnvidia-ml %s (archive)\n" % version)),
         "nvidia-utils-%s-server" % b: (v, "%s (= %s)" % (lib, v), {
             "usr/bin/nvidia-smi": "#!/bin/sh\necho 'TEST STAND-IN nvidia-smi %s'\n" % version}),
         "nvidia-compute-utils-%s-server" % b: (v, "%s (= %s)" % (lib, v), {
             "usr/bin/nvidia-persistenced": "#!/bin/sh\necho 'TEST STAND-IN nvidia-persistenced %s'\n" % version}),
         "nvidia-headless-no-dkms-%s-server-open" % b: (v, "nvidia-compute-utils-%s-server (= %s), %s (= %s)" % (
             b, v, lib, v), {"usr/share/doc/nvidia-headless-no-dkms-%s-server-open/README" % b: "TEST STAND-IN\n"}),
-        "linux-modules-nvidia-%s-server-open-%s" % (b, KERNEL): (PRECOMPILED_VERSION, "%s (>= %s)" % (lib, version), {
-            "lib/modules/%s/kernel/nvidia-%ssrv/nvidia.ko" % (KERNEL, b): module_text(version, "open", True)}),
+        "linux-modules-nvidia-%s-server-open-%s" % (b, KERNEL): (PRECOMPILED_VERSION, "%s (>= %s)" % (lib, version),
+                                                                 module_files("lib/modules/%s/kernel/nvidia-%ssrv"
+                                                                              % (KERNEL, b), version, "open", True)),
     }
 
 
@@ -100,6 +119,9 @@ def build(workdir, name, version, depends, files, arch_name):
     for rel, text in files.items():
         path = os.path.join(tree, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(text, tuple):
+            os.symlink(text[1], path)
+            continue
         with open(path, "w") as handle:
             handle.write(text)
         os.chmod(path, 0o755 if "/bin/" in rel else 0o644)

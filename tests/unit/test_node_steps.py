@@ -182,12 +182,15 @@ def test_the_registry_is_checked():
 
 
 def test_the_driver_and_health_steps_fit_the_registry():
-    """The two steps that come next, as one entry each: the driver first (disruptive; MIG, compute mode and the CDI
-    spec run again after it) and health last (a read, run again after any disruptive change, never disruptive)."""
+    """The driver step is one entry, first (disruptive; MIG, compute mode and the CDI spec run again after it), and
+    health one more, last (a read, run again after any disruptive change, never disruptive)."""
     def check(module, facts, params):
         return None, {}
-    steps = (_node_steps.Step("driver", {"driver": dict(type="dict")}, check=check, tasks="driver.yml",
-                              disruptive=True, reruns=("mig", "compute_mode", "cdi")),) + _node_steps.STEPS + \
+    driver = _node_steps.BY_NAME["driver"]
+    assert _node_steps.STEPS[0] is driver and driver.disruptive and driver.tasks == "driver.yml"
+    assert driver.reruns == ("mig", "compute_mode", "cdi") and not driver.needs_nvml
+    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi"]
+    steps = _node_steps.STEPS + \
         (_node_steps.Step("health", {"health": dict(type="dict")}, check=check, tasks="health.yml",
                           after_disruption=True),)
     assert _node_steps.registry_problems(steps) == []
@@ -230,23 +233,24 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
 
 
 def test_the_plan_arguments_come_from_one_input_per_step():
-    inputs = {"mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
+    inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
               "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None}
     assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
                                       "runtime_mode": {"mode": "cdi"}}
     assert node_plan_args(inputs, ["mig"]) == {"mig": inputs["mig"]}
     with pytest.raises(AnsibleFilterError, match=re.escape(
-            "node_plan_args: expects, for each step of the node plan (mig, compute_mode, declared, containerd_runtime, "
-            "runtime_mode, cdi), its options or none; got cdi, compute_mode, containerd_runtime, declared, mig")):
+            "node_plan_args: expects, for each step of the node plan (driver, mig, compute_mode, declared, "
+            "containerd_runtime, runtime_mode, cdi), its options or none; got cdi, compute_mode, containerd_runtime, "
+            "declared, driver, mig")):
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
-        node_plan_args(inputs, ["driver"])
+        node_plan_args(inputs, ["health"])
     with pytest.raises(AnsibleFilterError, match=re.escape("step declared: expects its options (files, packages, units)")):
         node_plan_args(dict(inputs, declared={"file": []}))
 
 
-MANAGED = {"mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True, "cdi": True,
+MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True, "cdi": True,
            "runtime_mode": True}
 
 
@@ -261,6 +265,9 @@ def test_a_converged_node_runs_no_step():
     plan = _plan({"mig": [], "compute_mode": [], "containerd_runtime": [], "cdi": [], "runtime_mode": []},
                  mig={"managed": True, "disruptive": []})
     assert node_step_gates(plan, MANAGED) == dict((name, False) for name in list(MANAGED) + ["disruptive"])
+    # a node that declares its driver, converged: nothing runs either
+    plan["steps"]["driver"], plan["driver"] = [], {"action": "none", "disruptive": []}
+    assert not any(node_step_gates(plan, dict(MANAGED, driver=True)).values())
 
 
 def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
@@ -268,8 +275,8 @@ def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
                   "cdi": [], "runtime_mode": []},
                  mig={"managed": True, "disruptive": ["MIG layout changes on GPU(s) 0"]})
     gates = node_step_gates(plan, MANAGED)
-    assert gates == {"mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": False,
-                     "cdi": True, "runtime_mode": False, "disruptive": True}
+    assert gates == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
+                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "disruptive": True}
     # MIG left to the GPU Operator (not managed here): nothing of it runs, nothing is disruptive
     gates = node_step_gates(plan, dict(MANAGED, mig=False))
     assert not gates["mig"] and not gates["disruptive"] and not gates["compute_mode"] and not gates["cdi"]
@@ -288,9 +295,9 @@ def test_a_step_runs_only_where_managed_and_with_work():
 
 
 @pytest.mark.parametrize("plan, managed, words", [
-    ({"steps": {}}, dict(MANAGED, driver=True), "for each node step (mig, compute_mode, container_toolkit, "),
+    ({"steps": {}}, dict(MANAGED, health=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
     ({"steps": {}}, dict((k, v) for k, v in MANAGED.items() if k != "cdi"),
-     "got compute_mode, container_toolkit, containerd_runtime, mig, runtime_mode"),
+     "got compute_mode, container_toolkit, containerd_runtime, driver, mig, runtime_mode"),
     ({"steps": {}}, dict(MANAGED, cdi="maybe"), "whether step cdi is managed must be a boolean, got 'maybe'"),
     ("plan", MANAGED, "expects gpu_node_plan's result (a dict with steps), got str"),
     ({"steps": {"cdi": "stale"}}, MANAGED, "steps.cdi must be the list of reasons the plan found, got str"),

@@ -1,0 +1,125 @@
+"""site.yml with the driver step on lab nodes that declare a driver (driver_version): the driver's packages installed
+with Debian's real apt and dpkg into the node's scratch root (APT_CONFIG, DPKG_ROOT) from a local signed repository
+of fake packages (tests/support/driver_rig.py, one per session), the modules loaded by the kmod stand-ins
+(tests/support/kmod_standin.py), NVML following the simulated host (_simulator_host). Small one-GPU nodes of their
+own (an inventory added to the lab's), only those converged (--limit).
+
+What a user would notice: check mode changes nothing; a fresh node gets the driver installed with open modules and
+loaded, no reboot, NVML up, and a re-run changes nothing; a node with nouveau reboots exactly once (guarded) and then
+serves; a version-mismatch node is repaired by a reload."""
+import os
+
+import pytest
+import yaml
+
+from tests.integration.site_helpers import Site
+from tests.support import apt_rig, driver_files, driver_rig
+from tests.support.ansible_run import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))]
+
+OLD, NEW = driver_rig.OLD, driver_rig.NEW
+# inventories/lab/group_vars/gpu_nodes.yml's gpuops_environment (a host's own replaces the group's)
+LAB_ENVIRONMENT = {
+    "GPUOPS_SIMULATED_GPUS": "{{ gpuops_lab_state_dir }}/{{ inventory_hostname }}.json",
+    "GPUOPS_SIMULATED_MACHINE": "{{ gpuops_simulated_machine }}",
+    "GPUOPS_SIMULATED_ROOT": "{{ gpuops_lab_root }}",
+    "GPUOPS_SIMULATED_HOST": "{{ gpuops_simulated_host | default('') }}"}
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    before = apt_rig.host_installed()
+    made = driver_rig.DriverRig(tmp_path_factory.mktemp("driver-rig"))
+    try:
+        yield made
+    finally:
+        made.close()
+    assert apt_rig.host_installed() == before, "this machine's own package set changed"
+
+
+def driver_site(tmp_path, rig, nodes):
+    """A Site over the lab plus ``nodes`` ({name: host options}), each an h200-x1 node declaring driver NEW, its
+    scratch root an apt/dpkg root."""
+    state = tmp_path / "lab-state"
+    hosts = {}
+    for name, options in nodes.items():
+        root = apt_rig.Root(state / name)
+        os.makedirs(os.path.join(root.path, "etc/modprobe.d"))      # as on any distribution's image
+        hosts[name] = {"gpuops_simulated_machine": "h200-x1", "gpuops_simulated_host": options,
+                       "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
+                           ROOT, "inventories", "lab-files", "containerd-config.toml"),
+                       "driver_version": NEW, "driver_repo_url": rig.url, "driver_repo_key": rig.key,
+                       "driver_environment": root.env,
+                       # the node's package database is its scratch root's, for every task (the node plan reads it)
+                       "gpuops_environment": dict(root.env, **LAB_ENVIRONMENT)}
+    path = tmp_path / "driver-nodes.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {
+        "mps_nodes": {"hosts": hosts}}}}}}))
+    site = Site(tmp_path, limit=tuple(nodes), gpuops_serial="100%")
+    return site, ("-i", str(path))
+
+
+def loaded(site, node):
+    return (driver_files.read(str(site.state / node), "sys/module/nvidia/version") or "").strip() or None
+
+
+def test_fresh_node_check_then_install_load_and_rerun(tmp_path, rig):
+    site, args = driver_site(tmp_path, rig, {"drv-fresh": "driver=none"})
+    root = str(site.state / "drv-fresh")
+
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    assert driver_rig.installed(apt_rig.Root(root)) == {}
+    assert loaded(site, "drv-fresh") is None
+    said = " ".join(str(r.get("msg")) for r in res.task("Report the package changes", "drv-fresh"))
+    assert "nvidia-headless-580-open: not installed -> %s-0ubuntu1 (install)" % NEW in said, said
+
+    boot = site.gpus("drv-fresh")["boot_id"]
+    res = site.run(args=args)
+    assert res.rc == 0, res
+    assert loaded(site, "drv-fresh") == NEW
+    assert "Open Kernel Module" in driver_files.read(root, "proc/driver/nvidia/version")
+    assert site.gpus("drv-fresh")["boot_id"] == boot                      # no reboot
+    versions = dict((n, v) for n, (v, s) in driver_rig.installed(apt_rig.Root(root)).items())
+    assert versions["nvidia-headless-580-open"] == "%s-0ubuntu1" % NEW
+    # the second pass planned with NVML up: the GPU steps ran with the GPUs read
+    assert res.task("Read the GPUs and plan every step", "drv-fresh")[-1]["ansible_facts"]["nvidia_gpus"]["gpus"]
+
+    again = site.run(args=args)
+    assert again.rc == 0, again
+    assert again.changed("drv-fresh") == 0, again
+    assert not [t for t in again.task("Install the driver", "drv-fresh") if not t.get("skipped")]
+
+
+def test_nouveau_reboots_once_and_a_mismatch_is_reloaded(tmp_path, rig):
+    site, args = driver_site(tmp_path, rig, {"drv-nouveau": "driver=none,nouveau", "drv-mismatch": "driver=570.195.03"})
+    mismatch = apt_rig.Root(site.state / "drv-mismatch")
+    # the mismatch node: 580's packages installed under its loaded 570 module (the library is 580: NVML refuses)
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    assert [t["msg"] for t in res.task("Show the reboot a real run would do", "drv-nouveau")] == [
+        "Would reboot once: node drv-nouveau: nouveau is loaded: it holds the GPUs until a reboot with it blacklisted "
+        "(driver %s)" % NEW]
+    mismatch.dpkg_install(rig.debs[(n, v)] for n, v in (
+        ("libnvidia-compute-580", NEW + "-0ubuntu1"), ("nvidia-compute-utils-580", NEW + "-0ubuntu1"),
+        ("nvidia-dkms-580-open", NEW + "-0ubuntu1"), ("nvidia-utils-580", NEW + "-0ubuntu1"),
+        ("nvidia-headless-580-open", NEW + "-0ubuntu1")))
+    boots = dict((n, site.gpus(n)["boot_id"]) for n in ("drv-nouveau", "drv-mismatch"))
+
+    res = site.run(args=args)
+    assert res.rc == 0, res
+    # nouveau: exactly one reboot, after which the installed driver is loaded and nouveau is not
+    assert site.gpus("drv-nouveau")["boot_id"] == boots["drv-nouveau"] + 1
+    assert loaded(site, "drv-nouveau") == NEW
+    assert "nouveau" not in driver_files.loaded(str(site.state / "drv-nouveau"))
+    assert not os.path.exists(str(site.state / "drv-nouveau" / "var/lib/gpuops/driver-reboot-attempted"))
+    # the mismatch: reloaded at 580, no reboot
+    assert loaded(site, "drv-mismatch") == NEW and site.gpus("drv-mismatch")["boot_id"] == boots["drv-mismatch"]
+    assert [t["version"] for t in res.task("Load the driver (none loaded) or reload it", "drv-mismatch")] == [NEW]
+
+    again = site.run(args=args)
+    assert again.rc == 0, again
+    assert again.changed("drv-nouveau") == 0 and again.changed("drv-mismatch") == 0, again
+    assert site.gpus("drv-nouveau")["boot_id"] == boots["drv-nouveau"] + 1

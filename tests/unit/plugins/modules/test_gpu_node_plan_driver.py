@@ -1,0 +1,110 @@
+"""gpu_node_plan's driver step (registry step `driver`): the loaded driver against the pin, read below NVML, and the
+plan still answering when NVML cannot start (the GPU steps then wait for the driver). On simulated nodes whose host
+tree (_simulator_host) says what a user's node would: no driver, nouveau, another version, a version mismatch."""
+import os
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_step import plan_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
+from tests.support.modrun import run_main
+
+PIN = {"version": "580.95.05", "branch": "", "flavour": "open"}
+GPU_STEPS = {"mig": {"manage": "declared", "config_name": "all-balanced"},
+             "compute_mode": {"settings": [{"gpus": ["all"], "mode": "Default"}]}}
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """``host(options)``: a simulated H200 node with the host options of GPUOPS_SIMULATED_HOST; returns its root."""
+    def _make(options):
+        path, root = str(tmp_path / "state.json"), str(tmp_path / "root")
+        monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", path)
+        monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", "h200-x1")
+        monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", root)
+        monkeypatch.setenv("GPUOPS_SIMULATED_HOST", options)
+        sim = SimulatedBackend(path, shape="h200-x1", root=root, host_options=options)
+        try:
+            sim.read_all()
+        except Exception:       # NVML may not start on this host; the host tree is rendered all the same
+            pass
+        return root
+    return _make
+
+
+def _plan(args, check=True):
+    return run_main(gpu_node_plan.main, args, check_mode=check)
+
+
+def test_a_node_that_declares_no_driver_reads_none():
+    state = {"kernel": "6.8.0-87-generic", "loaded": None, "nouveau_loaded": False, "secure_boot": False}
+    report, reasons = plan_driver(state, None, PIN)
+    assert report["action"] == "load" and report["disruptive"] == [] and len(reasons) == 1
+
+
+@pytest.mark.parametrize("options, action, disruptive, words", [
+    ("driver=580.95.05", "none", False, None),
+    ("driver=none", "load", False, "no NVIDIA driver is loaded: driver 580.95.05 (open modules) will be loaded"),
+    ("driver=none,nouveau", "reboot", True, "nouveau is loaded: it holds the GPUs until the node boots with it"),
+    ("driver=570.195.03", "reload", True, "driver 570.195.03 is loaded, 580.95.05 is declared"),
+    ("driver=580.95.05,flavour=proprietary", "reload", True, "the loaded modules are proprietary, open are declared"),
+])
+def test_the_loaded_driver_against_the_pin(host, options, action, disruptive, words):
+    host(options)
+    out = _plan(dict(GPU_STEPS, driver=PIN))
+    assert not out.get("failed"), out
+    assert out["driver"]["action"] == action
+    assert bool(out["driver"]["disruptive"]) is disruptive
+    assert out["driver"]["reboot_needed"] is (action == "reboot")
+    if words is None:
+        assert out["steps"]["driver"] == []
+    else:
+        assert any(words in reason for reason in out["steps"]["driver"]), out["steps"]["driver"]
+
+
+def test_no_nvml_the_gpu_steps_wait_for_the_driver(host):
+    host("driver=none")
+    out = _plan(dict(GPU_STEPS, driver=PIN))
+    assert out["driver"]["nvml_error"]["name"] == "LIBRARY_NOT_FOUND"
+    assert out["ansible_facts"]["nvidia_gpus"]["gpus"] == []
+    for step in ("mig", "compute_mode"):
+        assert out[step]["waiting"] == "driver" and out[step]["managed"] is False, out[step]
+    assert out["steps"]["compute_mode"][0].startswith("waits for the driver (NVML: ")
+    # without the driver step NVML must start, as before
+    out = _plan(dict(GPU_STEPS))
+    assert out["failed"] and "NVML could not start" in out["msg"]
+
+
+def test_a_version_mismatch_is_repaired_by_a_reload(host):
+    root = host("driver=570.195.03")
+    # the packages of 580 were installed under the loaded 570 module: NVML's library is 580
+    _simulator_host.install_nvml_library(root, "580.95.05")
+    out = _plan(dict(GPU_STEPS, driver=PIN))
+    assert out["driver"]["nvml_error"]["name"] == "LIB_RM_VERSION_MISMATCH"
+    assert out["driver"]["action"] == "reload"
+    assert any("version mismatch" in r for r in out["driver"]["disruptive"]), out["driver"]
+    # pinned at the loaded version, the mismatch alone is the work
+    out = _plan(dict(GPU_STEPS, driver=dict(PIN, version="570.195.03")))
+    assert out["driver"]["action"] == "reload" and len(out["driver"]["disruptive"]) == 1
+
+
+@pytest.mark.parametrize("pin, words", [
+    ({"version": "", "branch": ""}, "declare version (like 580.95.05) or branch (like 580)"),
+    ({"version": "580"}, "version '580' is not a driver version"),
+    ({"version": "580.95.05", "branch": "570"}, "version 580.95.05 is not of branch 570"),
+    ({"branch": "r580"}, "branch 'r580' is not a driver branch"),
+])
+def test_a_bad_pin_is_refused_before_anything_is_read(host, pin, words):
+    root = host("driver=580.95.05")
+    before = sorted(os.listdir(root))
+    out = _plan({"driver": pin})
+    assert out["failed"] and words in out["msg"], out
+    assert sorted(os.listdir(root)) == before
+
+
+def test_a_branch_pin_accepts_any_version_of_the_branch(host):
+    host("driver=580.95.05")
+    assert _plan({"driver": {"branch": "580"}})["steps"]["driver"] == []
+    assert _plan({"driver": {"branch": "570"}})["driver"]["action"] == "reload"
