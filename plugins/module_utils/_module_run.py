@@ -6,7 +6,8 @@
 A module is a subclass of ``ModuleRun`` that names its argument spec and fills four hooks, and a ``main()`` that is
 ``run_module(TheClass)``::
 
-    validate() -> read() -> plan(current) -> apply(current, changes) outside check mode, or only report
+    validate() -> [lock()] read() -> plan(current) -> apply(current, changes) outside check mode, or only report
+                  -> after(current, changes)
 
 The decisions stay in the pure planners the hooks call; the class does the I/O in its hooks and puts what the user
 needs into ``self.result``. What every module did in its own words is done here once:
@@ -28,6 +29,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import copy
 
 from ansible.module_utils.basic import AnsibleModule
@@ -95,6 +97,15 @@ class ModuleRun(object):
         """Make ``changes`` (outside check mode, unless ``apply_in_check_mode``), then re-read and verify."""
         raise NotImplementedError
 
+    def after(self, current, changes):
+        """The last step, also when nothing changed and in check mode: a verification or record that runs on every
+        apply run (test ``self.module.check_mode`` before writing), warnings."""
+
+    def lock(self):
+        """The lock held from the read to the end (a node lock for a module that changes the node): a context
+        manager."""
+        return contextlib.nullcontext()
+
     # ---- what every module does the same way ---------------------------------------------------------------------
     def set_diff(self, before, after, header=None):
         """The diff, only in diff mode: ``before`` and ``after`` (with one header naming what they are)."""
@@ -120,11 +131,13 @@ class ModuleRun(object):
         errors = self.validate()
         if errors:
             self.refuse_input(errors)
-        current = self.read()
-        changes = self.plan(current)
-        self.result["changed"] = bool(changes)
-        if changes and (self.apply_in_check_mode or not self.module.check_mode):
-            self.apply(current, changes)
+        with self.lock():
+            current = self.read()
+            changes = self.plan(current)
+            self.result["changed"] = bool(changes)
+            if changes and (self.apply_in_check_mode or not self.module.check_mode):
+                self.apply(current, changes)
+            self.after(current, changes)
         return self.result
 
 
