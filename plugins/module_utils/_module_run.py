@@ -6,8 +6,8 @@
 A module is a subclass of ``ModuleRun`` that names its argument spec and fills four hooks, and a ``main()`` that is
 ``run_module(TheClass)``::
 
-    validate() -> [lock()] read() -> plan(current) -> apply(current, changes) outside check mode, or only report
-                  -> after(current, changes)
+    validate() -> lock(): converge(): read() -> plan(current) -> apply(current, changes) outside check mode, or
+                                      only report -> after(current, changes)
 
 The decisions stay in the pure planners the hooks call; the class does the I/O in its hooks and puts what the user
 needs into ``self.result``. What every module did in its own words is done here once:
@@ -127,18 +127,24 @@ class ModuleRun(object):
         """Fail on the parameters' errors, all in one failure, before anything was read."""
         self.module.fail_json(msg=invalid_input(errors), errors=list(errors), changed=False)
 
+    def converge(self):
+        """read -> plan -> apply or report -> after. A module whose read and write are one operation of its runner (a
+        Lease's compare-and-swap, with check mode the runner's dry run) overrides this one hook instead, and still
+        fills ``self.result`` and returns it."""
+        current = self.read()
+        changes = self.plan(current)
+        self.result["changed"] = bool(changes)
+        if changes and (self.apply_in_check_mode or not self.module.check_mode):
+            self.apply(current, changes)
+        self.after(current, changes)
+        return self.result
+
     def run(self):
         errors = self.validate()
         if errors:
             self.refuse_input(errors)
         with self.lock():
-            current = self.read()
-            changes = self.plan(current)
-            self.result["changed"] = bool(changes)
-            if changes and (self.apply_in_check_mode or not self.module.check_mode):
-                self.apply(current, changes)
-            self.after(current, changes)
-        return self.result
+            return self.converge()
 
 
 def run_module(run_class):
