@@ -18,10 +18,6 @@ EXCEPTIONS = {
     "gpu_simulator": "edited by other work when the base landed (test-only simulator control)",
 }
 
-# Not converted yet: this set only shrinks.
-NOT_YET = set()
-
-
 def module_names():
     return sorted(name[:-3] for name in os.listdir(MODULES) if name.endswith(".py") and name != "__init__.py")
 
@@ -47,11 +43,8 @@ def shape(name):
 
 def test_every_module_but_the_known_exceptions_has_the_one_shape():
     names = module_names()
-    assert len(names) > 20 and set(EXCEPTIONS) | NOT_YET <= set(names), "a listed module is gone: update the lists"
+    assert len(names) > 20 and set(EXCEPTIONS) <= set(names), "a listed exception is gone: update EXCEPTIONS"
     shapes = {name: shape(name) for name in names if name not in EXCEPTIONS}
-    wrong = {name: got for name, got in shapes.items() if got != "ModuleRun" and name not in NOT_YET}
+    wrong = {name: got for name, got in shapes.items() if got != "ModuleRun"}
     assert not wrong, "modules without the one shape (see docs/architecture.md, 'The module shape'): %s" % wrong
-    done = sorted(name for name in NOT_YET if shapes[name] == "ModuleRun")
-    assert not done, "converted, so take them off NOT_YET: %s" % done
-    distinct = set(shapes.values()) - {"ModuleRun"} if NOT_YET else set(shapes.values())
-    assert NOT_YET or distinct == {"ModuleRun"}, distinct
+    assert len(set(shapes.values())) == 1      # the count of distinct shapes, the known exceptions aside
