@@ -109,8 +109,15 @@ class CdiSpecRun(object):
         mine = [p for p in problems if os.path.basename(self.path) in p]
         return (["exit %s" % rc] if rc != 0 else []) + mine + listing_problems(names, expected)
 
-    # -- the run ------------------------------------------------------------------------------------
+    # -- the run: read -> plan -> finish (cdi_spec's hooks; run() for the MIG boot script) ----------------------
     def run(self):
+        current = self.read()
+        result = self.plan(current)
+        self.finish(current, result)
+        return result
+
+    def read(self):
+        """The GPUs, the devices they should have, the candidate nvidia-ctk generates for them, and the live spec."""
         params, path = self.params, self.path
         facts = self.read_gpus()
         present = params["state"] == "present"
@@ -134,16 +141,27 @@ class CdiSpecRun(object):
         else:
             desired, names = None, []
         live = read_live(self.module, path, "spec_path")
+        return dict(facts=facts, expected=expected, desired=desired, names=names, live=live, warnings=warnings)
+
+    def plan(self, current):
+        """The module's result: what is to be done to the live spec (``action``), with the diff in diff mode."""
+        path, desired, live = self.path, current["desired"], current["live"]
         if live == desired:
             action = "none"
         else:
             action = "remove" if desired is None else ("create" if live is None else "replace")
-        result = {"changed": action != "none", "spec_path": path, "devices": sorted(names),
-                  "device_count": device_count(expected) if desired is not None else 0, "action": action,
+        result = {"changed": action != "none", "spec_path": path, "devices": sorted(current["names"]),
+                  "device_count": device_count(current["expected"]) if desired is not None else 0, "action": action,
                   "nvidia_ctk": self.ctk_path}
         if self.module._diff:
             result["diff"] = {"before_header": path, "after_header": path, "before": live or "",
                               "after": desired or ""}
+        return result
+
+    def finish(self, current, result):
+        """Outside check mode: the change, then the node's view verified and the record written (also when nothing
+        changed); the warnings."""
+        path, desired, expected, action = self.path, current["desired"], current["expected"], result["action"]
         if not self.module.check_mode:
             self.apply(action, desired, result)
             if desired is not None:
@@ -152,12 +170,11 @@ class CdiSpecRun(object):
                     self.module.fail_json(
                         msg="%s %s, but the node's CDI view (`nvidia-ctk cdi list` over %s) is not the GPUs' devices:"
                             " %s" % (path, "was written" if action != "none" else "is as generated",
-                                     ", ".join(params["spec_dirs"]), "; ".join(problems)),
+                                     ", ".join(self.params["spec_dirs"]), "; ".join(problems)),
                         changed=action != "none", spec_path=path)
-            self.record(facts, expected, desired)
-        for warning in warnings:
+            self.record(current["facts"], expected, desired)
+        for warning in current["warnings"]:
             self.module.warn(warning)
-        return result
 
     def apply(self, action, desired, result):
         path = self.path

@@ -24,6 +24,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun
 
 try:
     import yaml
@@ -63,21 +64,23 @@ def release_argument_spec(release_name, namespace, chart_ref, chart_repo_url):
     return spec
 
 
-class HelmRelease(object):
-    """One chart's helm release. ``result`` is what the module returns, also when a helm or API error ends the run.
+class HelmRelease(ModuleRun):
+    """One chart's helm release: a ModuleRun whose ``run`` is the release's lifecycle (validate -> connect -> chart
+    -> values -> pre-checks -> read -> plan -> apply or report). ``result`` is what the module returns, also when a
+    helm or API error ends the run (the base's error mapping: ``errors``).
 
-    Class attributes a subclass sets: ``namespace_hint`` (a dedicated namespace named in the error for 'default'),
+    Class attributes a subclass sets: ``argument_spec`` (``release_argument_spec`` and its own options),
+    ``namespace_hint`` (a dedicated namespace named in the error for 'default'),
     ``version_example`` (a chart version named in the error for a missing chart_version), ``values_prefix`` (of the
     temporary values files)."""
 
     namespace_hint = "a dedicated namespace"
     version_example = "1.0.0"
     values_prefix = "gpuops-helm-"
+    errors = (_helm.HelmError, _kube.KubeError)
 
     def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.result = dict(changed=False)
+        super(HelmRelease, self).__init__(module)
         self.helm = None
         self.record = None
         if self.params["chart_path"]:
@@ -103,7 +106,7 @@ class HelmRelease(object):
 
     # ---- validate ------------------------------------------------------------------------------------------------
     def validate(self):
-        """Every parameter checked before anything runs: all that is wrong, in one failure that changes nothing."""
+        """Every parameter checked before anything runs: all that is wrong (``run`` refuses them in one failure)."""
         p = self.params
         if not HAS_YAML:
             self.module.fail_json(msg=missing_required_lib("PyYAML"))
@@ -133,8 +136,7 @@ class HelmRelease(object):
         error = seconds_error("pending_timeout", p["pending_timeout"])
         if error:
             errors.append(error)
-        if errors:
-            self.module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+        return errors
 
     def connect(self):
         """helm with the credentials in its environment (secrets masked, temporary files cleaned up), and the record
@@ -388,7 +390,9 @@ class HelmRelease(object):
 
     # ---- the run -------------------------------------------------------------------------------------------------
     def run(self):
-        self.validate()
+        errors = self.validate()
+        if errors:
+            self.refuse_input(errors)
         self.connect()
         if self.params["state"] == "absent":
             return self.remove()
@@ -408,12 +412,3 @@ class HelmRelease(object):
         self.after_apply(context)
         return self.result
 
-
-def run_module(module, release):
-    """Run ``release`` and exit the module with its result; helm and API errors end it with what was done."""
-    try:
-        module.exit_json(**release.run())
-    except _helm.HelmError as exc:
-        module.fail_json(msg=exc.msg, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **release.result)
-    except _kube.KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, **release.result)

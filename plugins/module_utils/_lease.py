@@ -48,6 +48,7 @@ import time
 from urllib.parse import quote
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, Kube, read_or_none
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 API_VERSION = "coordination.k8s.io/v1"
 FIELD_MANAGER = "gpuops.nvidia"
@@ -377,13 +378,12 @@ class ClusterLease(object):
         else:
             raise LeaseError("could not record this slice's arrival on %s: %d conflicting writes in a row"
                              % (self.what, CONFLICT_RETRIES))
-        while True:
-            slices = arrived((view(self.read()) or {}).get("arrivals"), run_id)
-            waited = self.monotonic() - start
-            if len(slices) >= expected or waited >= timeout:
-                return {"run": run_id, "slices": slices, "expected": expected, "complete": len(slices) >= expected,
-                        "waited": round(waited, 1)}
-            self._pause()
+        # the shared wait (_poll); each slice reads at its own jittered interval, so slices do not read in step
+        polled = poll(lambda: arrived((view(self.read()) or {}).get("arrivals"), run_id),
+                      lambda slices: len(slices) >= expected, max(0.0, timeout - (self.monotonic() - start)),
+                      POLL_S * random.uniform(0.5, 1.5), clock=self.monotonic, sleep=self.sleep)
+        return {"run": run_id, "slices": polled.seen, "expected": expected, "complete": polled.done,
+                "waited": round(self.monotonic() - start, 1)}
 
     # -- acquire / release / renew
     def acquire(self, identity, duration, wait_timeout, check=False):

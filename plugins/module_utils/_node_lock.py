@@ -26,7 +26,9 @@ import json
 import os
 import socket
 import time
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 ENV_LOCK = "GPUOPS_NODE_LOCK"
 ENV_TIMEOUT = "GPUOPS_NODE_LOCK_TIMEOUT"
@@ -107,24 +109,25 @@ class NodeLock(object):
         except OSError as exc:
             raise NodeLockError("cannot open the node lock file %s: %s (set %s to a writable path). Nothing was "
                                 "changed." % (self.path, exc.strerror or exc, ENV_LOCK))
-        start = time.time()
-        while True:
+        def try_lock():
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return True
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     os.close(fd)
                     raise NodeLockError("cannot lock %s: %s. Nothing was changed." % (self.path, exc))
-                if time.time() - start >= self.timeout:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise NodeLockError(
-                        "another gpuops run holds the node lock %s: %s; waited %d s (lock_timeout). Nothing was "
-                        "read or changed. Let that run finish, or raise lock_timeout (or %s)."
-                        % (self.path, describe_holder(holder), self.timeout, ENV_TIMEOUT))
-                time.sleep(POLL_S)
-        self.waited = time.time() - start
+                return False
+
+        polled = poll(try_lock, bool, self.timeout, POLL_S)      # the last try at the deadline
+        if not polled.done:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise NodeLockError(
+                "another gpuops run holds the node lock %s: %s; waited %d s (lock_timeout). Nothing was "
+                "read or changed. Let that run finish, or raise lock_timeout (or %s)."
+                % (self.path, describe_holder(holder), self.timeout, ENV_TIMEOUT))
+        self.waited = polled.waited
         self.fd = fd
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "module": self.owner,
                              "since": time.time()})

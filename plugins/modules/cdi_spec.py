@@ -127,29 +127,52 @@ nvidia_ctk:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, param_problems
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import NOTHING_CHANGED, CdiSpecRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, require_tool
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+
+
+class CdiSpec(ModuleRun):
+    """validate -> (node lock) read (the GPUs, nvidia-ctk's candidate, the live spec) -> plan (the action) -> apply,
+    verify the node's view and record (_cdi_run's runner, shared with the MIG boot script). Its failures keep the
+    wording "Nothing was changed." that tests/unit/plugins/modules/test_cdi_spec.py asserts."""
+
+    argument_spec = dict(ARGUMENT_SPEC, lock_timeout=dict(type="int"))
+
+    def validate(self):
+        p = self.params
+        problems = param_problems(p["spec_path"], p["spec_dirs"], p["device_name_strategy"])
+        if problems:
+            self.fail("; ".join(problems) + ". " + NOTHING_CHANGED)
+        return []
+
+    def lock(self):
+        return module_lock(self.module, "cdi_spec")
+
+    def read(self):
+        try:
+            ctk = require_tool(self.module.get_bin_path, self.params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
+        except ToolNotFound as exc:
+            self.fail("%s. %s" % (exc, NOTHING_CHANGED))
+        self.cdi = CdiSpecRun(self.module, ctk)
+        return self.cdi.read()
+
+    def plan(self, current):
+        self.result = self.cdi.plan(current)
+        return self.result["changed"]
+
+    def apply(self, current, changes):
+        """The write is in ``after``: it verifies and records on every run outside check mode, changed or not."""
+
+    def after(self, current, changes):
+        self.cdi.finish(current, self.result)
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, lock_timeout=dict(type="int")),
-                           supports_check_mode=True)
-    params = module.params
-    problems = param_problems(params["spec_path"], params["spec_dirs"], params["device_name_strategy"])
-    if problems:
-        module.fail_json(msg="; ".join(problems) + ". Nothing was changed.", changed=False)
-    try:
-        ctk = require_tool(module.get_bin_path, params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
-    except ToolNotFound as exc:
-        module.fail_json(msg="%s. Nothing was changed." % exc, changed=False)
-    with module_lock(module, "cdi_spec"):
-        result = CdiSpecRun(module, ctk).run()
-    module.exit_json(**result)
+    run_module(CdiSpec)
 
 
 if __name__ == "__main__":

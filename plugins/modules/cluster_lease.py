@@ -217,13 +217,14 @@ msg:
 import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 # More slices than this is a typo: a slice runs ansible-playbook on an execution node of its own.
 MAX_SLICES = 1000
@@ -264,7 +265,10 @@ def validate(p):
     return errors
 
 
-def main():
+class ClusterLeaseRun(ModuleRun):
+    """validate -> converge: the Lease's own compare-and-swap (_lease: read and write are one step; in check mode
+    its dry run) for state=acquired, released or query."""
+
     argument_spec = dict(
         name=dict(type="str", default="gpuops-nvidia-cluster"),
         namespace=dict(type="str", required=True),
@@ -283,27 +287,28 @@ def main():
         converged=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    _kube.require_client(module)
-    errors = validate(p)
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    _kube.mask_kubeconfig_secrets(module)
+    errors = (_lease.LeaseBusy, _lease.LeaseError, KubeError)
 
-    check = module.check_mode
-    try:
+    def validate(self):
+        _kube.require_client(self.module)
+        return validate(self.params)
+
+    def converge(self):
+        module, p = self.module, self.params
+        _kube.mask_kubeconfig_secrets(module)
+        check = module.check_mode
+        result = self.result
         owner = _lease.owner_info(p["owner_pid"] or _lease.find_owner() or os.getppid())
         identity = _lease.identity_for(p["holder"], owner)
+        result.update(acquired=False, identity=identity)
         kube = _kube.Kube.from_params(p)
         lease = _lease.ClusterLease(kube, p["namespace"], p["name"])
-        result = dict(changed=False, acquired=False, identity=identity)
 
         if p["state"] == "query":
             current = _lease.view(lease.read())
             result.update(lease=_public(current), converged=(current or {}).get("converged") or {},
                           msg="%s is %s" % (lease.what, _lease.describe(current)))
-            module.exit_json(**result)
+            return result
 
         if p["state"] == "released":
             note = None
@@ -322,9 +327,9 @@ def main():
                 module.warn(result["msg"])
             else:
                 result["msg"] = "%s is not held: nothing to release" % lease.what
-            if module._diff and res["changed"]:
-                result["diff"] = dict(before=_diffable(res["before"]), after=_diffable(res["lease"]))
-            module.exit_json(**result)
+            if res["changed"]:
+                self.set_diff(_diffable(res["before"]), _diffable(res["lease"]))
+            return result
 
         # state=acquired
         namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check, create=p["create_namespace"])
@@ -332,10 +337,8 @@ def main():
             result.update(changed=True, how="created", previous_holder="", waited=0, lease={}, converged={},
                           msg="namespace %s and %s would be created and taken (check mode)"
                           % (p["namespace"], lease.what))
-            if module._diff:
-                result["diff"] = dict(before={}, after={"holder": identity, "lease_duration": p["lease_duration"],
-                                                        "transitions": 0})
-            module.exit_json(**result)
+            self.set_diff({}, {"holder": identity, "lease_duration": p["lease_duration"], "transitions": 0})
+            return result
         if p["run_slices"] > 1 and not check:
             result["arrivals"] = lease.arrive(p["run_id"], p["slice_id"] or identity, p["run_slices"],
                                               p["arrival_timeout"], p["lease_duration"])
@@ -361,15 +364,15 @@ def main():
             taken = " from %r, whose lease had expired" % res["previous"] if res["how"] == "taken" else ""
             result["msg"] = "%s taken%s after waiting %.1f s; this run holds it as %r" % (
                 lease.what, taken, res["waited"], identity)
-        if module._diff and res["changed"]:
+        if res["changed"]:
             after = _diffable(current) if not check or res["how"] != "would wait" else dict(
                 _diffable(res["before"]), holder=identity)
-            result["diff"] = dict(before=_diffable(res["before"]), after=after)
-        module.exit_json(**result)
-    except _lease.LeaseBusy as exc:
-        module.fail_json(msg=str(exc), identity=identity)
-    except (_lease.LeaseError, KubeError) as exc:
-        module.fail_json(msg=getattr(exc, "msg", None) or str(exc), status=getattr(exc, "status", None))
+            self.set_diff(_diffable(res["before"]), after)
+        return result
+
+
+def main():
+    run_module(ClusterLeaseRun)
 
 
 if __name__ == "__main__":

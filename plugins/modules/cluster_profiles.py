@@ -119,12 +119,11 @@ changes:
 
 import re
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
@@ -150,7 +149,10 @@ def _node_errors(nodes):
     return errors
 
 
-def main():
+class ClusterProfiles(ModuleRun):
+    """validate -> converge: the record's own read-merge-write (_profile_record, one optimistic update; in check mode
+    the API server's dry run)."""
+
     argument_spec = dict(
         name=dict(type="str", default="gpuops-nvidia-profiles"),
         namespace=dict(type="str", required=True),
@@ -160,21 +162,23 @@ def main():
         create_namespace=dict(type="bool", default=True),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    _kube.require_client(module)
-    errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
-              + _kube_names.dns_label_errors(p["namespace"], "namespace"))
-    node_errors = _node_errors(p["nodes"] or {})
-    errors += node_errors
-    nodes = {} if node_errors else dict(p["nodes"] or {})
-    errors += record.validate(nodes, p["profiles"], _key_errors)
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    _kube.mask_kubeconfig_secrets(module)
+    errors = (record.RecordError, KubeError)
 
-    check = module.check_mode
-    try:
+    def validate(self):
+        p = self.params
+        _kube.require_client(self.module)
+        errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+                  + _kube_names.dns_label_errors(p["namespace"], "namespace"))
+        node_errors = _node_errors(p["nodes"] or {})
+        errors += node_errors
+        self.nodes = {} if node_errors else dict(p["nodes"] or {})
+        errors += record.validate(self.nodes, p["profiles"], _key_errors)
+        return errors
+
+    def converge(self):
+        module, p, nodes = self.module, self.params, self.nodes
+        _kube.mask_kubeconfig_secrets(module)
+        check = module.check_mode
         kube = _kube.Kube.from_params(p)
         store = record.RecordStore(kube, p["namespace"], p["name"])
         namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check, create=p["create_namespace"])
@@ -186,14 +190,15 @@ def main():
             changed = True
         else:
             before, after, changes, changed = store.update(nodes, p["profiles"], p["prune"], dry_run=check)
-        result = dict(changed=changed, profiles=record.profile_list(after), nodes=after["nodes"], changes=changes)
+        self.result.update(changed=changed, profiles=record.profile_list(after), nodes=after["nodes"],
+                           changes=changes)
         if module._diff and changed:
-            result["diff"] = record.diff_view(before, after, changes)
-        module.exit_json(**result)
-    except record.RecordError as exc:
-        module.fail_json(msg=str(exc))
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status)
+            self.result["diff"] = record.diff_view(before, after, changes)
+        return self.result
+
+
+def main():
+    run_module(ClusterProfiles)
 
 
 if __name__ == "__main__":

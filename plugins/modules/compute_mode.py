@@ -127,83 +127,89 @@ calls:
   sample: ["set_persistence_mode(0, True)", "set_compute_mode(0, Exclusive_Process)"]
 """
 
-from ansible.module_utils.basic import AnsibleModule
+import contextlib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, plan_settings, planned_state, report, state_view)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            lock_timeout=dict(type="int"),
-            mode=dict(type="str"),
-            gpus=dict(type="list", elements="str"),
-            settings=dict(type="list", elements="dict", options=dict(
-                gpus=dict(type="list", elements="str", default=["all"]),
-                mode=dict(type="str", required=True))),
-            persistence_mode=dict(type="bool"),
-        ),
-        mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
-        required_one_of=[("settings", "mode")],
-        supports_check_mode=True,
+class ComputeMode(ModuleRun):
+    """(node lock) read the GPUs -> plan (_compute_mode) -> apply the setters, rolled back on an NVML error, then
+    read back and verify."""
+
+    argument_spec = dict(
+        lock_timeout=dict(type="int"),
+        mode=dict(type="str"),
+        gpus=dict(type="list", elements="str"),
+        settings=dict(type="list", elements="dict", options=dict(
+            gpus=dict(type="list", elements="str", default=["all"]),
+            mode=dict(type="str", required=True))),
+        persistence_mode=dict(type="bool"),
     )
-    with module_lock(module, "compute_mode"):
-        _run(module)
+    module_options = dict(mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
+                          required_one_of=[("settings", "mode")])
 
+    @contextlib.contextmanager
+    def lock(self):
+        self.backend = None
+        with module_lock(self.module, "compute_mode"):
+            try:
+                yield
+            finally:
+                if self.backend is not None:
+                    self.backend.close()
 
-def _run(module):
-    p = module.params
-    try:
-        backend = get_backend()
-    except (GpuBackendError, NvmlError) as exc:
-        module.fail_json(msg="cannot reach the GPUs: %s" % exc)
-    try:
+    def read(self):
         try:
-            facts = backend.read_all()
+            backend = get_backend()
         except (GpuBackendError, NvmlError) as exc:
-            module.fail_json(msg="cannot read the GPUs: %s" % exc)
+            self.fail("cannot reach the GPUs: %s" % exc)
+        self.backend = backend
+        try:
+            return backend.read_all()
+        except (GpuBackendError, NvmlError) as exc:
+            self.fail("cannot read the GPUs: %s" % exc)
+
+    def plan(self, current):
+        p = self.params
         try:
             settings = p["settings"] or [{"gpus": p["gpus"] or ["all"], "mode": p["mode"]}]
-            todo = plan_settings(facts["gpus"], settings, p["persistence_mode"])
+            todo = plan_settings(current["gpus"], settings, p["persistence_mode"])
         except ComputeModeError as exc:
-            module.fail_json(msg=str(exc))
-        selected = todo["selected"]
+            self.fail(str(exc))
+        self.todo = todo
         changes = [dict(c) for c in todo["changes"]]
-        before = state_view(selected)
         planned = planned_state(todo)
-        result = {"changed": bool(changes), "mode": todo["mode"], "changes": changes, "calls": [],
-                  "modes": dict((str(k), v) for k, v in todo["modes"].items())}
-        if module._diff:
-            result["diff"] = {"before_header": "GPU modes", "after_header": "GPU modes",
-                              "before": before, "after": state_view(planned)}
+        self.result.update(mode=todo["mode"], changes=changes, calls=[],
+                           modes=dict((str(k), v) for k, v in todo["modes"].items()), gpus=report(planned))
+        self.set_diff(state_view(todo["selected"]), state_view(planned), header="GPU modes")
         for w in todo["warnings"]:
-            module.warn(w)
-        if module.check_mode or not changes:
-            result["gpus"] = report(planned)
-            module.exit_json(**result)
+            self.module.warn(w)
+        return changes
 
+    def apply(self, current, changes):
+        backend, calls, todo = self.backend, self.result["calls"], self.todo
         done = []  # (index, what, old value) for the rollback
         try:
             for c in changes:
                 # persistence first: with it on, the driver keeps the GPU initialised and the mode stays
                 if c["persistence_mode"]:
-                    result["calls"].append("set_persistence_mode(%d, %s)" % (c["index"], c["persistence_mode"][1]))
+                    calls.append("set_persistence_mode(%d, %s)" % (c["index"], c["persistence_mode"][1]))
                     backend.set_persistence_mode(c["index"], c["persistence_mode"][1])
                     done.append((c["index"], "persistence_mode", c["persistence_mode"][0]))
                 if c["compute_mode"]:
-                    result["calls"].append("set_compute_mode(%d, %s)" % (c["index"], c["compute_mode"][1]))
+                    calls.append("set_compute_mode(%d, %s)" % (c["index"], c["compute_mode"][1]))
                     backend.set_compute_mode(c["index"], c["compute_mode"][1])
                     done.append((c["index"], "compute_mode", c["compute_mode"][0]))
         except NvmlError as exc:
             undone, failed = [], []
             for index, what, old in reversed(done):
                 try:
-                    result["calls"].append("set_%s(%d, %s) [rollback]" % (what, index, old))
+                    calls.append("set_%s(%d, %s) [rollback]" % (what, index, old))
                     if what == "compute_mode":
                         backend.set_compute_mode(index, old)
                     else:
@@ -211,26 +217,26 @@ def _run(module):
                     undone.append("GPU %d %s back to %s" % (index, what, old))
                 except NvmlError as exc2:
                     failed.append("GPU %d %s: %s" % (index, what, exc2))
-            module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
+            self.module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
                 exc.name, exc, ", ".join(undone) or "nothing was changed before",
-                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes,
-                calls=result["calls"])
-
+                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes, calls=calls)
         try:
             after = backend.read_all()
         except (GpuBackendError, NvmlError) as exc:
-            module.fail_json(msg="modes were set but the GPUs cannot be read back: %s" % exc, changes=changes)
+            self.module.fail_json(msg="modes were set but the GPUs cannot be read back: %s" % exc, changes=changes)
         by_index = dict((g["index"], g) for g in after["gpus"])
-        now = [by_index[g["index"]] for g in selected]
+        now = [by_index[g["index"]] for g in todo["selected"]]
+        persistence = self.params["persistence_mode"]
         wrong = [g for g in now if g.get("compute_mode") != todo["modes"][g["index"]]
-                 or (p["persistence_mode"] is not None and bool(g.get("persistence_mode")) != p["persistence_mode"])]
+                 or (persistence is not None and bool(g.get("persistence_mode")) != persistence)]
         if wrong:
-            module.fail_json(msg="after setting, GPU(s) %s do not report the declared modes: %s"
-                             % (", ".join(str(g["index"]) for g in wrong), state_view(wrong)), changes=changes)
-        result["gpus"] = report(now)
-        module.exit_json(**result)
-    finally:
-        backend.close()
+            self.module.fail_json(msg="after setting, GPU(s) %s do not report the declared modes: %s"
+                                  % (", ".join(str(g["index"]) for g in wrong), state_view(wrong)), changes=changes)
+        self.result["gpus"] = report(now)
+
+
+def main():
+    run_module(ComputeMode)
 
 
 if __name__ == "__main__":

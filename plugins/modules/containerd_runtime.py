@@ -227,43 +227,55 @@ verified_earlier:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+
+
+class ContainerdRuntime(ModuleRun):
+    """validate (the parameters, a TOML reader and both tools: _containerd_run.ContainerdRun) -> a verified state
+    that still holds is the answer (no tool run) -> read (both tools' versions, the live files, containerd's view)
+    -> plan (nvidia-ctk on private copies, validated by containerd, compared with the live files) -> apply outside
+    check mode (backups, atomic writes, read back) -> after: the result, and the verified state recorded."""
+
+    argument_spec = dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False))
+    errors = (containerd_config.ContainerdConfigError,)
+
+    def converge(self):
+        try:
+            self.run_ = containerd_run.ContainerdRun(self.module)
+            earlier = self.run_.verified_earlier()
+            if earlier is not None:
+                self.result = earlier
+                return self.result
+            return super(ContainerdRuntime, self).converge()
+        except containerd_config.TomlLibraryMissing as exc:
+            self.module.fail_json(msg=missing_required_lib("tomli", reason=str(exc)))
+        except (IOError, OSError) as exc:
+            self.module.fail_json(msg="containerd_runtime: %s" % exc, exception=traceback.format_exc())
+
+    def read(self):
+        self.files = None
+        return self.run_.read_current()
+
+    def plan(self, current):
+        self.planned = self.run_.plan(current)
+        return self.planned if self.planned.changed else None
+
+    def apply(self, current, changes):
+        self.files = self.run_.apply(changes)       # no rollback: see ContainerdRun.apply
+
+    def after(self, current, changes):
+        files = self.files if self.files is not None else self.run_.files(self.planned)
+        self.result = self.run_.result(self.planned, files)
+        if not self.module.check_mode:
+            self.run_.record(self.planned)  # the verified state, for the next run and gpu_node_plan
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False)),
-        supports_check_mode=True,
-    )
-    try:
-        # validate: the parameters, a TOML reader and both tools, before anything is read or run
-        run = containerd_run.ContainerdRun(module)
-        # a verified state that still holds is the answer: every input as recorded, no tool run
-        earlier = run.verified_earlier()
-        if earlier is not None:
-            module.exit_json(**earlier)
-        # read current: both tools' versions, the live files, their traps, containerd's view of them
-        current = run.read_current()
-        # plan: nvidia-ctk on private copies, validated by containerd, compared with the live files (reasons + diff)
-        planned = run.plan(current)
-        # apply outside check mode: backups, atomic writes, read back (no rollback: see ContainerdRun.apply)
-        if planned.changed and not module.check_mode:
-            files = run.apply(planned)
-        else:
-            files = run.files(planned)
-        result = run.result(planned, files)
-        if not module.check_mode:
-            run.record(planned)  # the verified state, for the next run and gpu_node_plan
-        module.exit_json(**result)
-    except containerd_config.TomlLibraryMissing as exc:
-        module.fail_json(msg=missing_required_lib("tomli", reason=str(exc)))
-    except containerd_config.ContainerdConfigError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="containerd_runtime: %s" % exc, exception=traceback.format_exc())
+    run_module(ContainerdRuntime)
 
 
 if __name__ == "__main__":

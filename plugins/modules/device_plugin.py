@@ -262,12 +262,12 @@ rollback_error:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 # _helm stays reachable as device_plugin._helm (the tests write the helm operation record through it)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
@@ -293,6 +293,8 @@ class DevicePluginRelease(_helm_release.HelmRelease):
 
     namespace_hint = "nvidia-device-plugin"
     version_example = "0.20.0"
+    argument_spec = ARGUMENT_SPEC
+    module_options = dict(required_if=[("state", "present", ["profiles"])])
     values_prefix = "gpuops-dp-"
 
     def extra_errors(self):
@@ -340,9 +342,7 @@ class DevicePluginRelease(_helm_release.HelmRelease):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           required_if=[("state", "present", ["profiles"])])
-    _helm_release.run_module(module, DevicePluginRelease(module))
+    run_module(DevicePluginRelease)
 
 
 if __name__ == "__main__":

@@ -113,52 +113,65 @@ allocatable:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            node_name=dict(type="str", required=True),
-            profile=dict(type="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
-            gpus=dict(type="raw", required=True),
-            namespace=dict(type="str"),
-            timeout=dict(type="int", default=300),
-            interval=dict(type="float", default=5.0),
-            **_kube.AUTH_ARG_SPEC
-        ),
-        supports_check_mode=True,
+class DevicePluginVerify(ModuleRun):
+    """validate -> read (the node's allocatable resources and, for MPS, its control daemon pod, waited for by
+    _rollout until they are what the profile promises or the timeout, which fails the run) -> plan: nothing to
+    change. Changes nothing."""
+
+    argument_spec = dict(
+        node_name=dict(type="str", required=True),
+        profile=dict(type="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
+        gpus=dict(type="raw", required=True),
+        namespace=dict(type="str"),
+        timeout=dict(type="int", default=300),
+        interval=dict(type="float", default=5.0),
+        **_kube.AUTH_ARG_SPEC
     )
-    p = module.params
-    _kube.require_client(module)
-    profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
-                                                    if v is not None or k == "name"))
-    errors = _device_plugin.profile_errors(profile, None)
-    gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
-    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
-        errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list)")
-    if profile["sharing"] == "mps" and not p["namespace"]:
-        errors.append("namespace is required with an MPS profile (where the MPS control daemon's pods run)")
-    errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
-    if errors:
-        module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
-    expected = _device_plugin.expected_allocatable(profile, gpus)
-    _kube.mask_kubeconfig_secrets(module)
-    try:
+    errors = (_kube.KubeError,)
+
+    def validate(self):
+        p = self.params
+        _kube.require_client(self.module)
+        profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
+                                                        if v is not None or k == "name"))
+        errors = _device_plugin.profile_errors(profile, None)
+        gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
+        if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+            errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus "
+                          "list)")
+        if profile["sharing"] == "mps" and not p["namespace"]:
+            errors.append("namespace is required with an MPS profile (where the MPS control daemon's pods run)")
+        errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"]))
+                      if e)
+        if not errors:
+            self.profile = profile
+            self.result["expected"] = _device_plugin.expected_allocatable(profile, gpus)
+        return errors
+
+    def read(self):
+        p = self.params
+        _kube.mask_kubeconfig_secrets(self.module)
         kube = _kube.Kube.from_params(p)
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
-        found = _rollout.verify_rollout(kube, {p["node_name"]: expected},
-                                        [p["node_name"]] if profile["sharing"] == "mps" else [], p["namespace"],
-                                        p["timeout"], p["interval"])
-    except _kube.KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, expected=expected)
-    module.exit_json(changed=False, expected=expected, allocatable=found[p["node_name"]])
+        return _rollout.verify_rollout(kube, {p["node_name"]: self.result["expected"]},
+                                       [p["node_name"]] if self.profile["sharing"] == "mps" else [], p["namespace"],
+                                       p["timeout"], p["interval"])
+
+    def plan(self, current):
+        self.result["allocatable"] = current[self.params["node_name"]]
+        return None
+
+
+def main():
+    run_module(DevicePluginVerify)
 
 
 if __name__ == "__main__":

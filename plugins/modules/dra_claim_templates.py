@@ -122,12 +122,12 @@ changes:
 
 import copy
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 TEMPLATE_OPTIONS = dict(
     name=dict(type="str", required=True),
@@ -209,12 +209,24 @@ def ours(obj, template_set):
     return labels.get(_dra.MANAGED_BY[0]) == _dra.MANAGED_BY[1] and labels.get(_dra.SET_LABEL) == template_set
 
 
-class ClaimTemplates(object):
+class ClaimTemplates(ModuleRun):
+    """validate -> read the namespaces' templates -> plan the actions -> apply them (in check mode the API server's
+    dry run) -> after: the templates of the set. A shared set (``user``) whose template another publisher wrote
+    between the read and the write (409) is read and planned again."""
+
+    argument_spec = ARGUMENT_SPEC
+    errors = (KubeError,)
+    apply_in_check_mode = True
+
     def __init__(self, module):
-        self.module, self.p = module, module.params
-        self.kube = _kube.Kube.from_params(self.p)
-        self.result = dict(changed=False, changes=[], templates={})
+        super(ClaimTemplates, self).__init__(module)
+        self.p = module.params
+        self.result.update(changes=[], templates={})
         self.diff = {"before": {}, "after": {}}
+
+    def validate(self):
+        _kube.require_client(self.module)
+        return _kube.auth_param_errors(self.params) + param_errors(self.params)
 
     def read(self):
         """Per namespace, the existing templates by name; fails, writing nothing, on a missing namespace or a
@@ -242,7 +254,7 @@ class ClaimTemplates(object):
                                         "everywhere" % (ns, t["name"], ", ".join(sorted(users_of(obj) - set(
                                             [self.p["user"]]))), self.p["user"]))
         if problems:
-            self.module.fail_json(msg="nothing changed: " + "; ".join(problems), errors=problems)
+            self.refuse("; ".join(problems), errors=problems)
         return existing
 
     def plan(self, existing):
@@ -283,7 +295,7 @@ class ClaimTemplates(object):
                     actions.append(("delete", ns, name, None, cur))
         return actions
 
-    def apply(self, actions):
+    def apply(self, existing, actions):
         dry = self.module.check_mode
         words = {"create": "created", "replace": "replaced (a template's spec is immutable: deleted and created "
                                                  "again)", "relabel": "labels updated", "delete": "deleted",
@@ -307,15 +319,12 @@ class ClaimTemplates(object):
             self.diff["before"][key] = _view(cur)
             self.diff["after"][key] = _view(want)
 
-    def run(self):
+    def converge(self):
+        _kube.mask_kubeconfig_secrets(self.module)
+        self.kube = _kube.Kube.from_params(self.p)
         for attempt in range(TRIES):
-            existing = self.read()
-            actions = self.plan(existing)
             try:
-                if actions:
-                    self.result["changed"] = True
-                    self.apply(actions)
-                break
+                return super(ClaimTemplates, self).converge()
             except KubeError as exc:
                 # a shared set: another publisher wrote between our read and our write (409: a changed
                 # resourceVersion, or a create that found the template already there) - read again
@@ -323,6 +332,8 @@ class ClaimTemplates(object):
                     raise
                 self.result["changes"] = []
                 self.diff = {"before": {}, "after": {}}
+
+    def after(self, existing, actions):
         for ns in self.p["namespaces"]:
             names = set(n for n, o in existing[ns].items() if ours(o, self.p["template_set"]))
             for action, a_ns, name, dummy, dummy2 in actions:
@@ -331,20 +342,10 @@ class ClaimTemplates(object):
             self.result["templates"][ns] = sorted(names)
         if self.module._diff and actions:
             self.result["diff"] = self.diff
-        return self.result
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    _kube.require_client(module)
-    errors = _kube.auth_param_errors(module.params) + param_errors(module.params)
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    _kube.mask_kubeconfig_secrets(module)
-    try:
-        module.exit_json(**ClaimTemplates(module).run())
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status)
+    run_module(ClaimTemplates)
 
 
 if __name__ == "__main__":

@@ -183,10 +183,10 @@ rolled_back_to:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 
@@ -207,6 +207,7 @@ class DraDriverRelease(_helm_release.HelmRelease):
 
     namespace_hint = "nvidia-dra-driver-gpu"
     version_example = "25.8.1"
+    argument_spec = ARGUMENT_SPEC
     values_prefix = "gpuops-dra-"
 
     def extra_errors(self):
@@ -287,8 +288,7 @@ class DraDriverRelease(_helm_release.HelmRelease):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    _helm_release.run_module(module, DraDriverRelease(module))
+    run_module(DraDriverRelease)
 
 
 if __name__ == "__main__":

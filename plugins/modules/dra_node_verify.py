@@ -70,12 +70,11 @@ published:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
@@ -91,44 +90,55 @@ def read_state(kube, node_name, gpus):
     return slices, _dra.slice_problems(slices, node_name, gpus)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            node_name=dict(type="str", required=True),
-            gpus=dict(type="raw", required=True),
-            timeout=dict(type="int", default=300),
-            interval=dict(type="float", default=5.0),
-            **_kube.AUTH_ARG_SPEC
-        ),
-        supports_check_mode=True,
+class DraNodeVerify(ModuleRun):
+    """validate -> read (the node's ResourceSlices, polled until they are what the GPUs need or the timeout) -> plan:
+    nothing to change; a node that does not publish exactly its devices fails the run. Changes nothing."""
+
+    argument_spec = dict(
+        node_name=dict(type="str", required=True),
+        gpus=dict(type="raw", required=True),
+        timeout=dict(type="int", default=300),
+        interval=dict(type="float", default=5.0),
+        **_kube.AUTH_ARG_SPEC
     )
-    p = module.params
-    _kube.require_client(module)
-    gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
-    errors = _kube.auth_param_errors(p)
-    if not isinstance(gpus, list) or not all(isinstance(g, dict) and g.get("uuid") for g in gpus):
-        errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus list, "
-                      "each GPU with its uuid)")
-    errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e)
-    if errors:
-        module.fail_json(msg="invalid input: " + "; ".join(errors), errors=errors)
-    expected = _dra.expected_devices(gpus)
-    _kube.mask_kubeconfig_secrets(module)
-    try:
+    errors = (_kube.KubeError,)
+
+    def validate(self):
+        p = self.params
+        _kube.require_client(self.module)
+        gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
+        errors = _kube.auth_param_errors(p)
+        if not isinstance(gpus, list) or not all(isinstance(g, dict) and g.get("uuid") for g in gpus):
+            errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus "
+                          "list, each GPU with its uuid)")
+        errors.extend(e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"]))
+                      if e)
+        if not errors:
+            self.gpus = gpus
+            self.result["expected"] = _dra.expected_devices(gpus)
+        return errors
+
+    def read(self):
+        p = self.params
+        _kube.mask_kubeconfig_secrets(self.module)
         kube = _kube.Kube.from_params(p)
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")
-        slices, problems = poll(lambda: read_state(kube, p["node_name"], gpus), lambda seen: not seen[1],
-                                p["timeout"], p["interval"]).seen
-    except _kube.KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, expected=expected)
-    published = _dra.published_devices(slices, p["node_name"])[0]
-    if problems:
-        module.fail_json(msg="node %s does not publish exactly its devices after %d s: %s. The node stays cordoned; "
-                             "the next run checks again (a kubelet plugin that started before a MIG change publishes "
-                             "the old devices until it restarts)" % (p["node_name"], p["timeout"],
-                                                                     "; ".join(problems)),
-                         expected=expected, published=published, problems=problems)
-    module.exit_json(changed=False, expected=expected, published=published)
+        return poll(lambda: read_state(kube, p["node_name"], self.gpus), lambda seen: not seen[1],
+                    p["timeout"], p["interval"]).seen
+
+    def plan(self, current):
+        slices, problems = current
+        p = self.params
+        self.result["published"] = _dra.published_devices(slices, p["node_name"])[0]
+        if problems:
+            self.fail("node %s does not publish exactly its devices after %d s: %s. The node stays cordoned; the next "
+                      "run checks again (a kubelet plugin that started before a MIG change publishes the old devices "
+                      "until it restarts)" % (p["node_name"], p["timeout"], "; ".join(problems)), problems=problems)
+        return None
+
+
+def main():
+    run_module(DraNodeVerify)
 
 
 if __name__ == "__main__":

@@ -175,13 +175,13 @@ import json
 import os
 import signal
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
     describe_holder, device_patterns, find_holders)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 NOTHING = "Nothing was stopped or unloaded."
@@ -551,28 +551,38 @@ def public(daemon, argv=False):
     return dict((k, daemon[k]) for k in keys if daemon.get(k) is not None)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", choices=["unloaded", "loaded", "reloaded"], required=True),
-            version=dict(type="str"),
-            flavour=dict(type="str", choices=["open", "proprietary"]),
-            also_load=dict(type="list", elements="str", choices=list(dm.OPTIONAL_MODULES), default=[]),
-            root=dict(type="path", default="/"),
-            record_path=dict(type="path"),
-            modprobe=dict(type="list", elements="str"),
-            rmmod=dict(type="list", elements="str"),
-            modinfo=dict(type="list", elements="str"),
-            systemctl=dict(type="list", elements="str"),
-            mps_unit=dict(type="str", default=dm.DEFAULT_MPS_UNIT),
-            daemon_timeout=dict(type="int", default=5),
-            lock_timeout=dict(type="int"),
-        ),
-        required_if=[("state", "reloaded", ("version",))],
-        supports_check_mode=True,
+class DriverModules(ModuleRun):
+    """(node lock) converge: ``Run.main`` (read the loaded modules, the daemons and the record; plan with
+    _driver_modules; stop, unload, load, start; in check mode only the plan). Its validation and its failures ("The
+    node: ...", the holders named) stay ``Run``'s; its read, plan and apply are not yet the base's hooks."""
+
+    argument_spec = dict(
+        state=dict(type="str", choices=["unloaded", "loaded", "reloaded"], required=True),
+        version=dict(type="str"),
+        flavour=dict(type="str", choices=["open", "proprietary"]),
+        also_load=dict(type="list", elements="str", choices=list(dm.OPTIONAL_MODULES), default=[]),
+        root=dict(type="path", default="/"),
+        record_path=dict(type="path"),
+        modprobe=dict(type="list", elements="str"),
+        rmmod=dict(type="list", elements="str"),
+        modinfo=dict(type="list", elements="str"),
+        systemctl=dict(type="list", elements="str"),
+        mps_unit=dict(type="str", default=dm.DEFAULT_MPS_UNIT),
+        daemon_timeout=dict(type="int", default=5),
+        lock_timeout=dict(type="int"),
     )
-    with module_lock(module, "driver_modules"):
-        module.exit_json(**Run(module).main())
+    module_options = dict(required_if=[("state", "reloaded", ("version",))])
+
+    def lock(self):
+        return module_lock(self.module, "driver_modules")
+
+    def converge(self):
+        self.result = Run(self.module).main()
+        return self.result
+
+
+def main():
+    run_module(DriverModules)
 
 
 if __name__ == "__main__":

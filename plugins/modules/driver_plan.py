@@ -136,9 +136,8 @@ kind:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan, _package_repo, _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 
 def read_devices(root):
@@ -163,14 +162,34 @@ def read_kernel(root):
         return handle.read().strip()
 
 
-class DriverPlan(object):
-    def __init__(self, module):
-        self.module = module
-        self.p = module.params
-        self.result = {"changed": False, "available": None, "files": {}, "installed": {}}
+class DriverPlan(ModuleRun):
+    """validate the declaration -> read (the node, what its sources offer, what is installed) -> plan (_driver_plan;
+    a refusal fails the run). Nothing is ever written: the plan is reported with changed=false."""
 
-    def fail(self, kind, msg, **extra):
-        self.module.fail_json(msg=msg, kind=kind, **dict(self.result, **extra))
+    argument_spec = dict(
+        manager=dict(type="str", choices=list(_packages.MANAGERS), required=True),
+        declaration=dict(type="dict", required=True),
+        kernel=dict(type="str", default=""),
+        distribution_major=dict(type="str", default=""),
+        root=dict(type="path", default="/"),
+        devices=dict(type="list", elements="dict"),
+        state=dict(type="dict"),
+        repository=dict(type="dict", options=dict(
+            sources=dict(type="str", required=True),
+            key=dict(type="str", required=True, no_log=False),
+            key_path=dict(type="path", required=True, no_log=False),
+        )),
+        package_files=dict(type="list", elements="path", default=[]),
+    )
+
+    def __init__(self, module):
+        super(DriverPlan, self).__init__(module)
+        self.p = module.params
+        self.result.update(available=None, files={}, installed={})
+
+    def fail_kind(self, kind, msg, **extra):
+        """Fail naming what failed (the ``kind`` the role's messages branch on)."""
+        self.fail(msg, kind=kind, **extra)
 
     def node(self):
         p = self.p
@@ -182,9 +201,9 @@ class DriverPlan(object):
                 state = read_state(p["root"])
             kernel = p["kernel"] or (state or {}).get("kernel") or read_kernel(p["root"])
         except (IOError, OSError, ValueError) as exc:
-            self.fail("read", "the node's devices or driver state cannot be read below %s: %s" % (p["root"], exc))
+            self.fail_kind("read", "the node's devices or driver state cannot be read below %s: %s" % (p["root"], exc))
         if devices is None or state is None:
-            self.fail("read", "this collection has no reader for the node's PCI devices or driver state (the "
+            self.fail_kind("read", "this collection has no reader for the node's PCI devices or driver state (the "
                               "driver layer's _pci and _driver_state): give devices and state")
         return {"manager": p["manager"], "kernel": kernel, "distribution_major": p["distribution_major"]}, devices, state
 
@@ -204,7 +223,7 @@ class DriverPlan(object):
                 available.setdefault(found[0], []).append(found[1])
                 self.result["files"][found[0]] = path
             if errors:
-                self.fail("files", "package_files: %s; nothing changed." % "; ".join(errors))
+                self.fail_kind("files", "package_files: %s; nothing changed." % "; ".join(errors))
             return available
         if p["repository"] is not None:
             repo = p["repository"]
@@ -216,14 +235,14 @@ class DriverPlan(object):
                                      "the key that signs it",
                         "unreachable": "it does not answer: check the URL and the node's network or proxy",
                         "other": "the package manager refused it"}[exc.kind]
-                self.fail(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
+                self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
                           % (what, "apt-get" if p["manager"] == "apt" else "dnf", exc), output=exc.output)
         if decl.get("package_source") == "distribution" and p["manager"] == "apt":
             # the node's own, configured sources (the Ubuntu archive), as its apt lists have them
             rc, out, err = self.module.run_command([self.module.get_bin_path("apt-cache", required=True), "madison"]
                                                    + names, environ_update={"LANG": "C", "LC_ALL": "C"})
             if rc != 0:
-                self.fail("other", "apt-cache madison exited %d: %s" % (rc, err.strip()))
+                self.fail_kind("other", "apt-cache madison exited %d: %s" % (rc, err.strip()))
             return _package_repo.parse_madison(out, names)
         return None
 
@@ -249,12 +268,15 @@ class DriverPlan(object):
         self.result["installed_driver"] = max(found, key=_driver_plan.version_key)
         return self.result["installed_driver"]
 
-    def run(self):
-        decl = self.p["declaration"]
+    def validate(self):
         try:
-            _driver_plan.validate(decl)
+            _driver_plan.validate(self.p["declaration"])
         except _driver_plan.DriverPlanError as exc:
-            self.fail("input", "invalid driver declaration, nothing changed: %s" % exc)
+            self.fail_kind("input", "invalid driver declaration, nothing changed: %s" % exc)
+        return []
+
+    def read(self):
+        decl = self.p["declaration"]
         node, devices, state = self.node()
         available = self.offered(decl, node)
         self.result["available"] = available
@@ -262,40 +284,27 @@ class DriverPlan(object):
         try:
             installed = _packages.read_installed(self.module, self.p["manager"], candidates)
         except _packages.PackageError as exc:
-            self.fail("database", "the package database cannot be read: %s" % exc)
+            self.fail_kind("database", "the package database cannot be read: %s" % exc)
         self.result["installed"] = installed
-        installed_driver = self.installed_driver(state)
+        return dict(node=node, devices=devices, state=state, available=available, installed=installed,
+                    installed_driver=self.installed_driver(state))
+
+    def plan(self, current):
+        """The driver's plan into the result; returns None: this module changes nothing."""
         try:
-            plan = _driver_plan.plan(decl, node, devices, state, installed=installed, available=available,
-                                     installed_driver=installed_driver)
+            plan = _driver_plan.plan(self.p["declaration"], current["node"], current["devices"], current["state"],
+                                     installed=current["installed"], available=current["available"],
+                                     installed_driver=current["installed_driver"])
         except _driver_plan.DriverPlanError as exc:
-            self.fail("input", "the driver cannot be planned for this node, nothing changed: %s" % exc)
+            self.fail_kind("input", "the driver cannot be planned for this node, nothing changed: %s" % exc)
         self.result["plan"] = plan
         if plan["refusals"]:
-            self.fail(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))
-        return self.result
+            self.fail_kind(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))
+        return None
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            manager=dict(type="str", choices=list(_packages.MANAGERS), required=True),
-            declaration=dict(type="dict", required=True),
-            kernel=dict(type="str", default=""),
-            distribution_major=dict(type="str", default=""),
-            root=dict(type="path", default="/"),
-            devices=dict(type="list", elements="dict"),
-            state=dict(type="dict"),
-            repository=dict(type="dict", options=dict(
-                sources=dict(type="str", required=True),
-                key=dict(type="str", required=True, no_log=False),
-                key_path=dict(type="path", required=True, no_log=False),
-            )),
-            package_files=dict(type="list", elements="path", default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    module.exit_json(**DriverPlan(module).run())
+    run_module(DriverPlan)
 
 
 if __name__ == "__main__":

@@ -212,13 +212,14 @@ changes:
 
 import copy
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 try:
     import yaml
@@ -290,18 +291,21 @@ ARGUMENT_SPEC = dict(
 ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
 
 
-class OperatorSharing(object):
+class OperatorSharing(ModuleRun):
     """The ClusterPolicy and the ConfigMaps that give the GPU Operator the collection's sharing configs: validate ->
     read (the ClusterPolicy, the nodes) -> plan (configs built and checked, the policy patch tried as a dry run: a
     CRD that lacks a field drops it) -> apply (the ConfigMaps, then the policy patch). Everything is checked before
     the first write. In check mode the ConfigMap writes are the API server's dry runs and the policy is not patched.
-    ``result`` is what the module returns, also when an error ends the run."""
+    ``result`` is what the module returns, also when an error ends the run. Its converge hook is that sequence:
+    whether it changed is what the writes (or their dry runs) answered."""
+
+    argument_spec = ARGUMENT_SPEC
+    errors = (KubeError,)
 
     def __init__(self, module):
-        self.module = module
-        self.params = module.params
+        super(OperatorSharing, self).__init__(module)
         self.dry = module.check_mode
-        self.result = dict(changed=False, changes=[])
+        self.result.update(changes=[])
         self.kube = None
 
     def validate(self):
@@ -324,8 +328,7 @@ class OperatorSharing(object):
         twice = sorted(set(n for n in names if names.count(n) > 1))
         if twice:
             errors.append("nodes listed twice: %s" % ", ".join(twice))
-        if errors:
-            self.module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+        return errors
 
     def read(self):
         """The ClusterPolicy, with the operator's and the device plugin's versions."""
@@ -442,8 +445,14 @@ class OperatorSharing(object):
                                       "else at the same time?)" % (name, ", ".join(left)), **self.result)
         return after_policy
 
-    def run(self):
-        self.validate()
+    def converge(self):
+        try:
+            return self.converge_policy()
+        except _gpu_operator.OperatorError as exc:
+            # "Nothing was changed.": the wording tests/unit/plugins/modules/test_gpu_operator_modules.py asserts
+            self.fail("; ".join(exc.errors) + ". Nothing was changed.", errors=exc.errors)
+
+    def converge_policy(self):
         _kube.mask_kubeconfig_secrets(self.module)
         policy, version, dp_version = self.read()
         name = policy["metadata"]["name"]
@@ -465,14 +474,7 @@ class OperatorSharing(object):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    sharing = OperatorSharing(module)
-    try:
-        module.exit_json(**sharing.run())
-    except _gpu_operator.OperatorError as exc:
-        module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", errors=exc.errors, **sharing.result)
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, **sharing.result)
+    run_module(OperatorSharing)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ skipped_reason:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
@@ -148,6 +148,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
@@ -211,22 +212,25 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class OperatorMigLayout(object):
+class OperatorMigLayout(ModuleRun):
     """One node's MIG layout through the GPU Operator's MIG manager: validate -> plan the mig-parted config from the
     node's GPU facts -> read (the MIG ConfigMap the ClusterPolicy names, the node's MIG labels) -> apply (publish the
     config, relabel the node; in check mode as the API server's dry runs) -> wait for the MIG manager's verdict.
-    ``result`` is what the module returns, also when an error ends the run."""
+    ``result`` is what the module returns, also when an error ends the run. Its converge hook is that sequence:
+    the publish and the relabel are each their own read-compare-write."""
+
+    argument_spec = ARGUMENT_SPEC
+    module_options = dict(mutually_exclusive=[("config_name", "layout")], required_one_of=[("config_name", "layout")])
+    errors = (KubeError,)
 
     def __init__(self, module):
-        self.module = module
-        self.params = module.params
+        super(OperatorMigLayout, self).__init__(module)
         self.dry = module.check_mode
         self.node = module.params["node_name"]
-        self.result = {}
         self.kube = None
 
     def validate(self):
-        """Every parameter checked; returns the GPU facts."""
+        """Every parameter checked; the GPU facts kept for the run."""
         p = self.params
         if not HAS_YAML:
             self.module.fail_json(msg=missing_required_lib("PyYAML"))
@@ -247,9 +251,8 @@ class OperatorMigLayout(object):
         if gpus is None:
             errors.append("gpus must be the GPU facts of gpuops.nvidia.gpu_info (the nvidia_gpus fact or its gpus "
                           "list)")
-        if errors:
-            self.module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-        return gpus
+        self.gpus = gpus
+        return errors
 
     def declared(self, gpus):
         """(config name, mig-parted entries, GPUs that differ from them) for the node's GPUs. Pure."""
@@ -317,11 +320,18 @@ class OperatorMigLayout(object):
                         dry_run=self.dry)
         return patch
 
-    def run(self):
-        p, node = self.params, self.node
-        gpus = self.validate()
+    def converge(self):
+        try:
+            return self.converge_layout()
+        except _gpu_operator.OperatorError as exc:
+            # "Nothing was changed.": the wording tests/unit/plugins/modules/test_gpu_operator_modules.py asserts
+            self.fail("; ".join(exc.errors) + ". Nothing was changed.")
+
+    def converge_layout(self):
+        p, node, gpus = self.params, self.node, self.gpus
         if not any(g.get("mig_supported") for g in gpus):
-            return dict(changed=False, gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
+            self.result.update(gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
+            return self.result
         config, entries, differ = self.declared(gpus)
         _kube.mask_kubeconfig_secrets(self.module)
         result = self.result
@@ -356,19 +366,7 @@ class OperatorMigLayout(object):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("config_name", "layout")],
-        required_one_of=[("config_name", "layout")],
-        supports_check_mode=True,
-    )
-    layout = OperatorMigLayout(module)
-    try:
-        module.exit_json(**layout.run())
-    except _gpu_operator.OperatorError as exc:
-        module.fail_json(msg="; ".join(exc.errors) + ". Nothing was changed.", **layout.result)
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, **layout.result)
+    run_module(OperatorMigLayout)
 
 
 if __name__ == "__main__":

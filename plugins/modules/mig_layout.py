@@ -199,11 +199,9 @@ skipped_gpus:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+import contextlib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
@@ -216,41 +214,53 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            lock_timeout=dict(type="int"),
-            gpus=dict(type="list", elements="str", default=["all"]),
-            layout=dict(type="list", elements="dict"),
-            config_file=dict(type="path"),
-            config_name=dict(type="str"),
-            force=dict(type="bool", default=False),
-            force_timeout=dict(type="int", default=30),
-        ),
-        mutually_exclusive=[("layout", "config_file"), ("layout", "config_name")],
-        required_one_of=[("layout", "config_file", "config_name")],
-        supports_check_mode=True,
+class MigLayout(ModuleRun):
+    """validate -> (node lock) read the GPUs -> plan (_mig_apply.plan_layouts) -> apply the plans (in check mode the
+    plans are the report) -> after: the result per GPU."""
+
+    argument_spec = dict(
+        lock_timeout=dict(type="int"),
+        gpus=dict(type="list", elements="str", default=["all"]),
+        layout=dict(type="list", elements="dict"),
+        config_file=dict(type="path"),
+        config_name=dict(type="str"),
+        force=dict(type="bool", default=False),
+        force_timeout=dict(type="int", default=30),
     )
-    error = seconds_error("force_timeout", module.params["force_timeout"])
-    if error:
-        module.fail_json(msg="%s: the wait between SIGTERM and SIGKILL for processes ended with force=true (>= 0). "
-                             "Nothing was changed." % error)
-    with module_lock(module, "mig_layout"):
-        _run(module)
+    module_options = dict(mutually_exclusive=[("layout", "config_file"), ("layout", "config_name")],
+                          required_one_of=[("layout", "config_file", "config_name")])
+    errors = (GpuBackendError,)
+    apply_in_check_mode = True      # in check mode the plans are reported, not applied
 
+    def validate(self):
+        error = seconds_error("force_timeout", self.params["force_timeout"])
+        if error:
+            # "Nothing was changed.": the wording tests/reliability/bad_input_corpus.yml asserts for this refusal
+            self.module.fail_json(msg="%s: the wait between SIGTERM and SIGKILL for processes ended with force=true "
+                                      "(>= 0). Nothing was changed." % error)
+        return []
 
-def _run(module):
-    try:
-        backend = get_backend()
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc))
+    @contextlib.contextmanager
+    def lock(self):
+        self.backend, self.results, self.executed = None, [], []   # executed: what a failure part way reports
+        with module_lock(self.module, "mig_layout"):
+            try:
+                yield
+            finally:
+                if self.backend is not None:
+                    self.backend.close()
 
-    results, executed = [], []   # executed: the operations carried out, what a failure part way reports
-    try:
-        facts = backend.read_all()
-        gpus = facts["gpus"]
+    def read(self):
+        self.backend = get_backend()
+        return self.guarded(self.backend.read_all)
+
+    def plan(self, current):
+        module = self.module
+        gpus = current["gpus"]
         try:
             resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
         except MigBusyError as exc:
@@ -259,32 +269,40 @@ def _run(module):
             module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
         if assumed:
             module.warn(assumed_warning(assumed))
-
         by_index = dict((g["index"], g) for g in gpus)
+        self.resolved = resolved
+        self.entry_of = lambda plan: layout_entry(plan, assumed, by_index[plan["index"]])
+        return plans
 
-        def entry_of(plan):
-            return layout_entry(plan, assumed, by_index[plan["index"]])
+    def apply(self, current, changes):
+        if self.module.check_mode:
+            self.results.extend(self.entry_of(plan) for plan in changes)
+            return
+        self.guarded(lambda: apply_layout_plans(self.backend, changes, self.params["force_timeout"],
+                                                entry_of=self.entry_of,
+                                                on_step=lambda op, res: self.executed.append(op),
+                                                on_gpu=self.results.append))
 
-        if module.check_mode:
-            results.extend(entry_of(plan) for plan in plans)
-        else:
-            apply_layout_plans(backend, plans, module.params["force_timeout"], entry_of=entry_of,
-                               on_step=lambda op, res: executed.append(op), on_gpu=results.append)
-    except NvmlError as exc:
-        module.fail_json(msg="NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the current state."
-                         % (exc.name, exc), gpus=results, changed=bool(executed))
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc), gpus=results, changed=bool(executed))
-    finally:
-        backend.close()
+    def after(self, current, changes):
+        results = self.results
+        self.result = layout_result(self.resolved, results)
+        self.set_diff(dict(("gpu %d" % r["index"], r["before"]) for r in results if r["changed"]),
+                      dict(("gpu %d" % r["index"], r["after"]) for r in results if r["changed"]))
 
-    result = layout_result(resolved, results)
-    if module._diff:
-        result["diff"] = {
-            "before": dict(("gpu %d" % r["index"], r["before"]) for r in results if r["changed"]),
-            "after": dict(("gpu %d" % r["index"], r["after"]) for r in results if r["changed"]),
-        }
-    module.exit_json(**result)
+    def guarded(self, step):
+        """``step()``; an NVML or backend error part way fails saying what was carried out."""
+        try:
+            return step()
+        except NvmlError as exc:
+            self.module.fail_json(msg="NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the "
+                                      "current state." % (exc.name, exc), gpus=self.results,
+                                  changed=bool(self.executed))
+        except GpuBackendError as exc:
+            self.module.fail_json(msg=str(exc), gpus=self.results, changed=bool(self.executed))
+
+
+def main():
+    run_module(MigLayout)
 
 
 if __name__ == "__main__":

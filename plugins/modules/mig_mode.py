@@ -165,11 +165,8 @@ skipped_gpus:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+import contextlib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
@@ -178,63 +175,88 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     mode_problems,
     mode_result,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            lock_timeout=dict(type="int"),
-            gpus=dict(type="list", elements="str", default=["all"]),
-            enabled=dict(type="bool"),
-            layout=dict(type="list", elements="dict"),
-            config_file=dict(type="path"),
-            config_name=dict(type="str"),
-            allow_reset=dict(type="bool", default=False),
-        ),
+class MigMode(ModuleRun):
+    """(node lock) read the GPUs -> plan the modes (_mig_apply.desired_modes, refused with mode_problems) -> apply
+    each GPU's mode (_mig_apply.apply_mode, which in check mode only reports) -> after: the result per GPU."""
+
+    argument_spec = dict(
+        lock_timeout=dict(type="int"),
+        gpus=dict(type="list", elements="str", default=["all"]),
+        enabled=dict(type="bool"),
+        layout=dict(type="list", elements="dict"),
+        config_file=dict(type="path"),
+        config_name=dict(type="str"),
+        allow_reset=dict(type="bool", default=False),
+    )
+    module_options = dict(
         mutually_exclusive=[("enabled", "layout"), ("enabled", "config_file"), ("enabled", "config_name"),
                             ("layout", "config_file"), ("layout", "config_name")],
         required_one_of=[("enabled", "layout", "config_file", "config_name")],
-        supports_check_mode=True,
     )
-    with module_lock(module, "mig_mode"):
-        _run(module)
+    errors = (GpuBackendError,)
+    apply_in_check_mode = True          # apply_mode reports in check mode and changes nothing
 
+    @contextlib.contextmanager
+    def lock(self):
+        self.backend, self.results = None, []
+        with module_lock(self.module, "mig_mode"):
+            try:
+                yield
+            finally:
+                if self.backend is not None:
+                    self.backend.close()
 
-def _run(module):
-    try:
+    def read(self):
+        module = self.module
         # a GPU reset on real GPUs runs nvidia-smi through the module (its failure to start raises, not exits)
-        backend = get_backend(run_command=lambda argv: module.run_command(argv, handle_exceptions=False))
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc))
-    results = []
-    try:
-        facts = backend.read_all()
-        by_index = dict((g["index"], g) for g in facts["gpus"])
+        self.backend = get_backend(run_command=lambda argv: module.run_command(argv, handle_exceptions=False))
         try:
-            want, skipped = desired_modes(facts["gpus"], module.params)
-        except MigLayoutError as exc:
-            module.fail_json(msg=str(exc))
-        problem = mode_problems(by_index, want, module.params["allow_reset"])
-        if problem:
-            module.fail_json(msg=problem)
-        for index in sorted(want):
-            results.append(apply_mode(backend, by_index[index], want[index], module.params["allow_reset"],
-                                      check_mode=module.check_mode))
-    except NvmlError as exc:
-        module.fail_json(msg="NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
-                         gpus=results, changed=any(r["changed"] for r in results))
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc), gpus=results, changed=any(r["changed"] for r in results))
-    finally:
-        backend.close()
+            return self.backend.read_all()
+        except NvmlError as exc:
+            self.nvml_failed(exc)
+        except GpuBackendError as exc:
+            self.module.fail_json(msg=str(exc), gpus=[], changed=False)
 
-    result = mode_result(results, skipped)
-    if module._diff:
-        result["diff"] = {
-            "before": dict(("gpu %d" % r["index"], r["before"]) for r in results),
-            "after": dict(("gpu %d" % r["index"], r["after"]) for r in results),
-        }
-    module.exit_json(**result)
+    def plan(self, current):
+        by_index = dict((g["index"], g) for g in current["gpus"])
+        try:
+            want, self.skipped = desired_modes(current["gpus"], self.params)
+        except MigLayoutError as exc:
+            self.module.fail_json(msg=str(exc))
+        problem = mode_problems(by_index, want, self.params["allow_reset"])
+        if problem:
+            self.module.fail_json(msg=problem)
+        self.by_index = by_index
+        return want
+
+    def apply(self, current, changes):
+        try:
+            for index in sorted(changes):
+                self.results.append(apply_mode(self.backend, self.by_index[index], changes[index],
+                                               self.params["allow_reset"], check_mode=self.module.check_mode))
+        except NvmlError as exc:
+            self.nvml_failed(exc)
+        except GpuBackendError as exc:
+            self.module.fail_json(msg=str(exc), gpus=self.results, changed=any(r["changed"] for r in self.results))
+
+    def after(self, current, changes):
+        results = self.results
+        self.result = mode_result(results, self.skipped)
+        self.set_diff(dict(("gpu %d" % r["index"], r["before"]) for r in results),
+                      dict(("gpu %d" % r["index"], r["after"]) for r in results))
+
+    def nvml_failed(self, exc):
+        self.module.fail_json(msg="NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
+                              gpus=self.results, changed=any(r["changed"] for r in self.results))
+
+
+def main():
+    run_module(MigMode)
 
 
 if __name__ == "__main__":

@@ -192,9 +192,9 @@ unit_path:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
@@ -533,32 +533,37 @@ def run(module):
     return result
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            lock_timeout=dict(type="int"),
-            state=dict(type="str", choices=["started", "stopped"], default="started"),
-            service_manager=dict(type="str", choices=["systemd", "none"], default="systemd"),
-            name=dict(type="str", default="gpuops-mps-control"),
-            pipe_directory=dict(type="path", default="/tmp/nvidia-mps"),
-            log_directory=dict(type="path", default="/var/log/nvidia-mps"),
-            default_active_thread_percentage=dict(type="raw"),
-            default_pinned_device_mem_limit=dict(type="raw"),
-            enabled=dict(type="bool", default=True),
-            executable=dict(type="path"),
-            unit_directory=dict(type="path", default="/etc/systemd/system"),
-            backup=dict(type="bool", default=False),
-            force=dict(type="bool", default=False),
-            timeout=dict(type="int", default=30),
-        ),
-        supports_check_mode=True,
+class MpsControl(ModuleRun):
+    """(node lock) converge: ``run`` (validate the paths and defaults, read the unit and the daemon, write the unit,
+    start/stop/restart, set the defaults, verify). Its read, plan and apply are not yet the base's hooks."""
+
+    argument_spec = dict(
+        lock_timeout=dict(type="int"),
+        state=dict(type="str", choices=["started", "stopped"], default="started"),
+        service_manager=dict(type="str", choices=["systemd", "none"], default="systemd"),
+        name=dict(type="str", default="gpuops-mps-control"),
+        pipe_directory=dict(type="path", default="/tmp/nvidia-mps"),
+        log_directory=dict(type="path", default="/var/log/nvidia-mps"),
+        default_active_thread_percentage=dict(type="raw"),
+        default_pinned_device_mem_limit=dict(type="raw"),
+        enabled=dict(type="bool", default=True),
+        executable=dict(type="path"),
+        unit_directory=dict(type="path", default="/etc/systemd/system"),
+        backup=dict(type="bool", default=False),
+        force=dict(type="bool", default=False),
+        timeout=dict(type="int", default=30),
     )
-    with module_lock(module, "mps_control"):
-        _run(module)
+
+    def lock(self):
+        return module_lock(self.module, "mps_control")
+
+    def converge(self):
+        self.result = run(self.module)
+        return self.result
 
 
-def _run(module):
-    module.exit_json(**run(module))
+def main():
+    run_module(MpsControl)
 
 
 if __name__ == "__main__":

@@ -151,13 +151,13 @@ evicted:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
 def is_gpu_pod(pod, prefix):
@@ -191,37 +191,45 @@ def evict(kube, pod):
                 {"metadata": {"name": name, "namespace": namespace}})
 
 
-def drain(module, kube, node, prefix, timeout):
+def drain(module, kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
+    """Evict the node's GPU pods and wait (_poll, one read a second) until none is left; fails after ``timeout``
+    seconds naming those still there. A pod is asked once while it stays (404: already gone; 429: a
+    PodDisruptionBudget refuses it for now, asked again on the next read). Returns the pods found at the start."""
     pending = gpu_pods(kube, node, prefix)
     evicted = list(pending)
-    deadline = time.time() + timeout
-    asked = set()
-    while pending:
-        for pod in pending:
-            if pod in asked:
+    if not pending:
+        return evicted
+    state = {"pending": pending, "asked": set()}
+
+    def evict_then_list():
+        for pod in state["pending"]:
+            if pod in state["asked"]:
                 continue
             try:
                 evict(kube, pod)
-                asked.add(pod)
+                state["asked"].add(pod)
             except KubeError as exc:
                 if exc.status == 404:
-                    asked.add(pod)
+                    state["asked"].add(pod)
                 elif exc.status != 429:  # 429: a PodDisruptionBudget refuses it for now; retry
                     raise
-        pending = gpu_pods(kube, node, prefix)
-        if not pending:
-            break
-        if time.time() > deadline:
-            module.fail_json(msg="node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
-                             "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
-                             "Uncordon with state=uncordoned if you give up." % (node, timeout, ", ".join(pending)),
-                             node=node, unschedulable=True, pending=pending, changed=True)
-        time.sleep(1)
-        asked &= set(pending)
+        state["pending"] = gpu_pods(kube, node, prefix)
+        state["asked"] &= set(state["pending"])
+        return state["pending"]
+
+    polled = poll(evict_then_list, lambda seen: not seen, timeout, 1, clock=clock, sleep=sleep)
+    if not polled.done:
+        module.fail_json(msg="node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
+                         "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
+                         "Uncordon with state=uncordoned if you give up." % (node, timeout, ", ".join(polled.seen)),
+                         node=node, unschedulable=True, pending=polled.seen, changed=True)
     return evicted
 
 
-def main():
+class NodeCordon(ModuleRun):
+    """validate -> read this host's Node -> plan (_kube_nodes.cordon_patch) -> apply the patch -> after: drain the
+    GPU pods (in check mode, list those a drain would evict)."""
+
     argument_spec = dict(
         state=dict(type="str", default="query", choices=["cordoned", "uncordoned", "query"]),
         drain=dict(type="bool", default=False),
@@ -234,52 +242,68 @@ def main():
         owner=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    _kube.require_client(module)
-    if p["drain"] and p["state"] != "cordoned":
-        module.fail_json(msg="drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
-                         "state=%s; nothing changed" % p["state"])
-    error = seconds_error("drain_timeout", p["drain_timeout"])
-    if error or not p["drain_resource_prefix"]:
-        module.fail_json(msg="%s; nothing changed" % (error or "drain_resource_prefix must not be empty"))
-    if p["owner"] is not None and not (0 < len(p["owner"]) <= 253):
-        module.fail_json(msg="owner must be 1 to 253 characters (it is stored as the value of the %s annotation), "
-                         "got %r; nothing changed" % (OWNER_ANNOTATION, p["owner"]))
-    _kube.mask_kubeconfig_secrets(module)
+    errors = (KubeError,)
 
-    try:
-        kube = _kube.Kube.from_params(p)
-        node, dummy = _kube_nodes.find_this_node(kube, p)
-        name = node["metadata"]["name"]
+    def validate(self):
+        p = self.params
+        _kube.require_client(self.module)
+        errors = []
+        if p["drain"] and p["state"] != "cordoned":
+            errors.append("drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
+                          "state=%s" % p["state"])
+        error = seconds_error("drain_timeout", p["drain_timeout"])
+        if error or not p["drain_resource_prefix"]:
+            errors.append(error or "drain_resource_prefix must not be empty")
+        if p["owner"] is not None and not (0 < len(p["owner"]) <= 253):
+            errors.append("owner must be 1 to 253 characters (it is stored as the value of the %s annotation), "
+                          "got %r" % (OWNER_ANNOTATION, p["owner"]))
+        return errors
+
+    def read(self):
+        _kube.mask_kubeconfig_secrets(self.module)
+        self.kube = _kube.Kube.from_params(self.params)
+        node = _kube_nodes.find_this_node(self.kube, self.params)[0]
+        self.name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
         marked_by = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
-        result = dict(changed=False, node=name, labels=dict(node["metadata"].get("labels") or {}),
-                      unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[])
+        self.result.update(node=self.name, labels=dict(node["metadata"].get("labels") or {}),
+                           unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[])
+        return before, marked_by
+
+    def plan(self, current):
+        p = self.params
         if p["state"] == "query":
-            module.exit_json(**result)
-        want = p["state"] == "cordoned"
-        patch = cordon_patch(want, before, marked_by, p["owner"])
+            return None
+        before, marked_by = current
+        patch = cordon_patch(p["state"] == "cordoned", before, marked_by, p["owner"])
         if patch is not None:
             after = patch.get("spec", {}).get("unschedulable", before)
-            result.update(changed=True, unschedulable=after)
-            if not module.check_mode:
-                kube.patch("%s node %s" % ("cordon" if want else "uncordon", name), _kube.node_path(name), patch)
-            if module._diff:
-                mark_after = patch.get("metadata", {}).get("annotations", {}).get(OWNER_ANNOTATION, marked_by)
-                result["diff"] = dict(before={"unschedulable": before, OWNER_ANNOTATION: marked_by},
-                                      after={"unschedulable": after, OWNER_ANNOTATION: mark_after},
-                                      before_header="node/%s" % name, after_header="node/%s" % name)
-        if want and p["drain"]:
-            if module.check_mode:
-                result["evicted"] = gpu_pods(kube, name, p["drain_resource_prefix"])
-            else:
-                result["evicted"] = drain(module, kube, name, p["drain_resource_prefix"], p["drain_timeout"])
-            if result["evicted"]:
-                result["changed"] = True
-        module.exit_json(**result)
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason)
+            self.result["unschedulable"] = after
+            mark_after = patch.get("metadata", {}).get("annotations", {}).get(OWNER_ANNOTATION, marked_by)
+            self.set_diff({"unschedulable": before, OWNER_ANNOTATION: marked_by},
+                          {"unschedulable": after, OWNER_ANNOTATION: mark_after}, header="node/%s" % self.name)
+        return patch
+
+    def apply(self, current, changes):
+        want = self.params["state"] == "cordoned"
+        self.kube.patch("%s node %s" % ("cordon" if want else "uncordon", self.name), _kube.node_path(self.name),
+                        changes)
+
+    def after(self, current, changes):
+        p = self.params
+        if p["state"] != "cordoned" or not p["drain"]:
+            return
+        if self.module.check_mode:
+            self.result["evicted"] = gpu_pods(self.kube, self.name, p["drain_resource_prefix"])
+        else:
+            self.result["evicted"] = drain(self.module, self.kube, self.name, p["drain_resource_prefix"],
+                                           p["drain_timeout"])
+        if self.result["evicted"]:
+            self.result["changed"] = True
+
+
+def main():
+    run_module(NodeCordon)
 
 
 if __name__ == "__main__":

@@ -132,25 +132,35 @@ waited:
 
 import json
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
-class NodeGpuPods(object):
-    """validate -> read (node, DaemonSets, their pods on the node) -> plan (patch, reasons, diff) -> apply and wait."""
+class NodeGpuPods(ModuleRun):
+    """validate -> read (node, DaemonSets, their pods on the node) -> plan (patch, reasons, diff) -> apply -> after:
+    wait for the pods to leave or return."""
 
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.kube = None
+    argument_spec = dict(
+        node_name=dict(type="str", required=True),
+        state=dict(type="str", default="query", choices=["paused", "running", "query"]),
+        daemonsets=dict(type="list", elements="dict", default=[], options=dict(
+            namespace=dict(type="str", required=True),
+            selector=dict(type="str", default=""),
+            name=dict(type="str"))),
+        owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
+        timeout=dict(type="int", default=300),
+        interval=dict(type="float", default=2.0),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    errors = (_kube.KubeError,)
 
     def validate(self):
         p = self.params
+        _kube.require_client(self.module)
         errors = [e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e]
         errors.extend(_kube_names.dns_subdomain_errors(p["node_name"], "node_name"))
         for entry in p["daemonsets"]:
@@ -159,10 +169,18 @@ class NodeGpuPods(object):
                 errors.append("daemonsets entry in %s: give a name or a selector, not both" % entry["namespace"])
         if not 0 < len(p["owner"]) <= 253:
             errors.append("owner must be 1 to 253 characters (an annotation value), got %r" % p["owner"])
-        if errors:
-            self.module.fail_json(msg="invalid input: %s; nothing changed" % "; ".join(errors), errors=errors)
+        return errors
 
     def read(self):
+        p = self.params
+        _kube.mask_kubeconfig_secrets(self.module)
+        self.kube = _kube.Kube.from_params(p)
+        node, daemonsets, warnings = self.read_daemonsets()
+        for warning in warnings:
+            self.module.warn(warning)
+        return dict(node=node, daemonsets=daemonsets, holding=sorted(self.pods(daemonsets)))
+
+    def read_daemonsets(self):
         p = self.params
         node = self.kube.get("read node %s" % p["node_name"], _kube.node_path(p["node_name"]))
         daemonsets, warnings = [], []
@@ -188,7 +206,32 @@ class NodeGpuPods(object):
     def pods(self, daemonsets):
         return _gpu_pods.owned_pods(_kube.pods_on_node(self.kube, self.params["node_name"]), daemonsets)
 
-    def plan(self, node, daemonsets, holding):
+    def plan(self, current):
+        """The patch of the node (None: none), with the result and the diff."""
+        p = self.params
+        node, daemonsets, holding = current["node"], current["daemonsets"], current["holding"]
+        label, paused_by, recorded = _gpu_pods.mark(node)
+        patch, paused = self.patch(node, daemonsets, holding)
+        self.result.update(paused=paused, paused_by=paused_by, waited=0.0, holding=holding,
+                           daemonsets=[_gpu_pods.daemonset_id(d) for d in daemonsets])
+        if patch is not None:
+            self.set_diff(self.view(label, paused_by, recorded), self.view_after(patch),
+                          header="node/%s" % p["node_name"])
+        return patch
+
+    def apply(self, current, changes):
+        p = self.params
+        self.kube.patch("%s the GPU pods of node %s" % ("pause" if p["state"] == "paused" else "resume",
+                                                        p["node_name"]), _kube.node_path(p["node_name"]), changes)
+
+    def after(self, current, changes):
+        p = self.params
+        if self.module.check_mode or p["state"] == "query":
+            return
+        if p["state"] == "paused" or changes is not None:    # an earlier run's pause may still be emptying the node
+            self.result["waited"] = self.wait(current["daemonsets"], _gpu_pods.mark(current["node"])[2])
+
+    def patch(self, node, daemonsets, holding):
         """(patch or None, paused after) for the requested state."""
         p = self.params
         label = _gpu_pods.mark(node)[0]
@@ -227,31 +270,6 @@ class NodeGpuPods(object):
                               pending=polled.seen, changed=True)
         return None
 
-    def run(self):
-        p = self.params
-        self.validate()
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube = _kube.Kube.from_params(p)
-        node, daemonsets, warnings = self.read()
-        for warning in warnings:
-            self.module.warn(warning)
-        holding = sorted(self.pods(daemonsets))
-        label, paused_by, recorded = _gpu_pods.mark(node)
-        patch, paused = self.plan(node, daemonsets, holding)
-        result = dict(changed=patch is not None, paused=paused, paused_by=paused_by, waited=0.0, holding=holding,
-                      daemonsets=[_gpu_pods.daemonset_id(d) for d in daemonsets])
-        if patch is not None and self.module._diff:
-            result["diff"] = dict(before=self.view(label, paused_by, recorded), after=self.view_after(patch),
-                                  before_header="node/%s" % p["node_name"], after_header="node/%s" % p["node_name"])
-        if self.module.check_mode or p["state"] == "query":
-            return result
-        if patch is not None:
-            self.kube.patch("%s the GPU pods of node %s" % ("pause" if p["state"] == "paused" else "resume",
-                                                            p["node_name"]), _kube.node_path(p["node_name"]), patch)
-        if p["state"] == "paused" or patch is not None:    # an earlier run's pause may still be emptying the node
-            result["waited"] = self.wait(daemonsets, recorded)
-        return result
-
     @staticmethod
     def view(label, paused_by, recorded):
         return {_gpu_pods.PAUSE_LABEL: label, _gpu_pods.PAUSED_BY: paused_by, _gpu_pods.PAUSED_DAEMONSETS: recorded}
@@ -266,24 +284,7 @@ class NodeGpuPods(object):
 
 
 def main():
-    argument_spec = dict(
-        node_name=dict(type="str", required=True),
-        state=dict(type="str", default="query", choices=["paused", "running", "query"]),
-        daemonsets=dict(type="list", elements="dict", default=[], options=dict(
-            namespace=dict(type="str", required=True),
-            selector=dict(type="str", default=""),
-            name=dict(type="str"))),
-        owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=2.0),
-    )
-    argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    _kube.require_client(module)
-    try:
-        module.exit_json(**NodeGpuPods(module).run())
-    except _kube.KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason)
+    run_module(NodeGpuPods)
 
 
 if __name__ == "__main__":

@@ -157,12 +157,12 @@ warnings_found:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 # A node changed between our read and our taint write (409): read and plan again this many times in all.
 ATTEMPTS = 3
@@ -172,32 +172,50 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class NodeHealthMarks(object):
-    """validate -> read -> plan -> apply (the module shape of docs/architecture.md)."""
+class NodeHealthMarks(ModuleRun):
+    """validate -> converge: read -> plan (_health_marks) -> apply one write, then plan again on the node the API
+    server answers, until the plan has no work (the module shape of docs/architecture.md)."""
+
+    argument_spec = dict(
+        node_name=dict(type="str", required=True),
+        verdict=dict(type="dict", required=True),
+        owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
+        release_cordon=dict(type="bool", default=True),
+    )
+    argument_spec.update(_kube.AUTH_ARG_SPEC)
+    errors = (KubeError,)
 
     def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.result = dict(changed=False, changes=[])
+        super(NodeHealthMarks, self).__init__(module)
+        self.result.update(changes=[])
         self.written = []           # the changes written so far (a failed run reports them as changed)
         self.first = None           # the first plan: its ``before`` is the node as this task found it
 
     def validate(self):
+        _kube.require_client(self.module)
         errors = _health_marks.verdict_errors(self.params["verdict"])
         owner = self.params["owner"]
         if not (isinstance(owner, str) and 0 < len(owner) <= 253):
             errors.append("owner must be 1 to 253 characters (it is stored as the value of the %s annotation), got %r"
                           % (_kube_nodes.OWNER_ANNOTATION, owner))
-        if errors:
-            self.module.fail_json(msg="invalid input, nothing changed: %s" % "; ".join(errors), errors=errors)
-        self.verdict = _health_marks.check_verdict(self.params["verdict"])
+        if not errors:
+            self.verdict = _health_marks.check_verdict(self.params["verdict"])
+        return errors
 
     def read(self, kube):
         name = self.params["node_name"]
         return _kube_nodes.lookup_node(kube, node_name=name, method="name")[0]
 
-    def run(self):
-        self.validate()
+    def converge(self):
+        try:
+            return self.marks()
+        except KubeError:
+            # what this task wrote before the error stays written: say so (changed) and what it was
+            self.result.pop("diff", None)
+            self.result.update(changed=bool(self.written), changes=list(self.written))
+            raise
+
+    def marks(self):
         _kube.mask_kubeconfig_secrets(self.module)
         kube = _kube.Kube.from_params(self.params)
         name = self.params["node_name"]
@@ -255,23 +273,7 @@ class NodeHealthMarks(object):
 
 
 def main():
-    argument_spec = dict(
-        node_name=dict(type="str", required=True),
-        verdict=dict(type="dict", required=True),
-        owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
-        release_cordon=dict(type="bool", default=True),
-    )
-    argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    _kube.require_client(module)
-    marks = NodeHealthMarks(module)
-    try:
-        module.exit_json(**marks.run())
-    except KubeError as exc:
-        # what this task wrote before the error stays written: say so (changed) and what it was
-        result = dict((k, v) for k, v in marks.result.items() if k != "diff")
-        result.update(changed=bool(marks.written), changes=list(marks.written), status=exc.status, reason=exc.reason)
-        module.fail_json(msg=exc.msg, **result)
+    run_module(NodeHealthMarks)
 
 
 if __name__ == "__main__":

@@ -170,14 +170,12 @@ diff:
   type: dict
 """
 
-import socket
-
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -222,7 +220,11 @@ def desired_changes(current, labels, state, purge_prefix=None):
     return to_set, sorted(to_remove)
 
 
-def main():
+class NodeLabels(ModuleRun):
+    """validate -> read this host's Node -> plan (desired_changes) -> apply one patch with the read's resourceVersion
+    (in check mode the API server's dry run), read back. A conflict (someone changed the Node in between) reads and
+    plans again, three times at most."""
+
     argument_spec = dict(
         labels=dict(type="raw", default={}),
         state=dict(type="str", default="present", choices=["present", "absent"]),
@@ -236,92 +238,98 @@ def main():
         node_lookup=dict(type="str", default="auto", choices=["auto", "name", "hostname", "internal_ip"]),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    _kube.require_client(module)
+    errors = (KubeError,)
+    apply_in_check_mode = True
 
-    # ---- validate everything before the first call ------------------------------------------------------------
-    raw = p["labels"]
-    state = p["state"]
-    errors = []
-    if state == "present":
-        if raw in (None, ""):
-            raw = {}
-        if not isinstance(raw, dict):
-            module.fail_json(msg="labels must be a dict of key: value with state=present, got %s"
-                             % type(raw).__name__)
-        labels = dict((k, _kube_names.normalize_label_value(v)) for k, v in raw.items())
-        if p["device_plugin_config"] is not None:
-            config_errors = _kube_names.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])
-            if config_errors:
-                module.fail_json(msg="invalid input, nothing changed: device_plugin_config: " + "; ".join(
-                    e[:300] for e in config_errors), errors=config_errors)
-            labels[DEVICE_PLUGIN_CONFIG_LABEL] = p["device_plugin_config"]
-        if p["gpu_present"] == "always":
-            labels[GPU_PRESENT_LABEL] = "true"
-        if p["mig_owner"] == "collection":
-            labels[MIG_MANAGER_DEPLOY_LABEL] = "false"
-        elif p["mig_owner"] == "gpu_operator":
-            labels[MIG_MANAGER_DEPLOY_LABEL] = "true"
-    else:
-        if isinstance(raw, dict):
-            keys = list(raw)
-        elif isinstance(raw, list):
-            keys = list(raw)
+    def validate(self):
+        p, module = self.params, self.module
+        _kube.require_client(module)
+        raw = p["labels"]
+        state = p["state"]
+        errors = []
+        if state == "present":
+            if raw in (None, ""):
+                raw = {}
+            if not isinstance(raw, dict):
+                module.fail_json(msg="labels must be a dict of key: value with state=present, got %s"
+                                 % type(raw).__name__)
+            labels = dict((k, _kube_names.normalize_label_value(v)) for k, v in raw.items())
+            if p["device_plugin_config"] is not None:
+                config_errors = _kube_names.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])
+                if config_errors:
+                    self.refuse_input(["device_plugin_config: " + "; ".join(e[:300] for e in config_errors)])
+                labels[DEVICE_PLUGIN_CONFIG_LABEL] = p["device_plugin_config"]
+            if p["gpu_present"] == "always":
+                labels[GPU_PRESENT_LABEL] = "true"
+            if p["mig_owner"] == "collection":
+                labels[MIG_MANAGER_DEPLOY_LABEL] = "false"
+            elif p["mig_owner"] == "gpu_operator":
+                labels[MIG_MANAGER_DEPLOY_LABEL] = "true"
         else:
-            keys = [raw] if raw else []
-        if p["purge_prefix"] or p["device_plugin_config"] is not None or p["gpu_present"] != "unmanaged" \
-                or p["mig_owner"] != "unmanaged":
-            errors.append("state=absent only removes the keys in labels; purge_prefix, device_plugin_config, "
-                          "gpu_present and mig_owner apply to state=present")
-        labels = dict((k, None) for k in keys)
-    errors.extend("labels: " + error for error in _kube_names.validate_labels(labels))
-    errors.extend(purge_prefix_errors(p["purge_prefix"]))
-    if p["device_plugin_config"] == "":
-        errors.append("device_plugin_config must name a config (a key of the device plugin's config.map), got ''")
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
+            if isinstance(raw, (dict, list)):
+                keys = list(raw)
+            else:
+                keys = [raw] if raw else []
+            if p["purge_prefix"] or p["device_plugin_config"] is not None or p["gpu_present"] != "unmanaged" \
+                    or p["mig_owner"] != "unmanaged":
+                errors.append("state=absent only removes the keys in labels; purge_prefix, device_plugin_config, "
+                              "gpu_present and mig_owner apply to state=present")
+            labels = dict((k, None) for k in keys)
+        errors.extend("labels: " + error for error in _kube_names.validate_labels(labels))
+        errors.extend(purge_prefix_errors(p["purge_prefix"]))
+        if p["device_plugin_config"] == "":
+            errors.append("device_plugin_config must name a config (a key of the device plugin's config.map), got ''")
+        self.labels = labels
+        return errors
 
-    _kube.mask_kubeconfig_secrets(module)
-
-    try:
-        kube = _kube.Kube.from_params(p)
-        node, how = _kube_nodes.find_this_node(kube, p)
-        name = node["metadata"]["name"]
-        result = dict(changed=False, node=name, matched_by=how)
+    def converge(self):
+        _kube.mask_kubeconfig_secrets(self.module)
+        self.kube, self.name = _kube.Kube.from_params(self.params), None
         for attempt in range(3):
-            before = dict(node["metadata"].get("labels") or {})
-            want = dict(labels)
-            if state == "present" and p["gpu_present"] == "auto":
-                if not any(before.get(k) == v for k, v in NFD_GPU_LABELS.items()):
-                    want[GPU_PRESENT_LABEL] = "true"
-            to_set, to_remove = desired_changes(before, want, state, p["purge_prefix"])
-            if not to_set and not to_remove:
-                result.update(labels=before, set={}, removed=[])
-                module.exit_json(**result)
-            patch = {"metadata": {"labels": dict(to_set, **dict((k, None) for k in to_remove)),
-                                  "resourceVersion": node["metadata"].get("resourceVersion")}}
             try:
-                answer = kube.patch("patch labels of node %s" % name, _kube.node_path(name), patch,
-                                    dry_run=module.check_mode)
-                break
+                return super(NodeLabels, self).converge()
             except KubeError as exc:
                 if exc.status != 409 or attempt == 2:
                     raise
-                # Someone else changed the node between our read and our patch: read again and recompute.
-                node = kube.get("read node %s" % name, _kube.node_path(name))
+                # Someone else changed the node between our read and our patch: read again and plan again.
+
+    def read(self):
+        if self.name is None:
+            node, how = _kube_nodes.find_this_node(self.kube, self.params)
+            self.name = node["metadata"]["name"]
+            self.result.update(node=self.name, matched_by=how)
+            return node
+        return self.kube.get("read node %s" % self.name, _kube.node_path(self.name))
+
+    def plan(self, current):
+        p = self.params
+        before = dict(current["metadata"].get("labels") or {})
+        want = dict(self.labels)
+        if p["state"] == "present" and p["gpu_present"] == "auto":
+            if not any(before.get(k) == v for k, v in NFD_GPU_LABELS.items()):
+                want[GPU_PRESENT_LABEL] = "true"
+        to_set, to_remove = desired_changes(before, want, p["state"], p["purge_prefix"])
+        if not to_set and not to_remove:
+            self.result.update(labels=before, set={}, removed=[])
+            return None
+        return to_set, to_remove
+
+    def apply(self, current, changes):
+        kube, name, check = self.kube, self.name, self.module.check_mode
+        to_set, to_remove = changes
+        patch = {"metadata": {"labels": dict(to_set, **dict((k, None) for k in to_remove)),
+                              "resourceVersion": current["metadata"].get("resourceVersion")}}
+        answer = kube.patch("patch labels of node %s" % name, _kube.node_path(name), patch, dry_run=check)
         after = dict(answer["metadata"].get("labels") or {})
-        if not module.check_mode:
+        if not check:
             after = dict(kube.get("read node %s" % name, _kube.node_path(name))["metadata"].get("labels") or {})
-        result.update(changed=True, labels=after, set=to_set, removed=to_remove)
-        if module._diff:
-            result["diff"] = dict(before={"labels": before}, after={"labels": after},
-                                  before_header="node/%s" % name, after_header="node/%s" % name)
-        module.exit_json(**result)
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status, reason=exc.reason)
-    except socket.error as exc:  # pragma: no cover - Kube.call already words these
-        module.fail_json(msg="cannot reach the Kubernetes API: %s" % exc)
+        self.result.update(labels=after, set=to_set, removed=to_remove)
+        self.set_diff({"labels": dict(current["metadata"].get("labels") or {})}, {"labels": after},
+                      header="node/%s" % name)
+
+
+def main():
+    run_module(NodeLabels)
 
 
 if __name__ == "__main__":

@@ -155,21 +155,39 @@ kind:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _package_repo, _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, invalid_input, run_module
 
 
-class PackagePlan(object):
-    """validate -> read -> plan (-> check the repository); nothing is ever written."""
+class PackagePlan(ModuleRun):
+    """validate -> read -> plan (-> check the repository); nothing is ever written, so the plan is reported with
+    changed=false and the role acts on it."""
+
+    argument_spec = dict(
+        manager=dict(type="str", choices=list(_packages.MANAGERS), required=True),
+        packages=dict(type="list", elements="str", required=True),
+        version=dict(type="str", required=True),
+        allow_downgrade=dict(type="bool", default=False),
+        repository=dict(type="dict", options=dict(
+            sources=dict(type="str", required=True),
+            sources_path=dict(type="path", required=True),
+            key=dict(type="str", required=True, no_log=False),
+            key_path=dict(type="path", required=True, no_log=False),
+            check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
+        )),
+        package_files=dict(type="list", elements="path", default=[]),
+    )
 
     def __init__(self, module):
-        self.module = module
+        super(PackagePlan, self).__init__(module)
         self.p = module.params
-        self.result = {"changed": False}
 
-    def fail(self, kind, msg, **extra):
-        self.module.fail_json(msg=msg, kind=kind, **dict(self.result, **extra))
+    def fail_kind(self, kind, msg, **extra):
+        """Fail naming what failed (the ``kind`` the role's messages branch on)."""
+        self.fail(msg, kind=kind, **extra)
+
+    def refuse_input(self, errors):
+        self.fail_kind("input", invalid_input(errors))
 
     def validate(self):
         bad = [n for n in self.p["packages"] if not _packages.NAME_RE.match(n)]
@@ -188,24 +206,32 @@ class PackagePlan(object):
         for path in self.p["package_files"]:
             if not os.path.isabs(path):
                 errors.append("package_files: %r is not an absolute path" % path)
-        if errors:
-            self.fail("input", "invalid input, nothing changed: " + "; ".join(errors))
+        return errors
 
     def read(self):
         try:
             self.installed = _packages.read_installed(self.module, self.p["manager"], self.p["packages"])
         except _packages.PackageError as exc:
-            self.fail("database", "the package database cannot be read: %s" % exc)
+            self.fail_kind("database", "the package database cannot be read: %s" % exc)
         self.result["installed"] = self.installed
 
-    def plan(self):
+    def plan(self, current):
+        """The packages' plan and the checks of its sources; returns None: this module changes nothing."""
+        todo = self.package_plan()
+        if self.p["repository"] is not None:
+            self.check_repository(todo)
+        if self.p["package_files"]:
+            self.check_files()
+        return None
+
+    def package_plan(self):
         entries = _packages.plan(self.p["manager"], self.p["packages"], self.p["version"], self.installed)
         self.result["packages"] = entries
         self.result["changes"] = ["%s: %s -> %s (%s)" % (e["name"], e["installed"] or "not installed", e["version"],
                                                          e["action"]) for e in entries if e["action"] != "none"]
         down = [e for e in entries if e["action"] == "downgrade"]
         if down and not self.p["allow_downgrade"]:
-            self.fail("downgrade", "refusing to downgrade %s: installed %s is newer than the pinned %s. Pin the "
+            self.fail_kind("downgrade", "refusing to downgrade %s: installed %s is newer than the pinned %s. Pin the "
                       "installed version, or allow the downgrade (allow_downgrade; the role's "
                       "container_toolkit_allow_downgrade=true); nothing changed."
                       % (", ".join(e["name"] for e in down), ", ".join(sorted(set(e["installed"] for e in down))),
@@ -226,7 +252,7 @@ class PackagePlan(object):
                                  "the key that signs it",
                     "unreachable": "it does not answer: check the URL and the node's network or proxy",
                     "other": "the package manager refused it"}[exc.kind]
-            self.fail(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
+            self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
                       % (what, "apt-get" if self.p["manager"] == "apt" else "dnf", exc), output=exc.output)
         out.update(checked=True, available=available)
         missing = [n for n in self.p["packages"]
@@ -234,7 +260,7 @@ class PackagePlan(object):
         if missing:
             have = sorted(set(v for n in missing for v in available[n]),
                           key=_sort_key(self.p["manager"]), reverse=True)
-            self.fail("version", "the repository has no %s at version %s; it has %s. Pin one of those; nothing "
+            self.fail_kind("version", "the repository has no %s at version %s; it has %s. Pin one of those; nothing "
                       "changed." % (", ".join(missing), self.p["version"], ", ".join(have) or "none of them"))
 
     def check_files(self):
@@ -260,18 +286,8 @@ class PackagePlan(object):
                 files[found[0]] = path
         self.result["files"] = files
         if errors:
-            self.fail("files", "package_files: not the pinned packages: %s; nothing changed."
+            self.fail_kind("files", "package_files: not the pinned packages: %s; nothing changed."
                       % "; ".join(errors))
-
-    def run(self):
-        self.validate()
-        self.read()
-        todo = self.plan()
-        if self.p["repository"] is not None:
-            self.check_repository(todo)
-        if self.p["package_files"]:
-            self.check_files()
-        return self.result
 
 
 def _differs(path, text):
@@ -288,24 +304,7 @@ def _sort_key(manager):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            manager=dict(type="str", choices=list(_packages.MANAGERS), required=True),
-            packages=dict(type="list", elements="str", required=True),
-            version=dict(type="str", required=True),
-            allow_downgrade=dict(type="bool", default=False),
-            repository=dict(type="dict", options=dict(
-                sources=dict(type="str", required=True),
-                sources_path=dict(type="path", required=True),
-                key=dict(type="str", required=True, no_log=False),
-                key_path=dict(type="path", required=True, no_log=False),
-                check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
-            )),
-            package_files=dict(type="list", elements="path", default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    module.exit_json(**PackagePlan(module).run())
+    run_module(PackagePlan)
 
 
 if __name__ == "__main__":

@@ -84,11 +84,10 @@ skipped_reason:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 
 def _view(obj):
@@ -98,7 +97,10 @@ def _view(obj):
             "scheduling": obj.get("scheduling") or None}
 
 
-def main():
+class RuntimeClass(ModuleRun):
+    """validate -> read the RuntimeClass -> plan (create, patch, recreate or delete) -> apply (in check mode the API
+    server's dry run) and read back."""
+
     argument_spec = dict(
         name=dict(type="str", default="nvidia"),
         handler=dict(type="str", default="nvidia"),
@@ -108,74 +110,84 @@ def main():
         recreate=dict(type="bool", default=False),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    p = module.params
-    _kube.require_client(module)
-    errors = _kube_names.dns_subdomain_errors(p["name"], "name") + _kube_names.dns_label_errors(p["handler"], "handler")
-    selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
-    errors += _kube_names.validate_labels(selector)
-    if errors:
-        module.fail_json(msg="invalid input, nothing changed: " + "; ".join(errors), errors=errors)
-    _kube.mask_kubeconfig_secrets(module)
+    errors = (KubeError,)
+    apply_in_check_mode = True
 
-    if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
-        module.exit_json(changed=False, runtime_class={}, skipped_reason=(
-            "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
+    def validate(self):
+        p = self.params
+        _kube.require_client(self.module)
+        errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
+                  + _kube_names.dns_label_errors(p["handler"], "handler"))
+        self.selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
+        errors += _kube_names.validate_labels(self.selector)
+        return errors
 
-    dry = module.check_mode
-    path = _kube.runtime_class_path(p["name"])
-    try:
-        kube = _kube.Kube.from_params(p)
+    def converge(self):
+        p = self.params
+        _kube.mask_kubeconfig_secrets(self.module)
+        if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
+            self.result.update(runtime_class={}, skipped_reason=(
+                "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
+            return self.result
+        return super(RuntimeClass, self).converge()
+
+    def read(self):
+        p = self.params
+        self.path = _kube.runtime_class_path(p["name"])
+        self.kube = _kube.Kube.from_params(p)
         try:
-            current = kube.get("read RuntimeClass %s" % p["name"], path)
+            return self.kube.get("read RuntimeClass %s" % p["name"], self.path)
         except KubeError as exc:
             if exc.status != 404:
                 raise
-            current = None
-        before = _view(current)
-        result = dict(changed=False)
+            return None
+
+    def plan(self, current):
+        p = self.params
+        self.result["runtime_class"] = _view(current) if p["state"] == "present" else {}
         if p["state"] == "absent":
+            return "delete" if current else None
+        scheduling = {"nodeSelector": self.selector} if self.selector else None
+        self.body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": p["name"]},
+                     "handler": p["handler"]}
+        if scheduling:
+            self.body["scheduling"] = scheduling
+        want = {"name": p["name"], "handler": p["handler"], "scheduling": scheduling}
+        if current and current.get("handler") != p["handler"]:
+            if not p["recreate"]:
+                self.refuse("RuntimeClass %s has handler %r, not %r; the API does not allow changing a handler in "
+                            "place. Set recreate: true to delete and recreate it (pods created in between cannot use "
+                            "it)" % (p["name"], current.get("handler"), p["handler"]))
+            return "recreate"
+        if not current:
+            return "create"
+        return "patch" if _view(current) != want else None
+
+    def apply(self, current, changes):
+        p, kube, dry, path = self.params, self.kube, self.module.check_mode, self.path
+        if changes == "delete":
+            kube.delete("delete RuntimeClass %s" % p["name"], path, dry_run=dry)
             after = {}
-            if current:
-                kube.delete("delete RuntimeClass %s" % p["name"], path, dry_run=dry)
-                result["changed"] = True
         else:
-            scheduling = {"nodeSelector": selector} if selector else None
-            body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": p["name"]},
-                    "handler": p["handler"]}
-            if scheduling:
-                body["scheduling"] = scheduling
-            want = {"name": p["name"], "handler": p["handler"], "scheduling": scheduling}
-            if current and current.get("handler") != p["handler"]:
-                if not p["recreate"]:
-                    module.fail_json(msg="RuntimeClass %s has handler %r, not %r; the API does not allow changing a "
-                                         "handler in place. Set recreate: true to delete and recreate it (pods "
-                                         "created in between cannot use it), nothing changed"
-                                         % (p["name"], current.get("handler"), p["handler"]))
+            if changes == "recreate":
                 kube.delete("delete RuntimeClass %s" % p["name"], path, dry_run=dry)
-                current = None if not module.check_mode else current
-                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), body) \
-                    if not module.check_mode else body
-                result["changed"] = True
-            elif not current:
-                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), body,
+                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), self.body) \
+                    if not dry else self.body
+            elif changes == "create":
+                answer = kube.create("create RuntimeClass %s" % p["name"], _kube.runtime_class_path(), self.body,
                                      dry_run=dry)
-                result["changed"] = True
-            elif before != want:
-                patch = {"scheduling": scheduling}
-                answer = kube.patch("patch RuntimeClass %s" % p["name"], path, patch, dry_run=dry)
-                result["changed"] = True
             else:
-                answer = current
+                answer = kube.patch("patch RuntimeClass %s" % p["name"], path,
+                                    {"scheduling": self.body.get("scheduling")}, dry_run=dry)
             after = _view(answer)
-            if result["changed"] and not module.check_mode:
+            if not dry:
                 after = _view(kube.get("read RuntimeClass %s" % p["name"], path))
-        result["runtime_class"] = after
-        if module._diff and result["changed"]:
-            result["diff"] = dict(before=before, after=after)
-        module.exit_json(**result)
-    except KubeError as exc:
-        module.fail_json(msg=exc.msg, status=exc.status)
+        self.result["runtime_class"] = after
+        self.set_diff(_view(current), after)
+
+
+def main():
+    run_module(RuntimeClass)
 
 
 if __name__ == "__main__":

@@ -79,47 +79,62 @@ backup_file:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, read_live, require_tool, write_atomic)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, nothing_changed, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
     ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
 
+# The wording tests/unit/plugins/modules/test_runtime_mode.py asserts for a config that is not TOML.
 NOTHING_CHANGED = "Nothing was changed."
 
 
+class RuntimeMode(ModuleRun):
+    """validate (the path, nvidia-ctk) -> read (the live config's mode) -> plan (the mode differs: nvidia-ctk's edit
+    of a private copy) -> apply (the atomic write, read back)."""
+
+    argument_spec = ARGUMENT_SPEC
+
+    def validate(self):
+        problem = path_problem(self.params["config_path"])
+        return [problem] if problem else []
+
+    def read(self):
+        p = self.params
+        try:
+            self.ctk = require_tool(self.module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
+        except ToolNotFound as exc:
+            self.refuse(str(exc))
+        live = read_live(self.module, p["config_path"], "config_path")
+        try:
+            before = current_mode(live, p["config_path"])
+        except RuntimeModeError as exc:
+            self.fail("%s. %s" % (exc, NOTHING_CHANGED))
+        self.result.update(mode=p["mode"], previous_mode=before, config_path=p["config_path"])
+        return live, before
+
+    def plan(self, current):
+        live, before = current
+        path, mode = self.params["config_path"], self.params["mode"]
+        if before == mode:
+            return None
+        after = candidate(self.module, NvidiaCtkRunner(self.module.run_command, self.ctk), live, path, mode)
+        self.set_diff(live or "", after, header=path)
+        return after
+
+    def apply(self, current, changes):
+        path = self.params["config_path"]
+        if self.params["backup"] and current[0] is not None:
+            self.result["backup_file"] = self.module.backup_local(path)
+        write_atomic(self.module, path, changes)
+        if read_live(self.module, path, "written config") != changes:
+            self.fail("%s does not read back as written" % path, changed=True)
+
+
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    p = module.params
-    path, mode = p["config_path"], p["mode"]
-    if path_problem(path):
-        module.fail_json(msg="%s. %s" % (path_problem(path), NOTHING_CHANGED))
-    try:
-        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
-    except ToolNotFound as exc:
-        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
-    live = read_live(module, path, "config_path")
-    try:
-        before = current_mode(live, path)
-    except RuntimeModeError as exc:
-        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
-    result = {"changed": False, "mode": mode, "previous_mode": before, "config_path": path}
-    if before == mode:
-        module.exit_json(**result)
-    after = candidate(module, NvidiaCtkRunner(module.run_command, ctk), live, path, mode)
-    result["changed"] = True
-    if module._diff:
-        result["diff"] = {"before_header": path, "after_header": path, "before": live or "", "after": after}
-    if not module.check_mode:
-        if p["backup"] and live is not None:
-            result["backup_file"] = module.backup_local(path)
-        write_atomic(module, path, after)
-        if read_live(module, path, "written config") != after:
-            module.fail_json(msg="%s does not read back as written" % path, changed=True)
-    module.exit_json(**result)
+    run_module(RuntimeMode)
 
 
 def candidate(module, runner, live, path, mode):
@@ -131,17 +146,16 @@ def candidate(module, runner, live, path, mode):
                 handle.write(live)
         rc, out, err = runner.command("config", "--in-place", "--set", "%s=%s" % (KEY, mode), "--config=%s" % copy)
         if rc != 0 or not os.path.isfile(copy):
-            module.fail_json(msg="`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit %s): %s. %s"
-                                 % (KEY, mode, path, rc, (err or out).strip(), NOTHING_CHANGED))
+            module.fail_json(msg=nothing_changed("`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit "
+                                                 "%s): %s" % (KEY, mode, path, rc, (err or out).strip())))
         with open(copy) as handle:
             text = handle.read()
     try:
         got = current_mode(text, "nvidia-ctk's edit of %s" % path)
     except RuntimeModeError as exc:
-        module.fail_json(msg="%s. %s" % (exc, NOTHING_CHANGED))
+        module.fail_json(msg=nothing_changed(str(exc)))
     if got != mode:
-        module.fail_json(msg="nvidia-ctk's edit of %s sets mode %r, not %r: refused. %s"
-                             % (path, got, mode, NOTHING_CHANGED))
+        module.fail_json(msg=nothing_changed("nvidia-ctk's edit of %s sets mode %r, not %r: refused" % (path, got, mode)))
     return text
 
 

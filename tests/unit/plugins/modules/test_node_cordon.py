@@ -135,3 +135,46 @@ def test_owner_must_fit_an_annotation_value(kube_api, node):
     res = run_module(node_cordon.main, args(kube_api, state="cordoned", owner=""))
     assert res["failed"] and "owner must be 1 to 253 characters" in res["msg"]
     assert kube_api.writes() == []
+
+
+class _Clock(object):
+    def __init__(self):
+        self.now, self.sleeps = 100.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Module(object):
+    def fail_json(self, **kw):
+        raise _Failed(kw)
+
+
+def test_drain_asks_each_pod_once_retries_a_refused_one_and_gives_up_at_its_deadline(monkeypatch):
+    """The drain's wait (the shared _poll): a fake clock places the deadline, nothing sleeps. A pod a
+    PodDisruptionBudget refuses (429) is asked again on each read; one evicted is not asked twice; at the deadline the
+    run fails naming the pod still there, with the node left cordoned (changed)."""
+    clock = _Clock()
+    listings = iter([["jobs/a", "jobs/b"], ["jobs/a", "jobs/b"], ["jobs/b"]])
+    monkeypatch.setattr(node_cordon, "gpu_pods", lambda kube, node, prefix: next(listings, ["jobs/b"]))
+    asked = []
+
+    def evict(kube, pod):
+        asked.append(pod)
+        if pod == "jobs/b":
+            raise node_cordon.KubeError("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
+    monkeypatch.setattr(node_cordon, "evict", evict)
+    with pytest.raises(_Failed) as failed:
+        node_cordon.drain(_Module(), None, "gpu-node-1", "nvidia.com/", 3, clock=clock, sleep=clock.sleep)
+    got = failed.value.args[0]
+    assert got["pending"] == ["jobs/b"] and got["changed"] is True and "after 3s: jobs/b" in got["msg"]
+    assert asked.count("jobs/a") == 1 and asked.count("jobs/b") == 4     # one ask per read, up to the deadline
+    assert sum(clock.sleeps) == 3 and clock.now == 103.0
