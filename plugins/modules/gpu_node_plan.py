@@ -429,24 +429,35 @@ ansible_facts:
       type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
+class NodePlan(ModuleRun):
+    """Read the node once and run every given step's check (the options, the input checks and the checks are the
+    steps' own: _node_steps.STEPS, in order). Changes nothing in any mode."""
+
+    argument_spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
+
+    def validate(self):
+        _node_steps.validate(self.module)   # each step's own input checks fail the module in their own words
+        return []
+
+    def lock(self):
+        return module_lock(self.module, "gpu_node_plan")
+
+    def converge(self):
+        facts = _read(self.module)
+        self.result.update({"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}})
+        _node_steps.plan(self.module, facts, self.result)
+        return self.result
+
+
 def main():
-    # the options, the input checks and the checks are the steps' own (_node_steps.STEPS, in order)
-    module = AnsibleModule(argument_spec=_node_steps.argument_spec(lock_timeout=dict(type="int")),
-                           supports_check_mode=True)
-    _node_steps.validate(module)
-    with module_lock(module, "gpu_node_plan"):
-        facts = _read(module)
-    result = {"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}}
-    _node_steps.plan(module, facts, result)
-    module.exit_json(**result)
+    run_module(NodePlan)
 
 
 def _read(module):

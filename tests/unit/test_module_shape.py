@@ -13,7 +13,6 @@ MODULES = os.path.join(ROOT, "plugins", "modules")
 # Known exceptions, each with its reason. gpu_node_plan is built from the step registry (_node_steps), and it,
 # gpu_info and gpu_simulator were being changed by other work when the base landed; they move to it next.
 EXCEPTIONS = {
-    "gpu_node_plan": "its spec and body come from the step registry; moved to ModuleRun after issue 38 part 1",
     "gpu_info": "edited by other work when the base landed (read-only facts module)",
     "gpu_simulator": "edited by other work when the base landed (test-only simulator control)",
 }
