@@ -122,5 +122,3 @@ def validate(module, params):
         module.fail_json(msg="driver: branch %r is not a driver branch (digits, like 580)" % branch)
     if version and branch and _branch(version) != branch:
         module.fail_json(msg="driver: version %s is not of branch %s" % (version, branch))
-
-

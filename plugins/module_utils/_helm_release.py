@@ -411,4 +411,3 @@ class HelmRelease(ModuleRun):
         self.apply(current, current_values, current_version, chart_version, desired, values_file)
         self.after_apply(context)
         return self.result
-

@@ -109,6 +109,7 @@ class NodeLock(object):
         except OSError as exc:
             raise NodeLockError("cannot open the node lock file %s: %s (set %s to a writable path). Nothing was "
                                 "changed." % (self.path, exc.strerror or exc, ENV_LOCK))
+
         def try_lock():
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

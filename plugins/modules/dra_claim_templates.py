@@ -257,13 +257,13 @@ class ClaimTemplates(ModuleRun):
             self.refuse("; ".join(problems), errors=problems)
         return existing
 
-    def plan(self, existing):
+    def plan(self, current):
         """[(action, namespace, name, desired object or None, current object or None)]; with ``user`` the desired
         object carries the users it will have."""
         user = self.p["user"]
-        actions = []
+        changes = []
         for ns in self.p["namespaces"]:
-            have = existing[ns]
+            have = current[ns]
             declared = {}
             if self.p["state"] == "present":
                 for t in self.p["templates"]:
@@ -274,11 +274,11 @@ class ClaimTemplates(ModuleRun):
                     users = users_of(cur) | set([user])
                     want["metadata"]["annotations"] = {USERS: ",".join(sorted(users))}
                 if cur is None:
-                    actions.append(("create", ns, name, want, None))
+                    changes.append(("create", ns, name, want, None))
                 elif cur.get("spec") != want["spec"]:
-                    actions.append(("replace", ns, name, want, cur))
+                    changes.append(("replace", ns, name, want, cur))
                 elif _view(cur)["labels"] != want["metadata"]["labels"] or (user and user not in users_of(cur)):
-                    actions.append(("relabel", ns, name, want, cur))
+                    changes.append(("relabel", ns, name, want, cur))
             for name, cur in sorted(have.items()):
                 if name in declared or not ours(cur, self.p["template_set"]):
                     continue
@@ -288,19 +288,19 @@ class ClaimTemplates(ModuleRun):
                         if left:
                             want = copy.deepcopy(cur)
                             want["metadata"].setdefault("annotations", {})[USERS] = ",".join(sorted(left))
-                            actions.append(("release", ns, name, want, cur))
+                            changes.append(("release", ns, name, want, cur))
                         else:
-                            actions.append(("delete", ns, name, None, cur))
+                            changes.append(("delete", ns, name, None, cur))
                 elif self.p["prune"] or self.p["state"] == "absent":
-                    actions.append(("delete", ns, name, None, cur))
-        return actions
+                    changes.append(("delete", ns, name, None, cur))
+        return changes
 
-    def apply(self, existing, actions):
+    def apply(self, current, changes):
         dry = self.module.check_mode
         words = {"create": "created", "replace": "replaced (a template's spec is immutable: deleted and created "
                                                  "again)", "relabel": "labels updated", "delete": "deleted",
                  "release": "no longer used by %s (still by others)" % self.p["user"]}
-        for action, ns, name, want, cur in actions:
+        for action, ns, name, want, cur in changes:
             what = "%s ResourceClaimTemplate %s/%s" % (action, ns, name)
             if action in ("replace", "delete"):
                 self.kube.delete(what, path(ns, name), dry_run=dry,
@@ -333,14 +333,14 @@ class ClaimTemplates(ModuleRun):
                 self.result["changes"] = []
                 self.diff = {"before": {}, "after": {}}
 
-    def after(self, existing, actions):
+    def after(self, current, changes):
         for ns in self.p["namespaces"]:
-            names = set(n for n, o in existing[ns].items() if ours(o, self.p["template_set"]))
-            for action, a_ns, name, dummy, dummy2 in actions:
+            names = set(n for n, o in current[ns].items() if ours(o, self.p["template_set"]))
+            for action, a_ns, name, dummy, dummy2 in changes:
                 if a_ns == ns:
                     (names.discard if action == "delete" else names.add)(name)
             self.result["templates"][ns] = sorted(names)
-        if self.module._diff and actions:
+        if self.module._diff and changes:
             self.result["diff"] = self.diff
 
 

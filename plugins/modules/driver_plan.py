@@ -17,7 +17,7 @@ description:
   - Reads the node's NVIDIA PCI devices and driver state (Secure Boot, NVSwitch, NVLink5, nouveau) below O(root),
     unless given in O(devices) and O(state); the installed packages from the package database; and what the package
     source offers - the repository asked from a scratch directory (O(repository)), the node's own apt lists
-    (O(package_source=distribution)), or the package files (O(package_files)).
+    (C(package_source=distribution) in O(declaration)), or the package files (O(package_files)).
   - Then plans the packages at exact versions (driver userspace, kernel modules - precompiled where the source has
     them for the running kernel, else DKMS -, the Fabric Manager at exactly the driver's version on NVSwitch systems,
     nvidia-persistenced) and refuses, with what to do - proprietary modules on Blackwell, open modules on a GPU older
@@ -93,6 +93,7 @@ requirements:
 seealso:
   - module: gpuops.nvidia.package_plan
   - name: NVIDIA Driver Installation Guide
+    description: NVIDIA's packages, repositories and kernel module flavours for data-center drivers.
     link: https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
 author:
   - gpuops.nvidia developers (@gpuops)
@@ -204,7 +205,7 @@ class DriverPlan(ModuleRun):
             self.fail_kind("read", "the node's devices or driver state cannot be read below %s: %s" % (p["root"], exc))
         if devices is None or state is None:
             self.fail_kind("read", "this collection has no reader for the node's PCI devices or driver state (the "
-                              "driver layer's _pci and _driver_state): give devices and state")
+                                   "driver layer's _pci and _driver_state): give devices and state")
         return {"manager": p["manager"], "kernel": kernel, "distribution_major": p["distribution_major"]}, devices, state
 
     def offered(self, decl, node):
@@ -236,7 +237,7 @@ class DriverPlan(ModuleRun):
                         "unreachable": "it does not answer: check the URL and the node's network or proxy",
                         "other": "the package manager refused it"}[exc.kind]
                 self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
-                          % (what, "apt-get" if p["manager"] == "apt" else "dnf", exc), output=exc.output)
+                               % (what, "apt-get" if p["manager"] == "apt" else "dnf", exc), output=exc.output)
         if decl.get("package_source") == "distribution" and p["manager"] == "apt":
             # the node's own, configured sources (the Ubuntu archive), as its apt lists have them
             rc, out, err = self.module.run_command([self.module.get_bin_path("apt-cache", required=True), "madison"]

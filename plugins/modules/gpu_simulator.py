@@ -82,8 +82,9 @@ options:
   code:
     description: For C(add_xid), the Xid code the driver logs for GPU O(index).
     type: int
-  message:
-    description: For C(add_xid), the text after the code (default C(simulated Xid <code>)).
+  xid_text:
+    description: For C(add_xid), the text after the code (default C(simulated Xid <code>)). (Not C(message), which
+      Ansible keeps for itself.)
     type: str
   readable:
     description: For C(set_kernel_log_readable), whether the kernel log can be read.
@@ -126,10 +127,10 @@ EXAMPLES = r"""
     index: 3
     fault: "{{ item.fault | default(omit) }}"
     code: "{{ item.code | default(omit) }}"
-    message: "{{ item.message | default(omit) }}"
+    xid_text: "{{ item.xid_text | default(omit) }}"
   loop:
     - {action: inject_health, fault: lost}
-    - {action: add_xid, code: 79, message: GPU has fallen off the bus.}
+    - {action: add_xid, code: 79, xid_text: GPU has fallen off the bus.}
 
 - name: The third NVML call from now fails
   gpuops.nvidia.gpu_simulator:
@@ -197,7 +198,7 @@ def main():
             used_memory_mib=dict(type="int", default=0), gi_id=dict(type="int"), ci_id=dict(type="int"),
             after_calls=dict(type="int", default=1), error=dict(type="str"), call=dict(type="str"),
             supported=dict(type="bool"), fault=dict(type="str"), value=dict(type="raw", default=True),
-            link=dict(type="int"), code=dict(type="int"), message=dict(type="str"), readable=dict(type="bool"),
+            link=dict(type="int"), code=dict(type="int"), xid_text=dict(type="str"), readable=dict(type="bool"),
         ),
         supports_check_mode=True,
     )
@@ -227,7 +228,7 @@ def main():
         elif p["action"] == "inject_health":
             sim.inject_health(p["index"], p["fault"], _value(p["value"]), p["link"])
         elif p["action"] == "add_xid":
-            result["line"] = sim.add_xid(p["index"], p["code"], p["message"])
+            result["line"] = sim.add_xid(p["index"], p["code"], p["xid_text"])
         elif p["action"] == "set_kernel_log_readable":
             sim.set_kernel_log_readable(p["readable"])
     except (GpuBackendError, NvmlError) as exc:

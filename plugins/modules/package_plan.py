@@ -232,10 +232,10 @@ class PackagePlan(ModuleRun):
         down = [e for e in entries if e["action"] == "downgrade"]
         if down and not self.p["allow_downgrade"]:
             self.fail_kind("downgrade", "refusing to downgrade %s: installed %s is newer than the pinned %s. Pin the "
-                      "installed version, or allow the downgrade (allow_downgrade; the role's "
-                      "container_toolkit_allow_downgrade=true); nothing changed."
-                      % (", ".join(e["name"] for e in down), ", ".join(sorted(set(e["installed"] for e in down))),
-                         self.p["version"]))
+                           "installed version, or allow the downgrade (allow_downgrade; the role's "
+                           "container_toolkit_allow_downgrade=true); nothing changed."
+                           % (", ".join(e["name"] for e in down), ", ".join(sorted(set(e["installed"] for e in down))),
+                              self.p["version"]))
         return [e for e in entries if e["action"] != "none"]
 
     def check_repository(self, todo):
@@ -253,7 +253,7 @@ class PackagePlan(ModuleRun):
                     "unreachable": "it does not answer: check the URL and the node's network or proxy",
                     "other": "the package manager refused it"}[exc.kind]
             self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
-                      % (what, "apt-get" if self.p["manager"] == "apt" else "dnf", exc), output=exc.output)
+                           % (what, "apt-get" if self.p["manager"] == "apt" else "dnf", exc), output=exc.output)
         out.update(checked=True, available=available)
         missing = [n for n in self.p["packages"]
                    if not any(_packages.compare(self.p["manager"], v, self.p["version"]) == 0 for v in available[n])]
@@ -261,7 +261,7 @@ class PackagePlan(ModuleRun):
             have = sorted(set(v for n in missing for v in available[n]),
                           key=_sort_key(self.p["manager"]), reverse=True)
             self.fail_kind("version", "the repository has no %s at version %s; it has %s. Pin one of those; nothing "
-                      "changed." % (", ".join(missing), self.p["version"], ", ".join(have) or "none of them"))
+                           "changed." % (", ".join(missing), self.p["version"], ", ".join(have) or "none of them"))
 
     def check_files(self):
         manager = self.p["manager"]
@@ -287,7 +287,7 @@ class PackagePlan(ModuleRun):
         self.result["files"] = files
         if errors:
             self.fail_kind("files", "package_files: not the pinned packages: %s; nothing changed."
-                      % "; ".join(errors))
+                           % "; ".join(errors))
 
 
 def _differs(path, text):

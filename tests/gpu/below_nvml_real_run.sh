@@ -14,6 +14,7 @@ Q=index,name,pci.bus_id,driver_version,mig.mode.current,compute_mode,persistence
   m nvidia-smi --query-gpu=$Q --format=csv
   m head -n 1 /proc/driver/nvidia/version; m cat /sys/module/nvidia/version; m modinfo -F version nvidia
   m grep -E '^(nvidia|nouveau)' /proc/modules; m ls /proc/driver/nvidia/gpus /proc/driver/nvidia-nvswitch/devices
+  # shellcheck disable=SC2016  # (the loop's variables are the inner shell's)
   m sh -c 'for d in /sys/bus/pci/devices/*; do [ "$(cat $d/vendor)" = 0x10de ] && echo "$d $(cat $d/device $d/class $d/subsystem_vendor $d/subsystem_device) $(basename "$(readlink $d/driver)")"; done'
   m sh -c 'ls /sys/firmware/efi/efivars/ 2>/dev/null | grep -c SecureBoot'
   m sh -c 'dmesg 2>&1 | grep -c "NVRM: Xid"'

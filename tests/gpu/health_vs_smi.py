@@ -223,7 +223,7 @@ def compare(health, xml_text, nvlink_text, not_supported, tolerance_c=3):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--out", help="write the comparison and both reads here as JSON")
     parser.add_argument("--xml", help="a saved `nvidia-smi -q -x` instead of running it")
     args = parser.parse_args(argv)

@@ -174,6 +174,20 @@ OPERATOR_HINTS = dict(KUBE_HINTS, **{"policy_name": _K8S_NAMES, "namespace": _K8
                                                             _K8S_NAMES),
                                      "timeout": TIMEOUTS, "interval": INTERVALS})
 
+# node_health's verdict: a valid one, and what the fuzzer gives instead
+NODE_HEALTH_VERDICT = {
+    "healthy": False, "warnings": [],
+    "blocking": [{"gpu": 3, "bus_id": "00000000:47:00.0", "kind": "row_remap_pending",
+                  "message": "GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot"}]}
+NODE_HEALTH_VERDICTS = st.one_of(st.fixed_dictionaries(
+    {"healthy": st.one_of(st.booleans(), json_values(1)),
+     "blocking": st.one_of(st.lists(st.fixed_dictionaries({
+         "gpu": st.one_of(st.none(), st.integers(-2, 9), st.sampled_from(HUGE_INTS)),
+         "bus_id": st.one_of(st.none(), strings(["00000000:47:00.0", "47:00", "0000:47:00.7"])),
+         "kind": strings(["row_remap_pending", "xid 79", "a" * 200, "", "-"]),
+         "message": strings(["GPU 3: remapped rows pending", ""])}), max_size=3), hostile())},
+    optional={"warnings": st.one_of(st.just([]), hostile())}), json_values(), hostile())
+
 MODULES = {
     "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
     "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
@@ -230,18 +244,8 @@ MODULES = {
                           files=KUBE_FILES),
     "node_cordon": dict(rig="kube", args={"node_name": "gpu-node-1", "state": "cordoned", "owner": "fuzz"},
                         hints=dict(KUBE_HINTS, drain_timeout=TIMEOUTS), files=KUBE_FILES),
-    "node_health": dict(rig="kube", args={"node_name": "gpu-node-1", "verdict": {
-        "healthy": False, "warnings": [],
-        "blocking": [{"gpu": 3, "bus_id": "00000000:47:00.0", "kind": "row_remap_pending",
-                      "message": "GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot"}]}},
-                        hints=dict(KUBE_HINTS, verdict=st.one_of(st.fixed_dictionaries(
-                            {"healthy": st.one_of(st.booleans(), json_values(1)),
-                             "blocking": st.one_of(st.lists(st.fixed_dictionaries({
-                                 "gpu": st.one_of(st.none(), st.integers(-2, 9), st.sampled_from(HUGE_INTS)),
-                                 "bus_id": st.one_of(st.none(), strings(["00000000:47:00.0", "47:00", "0000:47:00.7"])),
-                                 "kind": strings(["row_remap_pending", "xid 79", "a" * 200, "", "-"]),
-                                 "message": strings(["GPU 3: remapped rows pending", ""])}), max_size=3), hostile())},
-                            optional={"warnings": st.one_of(st.just([]), hostile())}), json_values(), hostile()),
+    "node_health": dict(rig="kube", args={"node_name": "gpu-node-1", "verdict": NODE_HEALTH_VERDICT},
+                        hints=dict(KUBE_HINTS, verdict=NODE_HEALTH_VERDICTS,
                                    owner=strings(["gpuops.nvidia.gpu_node", ""])),
                         files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},

@@ -70,7 +70,7 @@ def cuda_packages(version):
     for flavour, suffix in (("open", "-open"), ("proprietary", "")):
         dkms = "nvidia-dkms-%s%s" % (b, suffix)
         out[dkms] = (v, lib + " (= %s)" % v, module_files("lib/modules/%s/updates/dkms" % KERNEL, version, flavour,
-                                                           False))
+                                                          False))
         out["nvidia-headless-%s%s" % (b, suffix)] = (v, "%s (= %s), nvidia-compute-utils-%s (= %s), %s (= %s)" % (
             dkms, v, b, v, lib, v), {"usr/share/doc/nvidia-headless-%s%s/README" % (b, suffix): "TEST STAND-IN\n"})
     fm = "nvidia-fabricmanager" if int(b) >= 580 else "nvidia-fabricmanager-%s" % b

@@ -17,6 +17,7 @@ EXCEPTIONS = {
     "gpu_simulator": "edited by other work when the base landed (test-only simulator control)",
 }
 
+
 def module_names():
     return sorted(name[:-3] for name in os.listdir(MODULES) if name.endswith(".py") and name != "__init__.py")
 

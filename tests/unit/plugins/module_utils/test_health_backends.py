@@ -91,7 +91,7 @@ class HealthNvml(FakeNvml):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         info = ref._obj
         assert info.version == pynvml.nvmlGpuFabricInfo_v2
-        info.state, info.status, info.healthMask = self.fabric
+        info.state, info.status, info.healthMask = self.fabric  # pylint: disable=unpacking-non-sequence
         return pynvml.NVML_SUCCESS
 
 

@@ -243,7 +243,7 @@ def test_injected_faults_block_with_gpu_bus_id_and_fix_and_the_policy_loosens_th
     env = _sim_env(tmp_path, "hgx-h200")
     for args in ({"action": "inject_health", "index": 2, "fault": "row_remap_pending"},
                  {"action": "inject_health", "index": 5, "fault": "pcie_width", "value": "8"},
-                 {"action": "add_xid", "index": 1, "code": 13, "message": "Graphics SM Warp Exception"}):
+                 {"action": "add_xid", "index": 1, "code": 13, "xid_text": "Graphics SM Warp Exception"}):
         assert not run_module(SIM, args, env=env)[0].get("failed")
     path = env["GPUOPS_SIMULATED_GPUS"]
     before = _digest(path)

@@ -55,7 +55,7 @@ def test_health_faults_xid_lines_and_an_unreadable_log(tmp_path):
     env = _env(tmp_path)
     result = run_module(MODULE, {"action": "inject_health", "index": 1, "fault": "nvlink_down", "link": 4}, env=env)[0]
     assert result["changed"] is True and _state(tmp_path)["gpus"][1]["health"]["nvlink_down"] == [4]
-    result = run_module(MODULE, {"action": "add_xid", "index": 1, "code": 74, "message": "NVLINK: fatal"}, env=env)[0]
+    result = run_module(MODULE, {"action": "add_xid", "index": 1, "code": 74, "xid_text": "NVLINK: fatal"}, env=env)[0]
     assert result["line"] == "NVRM: Xid (PCI:0000:0f:00): 74, NVLINK: fatal"
     run_module(MODULE, {"action": "set_kernel_log_readable", "readable": False}, env=env)
     assert _state(tmp_path)["kernel_log"] == {"readable": False, "lines": [result["line"]]}
