@@ -85,8 +85,8 @@ DEFAULT_POLICY = dict((kind, entry[0]) for kind, entry in FINDING_KINDS.items())
 # (NVIDIA, GPU Memory Error Management, "Error Recovery and Response Flags":
 # https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html; nvml.h,
 # nvmlDeviceGetRemappedRows), as a pending page retirement is before Ampere (NVIDIA, Dynamic Page Retirement,
-# https://docs.nvidia.com/deploy/dynamic-page-retirement/). The gate's optional remediation (gpu_node_health_reset)
-# resets such GPUs and reads them again.
+# https://docs.nvidia.com/deploy/dynamic-page-retirement/). The gate's optional remediation (not built yet)
+# would reset such GPUs and read them again.
 RESET_CLEARS = ("row_remap_pending", "retired_pages_pending")
 # A PCI address as NVML writes it (the node_health module takes no other): an Xid's bus id of no GPU is left out.
 _NVML_BUS_ID = re.compile(r"^(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
