@@ -24,7 +24,8 @@ options:
       compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval, and for CDI: cdi,
       runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd; for DRA: dra_claim_templates
       (gpuops_dra_claim_templates, checked only with provider dra); for reboots: connection (ansible_connection),
-      mig_allow_reboot and simulated (the node's GPUs are the simulator's).
+      mig_allow_reboot and simulated (the node's GPUs are the simulator's); for the GPU health gate: health_policy
+      (gpu_node_health_policy, a mapping of finding kind to block, warn or ignore).
     type: dict
     required: true
   node:
@@ -126,6 +127,7 @@ def node_declaration_errors(declared, node):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
                       % (head, _json(_truncate(_text(interval), 40)), _DONE))
     errors.extend(_cdi_errors(declared, head, provider))
+    errors.extend(_health_errors(declared.get("health_policy", {}), head))
     if (declared.get("connection") in LOCAL_CONNECTIONS and _bool(declared.get("mig_allow_reboot", False))
             and not _bool(declared.get("simulated", False))):
         errors.append("%s mig_allow_reboot=true with ansible_connection=local: a reboot to activate a MIG mode change "
@@ -169,6 +171,17 @@ def _cdi_errors(declared, head, provider):
                    "only with enable_cdi. Set containerd_runtime_cdi_enabled=true (its default follows gpu_node_cdi), or "
                    "gpu_node_cdi=false. %s" % (head, _DONE))
     return out
+
+
+def _health_errors(policy, head):
+    """The health gate's policy (docs/health.md): known finding kinds, each block, warn or ignore."""
+    # imported here: the planner only where the filter runs (see the note above SHARING)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, validate_policy
+    try:
+        validate_policy(policy if policy not in (None, "") else None)
+    except HealthPolicyError as exc:
+        return ["%s gpu_node_health_policy: %s. %s" % (head, _truncate(str(exc), 2000), _DONE)]
+    return []
 
 
 def _dra_errors(explicit):

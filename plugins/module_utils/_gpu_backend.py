@@ -29,11 +29,13 @@ def get_backend(run_command=None):
     return NvmlBackend(run_command=run_command)
 
 
-def read_facts(run_command=None):
+def read_facts(run_command=None, health=False):
     """gpu_info's facts of every GPU, read once through the chosen backend, which is closed afterwards
-    (GpuBackendError or NvmlError as the backend raises them)."""
+    (GpuBackendError or NvmlError as the backend raises them). With ``health``, (facts, the backend's
+    ``read_health()``) from the same session (``run_command`` then also reads the kernel log on real GPUs)."""
     backend = get_backend(run_command=run_command)
     try:
-        return backend.read_all()
+        facts = backend.read_all()
+        return (facts, backend.read_health()) if health else facts
     finally:
         backend.close()

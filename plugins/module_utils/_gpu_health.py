@@ -22,6 +22,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import xid_events
 
 NOT_SUPPORTED = "not supported"
@@ -79,6 +81,15 @@ FINDING_KINDS = {
                               "let the collection read journalctl -k or dmesg on this node"),
 }
 DEFAULT_POLICY = dict((kind, entry[0]) for kind, entry in FINDING_KINDS.items())
+# Blocking findings that a GPU reset clears where the GPU is idle: a pending row remap is applied at the next GPU reset
+# (NVIDIA, GPU Memory Error Management, "Error Recovery and Response Flags":
+# https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html; nvml.h,
+# nvmlDeviceGetRemappedRows), as a pending page retirement is before Ampere (NVIDIA, Dynamic Page Retirement,
+# https://docs.nvidia.com/deploy/dynamic-page-retirement/). The gate's optional remediation (not built yet)
+# would reset such GPUs and read them again.
+RESET_CLEARS = ("row_remap_pending", "retired_pages_pending")
+# A PCI address as NVML writes it (the node_health module takes no other): an Xid's bus id of no GPU is left out.
+_NVML_BUS_ID = re.compile(r"^(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
 class HealthPolicyError(ValueError):
@@ -306,12 +317,31 @@ def verdict(found, policy=None):
             "blocking": blocking, "warnings": warnings, "findings": decided}
 
 
-def summary(health, policy=None):
-    """gpu_info's ``health`` section: the verdict over the read's findings, the kernel log's source, and each GPU's
-    read fields."""
+def _gate_finding(finding):
+    bus_id = finding["pci_bus_id"]
+    return {"gpu": finding["gpu"], "bus_id": bus_id if isinstance(bus_id, str) and _NVML_BUS_ID.match(bus_id) else None,
+            "kind": finding["kind"], "message": finding["summary"]}
+
+
+def gate(decided):
+    """The verdict as the gate hands it to the node_health module ({"healthy", "blocking", "warnings"}, each finding
+    {"gpu", "bus_id", "kind", "message"}), and ``reset_clears``: the GPUs (indexes) with a blocking finding that a
+    GPU reset clears (``RESET_CLEARS``), for the gate's optional remediation. ``decided``: ``verdict``'s findings."""
+    blocking = [_gate_finding(f) for f in decided if f["action"] == "block"]
+    return {"healthy": not blocking, "blocking": blocking,
+            "warnings": [_gate_finding(f) for f in decided if f["action"] == "warn"],
+            "reset_clears": sorted(set(f["gpu"] for f in decided if f["action"] == "block" and f["kind"] in RESET_CLEARS
+                                       and f["gpu"] is not None))}
+
+
+def summary(health, policy=None, gpus=True):
+    """gpu_info's ``health`` section: the verdict over the read's findings, the gate's form of it (``gate``), the
+    kernel log's source, and (with ``gpus``) each GPU's read fields."""
     result = verdict(findings(health), policy)
+    result["gate"] = gate(result["findings"])
     log = health.get("kernel_log") or {}
     result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
                             "reason": log.get("reason"), "xid_lines": len(log.get("lines") or [])}
-    result["gpus"] = health.get("gpus") or []
+    if gpus:
+        result["gpus"] = health.get("gpus") or []
     return result

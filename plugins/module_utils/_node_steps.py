@@ -288,6 +288,24 @@ def _cdi(module, facts, params):
     return None, {p["step"]: [reason] if reason else []}
 
 
+def _health_validate(module, params):
+    """Refuse a policy naming a finding kind or an action that is not one (before anything is read)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, validate_policy
+    try:
+        validate_policy(params["health"]["policy"] or None)
+    except HealthPolicyError as exc:
+        module.fail_json(msg="health.policy: %s; nothing changed" % exc)
+
+
+def _health(module, facts, params):
+    """The GPUs' health, read in the plan's one read (``facts["health_read"]``: the backend's read_health, from the
+    same session as the facts), with the policy's verdict: the report is gpu_info's health section without each
+    GPU's read fields (gpu_info shows them), the reasons are the blocking findings. A read, never disruptive."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import summary
+    report = summary(facts["health_read"], params["health"]["policy"] or None, gpus=False)
+    return {"health": report}, {"health": list(report["blocking"])}
+
+
 def _with_step(spec, step):
     """A step's own module's argument spec, plus the step its reasons go to."""
     return dict(spec, step=dict(type="str", default=step))
@@ -361,6 +379,9 @@ STEPS = (
     Step("runtime_mode", {"runtime_mode": _runtime_mode_spec}, check=_runtime_mode, tasks="runtime_mode.yml"),
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True),
+    # last: the gate before the node's release reads the GPUs as every step left them (again after a disruptive change)
+    Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={})))},
+         check=_health, validate=_health_validate, tasks="health.yml", after_disruption=True, needs_nvml=True),
 )
 
 BY_NAME = dict((step.name, step) for step in STEPS)

@@ -203,6 +203,14 @@ health:
         C(dmesg)), why not (reason) and how many Xid lines it held (xid_lines).
       type: dict
       returned: always
+    gate:
+      description:
+        - The verdict as M(gpuops.nvidia.node_health) takes it - C(healthy), C(blocking) and C(warnings), each finding
+          a mapping of C(gpu), C(bus_id), C(kind) and C(message) (the line of RV(health.blocking)) - and
+          C(reset_clears), the indexes of the GPUs with a blocking finding that a GPU reset clears (a pending row remap
+          or page retirement), for gpuops.nvidia.gpu_node's optional remediation.
+      type: dict
+      returned: always
     gpus:
       description: Each GPU's health read (index, uuid, name, pci_bus_id, architecture, lost, ecc, retired_pages,
         remapped_rows, nvlink, pcie, clock_events, temperature_c, fabric); a field NVML answers NOT_SUPPORTED for

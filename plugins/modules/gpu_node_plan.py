@@ -37,6 +37,9 @@ description:
   - B(CDI) (O(cdi)) - whether M(gpuops.nvidia.cdi_spec)'s record matches the spec and the GPUs as read.
   - B(Runtime mode) (O(runtime_mode)) - whether nvidia-container-runtime's config sets the mode
     M(gpuops.nvidia.runtime_mode) would set.
+  - B(Health) (O(health)) - every GPU's health read in the same NVML session as the facts (ECC, remapped rows,
+    NVLink, PCIe link, clock events, fabric, this boot's Xid events; see M(gpuops.nvidia.gpu_info)), and the policy's
+    verdict in RV(health). The step C(health) has work when a finding blocks (its reasons are the blocking findings).
   - A step has work when any of its checks is not met; RV(steps) lists the reasons. The step C(mig) has no work
     where MIG is not managed (RV(mig.managed)), whatever its files (still reported in RV(files)). Whatever cannot be proven
     unchanged counts as work, so the step's own role decides as it always did.
@@ -313,6 +316,19 @@ options:
         description: As runtime_mode's (not compared).
         type: bool
         default: false
+  health:
+    description:
+      - The GPUs' health, read with the facts (the same read as M(gpuops.nvidia.gpu_info)'s O(gpuops.nvidia.gpu_info#module:health)),
+        judged by O(health.policy).
+    type: dict
+    suboptions:
+      policy:
+        description:
+          - What each finding kind does to the verdict, C(block), C(warn) or C(ignore), over the defaults (docs/health.md),
+            as gpu_info's O(gpuops.nvidia.gpu_info#module:health_policy). An unknown kind or action is refused before
+            anything is read.
+        type: dict
+        default: {}
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -419,6 +435,15 @@ containerd:
   description: C(verified) (the stamp matched) and, when it did, the recorded result.
   returned: when O(containerd) is given
   type: dict
+health:
+  description:
+    - The GPUs' health (with O(health)) - gpu_info's RV(gpuops.nvidia.gpu_info#module:health) without each GPU's read
+      fields - C(verdict), C(healthy), C(blocking) and C(warnings) (one line each, naming the GPU, its bus id, the
+      finding and its fix), C(findings), C(kernel_log), and C(gate) - the verdict as M(gpuops.nvidia.node_health)
+      takes it (C(healthy), C(blocking), C(warnings)) with C(reset_clears), the GPUs whose blocking findings a GPU
+      reset clears.
+  returned: when O(health) is given
+  type: dict
 ansible_facts:
   description: The GPUs as read.
   returned: always
@@ -450,9 +475,11 @@ class NodePlan(ModuleRun):
         return module_lock(self.module, "gpu_node_plan")
 
     def converge(self):
-        facts = _read(self.module)
+        health = _node_steps.BY_NAME["health"].given(self.module)
+        facts, health_read = _read(self.module, health)
         self.result.update({"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}})
-        _node_steps.plan(self.module, facts, self.result)
+        # the health read goes to the checks only (its step reports the verdict), not into the node's facts
+        _node_steps.plan(self.module, dict(facts, health_read=health_read) if health else facts, self.result)
         return self.result
 
 
@@ -460,16 +487,19 @@ def main():
     run_module(NodePlan)
 
 
-def _read(module):
+def _read(module, health):
+    """The GPUs' facts (with ``health``: and their health read, in the same backend session; the kernel log is read
+    through the module's run_command, as gpu_info reads it)."""
     try:
-        return read_facts()
+        read = read_facts(run_command=lambda argv: module.run_command(argv, check_rc=False), health=health)
+        return read if health else (read, None)
     except NvmlInitError as exc:
         # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the
         # driver step has the work; the steps that read the GPUs wait for it). Elsewhere NVML must start.
         if module.params["driver"] is None:
             module.fail_json(msg=str(exc))
         return {"backend": None, "driver_version": None, "cuda_driver_version": None, "nvml_version": None,
-                "gpus": [], "nvml_error": {"name": exc.name, "message": str(exc)}}
+                "gpus": [], "nvml_error": {"name": exc.name, "message": str(exc)}}, None
     except GpuBackendError as exc:
         module.fail_json(msg=str(exc))
     except NvmlError as exc:

@@ -142,6 +142,18 @@ cordoned_by:
   returned: success
   type: str
   sample: gpuops.nvidia.gpu_node
+taints:
+  description: The node's taints as read (before this task), each C(key), C(value) and C(effect).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{key: gpuops.nvidia/gpu-unhealthy, value: row_remap_pending, effect: NoSchedule}]
+conditions:
+  description: The node's conditions as read, each C(type), C(status) and C(reason) (the health gate finds its own
+    C(GpuopsNvidiaGpuHealthy) here).
+  returned: success
+  type: list
+  elements: dict
 evicted:
   description: C(namespace/name) of the GPU pods evicted (in check mode, that would be evicted).
   returned: success
@@ -266,8 +278,12 @@ class NodeCordon(ModuleRun):
         self.name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
         marked_by = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
+        status = node.get("status") or {}
         self.result.update(node=self.name, labels=dict(node["metadata"].get("labels") or {}),
-                           unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[])
+                           unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[],
+                           taints=[dict(t) for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)],
+                           conditions=[dict((k, c.get(k)) for k in ("type", "status", "reason"))
+                                       for c in status.get("conditions") or [] if isinstance(c, dict)])
         return before, marked_by
 
     def plan(self, current):

@@ -137,6 +137,10 @@ REAL_FACTS = _facts_of("mixed", mig_on=(0,))
 A100_FACTS = _facts_of("dgx-a100-40gb")
 H200_FACTS = _facts_of("hgx-h200")
 _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8))
+# gpu_node_plan's health.policy and gpu_node's gpu_node_health_policy: known kinds and actions, near misses, anything
+HEALTH_POLICY = st.one_of(st.dictionaries(
+    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "Row_Remap_Pending", ""]), _ANY),
+    st.one_of(st.sampled_from(["block", "warn", "ignore", "Block", "off", ""]), _ANY), max_size=3), _ANY)
 
 
 @st.composite
@@ -318,8 +322,9 @@ MODULES = {
                           args={"mig": {"manage": "disable", "config_name": "all-disabled"},
                                 "compute_mode": {"settings": [{"gpus": ["all"], "mode": "Default"}],
                                                  "boot_unit": {"path": SANDBOX + "/gpuops-compute-mode.service"}},
-                                "files": [{"step": "compute_mode", "path": SANDBOX + "/absent", "state": "absent"}]},
-                          hints={"mig.layout": LAYOUT, "mig.config_name": CONFIG_NAME,
+                                "files": [{"step": "compute_mode", "path": SANDBOX + "/absent", "state": "absent"}],
+                                "health": {"policy": {"row_remap_pending": "warn"}}},
+                          hints={"mig.layout": LAYOUT, "mig.config_name": CONFIG_NAME, "health.policy": HEALTH_POLICY,
                                  "files[].path": paths(), "compute_mode.boot_unit.path": paths(),
                                  "lock_timeout": TIMEOUTS},
                           files=MIGPARTED),

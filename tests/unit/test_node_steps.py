@@ -173,7 +173,7 @@ def test_the_registry_is_checked():
     assert _node_steps.registry_problems(bad) == [
         "step orphan has options but no check",
         "step late reruns mig, which is not a node step after it",
-        "disruptive step reboot comes after compute_mode, cdi, which runs again after a disruptive change"]
+        "disruptive step reboot comes after compute_mode, cdi, health, which runs again after a disruptive change"]
     with pytest.raises(AnsibleFilterError, match="the step registry is wrong: step orphan has options but no check"):
         try:
             _node_steps.gates({"steps": {}}, {}, steps=bad)
@@ -189,10 +189,10 @@ def test_the_driver_and_health_steps_fit_the_registry():
     driver = _node_steps.BY_NAME["driver"]
     assert _node_steps.STEPS[0] is driver and driver.disruptive and driver.tasks == "driver.yml"
     assert driver.reruns == ("mig", "compute_mode", "cdi") and not driver.needs_nvml
-    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi"]
-    steps = _node_steps.STEPS + \
-        (_node_steps.Step("health", {"health": dict(type="dict")}, check=check, tasks="health.yml",
-                          after_disruption=True),)
+    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi", "health"]
+    health = _node_steps.STEPS[-1]
+    assert health.name == "health" and health.after_disruption and not health.disruptive
+    steps = _node_steps.STEPS
     assert _node_steps.registry_problems(steps) == []
     managed = dict(MANAGED, driver=True, health=True)
     quiet = {"mig": [], "compute_mode": [], "containerd_runtime": [], "cdi": [], "runtime_mode": [], "health": []}
@@ -235,23 +235,23 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
 def test_the_plan_arguments_come_from_one_input_per_step():
     inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
-              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None}
+              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "health": None}
     assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
                                       "runtime_mode": {"mode": "cdi"}}
     assert node_plan_args(inputs, ["mig"]) == {"mig": inputs["mig"]}
     with pytest.raises(AnsibleFilterError, match=re.escape(
             "node_plan_args: expects, for each step of the node plan (driver, mig, compute_mode, declared, "
-            "containerd_runtime, runtime_mode, cdi), its options or none; got cdi, compute_mode, containerd_runtime, "
-            "declared, driver, mig")):
+            "containerd_runtime, runtime_mode, cdi, health), its options or none; got cdi, compute_mode, "
+            "containerd_runtime, declared, driver, health, mig")):
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
-        node_plan_args(inputs, ["health"])
+        node_plan_args(inputs, ["gpu_reset"])
     with pytest.raises(AnsibleFilterError, match=re.escape("step declared: expects its options (files, packages, units)")):
         node_plan_args(dict(inputs, declared={"file": []}))
 
 
-MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True, "cdi": True,
-           "runtime_mode": True}
+MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True,
+           "cdi": True, "runtime_mode": True, "health": True}
 
 
 def _plan(steps, mig=None):
@@ -276,10 +276,12 @@ def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
                  mig={"managed": True, "disruptive": ["MIG layout changes on GPU(s) 0"]})
     gates = node_step_gates(plan, MANAGED)
     assert gates == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "disruptive": True}
+                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "health": True,
+                     "disruptive": True}
     # MIG left to the GPU Operator (not managed here): nothing of it runs, nothing is disruptive
     gates = node_step_gates(plan, dict(MANAGED, mig=False))
-    assert not gates["mig"] and not gates["disruptive"] and not gates["compute_mode"] and not gates["cdi"]
+    assert not gates["mig"] and not gates["disruptive"] and not gates["compute_mode"] and not gates["cdi"] \
+        and not gates["health"]
     # with compute mode not managed (DRA) it stays off whatever MIG does
     assert not node_step_gates(plan, dict(MANAGED, compute_mode=False))["compute_mode"]
 
@@ -295,9 +297,9 @@ def test_a_step_runs_only_where_managed_and_with_work():
 
 
 @pytest.mark.parametrize("plan, managed, words", [
-    ({"steps": {}}, dict(MANAGED, health=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
+    ({"steps": {}}, dict(MANAGED, gpu_reset=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
     ({"steps": {}}, dict((k, v) for k, v in MANAGED.items() if k != "cdi"),
-     "got compute_mode, container_toolkit, containerd_runtime, driver, mig, runtime_mode"),
+     "got compute_mode, container_toolkit, containerd_runtime, driver, health, mig, runtime_mode"),
     ({"steps": {}}, dict(MANAGED, cdi="maybe"), "whether step cdi is managed must be a boolean, got 'maybe'"),
     ("plan", MANAGED, "expects gpu_node_plan's result (a dict with steps), got str"),
     ({"steps": {"cdi": "stale"}}, MANAGED, "steps.cdi must be the list of reasons the plan found, got str"),

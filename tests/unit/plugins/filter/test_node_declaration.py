@@ -137,3 +137,23 @@ def test_a_reboot_over_a_local_connection_is_refused_before_anything_changes(con
 ], ids=["ssh", "local-no-reboot", "local-no-reboot-text", "local-simulated", "unset"])
 def test_reboots_elsewhere_or_not_allowed_pass(values):
     assert node_declaration_errors(dict(declared({"gpu_node_sharing": "mig"}), **values), "gpu1") == []
+
+
+@pytest.mark.parametrize("policy, words", [
+    ({"row_remap_pendin": "warn"}, ["gpu_node_health_policy", "'row_remap_pendin'", "valid kinds", "xid_fatal"]),
+    ({"xid_fatal": "off"}, ["gpu_node_health_policy", "xid_fatal", "'off'", "block, warn, ignore"]),
+    ({"xid_fatal": True}, ["gpu_node_health_policy", "xid_fatal", "True", "block, warn, ignore"]),
+    (["xid_fatal"], ["gpu_node_health_policy", "must be a mapping", "list"]),
+    ({"x" * 5000: "warn"}, ["gpu_node_health_policy", "unknown health finding kind"]),
+])
+def test_a_bad_health_policy_is_refused_naming_the_key_and_the_valid_ones(policy, words):
+    (error,) = node_declaration_errors(dict(declared({}), health_policy=policy), "n1")
+    assert error.startswith("node n1: gpu_node_health_policy: ") and error.endswith("Nothing was changed.")
+    assert len(error) < 2200
+    for word in words:
+        assert word in error, error
+
+
+@pytest.mark.parametrize("policy", [{}, None, {"row_remap_pending": "warn", "ecc_corrected": "ignore"}])
+def test_a_valid_health_policy_passes(policy):
+    assert node_declaration_errors(dict(declared({}), health_policy=policy), "n1") == []

@@ -189,3 +189,28 @@ def test_clock_event_bits_decode_and_encode():
     assert decoded == {"mask": "0x0000000000000849",
                        "reasons": ["gpu_idle", "hw_slowdown", "hw_thermal_slowdown", "bit_0x800"]}
     assert health.encode_clock_events(["gpu_idle", "hw_slowdown", "hw_thermal_slowdown"]) == 0x49
+
+
+def test_the_gate_form_is_what_node_health_takes_and_names_the_gpus_a_reset_clears():
+    """summary's ``gate``: node_health's verdict (its own check accepts it), each finding with GPU, bus id, kind and the
+    summary line; an Xid on a bus id of no GPU keeps its line but no bus id node_health would refuse; reset_clears only
+    the GPUs with a blocking finding that a reset clears."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._health_marks import verdict_errors
+    remap = healthy_gpu(3)
+    remap["remapped_rows"]["pending"] = True
+    narrow = healthy_gpu(5, "00000000:4a:00.0")
+    narrow["pcie"]["width"]["current"] = 8
+    corrected = healthy_gpu(6, "00000000:4b:00.0")
+    corrected["ecc"]["volatile"]["corrected"] = 2
+    result = health.summary(read(remap, narrow, corrected, readable=True, source="journalctl",
+                                 lines=["NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus."]))
+    gate = result["gate"]
+    assert verdict_errors(dict((k, gate[k]) for k in ("healthy", "blocking", "warnings"))) == []
+    assert gate["healthy"] is False and gate["reset_clears"] == [3]
+    assert [(f["gpu"], f["bus_id"], f["kind"]) for f in gate["blocking"]] == [
+        (3, BUS, "row_remap_pending"), (5, "00000000:4a:00.0", "pcie_width_degraded"), (None, None, "xid_fatal")]
+    assert [f["message"] for f in gate["blocking"]] == result["blocking"]
+    assert [(f["gpu"], f["kind"]) for f in gate["warnings"]] == [(6, "ecc_corrected")]
+    # the policy decides what blocks, so what a reset would clear too
+    gate = health.summary(read(remap), {"row_remap_pending": "warn"})["gate"]
+    assert gate["healthy"] is True and gate["reset_clears"] == [] and gate["warnings"][0]["kind"] == "row_remap_pending"

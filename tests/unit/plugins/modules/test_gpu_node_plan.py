@@ -310,3 +310,48 @@ def test_packages_bad_input_and_a_missing_package_database(node, monkeypatch):
                                "version": "1.20.0-1"}]})
     assert not res.get("failed"), res
     assert res["steps"]["t"][0].startswith("package nvidia-container-toolkit cannot be read: rpm not found"), res
+
+
+def test_health_is_read_in_the_plans_one_read_and_its_blocking_findings_are_the_steps_reasons(node):
+    """The health step: the verdict of gpu_info's read, in the same module run as the facts; blocking findings are the
+    step's work (their lines name GPU, bus id, finding and fix), warnings are not; the policy moves a kind; reads
+    only."""
+    sim = node("hgx-h200")
+    plan = _plan({"health": {}})
+    assert plan["steps"]["health"] == [] and plan["health"]["healthy"] is True
+    assert plan["health"]["gate"] == {"healthy": True, "blocking": [], "warnings": [], "reset_clears": []}
+    assert "gpus" not in plan["health"]          # each GPU's read fields are gpu_info's, not the plan's
+    bus = sim.read_all()["gpus"][3]["pci_bus_id"]
+    sim.inject_health(3, "row_remap_pending")
+    sim.inject_health(5, "ecc_volatile_corrected", 2)
+    sim.clear_call_log()
+    before = _digest(sim)
+    plan = _plan({"health": {}}, check=True)
+    (reason,) = plan["steps"]["health"]
+    assert reason.startswith("GPU 3 (%s): remapped rows pending" % bus) and "reset the GPU or reboot" in reason
+    gate = plan["health"]["gate"]
+    assert gate["healthy"] is False and gate["reset_clears"] == [3]
+    assert gate["blocking"] == [{"gpu": 3, "bus_id": bus, "kind": "row_remap_pending", "message": reason}]
+    assert [w["kind"] for w in gate["warnings"]] == ["ecc_corrected"] and gate["warnings"][0]["gpu"] == 5
+    assert _digest(sim) == before and sim.raw_state()["call_log"] == []
+    # the policy, per group: the pending remap only warns
+    plan = _plan({"health": {"policy": {"row_remap_pending": "warn"}}})
+    assert plan["steps"]["health"] == [] and plan["health"]["verdict"] == "warn"
+    # without the health option nothing of it is read or reported
+    plan = _plan({"compute_mode": {"settings": [{"mode": "Default"}]}})
+    assert "health" not in plan and "health" not in plan["steps"]
+
+
+@pytest.mark.parametrize("policy,words", [
+    ({"row_remap_pendin": "warn"}, ["health.policy", "'row_remap_pendin'", "valid kinds", "row_remap_pending"]),
+    ({"xid_fatal": "stop"}, ["health.policy", "xid_fatal", "'stop'", "block, warn, ignore"]),
+])
+def test_a_bad_health_policy_is_refused_before_anything_is_read(tmp_path, monkeypatch, policy, words):
+    path = tmp_path / "state.json"
+    monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", str(path))
+    monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", "h200-x1")
+    result = _plan({"health": {"policy": policy}})
+    assert result.get("failed") and "nothing changed" in result["msg"], result
+    for word in words:
+        assert word in result["msg"], result["msg"]
+    assert not path.exists()

@@ -51,7 +51,19 @@ def test_query_reads_labels_and_changes_nothing(kube_api, node):
     res = run_module(node_cordon.main, args(kube_api))
     assert res["changed"] is False and res["unschedulable"] is False
     assert res["labels"]["nvidia.com/mig.config"] == "all-1g"
+    assert res["taints"] == [] and res["conditions"] == [{"type": "Ready", "status": "True", "reason": None}]
     assert kube_api.writes() == []
+
+
+def test_query_reports_the_taints_and_conditions_the_health_gate_looks_for(kube_api, node):
+    stored = kube_api.get("", "nodes", node)
+    stored["spec"]["taints"] = [{"key": "gpuops.nvidia/gpu-unhealthy", "value": "xid_fatal", "effect": "NoSchedule"}]
+    stored["status"]["conditions"].append({"type": "GpuopsNvidiaGpuHealthy", "status": "False", "reason": "XidFatal",
+                                           "message": "1 GPU health finding blocks this node: ..."})
+    kube_api.put(stored)
+    res = run_module(node_cordon.main, args(kube_api))
+    assert res["taints"] == stored["spec"]["taints"]
+    assert res["conditions"][-1] == {"type": "GpuopsNvidiaGpuHealthy", "status": "False", "reason": "XidFatal"}
 
 
 def test_check_mode_reports_cordon_and_pods_and_touches_nothing(kube_api, node):
