@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
+import contextlib
 import fcntl
 import json
 import os
@@ -156,6 +157,19 @@ class NodeLock(object):
     def __exit__(self, *exc):
         self.release()
         return False
+
+
+@contextlib.contextmanager
+def module_lock_with_backend(run, owner):
+    """The node lock for a module run (a ``_module_run.ModuleRun``) whose read opens a GPU backend as ``run.backend``
+    (None until then), and that backend closed when the run ends, however it ends."""
+    run.backend = None
+    with module_lock(run.module, owner):
+        try:
+            yield
+        finally:
+            if run.backend is not None:
+                run.backend.close()
 
 
 def module_lock(module, owner):

@@ -127,14 +127,13 @@ calls:
   sample: ["set_persistence_mode(0, True)", "set_compute_mode(0, Exclusive_Process)"]
 """
 
-import contextlib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
     ComputeModeError, plan_settings, planned_state, report, state_view)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
 class ComputeMode(ModuleRun):
@@ -153,15 +152,8 @@ class ComputeMode(ModuleRun):
     module_options = dict(mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
                           required_one_of=[("settings", "mode")])
 
-    @contextlib.contextmanager
     def lock(self):
-        self.backend = None
-        with module_lock(self.module, "compute_mode"):
-            try:
-                yield
-            finally:
-                if self.backend is not None:
-                    self.backend.close()
+        return module_lock_with_backend(self, "compute_mode")
 
     def read(self):
         try:

@@ -199,7 +199,6 @@ skipped_gpus:
   elements: dict
 """
 
-import contextlib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
@@ -215,7 +214,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
 class MigLayout(ModuleRun):
@@ -244,15 +243,9 @@ class MigLayout(ModuleRun):
                                       "(>= 0). Nothing was changed." % error)
         return []
 
-    @contextlib.contextmanager
     def lock(self):
-        self.backend, self.results, self.executed = None, [], []   # executed: what a failure part way reports
-        with module_lock(self.module, "mig_layout"):
-            try:
-                yield
-            finally:
-                if self.backend is not None:
-                    self.backend.close()
+        self.results, self.executed = [], []   # executed: what a failure part way reports
+        return module_lock_with_backend(self, "mig_layout")
 
     def read(self):
         self.backend = get_backend()

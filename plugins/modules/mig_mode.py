@@ -165,7 +165,6 @@ skipped_gpus:
   elements: dict
 """
 
-import contextlib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
@@ -177,7 +176,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
 class MigMode(ModuleRun):
@@ -201,15 +200,9 @@ class MigMode(ModuleRun):
     errors = (GpuBackendError,)
     apply_in_check_mode = True          # apply_mode reports in check mode and changes nothing
 
-    @contextlib.contextmanager
     def lock(self):
-        self.backend, self.results = None, []
-        with module_lock(self.module, "mig_mode"):
-            try:
-                yield
-            finally:
-                if self.backend is not None:
-                    self.backend.close()
+        self.results = []
+        return module_lock_with_backend(self, "mig_mode")
 
     def read(self):
         module = self.module
