@@ -69,4 +69,3 @@ def test_a_declaration_value_that_is_not_text_is_refused(key, value):
     with pytest.raises(_driver_plan.DriverPlanError) as raised:
         _driver_plan.validate(declaration)
     assert "%s %r is a %s; give it as text" % (key, value, type(value).__name__) in str(raised.value)
-
