@@ -201,6 +201,25 @@ def check_also_load(values):
     return list(values or ())
 
 
+def record_problem(data):
+    """What is wrong with an unload's record read back (driver_modules' record_path), or None: an object whose
+    ``daemons`` is a list of objects each with a ``name`` (and ``argv`` a list of strings where present) and whose
+    ``modules`` is a list of module names."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    daemons = data.get("daemons", [])
+    if not isinstance(daemons, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                                                for d in daemons):
+        return "daemons is not a list of objects with a name"
+    if any(not isinstance(d.get("argv", []), list) or not all(isinstance(a, str) for a in d.get("argv", []))
+           for d in daemons):
+        return "a daemon's argv is not a list of strings"
+    modules = data.get("modules", [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        return "modules is not a list of module names"
+    return None
+
+
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 

@@ -100,7 +100,13 @@ def validate(declaration):
     d["fabric_manager"] = _bool_text(d.get("fabric_manager", "auto"))
     d["dkms_signing"] = d.get("dkms_signing") or "none"
     d["allow_downgrade"] = bool(d.get("allow_downgrade", False))
-    if not version and not branch:
+    for key in ("version", "fabric_manager_version", "revision"):
+        if d.get(key) and not isinstance(d[key], str):
+            # a YAML number (version: 580.95 reads as a float), a list...: text is what names a version
+            errors.append("%s %r is a %s; give it as text (quoted in YAML)" % (key, d[key], type(d[key]).__name__))
+            d[key] = ""
+    version = d.get("version") or ""
+    if not version and not branch and not errors:
         errors.append("give the driver's version (like 580.95.05) or its branch (like 580)")
     m = VERSION_RE.match(version) if version else None
     if version and not m:

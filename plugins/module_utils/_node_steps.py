@@ -482,7 +482,7 @@ def plan_args(inputs, only=None):
                          % (", ".join(with_options), ", ".join(sorted(str(k) for k in inputs))
                             if isinstance(inputs, dict) else _kind(inputs)))
     only = with_options if only is None else only
-    if not isinstance(only, list) or not set(only) <= set(with_options):
+    if not isinstance(only, list) or not all(isinstance(o, str) for o in only) or not set(only) <= set(with_options):
         raise ValueError("only must be a list of steps of the node plan (%s), got %r" % (", ".join(with_options), only))
     args = {}
     for name in only:

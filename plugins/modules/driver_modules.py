@@ -179,12 +179,15 @@ import signal
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
     describe_holder, device_patterns, find_holders)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
+    InputFileError, check_shape, read_text as read_input_text)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 NOTHING = "Nothing was stopped or unloaded."
+RECORD_BYTES = 1024 * 1024  # a record names a few daemons and modules: a few hundred bytes
 
 
 def rooted(root, path):
@@ -246,8 +249,25 @@ class Run(object):
                 self._tools[name] = [found] if found else None
         return self._tools[name]
 
+    def check_tools(self):
+        """Each tool given as a command line must start with a program that can run: found after a change, a bad one
+        would fail the run halfway (a daemon stopped, a module removed)."""
+        for name in ("modprobe", "rmmod", "modinfo", "systemctl"):
+            argv = self.p[name]
+            if not argv:
+                continue
+            first = os.path.expanduser(os.path.expandvars(argv[0]))  # as run_command expands it
+            program = first if os.sep in first else self.module.get_bin_path(first) or first
+            if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+                self.module.fail_json(msg="%s: %r is not an executable program; give the %s command as an argument "
+                                          "list whose first item is the program (e.g. [/usr/sbin/%s]). %s"
+                                      % (name, argv[0], name, name, NOTHING))
+
     def run(self, argv):
-        return self.module.run_command(argv)
+        try:
+            return self.module.run_command(argv, handle_exceptions=False)
+        except (IOError, OSError) as exc:  # replaced or removed since check_tools
+            return 127, "", "cannot run %s: %s" % (argv[0], exc)
 
     def modules(self):
         try:
@@ -303,16 +323,26 @@ class Run(object):
 
     # ---- the record -------------------------------------------------------------------------------------------
     def record(self):
-        text = read_text(self.record_path)
-        if not text:
+        """The record of an earlier unload, or None. Read as a file a user named (record_path): only a regular file
+        of at most RECORD_BYTES (a FIFO would block the run, a device or a huge file fill its memory), JSON of this
+        module's shape (a daemon without a name would end in a traceback halfway through a load)."""
+        if not os.path.lexists(self.record_path):
             return None
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
-        except ValueError as exc:
-            self.module.fail_json(msg="%s does not read as this module's record (%s); move it away after checking "
-                                      "which daemons should run. %s" % (self.record_path, exc, NOTHING))
+            text = read_input_text(self.record_path, "record_path", limit=RECORD_BYTES)
+            data = json.loads(text) if text.strip() else None
+            check_shape(data, "record_path %s" % self.record_path)
+        except InputFileError as exc:
+            self.module.fail_json(msg="%s. %s" % (exc, NOTHING))
+        except (ValueError, RecursionError) as exc:
+            self.module.fail_json(msg="record_path %s does not read as this module's record (%s); move it away after "
+                                      "checking which daemons should run. %s" % (self.record_path, exc, NOTHING))
+        if data is None:
+            return None
+        problem = dm.record_problem(data)
+        if problem:
+            self.module.fail_json(msg="record_path %s does not read as this module's record (%s); move it away after "
+                                      "checking which daemons should run. %s" % (self.record_path, problem, NOTHING))
         return data
 
     def write_record(self, data):
@@ -482,6 +512,7 @@ class Run(object):
             self.remove_record()
 
     def main(self):
+        self.check_tools()
         state = self.p["state"]
         modules = self.modules()
         before = self.facts(modules)

@@ -137,24 +137,22 @@ kind:
 
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan, _package_repo, _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils import (
+    _driver_plan, _driver_state, _package_repo, _packages, _pci)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 
+# A driver package is tens to a few hundred MiB (the DKMS source, the userspace libraries); larger is not a package.
+MAX_PACKAGE_BYTES = 4 * 1024 * 1024 * 1024
+
+
 def read_devices(root):
-    """The driver layer's PCI reader, imported where it runs (it lives beside this module from issue 34 on)."""
-    try:
-        from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci
-    except ImportError:
-        return None
+    """The driver layer's PCI reader (plugins/module_utils/_pci.py)."""
     return _pci.read_nvidia_devices(root=root)
 
 
 def read_state(root):
-    try:
-        from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
-    except ImportError:
-        return None
     return _driver_state.read(root=root)
 
 
@@ -201,11 +199,9 @@ class DriverPlan(ModuleRun):
             if state is None:
                 state = read_state(p["root"])
             kernel = p["kernel"] or (state or {}).get("kernel") or read_kernel(p["root"])
-        except (IOError, OSError, ValueError) as exc:
-            self.fail_kind("read", "the node's devices or driver state cannot be read below %s: %s" % (p["root"], exc))
-        if devices is None or state is None:
-            self.fail_kind("read", "this collection has no reader for the node's PCI devices or driver state (the "
-                                   "driver layer's _pci and _driver_state): give devices and state")
+        except (IOError, OSError, ValueError, _pci.PciReadError, _driver_state.DriverStateError) as exc:
+            self.fail_kind("read", "the node's devices or driver state cannot be read below root %s: %s"
+                           % (p["root"], exc))
         return {"manager": p["manager"], "kernel": kernel, "distribution_major": p["distribution_major"]}, devices, state
 
     def offered(self, decl, node):
@@ -215,6 +211,12 @@ class DriverPlan(ModuleRun):
             tool = self.module.get_bin_path("dpkg-deb" if p["manager"] == "apt" else "rpm", required=True)
             available, errors = {}, []
             for path in p["package_files"]:
+                try:
+                    # dpkg-deb and rpm wait for ever on a FIFO and read a device without end: regular files only
+                    check_regular_file(path, "package_files", limit=MAX_PACKAGE_BYTES)
+                except InputFileError as exc:
+                    errors.append(str(exc))
+                    continue
                 rc, out, err = self.module.run_command(_package_repo.file_command(p["manager"], path, tool, tool),
                                                        environ_update={"LANG": "C"})
                 found = _package_repo.parse_file(p["manager"], out) if rc == 0 else None

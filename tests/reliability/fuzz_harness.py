@@ -7,8 +7,8 @@ without an entry here makes test_every_module_has_a_harness (and its siblings fo
 add one for every new module.
 
 A module entry:
-- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, kube, helm,
-  operator), and
+- ``rig``: which environment of tests/support/rigs.py it runs against (sim, mps, containerd, cdi, kube, helm,
+  operator, dra, dra_api, driver), and
   ``rig_kwargs`` for it;
 - ``args``: a valid run (test_harness_run_succeeds checks it succeeds), from which each example changes one to
   three options;
@@ -192,6 +192,74 @@ NODE_HEALTH_VERDICTS = st.one_of(st.fixed_dictionaries(
          "message": strings(["GPU 3: remapped rows pending", ""])}), max_size=3), hostile())},
     optional={"warnings": st.one_of(st.just([]), hostile())}), json_values(), hostile())
 
+# ---- the driver: driver_modules and driver_plan (rig "driver": a node root of their own, tests/support/rigs.py) ---
+_DRIVER_VERSIONS = st.one_of(st.sampled_from([rigs.DRIVER_NEW, rigs.DRIVER_OLD, "580.95", "580.95.06", "580",
+                                              "580.95.05\n", " 580.95.05", "580.95.05.1", "v580.95.05",
+                                              "\uff15\uff18\uff10.95.05", "580.95.05-0ubuntu1", "9" * 5000 + ".1"]),
+                             strings())
+
+
+def _tool_argv(tool):
+    """driver_modules' modprobe, rmmod, modinfo, systemctl: the rig's wrapper of the stand-in (with odd arguments
+    after it), any command line, anything else - but never null or [] (the option unset): the module would then look
+    the tool up in /usr/sbin and /sbin, which are this machine's, whatever the rig's PATH."""
+    standin = SANDBOX + "/" + rigs.PRIVATE + "/bin/" + tool
+    return st.one_of(st.just([standin]), st.lists(strings(["-r", "-a", "--dry-run", "nvidia"]), min_size=1,
+                                                  max_size=2).map(lambda extra: [standin] + extra),
+                     st.lists(st.one_of(paths(), strings()), min_size=1, max_size=3),
+                     hostile().filter(lambda v: v is not None and v != []))
+
+
+# A record of an earlier unload, valid and not (record_path): the pool's files give the rest (FIFO, device, huge...)
+DRIVER_RECORDS = {
+    "record.json": '{"daemons": [{"name": "persistenced", "label": "nvidia-persistenced", '
+                   '"unit": "nvidia-persistenced.service"}], "modules": ["nvidia", "nvidia_uvm", "nvidia_modeset"], '
+                   '"version": "570.195.03", "flavour": "open"}\n',
+    "record-daemon-no-name.json": '{"daemons": [{"label": "x"}], "modules": []}\n',
+    "record-daemons-not-a-list.json": '{"daemons": 5, "modules": "nvidia"}\n',
+    "record-argv-not-strings.json": '{"daemons": [{"name": "persistenced", "label": "p", "pid": 1, "argv": [1]}]}\n',
+    "record-list.json": "[1, 2]\n",
+}
+# _pci.read_nvidia_devices' records (driver_plan's devices), their fields drawn good, near or anything
+_PCI_DEVICE = st.fixed_dictionaries({}, optional={
+    "bus_id": strings(["0000:47:00.0", "47:00.0"]),
+    "kind": st.one_of(st.sampled_from(["gpu", "nvswitch", "other"]), json_values(1)),
+    "vendor": st.one_of(st.sampled_from([0x10DE, 0x8086, -1]), st.sampled_from(HUGE_INTS), json_values(1)),
+    "device": st.one_of(st.sampled_from([0x2335, 0x2330, 0x20B0, 0x1DB6, 0x2901, 0]), st.sampled_from(HUGE_INTS),
+                        json_values(1)),
+    "subsystem_vendor": st.one_of(st.just(0x10DE), json_values(1)),
+    "subsystem_device": st.one_of(st.just(0x18BE), json_values(1)),
+    "class": st.one_of(st.sampled_from([0x030200, 0x030000, 0x068000]), json_values(1)),
+    "bound_driver": st.one_of(st.sampled_from(["nvidia", "nouveau", "vfio-pci", None]), json_values(1)),
+    "name": strings(["NVIDIA H200", "NVIDIA B200"]),
+    "architecture": st.one_of(st.sampled_from(["hopper", "blackwell", "volta", "pascal", "turing", "ampere", ""]),
+                              json_values(1)),
+    "open_modules": st.one_of(st.booleans(), json_values(1))})
+_DRIVER_DEVICES = st.one_of(st.lists(_PCI_DEVICE, max_size=3), hostile())
+_DRIVER_STATE = st.one_of(st.fixed_dictionaries({}, optional={
+    "kernel": strings([rigs.DRIVER_KERNEL, "6.8.0-87-generic\n", "../../x", ""]),
+    "secure_boot": st.one_of(st.booleans(), json_values(1)), "nvswitch": st.one_of(st.booleans(), json_values(1)),
+    "nvlink5": st.one_of(st.booleans(), json_values(1)), "nouveau_loaded": st.one_of(st.booleans(), json_values(1)),
+    "loaded": st.one_of(st.fixed_dictionaries({}, optional={"version": _DRIVER_VERSIONS,
+                                                            "flavour": strings(["open", "proprietary"])}),
+                        json_values(2))}), hostile())
+
+
+def _driver_declaration(anything):
+    """The driver role's declaration: known keys with good values, near misses or ``anything``. Never package_source
+    distribution: its read is apt-cache madison, and a fuzzed run asks no apt tool but dpkg-query (of the rig's
+    empty database)."""
+    def not_distribution(value):
+        return not (isinstance(value, dict) and value.get("package_source") == "distribution")
+    return st.one_of(st.fixed_dictionaries({}, optional=dict((k, st.one_of(st.sampled_from(good), anything)) for k, good in (
+        ("version", [rigs.DRIVER_NEW, rigs.DRIVER_OLD, "580.95", "580.95.05.1", "9" * 5000]),
+        ("branch", ["580", "570", 580]), ("flavour", ["open", "proprietary"]),
+        ("module_source", ["auto", "precompiled", "dkms"]), ("package_source", ["cuda_repository", "mirror", "files"]),
+        ("fabric_manager", ["auto", True, "false", "maybe"]), ("fabric_manager_version", [rigs.DRIVER_NEW, "1"]),
+        ("dkms_signing", ["none", "mok"]), ("allow_downgrade", [True, False, "yes"]),
+        ("revision", ["0ubuntu1", "", "a b"])))), anything).filter(not_distribution)
+
+
 MODULES = {
     "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
     "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
@@ -337,6 +405,34 @@ MODULES = {
                          args={"manager": "apt", "packages": ["gpuops-fuzz-absent-package"], "version": "1.20.0-1"},
                          fixed={"repository": None},
                          hints={"package_files": st.lists(paths(), max_size=3)}),
+    # On the rig's node root (the driver 570 loaded, 580's module files installed, nvidia-persistenced running as a
+    # unit that holds the device files): the reload stops it, unloads, loads 580 and starts it again. The kmod
+    # stand-ins act on the rig's root only (GPUOPS_SIMULATED_ROOT); the tool options are never unset (_tool_argv).
+    # A root other than the rig's reads another "node" than the one the tools act on (as root=/wrong would on a node):
+    # a load there reports the version it reads after the load, an outcome, not an input error.
+    "driver_modules": dict(rig="driver", args={"state": "reloaded", "version": rigs.DRIVER_NEW, "flavour": "open",
+                                               "daemon_timeout": 2, "lock_timeout": 5},
+                           hints={"version": _DRIVER_VERSIONS, "modprobe": _tool_argv("modprobe"),
+                                  "rmmod": _tool_argv("rmmod"), "modinfo": _tool_argv("modinfo"),
+                                  "systemctl": _tool_argv("systemctl"), "daemon_timeout": TIMEOUTS,
+                                  "lock_timeout": TIMEOUTS,
+                                  "record_path": st.one_of(paths(sorted(DRIVER_RECORDS)),
+                                                           st.just("/".join([SANDBOX, "root", "var/lib/gpuops/driver-modules.json"]))),
+                                  "mps_unit": strings(["gpuops-mps-control.service", "nvidia-persistenced.service",
+                                                       "a b.service", "../x.service", "-x"])},
+                           outcomes=("after the load the nvidia module is",),
+                           files=DRIVER_RECORDS),
+    # Reads the rig's node root (its devices and driver state, unless devices and state are drawn) and the rig's
+    # throwaway apt root (APT_CONFIG, DPKG_ROOT: an empty package database), never this machine's. The repository
+    # is never drawn (its probe runs apt-get update against the URL its sources name: a network fetch, see
+    # package_plan), nor package_source distribution (_DRIVER_DECLARATION). package_files are read with dpkg-deb.
+    "driver_plan": dict(rig="driver", rig_kwargs={"module": "driver_plan"},
+                        args={"manager": "apt", "declaration": {"version": rigs.DRIVER_NEW}},
+                        fixed={"repository": None},
+                        hints={"declaration": _driver_declaration(st.one_of(json_values(), hostile())), "devices": _DRIVER_DEVICES,
+                               "state": _DRIVER_STATE, "kernel": strings([rigs.DRIVER_KERNEL, "6.8.0-87-generic\n"]),
+                               "distribution_major": strings(["9", "10", "el9"]),
+                               "package_files": st.lists(paths(), max_size=3)}),
 }
 
 
@@ -418,7 +514,18 @@ FILTERS = {
             _ANY),
         "managed": st.one_of(st.dictionaries(
             st.sampled_from(["mig", "compute_mode", "container_toolkit", "containerd_runtime", "cdi", "runtime_mode",
-                             "driver"]), st.one_of(st.booleans(), _ANY), max_size=7), _ANY)}},
+                             "driver"]), st.one_of(st.booleans(), _ANY), max_size=7), _ANY)},
+        # the node plan's inputs: each step with options (all of them, and no other) -> its options or none
+        "node_plan_args": {
+            "inputs": st.one_of(st.fixed_dictionaries(dict((step, st.one_of(st.none(), good, _ANY)) for step, good in (
+                ("driver", st.just({"manage": False})), ("mig", st.just({"manage": "disable"})),
+                ("compute_mode", st.just({"settings": []})),
+                ("declared", st.fixed_dictionaries({}, optional={"files": st.just([]), "packages": st.just([]),
+                                                                 "units": st.just([]), "other": _ANY})),
+                ("containerd_runtime", st.just({"containerd": {}})), ("runtime_mode", st.just({"mode": "cdi"})),
+                ("cdi", st.just({})), ("health", st.just({"policy": {}}))))), _ANY),
+            "only": st.one_of(st.lists(st.one_of(st.sampled_from(["driver", "mig", "declared", "cdi", "nope"]), _ANY),
+                                       max_size=3), _ANY)}},
     "declared": {
         "declared_files": {"entries": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
             "path": st.one_of(st.sampled_from(["/etc/x", "relative", "/etc/\nx"]), _ANY),
@@ -442,6 +549,13 @@ FILTERS = {
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
         st.sampled_from(["n1", "gpu-node-1"]), _ANY)}},
+    "driver": {"driver_packages": {
+        "declaration": st.one_of(st.just({"version": rigs.DRIVER_NEW}), _driver_declaration(_ANY)),
+        "node": st.one_of(st.fixed_dictionaries({}, optional={
+            "manager": st.one_of(st.sampled_from(["apt", "dnf", "zypper"]), _ANY),
+            "kernel": st.one_of(st.just(rigs.DRIVER_KERNEL), _ANY),
+            "distribution_major": st.one_of(st.sampled_from(["9", "10", ""]), _ANY)}), _ANY),
+        "hold": st.one_of(st.booleans(), _ANY)}},
     "role_options": {"role_options": {
         "roles": st.one_of(st.lists(st.sampled_from(["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster",
                                                      "mps_control", "nope", "../roles/mig", "Mig", ""]), max_size=4),
@@ -456,5 +570,5 @@ FILTERS = {
 # "role": the role checks its argument spec when it starts (it is not part of site.yml); only values its spec
 # refuses are tried (a valid one would let the role run its tasks on this machine), and every host must fail.
 ROLES = {"gpu_node": "site", "mig": "site", "compute_mode": "site", "containerd_runtime": "site", "cluster": "site",
-         "container_toolkit": "site",
+         "container_toolkit": "site", "driver": "site",
          "mps_control": "role"}

@@ -19,7 +19,8 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
-    cluster_lease, cluster_profiles, compute_mode, containerd_runtime, device_plugin, device_plugin_verify, gpu_info, gpu_operator, gpu_operator_mig,
+    cluster_lease, cluster_profiles, compute_mode, containerd_runtime, device_plugin, device_plugin_verify, driver_modules,
+    driver_plan, gpu_info, gpu_operator, gpu_operator_mig,
     gpu_node_plan, gpu_simulator, mig_layout, mig_mode, mps_control, node_cordon, node_labels, runtime_class)
 from tests.support import ctk_env, fuzz_values, rigs
 from tests.support.ansible_run import CANARY, first_failure, run_playbook, site_validation_play
@@ -34,7 +35,8 @@ MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": 
            "mps_control": mps_control, "containerd_runtime": containerd_runtime, "device_plugin": device_plugin,
            "node_cordon": node_cordon, "gpu_operator": gpu_operator, "gpu_operator_mig": gpu_operator_mig,
            "device_plugin_verify": device_plugin_verify, "cluster_lease": cluster_lease,
-           "cluster_profiles": cluster_profiles, "gpu_node_plan": gpu_node_plan}
+           "cluster_profiles": cluster_profiles, "gpu_node_plan": gpu_node_plan, "driver_modules": driver_modules,
+           "driver_plan": driver_plan}
 KIND_MODULE = {"mps": "mps_control", "containerd": "containerd_runtime", "helm": "device_plugin"}
 
 
@@ -66,7 +68,7 @@ def assert_clear_failure(case, res):
 def test_corpus_is_big_enough():
     kinds = set(c["kind"] for c in CASES)
     assert len(CASES) >= 60 and len(set(c["id"] for c in CASES)) == len(CASES)
-    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "operator", "role", "site", "filter"}
+    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "operator", "driver", "role", "site", "filter"}
     modules = set(c.get("module") or KIND_MODULE.get(c["kind"]) for c in CASES if c["kind"] != "role")
     assert modules >= set(MODULES)
 
@@ -85,6 +87,8 @@ def make_rig(case, directory):
     elif kind == "containerd":
         rig = rigs.ContainerdRig(directory, config_text=case["config_text"])
         mapping["etc"] = rig.etc
+    elif kind == "driver":
+        rig = rigs.DriverRig(directory, module=case["module"])
     else:
         rig = rigs.RIGS[kind](directory)
     for name, text in (case.get("files") or {}).items():
@@ -142,6 +146,11 @@ def test_kube(case, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("case", _ids("operator"))
 def test_operator(case, tmp_path, monkeypatch):
+    run_case(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", _ids("driver"))
+def test_driver(case, tmp_path, monkeypatch):
     run_case(case, tmp_path, monkeypatch)
 
 

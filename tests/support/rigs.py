@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
@@ -419,5 +420,93 @@ DRA_GPU = {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "name
            "memory_total_bytes": 150754820096, "mig_mode_current": "Disabled", "mig_devices": []}
 
 
+DRIVER_KERNEL = "6.8.0-87-generic"
+DRIVER_OLD, DRIVER_NEW = "570.195.03", "580.95.05"
+DRIVER_GPU = "0000:47:00.0"
+
+
+class DriverRig(Rig):
+    """driver_modules and driver_plan on a node root of their own (``root/`` in the rig, written by
+    tests/support/driver_files.py): kernel DRIVER_KERNEL, one H200 (0000:47:00.0), the placeholder module files of
+    ``installed`` under lib/modules, the driver ``loaded`` (nvidia, nvidia_uvm, nvidia_modeset) and
+    nvidia-persistenced running as a unit of the systemctl stand-in, holding nvidiactl and nvidia0 (so an unload
+    stops it and a load starts it again).
+
+    Nothing of this machine is reached: the kmod stand-ins (tests/support/kmod_standin.py) act on the root named by
+    GPUOPS_SIMULATED_ROOT only, and PATH holds only the rig's own bin directory, with wrappers of the stand-ins
+    (modprobe, rmmod, modinfo, systemctl) for driver_modules, and of the real dpkg-query, apt-cache and dpkg-deb for
+    driver_plan, which read a throwaway apt root (tests/support/apt_rig.Root: APT_CONFIG, DPKG_ROOT) instead of this
+    machine's package database and apt lists. A command a fuzzed option names by a bare name (``yes``, ``id``) is
+    not found there. ``module`` picks the arguments that point the module at the rig."""
+
+    kind = "driver"
+    exclude = ("systemd.json",)
+
+    def __init__(self, directory, module="driver_modules", loaded=DRIVER_OLD, installed=DRIVER_NEW):
+        super(DriverRig, self).__init__(directory)
+        from tests.support import driver_files as df
+        self.root = self.path("root")
+        units = self.path("units")
+        os.makedirs(units, exist_ok=True)
+        bin_dir = self.path(PRIVATE, "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        standin = os.path.join(ROOT, "tests", "support")
+        self.tools = {}
+        for tool in ("modprobe", "rmmod", "modinfo"):
+            self.tools[tool] = tool_wrapper(os.path.join(bin_dir, tool),
+                                            [sys.executable, os.path.join(standin, "kmod_standin.py"), tool])
+        self.tools["systemctl"] = tool_wrapper(os.path.join(bin_dir, "systemctl"),
+                                               [sys.executable, os.path.join(standin, "systemctl_standin.py")])
+        for tool in ("dpkg-query", "apt-cache", "dpkg-deb"):
+            real = shutil.which(tool)
+            if real:
+                tool_wrapper(os.path.join(bin_dir, tool), [real])
+        self.env.update({df.ENV_ROOT: self.root, "PATH": bin_dir, "FAKE_SYSTEMD_STATE": self.path("systemd.json"),
+                         "FAKE_SYSTEMD_UNIT_DIR": units, "GPUOPS_NODE_LOCK": self.path("node.lock"),
+                         "GPUOPS_SIMULATED_GPUS": None, "GPUOPS_SIMULATED_MACHINE": None})
+        df.set_kernel(self.root, DRIVER_KERNEL)
+        dev = df.path(self.root, "sys/bus/pci/devices", DRIVER_GPU)
+        os.makedirs(dev)
+        for key, value in (("vendor", "0x10de"), ("device", "0x2335"), ("class", "0x030200"),
+                           ("subsystem_vendor", "0x10de"), ("subsystem_device", "0x18be")):
+            df.write(dev, key, value + "\n")
+        df.install_module_files(self.root, installed)
+        if loaded:
+            df.load_driver(self.root, loaded)
+        # nvidia-persistenced as the systemctl stand-in runs it: its Exec lines open and close the device files
+        helper = [sys.executable, os.path.join(standin, "driver_files.py")]
+        unit = "nvidia-persistenced.service"
+        with open(os.path.join(units, unit), "w") as handle:
+            handle.write("[Service]\nExecStart=%s hold 900 %s /usr/bin/nvidia-persistenced\nExecStop=%s release 900\n"
+                         % (" ".join(helper), unit, " ".join(helper)))
+        env = dict(os.environ, **dict((k, v) for k, v in self.env.items() if v is not None))
+        for command in (["daemon-reload"], ["start", unit]):
+            subprocess.run([self.tools["systemctl"]] + command, env=env, check=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        if module == "driver_modules":
+            self.args = dict(root=self.root, **self.tools)
+        else:
+            from tests.support.apt_rig import Root
+            apt = Root(self.path("apt-root"))
+            self.env.update({"APT_CONFIG": apt.apt_config, "DPKG_ROOT": apt.path})
+            self.args = dict(root=self.root)
+
+    def state(self):
+        out = super(DriverRig, self).state()
+        calls = []
+        if os.path.exists(self.path("systemd.json")):
+            with open(self.path("systemd.json")) as handle:
+                calls = json.load(handle)["calls"]
+        out["systemctl"] = [c for c in calls if c[0] not in ("is-active", "is-enabled")]   # read-only queries
+        return out
+
+    def changes(self, before):
+        now = self.state()
+        out = diff_snapshots(before["files"], now["files"])
+        if now["systemctl"] != before["systemctl"]:
+            out.append("systemctl ran %s" % now["systemctl"][len(before["systemctl"]):])
+        return out
+
+
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
-        "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig}
+        "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig}

@@ -246,6 +246,10 @@ def test_the_plan_arguments_come_from_one_input_per_step():
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
         node_plan_args(inputs, ["gpu_reset"])
+    # a list or a dict among the steps: before, set() of it raised TypeError (unhashable type), a traceback
+    for only in ([["mig"]], [{"mig": 1}]):
+        with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
+            node_plan_args(inputs, only)
     with pytest.raises(AnsibleFilterError, match=re.escape("step declared: expects its options (files, packages, units)")):
         node_plan_args(dict(inputs, declared={"file": []}))
 

@@ -296,3 +296,48 @@ def test_a_process_that_opens_the_files_while_the_daemons_stop_is_named_and_the_
     assert node.active("nvidia-persistenced.service") and node.version() == OLD
     assert res["daemons_started"] == res["daemons_stopped"] == [
         {"name": "persistenced", "label": "nvidia-persistenced", "unit": "nvidia-persistenced.service"}]
+
+
+# ---- bad input found by the input fuzzer (tests/reliability/test_fuzz_inputs.py): refused before anything changes -----
+@pytest.mark.parametrize("kind", ["fifo", "zero", "deep-json"])
+def test_record_path_not_a_record_file_is_refused_and_nothing_changes(node, kind):
+    # before: a FIFO blocked the run for ever (open() waits for a writer), a device was read until memory ran out,
+    # JSON nested 100000 deep ended in a RecursionError traceback
+    from tests.support.fuzz_values import make_special
+    record = make_special(os.path.join(node.tmp, "record-" + kind), kind)
+    upgrade_files(node)
+    before, calls = node.snapshot(), len(node.systemctl_calls())
+    res = node.run(state="reloaded", version=NEW, record_path=record)
+    assert res.get("failed") and not res.get("changed"), res
+    assert "record_path" in res["msg"] and "Nothing was stopped or unloaded" in res["msg"], res["msg"]
+    assert node.snapshot() == before
+    assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
+
+
+def test_record_of_another_shape_is_refused_before_a_load(node):
+    # before: a daemon without a name ended in a KeyError traceback halfway through the run
+    record = os.path.join(node.tmp, "record.json")
+    with open(record, "w") as handle:
+        handle.write('{"daemons": [{"label": "x"}], "modules": ["nvidia"]}\n')
+    before = node.snapshot()
+    res = node.run(state="loaded", record_path=record)
+    assert res.get("failed") and not res.get("changed"), res
+    assert "record_path" in res["msg"] and "daemons is not a list of objects with a name" in res["msg"], res["msg"]
+    assert node.snapshot() == before
+
+
+@pytest.mark.parametrize("tool", ["rmmod", "modprobe", "systemctl"])
+def test_a_tool_that_cannot_run_is_refused_before_a_daemon_stops(node, tool):
+    # before: rmmod given as a file that is not a program stopped nvidia-persistenced and wrote the record, then
+    # failed inside run_command ("Error executing command.") without starting the daemon again
+    upgrade_files(node)
+    not_a_program = os.path.join(node.tmp, "not-a-program")
+    with open(not_a_program, "w") as handle:
+        handle.write("text\n")
+    before, calls = node.snapshot(), len(node.systemctl_calls())
+    res = node.run(state="reloaded", version=NEW, **{tool: [not_a_program]})
+    assert res.get("failed") and not res.get("changed"), res
+    assert res["msg"].startswith("%s: " % tool) and "is not an executable program" in res["msg"], res["msg"]
+    assert node.snapshot() == before
+    assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
+    assert node.active("nvidia-persistenced.service")
