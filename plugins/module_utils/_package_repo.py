@@ -33,6 +33,10 @@ _UNREACHABLE = ("Failed to fetch", "Could not connect", "Could not resolve", "Co
                 "Cannot download repomd.xml", "Curl error", "Cannot find a valid baseurl", "Connection refused")
 
 
+# The largest package file read (dpkg-deb --show, rpm -qp): a driver's packages are hundreds of MiB, none is 4 GiB.
+MAX_PACKAGE_BYTES = 4 * 1024 * 1024 * 1024
+
+
 class RepositoryError(Exception):
     """The repository cannot be used: ``kind`` is ``signature``, ``unreachable`` or ``other``."""
 

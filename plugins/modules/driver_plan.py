@@ -144,7 +144,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import M
 
 
 # A driver package is tens to a few hundred MiB (the DKMS source, the userspace libraries); larger is not a package.
-MAX_PACKAGE_BYTES = 4 * 1024 * 1024 * 1024
 
 
 def read_devices(root):
@@ -213,7 +212,7 @@ class DriverPlan(ModuleRun):
             for path in p["package_files"]:
                 try:
                     # dpkg-deb and rpm wait for ever on a FIFO and read a device without end: regular files only
-                    check_regular_file(path, "package_files", limit=MAX_PACKAGE_BYTES)
+                    check_regular_file(path, "package_files", limit=_package_repo.MAX_PACKAGE_BYTES)
                 except InputFileError as exc:
                     errors.append(str(exc))
                     continue

@@ -156,6 +156,7 @@ kind:
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _package_repo, _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, invalid_input, run_module
 
 
@@ -270,6 +271,12 @@ class PackagePlan(ModuleRun):
         for path in self.p["package_files"]:
             if not os.path.exists(path):
                 continue        # check mode before the copy: the declared checksum vouches for the file
+            try:
+                # dpkg-deb and rpm wait for ever on a FIFO and read a device without end: regular files only
+                check_regular_file(path, "package_files", limit=_package_repo.MAX_PACKAGE_BYTES)
+            except InputFileError as exc:
+                errors.append(str(exc))
+                continue
             rc, out, err = self.module.run_command(
                 _package_repo.file_command(manager, path, dpkg_deb=tool, rpm=tool), environ_update={"LANG": "C"})
             found = _package_repo.parse_file(manager, out) if rc == 0 else None
