@@ -272,8 +272,6 @@ ansible_facts:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_ROOT,
@@ -285,6 +283,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 
 def _runner(module):
@@ -335,65 +334,74 @@ def driver_root():
     return "/"
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(gpus=dict(type="list", elements="str", default=["all"]),
-                           health=dict(type="bool", default=True),
-                           health_policy=dict(type="dict", default={})),
-        supports_check_mode=True,
-    )
-    want_health = module.params["health"]
-    nvml_error = None
-    try:
-        policy = validate_policy(module.params["health_policy"] or None)
-    except HealthPolicyError as exc:
-        module.fail_json(msg=str(exc))
-    facts = health = lost = None
-    try:
-        backend = get_backend(run_command=_runner(module))
+class GpuInfo(ModuleRun):
+    """Read the GPUs (and their health, and the driver below NVML); changes nothing in any mode."""
+
+    argument_spec = dict(gpus=dict(type="list", elements="str", default=["all"]),
+                         health=dict(type="bool", default=True),
+                         health_policy=dict(type="dict", default={}))
+
+    def validate(self):
         try:
+            self.policy = validate_policy(self.params["health_policy"] or None)
+        except HealthPolicyError as exc:
+            self.module.fail_json(msg=str(exc))
+        return []
+
+    def converge(self):
+        module = self.module
+        want_health = self.params["health"]
+        nvml_error = None
+        facts = health = lost = None
+        try:
+            backend = get_backend(run_command=_runner(module))
             try:
-                facts = backend.read_all()
-            except NvmlError as exc:
-                if exc.name != "GPU_IS_LOST" or not want_health:
-                    raise
-                lost = exc
-            if want_health:
-                health = summary(backend.read_health(), policy)
-        finally:
-            backend.close()
-    except NvmlInitError as exc:
-        # No NVML (no driver yet, or a version mismatch): the node is answered from below NVML instead.
-        nvml_error = exc
-        facts = {"backend": "simulated" if simulated() else "nvml", "driver_version": None,
-                 "cuda_driver_version": None, "nvml_version": None, "gpus": []}
-    except GpuBackendError as exc:
-        module.fail_json(msg=str(exc))
-    except NvmlError as exc:
-        module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
-    if lost is not None:
-        # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
-        module.fail_json(msg="NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (lost, "; ".join(health["blocking"])),
-                         health=health)
+                try:
+                    facts = backend.read_all()
+                except NvmlError as exc:
+                    if exc.name != "GPU_IS_LOST" or not want_health:
+                        raise
+                    lost = exc
+                if want_health:
+                    health = summary(backend.read_health(), self.policy)
+            finally:
+                backend.close()
+        except NvmlInitError as exc:
+            # No NVML (no driver yet, or a version mismatch): the node is answered from below NVML instead.
+            nvml_error = exc
+            facts = {"backend": "simulated" if simulated() else "nvml", "driver_version": None,
+                     "cuda_driver_version": None, "nvml_version": None, "gpus": []}
+        except GpuBackendError as exc:
+            module.fail_json(msg=str(exc))
+        except NvmlError as exc:
+            module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
+        if lost is not None:
+            # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
+            module.fail_json(msg="NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (
+                lost, "; ".join(health["blocking"])), health=health)
 
-    facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
-    if nvml_error is not None:
-        if facts["driver"]["read_error"]:
-            module.fail_json(msg="NVML could not start (%s) and the node could not be read below NVML either: %s" % (
-                nvml_error, facts["driver"]["read_error"]), driver=facts["driver"])
-        module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
+        facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
+        if nvml_error is not None:
+            if facts["driver"]["read_error"]:
+                module.fail_json(msg="NVML could not start (%s) and the node could not be read below NVML either: %s"
+                                 % (nvml_error, facts["driver"]["read_error"]), driver=facts["driver"])
+            return dict(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
 
-    selector = module.params["gpus"]
-    chosen = select_gpus(facts["gpus"], selector)
-    if not chosen:
-        module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
-            selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
-            or "no GPUs"))
-    facts["gpus"] = chosen
-    result = dict(facts)
-    if health is not None:
-        result["health"] = health
-    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": facts}, **result)
+        selector = self.params["gpus"]
+        chosen = select_gpus(facts["gpus"], selector)
+        if not chosen:
+            module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
+                selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
+                or "no GPUs"))
+        facts["gpus"] = chosen
+        result = dict(facts)
+        if health is not None:
+            result["health"] = health
+        return dict(result, changed=False, ansible_facts={"nvidia_gpus": facts})
+
+
+def main():
+    run_module(GpuInfo)
 
 
 if __name__ == "__main__":

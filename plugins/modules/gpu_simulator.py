@@ -155,8 +155,6 @@ state:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_STATE,
     GpuBackendError,
@@ -164,6 +162,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     simulated,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 REQUIRED = {
     "add_process": ["index", "pid"],
@@ -187,36 +186,44 @@ def _value(value):
     return value
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            action=dict(type="str", required=True,
-                        choices=["reboot", "add_process", "remove_process", "inject_fault",
-                                 "set_reset_supported", "show", "inject_health", "add_xid",
-                                 "set_kernel_log_readable"]),
-            index=dict(type="int"), pid=dict(type="int"), name=dict(type="str", default="workload"),
-            used_memory_mib=dict(type="int", default=0), gi_id=dict(type="int"), ci_id=dict(type="int"),
-            after_calls=dict(type="int", default=1), error=dict(type="str"), call=dict(type="str"),
-            supported=dict(type="bool"), fault=dict(type="str"), value=dict(type="raw", default=True),
-            link=dict(type="int"), code=dict(type="int"), xid_text=dict(type="str"), readable=dict(type="bool"),
-        ),
-        supports_check_mode=True,
+class SimulatorControl(ModuleRun):
+    """One test hook of the simulator (or its state, with action=show). Refuses real GPUs before anything."""
+
+    argument_spec = dict(
+        action=dict(type="str", required=True,
+                    choices=["reboot", "add_process", "remove_process", "inject_fault",
+                             "set_reset_supported", "show", "inject_health", "add_xid",
+                             "set_kernel_log_readable"]),
+        index=dict(type="int"), pid=dict(type="int"), name=dict(type="str", default="workload"),
+        used_memory_mib=dict(type="int", default=0), gi_id=dict(type="int"), ci_id=dict(type="int"),
+        after_calls=dict(type="int", default=1), error=dict(type="str"), call=dict(type="str"),
+        supported=dict(type="bool"), fault=dict(type="str"), value=dict(type="raw", default=True),
+        link=dict(type="int"), code=dict(type="int"), xid_text=dict(type="str"), readable=dict(type="bool"),
     )
-    p = module.params
-    if not simulated():
-        module.fail_json(msg="gpu_simulator acts only on simulated GPUs and %s is not set on this host" % ENV_STATE)
-    missing = [k for k in REQUIRED.get(p["action"], []) if p[k] is None]
-    if missing:
-        module.fail_json(msg="action=%s needs %s" % (p["action"], ", ".join(missing)))
-    try:
+    errors = (GpuBackendError, NvmlError)
+
+    def validate(self):
+        p = self.params
+        # (in the module's own words, which its tests and the bad-input corpus assert)
+        if not simulated():
+            self.module.fail_json(msg="gpu_simulator acts only on simulated GPUs and %s is not set on this host"
+                                  % ENV_STATE)
+        missing = [k for k in REQUIRED.get(p["action"], []) if p[k] is None]
+        if missing:
+            self.module.fail_json(msg="action=%s needs %s" % (p["action"], ", ".join(missing)))
+        return []
+
+    def converge(self):
+        p = self.params
         sim = get_backend()
         if p["action"] == "show":
-            module.exit_json(changed=False, state=sim.raw_state())
-        if module.check_mode:
-            module.exit_json(changed=True, msg="would %s" % p["action"])
-        result = {}
+            self.result.update(changed=False, state=sim.raw_state())
+            return self.result
+        if self.module.check_mode:
+            self.result.update(changed=True, msg="would %s" % p["action"])
+            return self.result
         if p["action"] == "reboot":
-            result["boot_id"] = sim.reboot()
+            self.result["boot_id"] = sim.reboot()
         elif p["action"] == "add_process":
             sim.add_process(p["index"], p["pid"], p["name"], p["used_memory_mib"], p["gi_id"], p["ci_id"])
         elif p["action"] == "remove_process":
@@ -228,12 +235,15 @@ def main():
         elif p["action"] == "inject_health":
             sim.inject_health(p["index"], p["fault"], _value(p["value"]), p["link"])
         elif p["action"] == "add_xid":
-            result["line"] = sim.add_xid(p["index"], p["code"], p["xid_text"])
+            self.result["line"] = sim.add_xid(p["index"], p["code"], p["xid_text"])
         elif p["action"] == "set_kernel_log_readable":
             sim.set_kernel_log_readable(p["readable"])
-    except (GpuBackendError, NvmlError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, **result)
+        self.result["changed"] = True
+        return self.result
+
+
+def main():
+    run_module(SimulatorControl)
 
 
 if __name__ == "__main__":
