@@ -115,6 +115,14 @@ def require_tool(get_bin_path, params, option, name, package):
     return path
 
 
+def command_program(get_bin_path, argv):
+    """The program a command line (an argument list) would run, as ``run_command`` finds it (``~`` and ``$VARS``
+    expanded; a bare name looked up in PATH), or None when it names no executable file."""
+    first = os.path.expanduser(os.path.expandvars(argv[0]))
+    program = first if os.sep in first else get_bin_path(first) or first
+    return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
+
+
 # ------------------------------------------------------------------------------------------------------
 # Verified-state stamps: a step that verified a file records, in a hidden JSON file beside it, what it verified; a
 # later run (or gpu_node_plan) that computes the same inputs trusts the record instead of running the tools again.

@@ -473,7 +473,8 @@ def gates(plan, managed, check_mode=False, steps=None):
 
 def plan_args(inputs, only=None):
     """gpu_node_plan's arguments from ``inputs``: each step with options (every one, and no other) -> its options'
-    values, or None where the step is not planned on this node. A step with a single option may give its value
+    values, or None (or an empty string: what ``{{ none }}`` renders to before ansible-core 2.19) where the step is not
+    planned on this node. A step with a single option may give its value
     alone (``{"cdi": {...}}`` for ``{"cdi": {"cdi": {...}}}``). ``only``: the steps to give the module (the others
     left out). Raises ValueError on input that is not that."""
     with_options = [step.name for step in STEPS if step.option_names]
@@ -487,8 +488,8 @@ def plan_args(inputs, only=None):
     args = {}
     for name in only:
         value, options = inputs[name], BY_NAME[name].option_names
-        if value is None:
-            continue
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue        # (ansible-core before 2.19 renders a template's none as an empty string)
         if len(options) == 1:
             value = {list(options)[0]: value}
         if not isinstance(value, dict) or not set(value) <= set(options):

@@ -181,7 +181,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders impo
     describe_holder, device_patterns, find_holders)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
     InputFileError, check_shape, read_text as read_input_text)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
@@ -256,9 +256,7 @@ class Run(object):
             argv = self.p[name]
             if not argv:
                 continue
-            first = os.path.expanduser(os.path.expandvars(argv[0]))  # as run_command expands it
-            program = first if os.sep in first else self.module.get_bin_path(first) or first
-            if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            if command_program(self.module.get_bin_path, argv) is None:
                 self.module.fail_json(msg="%s: %r is not an executable program; give the %s command as an argument "
                                           "list whose first item is the program (e.g. [/usr/sbin/%s]). %s"
                                       % (name, argv[0], name, name, NOTHING))
