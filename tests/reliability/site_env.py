@@ -193,19 +193,16 @@ def _cdi_devices(data):
 
 
 def node_files(site, node):
-    """{relative path: bytes} of a node's files, backups and lock files left out."""
-    root = str(site.site.state / node)
+    """{relative path: bytes} of what the collection wrote on a node (Site.files: the simulated host's own files, the
+    kernel's views under proc/ and sys/ and the image's driver, left out), backups, stamps and lock files left out."""
     out = {}
-    for dirpath, dummy, names in os.walk(root):
-        for name in names:
-            if _is_backup(name) or _is_stamp(name) or name.endswith(".lock"):
-                continue
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as handle:
-                # files may name their own paths: compare them as if every fleet lived in the same place
-                data = _comparable(site, handle.read())
-                rel = os.path.relpath(path, root)
-                out[rel] = _cdi_devices(data) if rel.startswith(os.path.join("var", "run", "cdi")) else data
+    for rel, data in site.site.files(node).items():
+        name = os.path.basename(rel)
+        if _is_backup(name) or _is_stamp(name) or name.endswith(".lock"):
+            continue
+        # files may name their own paths: compare them as if every fleet lived in the same place
+        data = _comparable(site, data)
+        out[rel] = _cdi_devices(data) if rel.startswith(os.path.join("var", "run", "cdi")) else data
     return out
 
 
