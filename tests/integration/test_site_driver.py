@@ -30,13 +30,7 @@ LAB_ENVIRONMENT = {
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory):
-    before = apt_rig.host_installed()
-    made = driver_rig.DriverRig(tmp_path_factory.mktemp("driver-rig"))
-    try:
-        yield made
-    finally:
-        made.close()
-    assert apt_rig.host_installed() == before, "this machine's own package set changed"
+    yield from driver_rig.module_rig(tmp_path_factory)
 
 
 def driver_site(tmp_path, rig, nodes):

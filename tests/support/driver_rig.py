@@ -181,6 +181,18 @@ class DriverRig(object):
         self.keyring.close()
 
 
+def module_rig(tmp_path_factory):
+    """A test module's rig (yield it from a module-scoped fixture), closed at the end, with the check that this
+    machine's own package set did not change while the module's tests installed into their throwaway roots."""
+    before = apt_rig.host_installed()
+    made = DriverRig(tmp_path_factory.mktemp("driver-rig"))
+    try:
+        yield made
+    finally:
+        made.close()
+    assert apt_rig.host_installed() == before, "this machine's own package set changed"
+
+
 def installed(root, names=None):
     """{package: (version, status)} installed in ``root`` (an apt_rig.Root)."""
     proc = subprocess.run(["dpkg-query", "--admindir=%s/var/lib/dpkg" % root.path, "-W",

@@ -165,7 +165,28 @@ class SimRig(Rig):
         sim.clear_call_log()
 
 
-class MpsRig(Rig):
+class SystemctlRig(Rig):
+    """A rig whose module drives the systemctl stand-in (its calls in systemd.json): the mutating calls are part of
+    its state, so a systemctl run is a change like a file written."""
+
+    def state(self):
+        out = super(SystemctlRig, self).state()
+        calls = []
+        if os.path.exists(self.path("systemd.json")):
+            with open(self.path("systemd.json")) as handle:
+                calls = json.load(handle)["calls"]
+        out["systemctl"] = [c for c in calls if c[0] not in ("is-active", "is-enabled")]   # read-only queries
+        return out
+
+    def changes(self, before):
+        now = self.state()
+        out = diff_snapshots(before["files"], now["files"])
+        if now["systemctl"] != before["systemctl"]:
+            out.append("systemctl ran %s" % now["systemctl"][len(before["systemctl"]):])
+        return out
+
+
+class MpsRig(SystemctlRig):
     """mps_control with the nvidia-cuda-mps-control and systemctl stand-ins (tests/support/bin)."""
 
     kind = "mps"
@@ -181,21 +202,6 @@ class MpsRig(Rig):
         self.args = dict(service_manager="none", pipe_directory=self.path("pipe"), log_directory=self.path("log"),
                          unit_directory=units, timeout=5)
 
-    def state(self):
-        out = super(MpsRig, self).state()
-        calls = []
-        if os.path.exists(self.path("systemd.json")):
-            with open(self.path("systemd.json")) as handle:
-                calls = json.load(handle)["calls"]
-        out["systemctl"] = [c for c in calls if c[0] not in ("is-active", "is-enabled")]   # read-only queries
-        return out
-
-    def changes(self, before):
-        now = self.state()
-        out = diff_snapshots(before["files"], now["files"])
-        if now["systemctl"] != before["systemctl"]:
-            out.append("systemctl ran %s" % now["systemctl"][len(before["systemctl"]):])
-        return out
 
 
 class ContainerdRig(Rig):
@@ -425,7 +431,7 @@ DRIVER_OLD, DRIVER_NEW = "570.195.03", "580.95.05"
 DRIVER_GPU = "0000:47:00.0"
 
 
-class DriverRig(Rig):
+class DriverRig(SystemctlRig):
     """driver_modules and driver_plan on a node root of their own (``root/`` in the rig, written by
     tests/support/driver_files.py): kernel DRIVER_KERNEL, one H200 (0000:47:00.0), the placeholder module files of
     ``installed`` under lib/modules, the driver ``loaded`` (nvidia, nvidia_uvm, nvidia_modeset) and
@@ -491,21 +497,6 @@ class DriverRig(Rig):
             self.env.update({"APT_CONFIG": apt.apt_config, "DPKG_ROOT": apt.path})
             self.args = dict(root=self.root)
 
-    def state(self):
-        out = super(DriverRig, self).state()
-        calls = []
-        if os.path.exists(self.path("systemd.json")):
-            with open(self.path("systemd.json")) as handle:
-                calls = json.load(handle)["calls"]
-        out["systemctl"] = [c for c in calls if c[0] not in ("is-active", "is-enabled")]   # read-only queries
-        return out
-
-    def changes(self, before):
-        now = self.state()
-        out = diff_snapshots(before["files"], now["files"])
-        if now["systemctl"] != before["systemctl"]:
-            out.append("systemctl ran %s" % now["systemctl"][len(before["systemctl"]):])
-        return out
 
 
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
