@@ -203,7 +203,6 @@ class MpsRig(SystemctlRig):
                          unit_directory=units, timeout=5)
 
 
-
 class ContainerdRig(Rig):
     """containerd_runtime with the real containerd (config dump) and the nvidia-ctk stand-in; ``config_text``:
     the config file's text ('golden': the fixture), None: no config file."""
