@@ -497,6 +497,5 @@ class DriverRig(SystemctlRig):
             self.args = dict(root=self.root)
 
 
-
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
         "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig}
