@@ -25,7 +25,8 @@ options:
       runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd; for DRA: dra_claim_templates
       (gpuops_dra_claim_templates, checked only with provider dra); for reboots: connection (ansible_connection),
       mig_allow_reboot and simulated (the node's GPUs are the simulator's); for the GPU health gate: health_policy
-      (gpu_node_health_policy, a mapping of finding kind to block, warn or ignore).
+      (gpu_node_health_policy, a mapping of finding kind to block, warn or ignore), health_gate
+      (gpu_node_health_gate) and health_reset (gpu_node_health_reset, which needs the gate).
     type: dict
     required: true
   node:
@@ -128,6 +129,10 @@ def node_declaration_errors(declared, node):
                       % (head, _json(_truncate(_text(interval), 40)), _DONE))
     errors.extend(_cdi_errors(declared, head, provider))
     errors.extend(_health_errors(declared.get("health_policy", {}), head))
+    if _bool(declared.get("health_reset", False)) and _bool(declared.get("health_gate", True)) is False:
+        errors.append("%s gpu_node_health_reset=true with gpu_node_health_gate=false: the reset is the gate's "
+                      "remediation, decided from the health the gate reads; set gpu_node_health_gate=true, or "
+                      "gpu_node_health_reset=false. %s" % (head, _DONE))
     if (declared.get("connection") in LOCAL_CONNECTIONS and _bool(declared.get("mig_allow_reboot", False))
             and not _bool(declared.get("simulated", False))):
         errors.append("%s mig_allow_reboot=true with ansible_connection=local: a reboot to activate a MIG mode change "

@@ -113,8 +113,11 @@ class GpuBackend(object):
 
     kind = None
 
-    def read_all(self):
-        """{'backend', 'driver_version', 'cuda_driver_version', 'gpus': [gpu facts...]}"""
+    def read_all(self, skip_lost=False):
+        """{'backend', 'driver_version', 'cuda_driver_version', 'gpus': [gpu facts...]}. A GPU NVML answers GPU_IS_LOST
+        for fails the read (NvmlError), or with ``skip_lost`` is left out of "gpus" and listed in "lost_gpus"
+        ([{"index", "error"}]; only with ``skip_lost``), so that the rest of the node can still be read and planned
+        (the health read names the lost GPU as a blocking finding)."""
         raise NotImplementedError
 
     def read_gpu(self, index):

@@ -32,10 +32,11 @@ def get_backend(run_command=None):
 def read_facts(run_command=None, health=False):
     """gpu_info's facts of every GPU, read once through the chosen backend, which is closed afterwards
     (GpuBackendError or NvmlError as the backend raises them). With ``health``, (facts, the backend's
-    ``read_health()``) from the same session (``run_command`` then also reads the kernel log on real GPUs)."""
+    ``read_health()``) from the same session (``run_command`` then also reads the kernel log on real GPUs); a GPU
+    NVML reports lost is then left out of the facts' "gpus" and named in "lost_gpus" (the health read's finding)."""
     backend = get_backend(run_command=run_command)
     try:
-        facts = backend.read_all()
+        facts = backend.read_all(skip_lost=health)
         return (facts, backend.read_health()) if health else facts
     finally:
         backend.close()

@@ -49,7 +49,8 @@ GATE_CLEARS = "the gate clears when the next run finds it healthy"
 # Finding kind: (default action, what the finding says, what fixes it). The defaults are the (35): a finding that
 # makes the GPU's results or its availability untrustworthy blocks; a count that says "watch this GPU" warns.
 FINDING_KINDS = {
-    "gpu_lost": ("block", "NVML reports the GPU lost (GPU_IS_LOST)", "reboot the node; if it stays lost, service it"),
+    "gpu_lost": ("block", "NVML reports the GPU lost (GPU_IS_LOST)",
+                 "reboot / reseat the GPU (service it if it stays lost); " + GATE_CLEARS),
     "row_remap_pending": ("block", "remapped rows pending", "reset the GPU or reboot; " + GATE_CLEARS),
     "row_remap_failure": ("block", "row remapping failed", "the GPU needs service (RMA); " + GATE_CLEARS),
     "retired_pages_pending": ("block", "page retirement pending",

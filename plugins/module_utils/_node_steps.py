@@ -528,6 +528,7 @@ def plan(module, facts, result):
     ``settle``, filling ``result`` (which holds ``steps``)."""
     steps = result["steps"]
     waiting = facts.get("nvml_error")
+    lost = facts.get("lost_gpus") or []
     for step in STEPS:
         if not step.option_names or not step.given(module):
             continue
@@ -535,6 +536,13 @@ def plan(module, facts, result):
             # not checked: NVML cannot read the GPUs until the driver step has run (not run in this pass)
             result[step.name] = {"managed": False, "waiting": "driver", "disruptive": []}
             _add(steps, step.name, ["waits for the driver (NVML: %s)" % waiting["message"]])
+            continue
+        if lost and step.needs_nvml and step.check is not _health:
+            # not checked, and not run (managed False): its planner would plan the node without the lost GPU, and its
+            # tasks read every GPU. The health step names the lost GPU as a blocking finding, so the gate marks the node.
+            result[step.name] = {"managed": False, "lost_gpus": [g["index"] for g in lost], "disruptive": []}
+            _add(steps, step.name, ["cannot plan GPU %d: NVML reports it lost (GPU_IS_LOST); this step waits for a run "
+                                    "that finds every GPU" % g["index"] for g in lost])
             continue
         report, reasons = step.check(module, facts, step.params(module))
         result.update(report or {})

@@ -129,16 +129,27 @@ class NvmlBackend(GpuBackend):
         return self._call(self.nvml.nvmlDeviceGetHandleByIndex, index)
 
     # ------------------------------------------------------------------ reads
-    def read_all(self):
+    def read_all(self, skip_lost=False):
         n = self._call(self.nvml.nvmlDeviceGetCount)
         cuda = self._call(self.nvml.nvmlSystemGetCudaDriverVersion)
-        return {
+        gpus, lost = [], []
+        for i in range(n):
+            try:
+                gpus.append(self.read_gpu(i))
+            except NvmlError as exc:
+                if not skip_lost or exc.name != "GPU_IS_LOST":
+                    raise
+                lost.append({"index": i, "error": str(exc)})
+        out = {
             "backend": self.kind,
             "driver_version": _text(self._call(self.nvml.nvmlSystemGetDriverVersion)),
             "cuda_driver_version": "%d.%d" % (cuda // 1000, (cuda % 1000) // 10),
             "nvml_version": _text(self._call(self.nvml.nvmlSystemGetNVMLVersion)),
-            "gpus": [self.read_gpu(i) for i in range(n)],
+            "gpus": gpus,
         }
+        if skip_lost:
+            out["lost_gpus"] = lost
+        return out
 
     def read_gpu(self, index):
         nv = self.nvml

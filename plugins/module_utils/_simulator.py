@@ -245,17 +245,22 @@ class SimulatedBackend(GpuBackend):
             raise
 
     # ------------------------------------------------------------------ reads
-    def read_all(self):
+    def read_all(self, skip_lost=False):
         self._nvml()
         with self._locked(write=False) as state:
             version = self._loaded_version or state["driver_version"]
-            return {
+            out = {
                 "backend": self.kind,
                 "driver_version": version,
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % version,
-                "gpus": [gpu_facts(state, sim_health.raise_if_lost(g)) for g in state["gpus"]],
+                "gpus": [gpu_facts(state, sim_health.raise_if_lost(g)) for g in state["gpus"]
+                         if not (skip_lost and sim_health.is_lost(g))],
             }
+            if skip_lost:
+                out["lost_gpus"] = [{"index": g["index"], "error": "GPU %d (%s): GPU is lost" % (
+                    g["index"], g["pci_bus_id"])} for g in state["gpus"] if sim_health.is_lost(g)]
+            return out
 
     def read_gpu(self, index):
         self._nvml()

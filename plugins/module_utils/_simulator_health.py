@@ -260,8 +260,10 @@ def set_kernel_log_readable(state, readable):
 
 
 def after_reset(gpu):
-    """A GPU reset: a pending row remap (or page retirement) takes effect, the volatile ECC counts start again. A lost
-    GPU cannot be reset (its reset fails GPU_IS_LOST before this)."""
+    """A GPU reset: a pending row remap (or page retirement) takes effect - the row is remapped, so ``pending`` is
+    cleared and the counts (which include the pending row) stay, as nvml.h says of nvmlDeviceGetRemappedRows'
+    ``isPending``: "A reset will be required to actually remap the row" (NVIDIA/go-nvml@2f9e261:gen/nvml/nvml.h) - and
+    the volatile ECC counts start again. A lost GPU cannot be reset (its reset fails GPU_IS_LOST before this)."""
     stored = gpu.get("health")
     if not stored:
         return

@@ -188,3 +188,51 @@ def test_an_administrators_cordon_stays_and_check_mode_reports_without_writing(h
     assert res.rc == 0, res
     marks = _marks(h200.node(H200))
     assert marks == {"unschedulable": True, "cordoned_by": None, "taints": [], "condition": None}, marks
+
+
+def _resets(cluster, name):
+    return [c["args"]["index"] for c in cluster.sims[name].raw_state()["call_log"] if c.get("call") == "reset_gpu"]
+
+
+def test_the_allowed_reset_clears_a_pending_remap_on_an_idle_gpu_and_releases_the_node_without_a_reboot(h200):
+    """Pending row remaps on GPU 0 (idle) and GPU 1 (held by a process outside the node's GPU DaemonSets), with the
+    user's consent (gpu_node_health_reset): check mode says what a real run would do and changes nothing; the real run
+    cordons the node, pauses its GPU pods, resets GPU 0 only (no reboot), and fails the node naming GPU 1's holder, the
+    node kept cordoned with the taint and condition. Once the holder is gone, the next run resets GPU 1 and releases
+    the node: labelled, uncordoned, the gate's marks gone, the same boot."""
+    sim = h200.sims[H200]
+    sim.inject_health(0, "row_remap_pending")
+    sim.inject_health(1, "row_remap_pending")
+    sim.hold("dcgm", indices=[1], pid=4242, command="nv-hostengine")
+    boot = sim.raw_state()["boot_id"]
+    consent = {"gpu_node_health_reset": True}
+
+    res = h200.site.run(check=True, **consent)
+    assert res.rc == 0, res
+    (said,) = res.task("GPU health - what a real run does", H200)
+    assert "A real run first resets GPU 0" in said["msg"], said
+    assert "GPU 1 (%s) not reset - in use: PID 4242 nv-hostengine" % h200.bus_id(H200, 1) in said["msg"], said
+    (sequence,) = res.task("The sequence a real run takes on this node (check mode)", H200)
+    assert "reset GPU 0, 1 where idle" in sequence["msg"], sequence
+    assert _resets(h200, H200) == []
+
+    res = h200.site.run(**consent)
+    assert res.rc != 0, res
+    (failure,) = res.failures()
+    assert failure[0] == H200 and FAIL_TASK in failure[1], res
+    assert "GPU 1 (%s): remapped rows pending" % h200.bus_id(H200, 1) in failure[2]
+    assert "GPU 1 (%s) not reset - in use: PID 4242 nv-hostengine" % h200.bus_id(H200, 1) in failure[2]
+    assert "GPU 0 (" not in failure[2]
+    assert _resets(h200, H200) == [0] and sim.read_health()["gpus"][0]["remapped_rows"]["pending"] is False
+    marks = _marks(h200.node(H200))
+    assert marks["unschedulable"] and marks["cordoned_by"] == "gpuops.nvidia.gpu_node"
+    assert marks["condition"]["reason"] == "RowRemapPending"
+
+    sim.release("dcgm")
+    res = h200.site.run(**consent)
+    assert res.rc == 0, res
+    assert _resets(h200, H200) == [0, 1]
+    assert _released(h200.node(H200)), _marks(h200.node(H200))
+    assert h200.node(H200)["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "mps-4"
+    assert sim.raw_state()["boot_id"] == boot
+    assert [c for c in sim.raw_state()["call_log"] if c.get("event") == "reboot"] == []

@@ -157,3 +157,11 @@ def test_a_bad_health_policy_is_refused_naming_the_key_and_the_valid_ones(policy
 @pytest.mark.parametrize("policy", [{}, None, {"row_remap_pending": "warn", "ecc_corrected": "ignore"}])
 def test_a_valid_health_policy_passes(policy):
     assert node_declaration_errors(dict(declared({}), health_policy=policy), "n1") == []
+
+
+def test_the_health_reset_needs_the_gate():
+    (error,) = node_declaration_errors(dict(declared({}), health_reset=True, health_gate=False), "n1")
+    assert error.startswith("node n1: gpu_node_health_reset=true with gpu_node_health_gate=false") \
+        and error.endswith("Nothing was changed.")
+    for reset, gate in ((True, True), (False, False), ("yes", "true")):
+        assert node_declaration_errors(dict(declared({}), health_reset=reset, health_gate=gate), "n1") == []

@@ -141,6 +141,15 @@ def test_nvml_a_lost_gpu_is_a_finding_not_a_crash(reading):
     assert found["verdict"] == "block" and found["findings"][0]["kind"] == "gpu_lost"
 
 
+def test_nvml_read_all_leaves_a_lost_gpu_out_only_when_asked(reading):
+    backend, dummy = _backend(reading, lost=True)
+    with pytest.raises(NvmlError) as raised:
+        backend.read_all()
+    assert raised.value.name == "GPU_IS_LOST"
+    facts = backend.read_all(skip_lost=True)
+    assert facts["gpus"] == [] and [g["index"] for g in facts["lost_gpus"]] == [0] and facts["driver_version"]
+
+
 def test_nvml_other_errors_are_errors(reading):
     class Denied(HealthNvml):
         def nvmlDeviceGetRemappedRows(self, h):

@@ -355,3 +355,26 @@ def test_a_bad_health_policy_is_refused_before_anything_is_read(tmp_path, monkey
     for word in words:
         assert word in result["msg"], result["msg"]
     assert not path.exists()
+
+
+def test_a_lost_gpu_does_not_fail_the_plan_its_gpu_steps_wait_and_the_health_step_blocks(node):
+    """A GPU NVML answers GPU_IS_LOST for (Xid 79, fallen off the bus): the plan still answers, so that the gate can
+    mark the node. The steps that read the GPUs say they cannot plan it and do not run (managed false); the health
+    step reports the lost GPU as a blocking finding naming its bus id and the fix."""
+    sim = node("hgx-h200")
+    bus = sim.read_all()["gpus"][4]["pci_bus_id"]
+    sim.inject_health(4, "lost")
+    plan = _plan({"health": {}, "compute_mode": {"settings": [{"mode": "Default"}]},
+                  "mig": {"manage": "declared", "config_name": "all-disabled"}})
+    assert not plan.get("failed"), plan
+    assert [g["index"] for g in plan["ansible_facts"]["nvidia_gpus"]["gpus"]] == [0, 1, 2, 3, 5, 6, 7]
+    assert plan["ansible_facts"]["nvidia_gpus"]["lost_gpus"][0]["index"] == 4
+    for step in ("compute_mode", "mig"):
+        assert plan[step]["managed"] is False and plan[step]["lost_gpus"] == [4], plan[step]
+    assert plan["steps"]["compute_mode"] == ["cannot plan GPU 4: NVML reports it lost (GPU_IS_LOST); this step waits "
+                                             "for a run that finds every GPU"]
+    assert plan["steps"]["mig"] == []           # (an unmanaged MIG has no work: _mig_settle)
+    (reason,) = plan["steps"]["health"]
+    assert reason.startswith("GPU 4 (%s): NVML reports the GPU lost (GPU_IS_LOST)" % bus), reason
+    assert "reboot / reseat" in reason and "the gate clears when the next run finds it healthy" in reason
+    assert plan["health"]["gate"]["blocking"][0]["bus_id"] == bus
