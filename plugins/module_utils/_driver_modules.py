@@ -41,6 +41,8 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import describe_holder
+from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_services import (
+    FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import DriverStateError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_state import parse_proc_modules as _parse_modules
 
@@ -62,10 +64,10 @@ DAEMONS = (
      "pid_file": "/var/run/nvhostengine.pid"},
     {"name": "mps", "label": "MPS control daemon (nvidia-cuda-mps-control)", "units": (DEFAULT_MPS_UNIT,),
      "pid_file": None},
-    {"name": "persistenced", "label": "nvidia-persistenced", "units": ("nvidia-persistenced.service",),
+    {"name": "persistenced", "label": "nvidia-persistenced", "units": (PERSISTENCED_UNIT,),
      "pid_file": "/var/run/nvidia-persistenced/nvidia-persistenced.pid"},
     {"name": "fabricmanager", "label": "NVIDIA Fabric Manager (nv-fabricmanager)",
-     "units": ("nvidia-fabricmanager.service",), "pid_file": "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid"},
+     "units": (FABRIC_MANAGER_UNIT,), "pid_file": "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid"},
     {"name": "nvlsm", "label": "NVLink Subnet Manager (nvlsm)", "units": ("nvidia-nvlsm.service",),
      "pid_file": "/var/run/nvidia-fabricmanager/nvlsm.pid"},
 )

@@ -95,8 +95,43 @@ def node_root(params_root):
     return "/"
 
 
+def services(module, state, p, root):
+    """The daemons the driver needs (_driver_services: nvidia-persistenced where ``persistenced``, the Fabric Manager
+    where ``fabric_manager`` says so for this node) as systemctl reports them: (report, reasons). A unit not enabled
+    or not running is work of the driver step (never disruptive: it starts a daemon)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+    fm, why = ds.fabric_manager_wanted(p.get("fabric_manager") or "auto", state,
+                                       ds.pci_nvswitch_count(root) if state.get("loaded") is None else 0)
+    units = ds.wanted_units(p.get("persistenced"), fm)
+    report = {"fabric_manager": {"wanted": fm, "reason": why}, "services": {}}
+    if not units:
+        return report, []
+    systemctl = list(p.get("systemctl") or []) or [module.get_bin_path("systemctl")]
+    if systemctl[0] is None:
+        return report, ["%s: systemctl not found, so it cannot be checked" % ", ".join(units)]
+
+    def run(argv):
+        try:
+            return module.run_command(argv, handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 127, "", str(exc)
+    states = dict((unit, ds.unit_state(run, systemctl, unit)) for unit in units)
+    report["services"] = states
+    return report, ds.unit_reasons(states)
+
+
+def fabric_disruptive(report):
+    """A Fabric Manager that must start is disruptive: until every GPU's fabric is registered the node cannot serve, so
+    it is kept out of service (quiesced, and left cordoned when the fabric does not come up)."""
+    fm = (report.get("services") or {}).get("nvidia-fabricmanager.service")
+    if fm and fm["active"] != "active":
+        return ["the Fabric Manager is not running (%s): the GPUs' NVLink fabric is not registered, so the node is kept "
+                "out of service until it is" % fm["active"]]
+    return []
+
+
 def check(module, facts, params):
-    """The registry's check of step ``driver`` (see the module docstring)."""
+    """The registry's check of step ``driver`` (see the module docstring), and the daemons it needs (``services``)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
     p = params["driver"]
     root = node_root(p.get("root"))
@@ -106,7 +141,10 @@ def check(module, facts, params):
         module.fail_json(msg="the driver step cannot read the node below NVML: %s" % exc)
     report, reasons = plan_driver(state, facts.get("nvml_error"), p)
     report["root"] = root
-    return {"driver": report}, {"driver": reasons}
+    daemons, daemon_reasons = services(module, state, p, root)
+    report.update(daemons)
+    report["disruptive"] = report["disruptive"] + fabric_disruptive(report)
+    return {"driver": report}, {"driver": reasons + daemon_reasons}
 
 
 def validate(module, params):
@@ -122,3 +160,9 @@ def validate(module, params):
         module.fail_json(msg="driver: branch %r is not a driver branch (digits, like 580)" % branch)
     if version and branch and _branch(version) != branch:
         module.fail_json(msg="driver: version %s is not of branch %s" % (version, branch))
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+    try:
+        ds.check_setting(p.get("fabric_manager") or "auto")
+        ds.check_timeout(p.get("fabric_timeout", 300), "fabric_timeout (gpu_node_driver_fabric_timeout)")
+    except ds.DriverServicesError as exc:
+        module.fail_json(msg="driver: %s; nothing changed" % exc)

@@ -333,6 +333,10 @@ STEPS = (
         branch=dict(type="str", default=""),
         flavour=dict(type="str", choices=["open", "proprietary"], default="open"),
         root=dict(type="path"),
+        fabric_manager=dict(type="str", default="auto"),
+        persistenced=dict(type="bool", default=False),
+        systemctl=dict(type="list", elements="str"),
+        fabric_timeout=dict(type="int", default=300),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
         reruns=("mig", "compute_mode", "cdi")),
     Step("mig", {"mig": dict(type="dict", options=dict(

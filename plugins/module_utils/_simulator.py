@@ -174,7 +174,8 @@ class SimulatedBackend(GpuBackend):
         except (IOError, OSError) as exc:
             raise GpuBackendError("cannot render the simulated host under %s: %s" % (self.root, exc))
         state["host"] = {"rendered": True, "driver": opts["driver"], "flavour": opts["flavour"],
-                         "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"]}
+                         "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"],
+                         "fabric_manager": True}
 
     def _boot_host(self, state):
         """The modelled host's kernel view after a boot (_simulator_host.boot): the installed driver loaded, nouveau
@@ -273,8 +274,13 @@ class SimulatedBackend(GpuBackend):
         """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health)."""
         self._nvml()
         with self._locked(write=False) as state:
-            return {"backend": self.kind, "gpus": [sim_health.health_facts(state, g) for g in state["gpus"]],
-                    "kernel_log": sim_health.kernel_log(state)}
+            gpus = [sim_health.health_facts(state, g) for g in state["gpus"]]
+            if (state.get("host") or {}).get("fabric_manager") and self.root and not host.fabric_registered(self.root):
+                # no Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet
+                for entry in gpus:
+                    if isinstance(entry.get("fabric"), dict):
+                        entry["fabric"]["state"] = "not_started"
+            return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state)}
 
     def raw_state(self):
         """The whole state document (for tests and the simulator's own tools)."""

@@ -268,6 +268,70 @@ def set_secure_boot(root, value):
         _write(root, SECURE_BOOT_VAR, _SB_ATTRIBUTES + (b"\x01" if value else b"\x00"))
 
 
+# ---------------------------------------------------------------------------------------------------- the Fabric Manager
+# The simulated Fabric Manager's run mark: the FM version that runs on the node. NOT a file NVIDIA's Fabric Manager
+# writes (it writes its pid file, /var/run/nvidia-fabricmanager/nv-fabricmanager.pid): the simulated node's record
+# that its FM runs, written by the lab's FM stand-in (tests/support/fabricmanager_standin.py) through
+# ``start_fabric_manager``. The collection never reads it: it asks systemd.
+FABRIC_MANAGER_MARK = "var/run/nvidia-fabricmanager/gpuops-simulated-fm"
+# nv-fabricmanager's words when its version is not the loaded driver's (NVIDIA/gpu-operator issue 544 and
+# NVIDIA/gpu-driver-container issue 735 quote the line from the FM's log), and on a node without NVSwitches
+# (data-infra/cube-studio issue 29 quotes it from nvidia-fabricmanager-start.sh's log).
+FM_VERSION_MISMATCH = ("fabric manager NVIDIA GPU driver interface version %s don't match with driver version %s. "
+                       "Please update with matching NVIDIA driver package.")
+FM_NO_NVSWITCH = ("request to query NVSwitch device information from NVSwitch driver failed with error:WARNING "
+                  "Nothing to do [NV_WARN_NOTHING_TO_DO]")
+# (the simulator's own words: the real FM's message for a missing driver was not found in a public source)
+FM_NO_DRIVER = "fabric manager: the NVIDIA driver is not loaded (simulated)"
+
+
+def fabric_manager_version(root):
+    """The version of the simulated Fabric Manager running on the node, or None."""
+    try:
+        with open(os.path.join(root, FABRIC_MANAGER_MARK)) as handle:
+            return handle.read().strip() or None
+    except (IOError, OSError):
+        return None
+
+
+def _has_fabric_devices(root):
+    try:
+        if os.listdir(os.path.join(root, NVSWITCH_DEVICES)):
+            return True
+    except OSError:
+        pass
+    return os.path.isdir(os.path.join(root, "sys/class/infiniband"))
+
+
+def start_fabric_manager(root, version):
+    """Start the simulated FM of ``version``, as nv-fabricmanager starts: refused (its message returned, nothing
+    written) when no driver is loaded, when the loaded driver is another version (the FM runs only at exactly the
+    driver's version: NVIDIA Fabric Manager user guide), or when the node has no NVSwitch (nor NVLink5 bridge); else
+    the run mark written and None."""
+    loaded = loaded_module_version(root)
+    if loaded is None:
+        return FM_NO_DRIVER
+    if loaded != version:
+        return FM_VERSION_MISMATCH % (version, loaded)
+    if not _has_fabric_devices(root):
+        return FM_NO_NVSWITCH
+    _write(root, FABRIC_MANAGER_MARK, version + "\n")
+    return None
+
+
+def stop_fabric_manager(root):
+    _remove(root, FABRIC_MANAGER_MARK)
+
+
+def fabric_registered(root):
+    """Whether the GPUs' fabric registration can have run: the simulated FM runs at the loaded driver's version. The
+    first NVML read after that answers the registration's outcome (completed and SUCCESS, or what a health fault set);
+    before it, each GPU's fabric state is not_started (nvml.h, nvmlGpuFabricState_t: NOT_STARTED until the FM
+    registers the GPU)."""
+    running = fabric_manager_version(root)
+    return running is not None and running == loaded_module_version(root)
+
+
 def render(root, shape, gpu_bus_ids, options):
     """Write the host tree of a new simulated machine under ``root`` (see the module docstring)."""
     functions = machine_functions(shape, gpu_bus_ids)
@@ -287,6 +351,9 @@ def render(root, shape, gpu_bus_ids, options):
     if options["driver"]:
         load_driver(root, options["driver"], options["flavour"], gpus, switches)
         install_nvml_library(root, options["driver"])
+        if switches or shape in catalog.NVLINK5_SHAPES:
+            # the image's Fabric Manager, at its driver's version, runs (as on an image that brings both)
+            _write(root, FABRIC_MANAGER_MARK, options["driver"] + "\n")
         image = [NVML_LIBRARY_LINK, "%s/%s%s" % (NVML_LIBRARY_DIRS[0], NVML_LIBRARY_PREFIX, options["driver"])]
     elif options["nouveau"]:
         write_modules(root, {}, others=("nouveau",))
@@ -388,6 +455,9 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     kernel = (open(os.path.join(root, KERNEL_RELEASE)).read().strip() if os.path.exists(os.path.join(root, KERNEL_RELEASE))
               else host_state.get("kernel") or DEFAULT_KERNEL)
     unload_driver(root, list(gpu_bus_ids) + list(nvswitch_bus_ids))
+    # every process ends; an enabled Fabric Manager starts again below where it can (its version is the driver's)
+    fabric_manager = fabric_manager_version(root)
+    stop_fabric_manager(root)
     if host_state.get("nouveau") and not nouveau_blacklisted(root):
         write_modules(root, {}, others=("nouveau",))
         for bus_id in gpu_bus_ids:
@@ -406,6 +476,9 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     else:
         return None
     load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids, modules=modules)
+    if fabric_manager is not None:
+        # an enabled FM of another version fails its start at boot (start_fabric_manager's refusal)
+        start_fabric_manager(root, fabric_manager)
     return version
 
 

@@ -177,6 +177,7 @@ import signal
 
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
     describe_holder, device_patterns, find_holders)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
@@ -288,8 +289,7 @@ class Run(object):
             found = None
             for unit in entry["units"]:
                 if systemctl:
-                    rc, stdout, _err = self.run(systemctl + ["is-active", unit])
-                    if rc == 0 and stdout.strip() == "active":
+                    if ds.is_active(self.run, systemctl, unit):
                         found = {"name": entry["name"], "label": entry["label"], "unit": unit}
                         break
             if found is None and entry["pid_file"]:
@@ -362,9 +362,9 @@ class Run(object):
     # ---- daemons ------------------------------------------------------------------------------------------------
     def stop_daemon(self, daemon):
         if daemon.get("unit"):
-            rc, out, err = self.run(self.tool("systemctl") + ["stop", daemon["unit"]])
-            if rc != 0:
-                return "systemctl stop %s failed (rc %d): %s" % (daemon["unit"], rc, (err or out).strip())
+            error = ds.unit_command(self.run, self.tool("systemctl"), "stop", daemon["unit"])
+            if error:
+                return error
         else:
             try:
                 os.kill(daemon["pid"], signal.SIGTERM)
@@ -382,9 +382,9 @@ class Run(object):
 
     def start_daemon(self, daemon):
         if daemon.get("unit"):
-            rc, out, err = self.run(self.tool("systemctl") + ["start", daemon["unit"]])
-            if rc != 0:
-                return "systemctl start %s failed (rc %d): %s" % (daemon["unit"], rc, (err or out).strip())
+            error = ds.unit_command(self.run, self.tool("systemctl"), "start", daemon["unit"])
+            if error:
+                return error
         else:
             if not daemon.get("argv"):
                 return "%s ran from a pid file but its command line was not readable; start it by hand" % (

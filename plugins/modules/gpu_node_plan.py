@@ -68,6 +68,25 @@ options:
         description: The root the files below NVML are read under; default C(/), on simulated GPUs the simulated node's
           root (C(GPUOPS_SIMULATED_ROOT)).
         type: path
+      fabric_manager:
+        description: Whether the Fabric Manager must run (V(auto) - on NVSwitch and NVLink5 systems, V(true),
+          V(false)); a C(nvidia-fabricmanager.service) not enabled or not running is work of the driver step.
+        type: str
+        default: auto
+      persistenced:
+        description: Whether C(nvidia-persistenced.service) must be enabled and running (work of the driver step
+          where it is not; gpu_node passes C(driver_start_persistenced)).
+        type: bool
+        default: false
+      systemctl:
+        description: The systemctl command as an argument list; found in PATH when not set.
+        type: list
+        elements: str
+      fabric_timeout:
+        description: The seconds the driver step will wait for the fabric (checked here, 0 to 3600, before anything
+          changes).
+        type: int
+        default: 300
   mig:
     description:
       - MIG, planned only when it is managed on this node (RV(mig.managed)).
@@ -388,7 +407,8 @@ driver:
     - The loaded driver against the pin - C(loaded_version), C(loaded_flavour) (null when none is loaded),
       C(nouveau_loaded), C(secure_boot), C(kernel), C(nvswitch), C(nvlink5), C(nvml_error) (null, or NVML's C(name) and
       C(message) when it could not start), C(action) (C(none), C(load), C(reload) or C(reboot)), C(reboot_needed),
-      C(disruptive) (reasons the node's GPU users are disrupted) and C(root).
+      C(disruptive) (reasons the node's GPU users are disrupted) and C(root); C(fabric_manager) (C(wanted) and
+      C(reason)) and C(services), each managed unit's C(enabled) and C(active) as systemctl prints them.
   returned: when O(driver) is given
   type: dict
   sample: {loaded_version: 570.195.03, loaded_flavour: open, action: reload, reboot_needed: false,

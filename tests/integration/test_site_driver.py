@@ -6,13 +6,17 @@ own (an inventory added to the lab's), only those converged (--limit).
 
 What a user would notice: check mode changes nothing; a fresh node gets the driver installed with open modules and
 loaded, no reboot, NVML up, and a re-run changes nothing; a node with nouveau reboots exactly once (guarded) and then
-serves; a version-mismatch node is repaired by a reload."""
+serves; a version-mismatch node is repaired by a reload; on an HGX H200 the Fabric Manager is installed at the driver's
+version, enabled and started, and every GPU's fabric is registered before the node is released, while a node whose
+fabric never completes fails naming its GPU and is not released."""
 import os
 
 import pytest
 import yaml
 
 from tests.integration.site_helpers import Site
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.ansible_run import ROOT
 
@@ -33,21 +37,22 @@ def rig(tmp_path_factory):
     yield from driver_rig.module_rig(tmp_path_factory)
 
 
-def driver_site(tmp_path, rig, nodes):
-    """A Site over the lab plus ``nodes`` ({name: host options}), each an h200-x1 node declaring driver NEW, its
-    scratch root an apt/dpkg root."""
+def driver_site(tmp_path, rig, nodes, machine="h200-x1", host_vars=None):
+    """A Site over the lab plus ``nodes`` ({name: host options}), each a ``machine`` node declaring driver NEW, its
+    scratch root an apt/dpkg root (``host_vars``: {name: more host variables})."""
     state = tmp_path / "lab-state"
     hosts = {}
     for name, options in nodes.items():
         root = apt_rig.Root(state / name)
         os.makedirs(os.path.join(root.path, "etc/modprobe.d"))      # as on any distribution's image
-        hosts[name] = {"gpuops_simulated_machine": "h200-x1", "gpuops_simulated_host": options,
+        hosts[name] = {"gpuops_simulated_machine": machine, "gpuops_simulated_host": options,
                        "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
                            ROOT, "inventories", "lab-files", "containerd-config.toml"),
                        "driver_version": NEW, "driver_repo_url": rig.url, "driver_repo_key": rig.key,
                        "driver_environment": root.env,
                        # the node's package database is its scratch root's, for every task (the node plan reads it)
                        "gpuops_environment": dict(root.env, **LAB_ENVIRONMENT)}
+        hosts[name].update((host_vars or {}).get(name, {}))
     path = tmp_path / "driver-nodes.yml"
     path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {
         "mps_nodes": {"hosts": hosts}}}}}}))
@@ -117,3 +122,44 @@ def test_nouveau_reboots_once_and_a_mismatch_is_reloaded(tmp_path, rig):
     assert again.rc == 0, again
     assert again.changed("drv-nouveau") == 0 and again.changed("drv-mismatch") == 0, again
     assert site.gpus("drv-nouveau")["boot_id"] == boots["drv-nouveau"] + 1
+
+
+def test_hgx_fabric_manager_started_and_the_fabric_waited_for(tmp_path, rig):
+    nodes = {"drv-hgx": "driver=none", "drv-hgx-stuck": "driver=none"}
+    site, args = driver_site(tmp_path, rig, nodes, machine="hgx-h200",
+                             host_vars={"drv-hgx-stuck": {"gpu_node_driver_fabric_timeout": 1}})
+    # the stuck node's GPU 4 never completes its fabric registration (a fault placed before the run)
+    stuck = SimulatedBackend(str(site.state / "drv-hgx-stuck.json"), shape="hgx-h200",
+                             root=str(site.state / "drv-hgx-stuck"), host_options="driver=none")
+    stuck.inject_health(4, "fabric_state", "in_progress")
+    gpu4 = stuck.raw_state()["gpus"][4]["pci_bus_id"]
+
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    plan = res.task("Read the GPUs and plan every step", "drv-hgx")[0]["driver"]
+    assert plan["fabric_manager"]["wanted"] is True and "NVSwitch" in plan["fabric_manager"]["reason"], plan
+    services = res.task("Start nvidia-persistenced and the Fabric Manager", "drv-hgx")[0]
+    assert "nvidia-fabricmanager.service" in services["deferred"], services     # started once the driver is loaded
+    assert _simulator_host.fabric_manager_version(str(site.state / "drv-hgx")) is None
+    assert driver_rig.installed(apt_rig.Root(str(site.state / "drv-hgx"))) == {}
+
+    res = site.run(args=args)
+    assert res.rc != 0, res
+    # the HGX: driver and Fabric Manager at one version, the FM enabled and running, every GPU's fabric registered
+    versions = dict((n, v) for n, (v, s) in driver_rig.installed(apt_rig.Root(str(site.state / "drv-hgx"))).items())
+    assert versions["nvidia-fabricmanager"] == NEW + "-1" and versions["nvidia-headless-580-open"] == NEW + "-0ubuntu1"
+    assert _simulator_host.fabric_manager_version(str(site.state / "drv-hgx")) == NEW
+    services = res.task("Start nvidia-persistenced and the Fabric Manager", "drv-hgx")[0]
+    assert services["units"]["nvidia-fabricmanager.service"]["active"] == "active", services
+    assert services["units"]["nvidia-fabricmanager.service"]["enabled"] == "enabled", services
+    assert services["fabric"]["pending"] == [], services
+    health = SimulatedBackend(str(site.state / "drv-hgx.json"), root=str(site.state / "drv-hgx")).read_health()
+    assert set((g["fabric"]["state"], g["fabric"]["status"]) for g in health["gpus"]) == {("completed", "SUCCESS")}
+    assert not [f for f in res.failures() if f[0] == "drv-hgx"], res
+    # the stuck node: the run fails at the wait naming GPU 4, and the node is not released (its later passes never ran)
+    failed = [f for f in res.failures() if f[0] == "drv-hgx-stuck"]
+    assert len(failed) == 1 and failed[0][1].endswith(
+        "Start nvidia-persistenced and the Fabric Manager (NVSwitch systems); wait for every GPU's fabric"), failed
+    assert "GPU 4 (%s): fabric state in_progress, status SUCCESS" % gpu4 in failed[0][2], failed
+    assert "journalctl -u nvidia-fabricmanager" in failed[0][2]
+    assert not res.task("The steps after the driver, planned with it", "drv-hgx-stuck")

@@ -422,6 +422,16 @@ MODULES = {
                                                        "a b.service", "../x.service", "-x"])},
                            outcomes=("after the load the nvidia module is",),
                            files=DRIVER_RECORDS),
+    # On the rig's node root (driver 570 loaded, nvidia-persistenced running as a unit, not enabled): enables it. The
+    # Fabric Manager is not drawn: the rig's node has no NVSwitch and no FM unit, so "true" fails at systemctl (the
+    # node's answer, tested in tests/unit/plugins/modules/test_driver_services.py), and the wait would read NVML.
+    "driver_services": dict(rig="driver", rig_kwargs={"module": "driver_services"},
+                            args={"fabric_manager": "false", "fabric_timeout": 0, "lock_timeout": 5},
+                            fixed={"fabric_manager": "true would start a unit the rig's node does not have"},
+                            hints={"systemctl": _tool_argv("systemctl"), "modprobe": _tool_argv("modprobe"),
+                                   "fabric_timeout": TIMEOUTS, "lock_timeout": TIMEOUTS,
+                                   "fabric_interval": st.one_of(st.sampled_from([0, 0.05, 0.1, 60, 61, -1]),
+                                                                st.sampled_from(ODD_FLOATS))}),
     # Reads the rig's node root (its devices and driver state, unless devices and state are drawn) and the rig's
     # throwaway apt root (APT_CONFIG, DPKG_ROOT: an empty package database), never this machine's. The repository
     # is never drawn (its probe runs apt-get update against the URL its sources name: a network fetch, see

@@ -203,6 +203,9 @@ def load_module(root, module, info):
         write(root, "proc/driver/nvidia/version", NVRM[info["flavour"]] % info["version"] + "\n" + GCC_LINE + "\n")
         for bus_id in gpus:
             os.makedirs(path(root, "proc/driver/nvidia/gpus", bus_id), exist_ok=True)
+        # nvidia also drives the NVSwitches (class 0x0680): one entry each under /proc/driver/nvidia-nvswitch/devices
+        for bus_id in nvswitches(root):
+            write(root, "proc/driver/nvidia-nvswitch/devices/%s" % bus_id, bus_id + "\n")
 
 
 def unload_module(root, module):
@@ -218,7 +221,20 @@ def unload_module(root, module):
     if mod == "nvidia":
         bind_gpus(root, False)
         shutil.rmtree(path(root, "proc/driver/nvidia"), ignore_errors=True)
+        shutil.rmtree(path(root, "proc/driver/nvidia-nvswitch"), ignore_errors=True)
     return info
+
+
+def nvswitches(root):
+    """The bus ids of the NVIDIA bridge functions (class 0x0680xx: the NVSwitches) under R/sys/bus/pci/devices."""
+    devices = path(root, "sys/bus/pci/devices")
+    out = []
+    for bus_id in sorted(os.listdir(devices)) if os.path.isdir(devices) else []:
+        dev = os.path.join(devices, bus_id)
+        if (read(dev, "vendor", "") or "").strip().lower() == "0x10de" and \
+                (read(dev, "class", "") or "").strip().lower().startswith("0x0680"):
+            out.append(bus_id)
+    return out
 
 
 def set_refcnt(root, module, delta):

@@ -15,6 +15,7 @@ constant lands it is written here), nvidia-smi and nvidia-persistenced stand-ins
 """
 import os
 import subprocess
+import sys
 from email.utils import formatdate
 import hashlib
 
@@ -26,6 +27,8 @@ CUDA_REVISION = "0ubuntu1"
 ARCHIVE_REVISION = "0ubuntu0.24.04.2"
 PRECOMPILED_VERSION = "6.8.0-87.88+1"
 LIBRARY_MARKER = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s"
+# What the fake Fabric Manager package's nv-fabricmanager runs (the simulated node's Fabric Manager)
+FM_STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fabricmanager_standin.py")
 
 
 # The kernel modules one driver package installs (as placeholders: tests/support/driver_files.py's format, which the
@@ -75,8 +78,16 @@ def cuda_packages(version):
             dkms, v, b, v, lib, v), {"usr/share/doc/nvidia-headless-%s%s/README" % (b, suffix): "TEST STAND-IN\n"})
     fm = "nvidia-fabricmanager" if int(b) >= 580 else "nvidia-fabricmanager-%s" % b
     out[fm] = ("%s-1" % version, "%s (= %s)" % (lib, v), {
-        "usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'TEST STAND-IN nv-fabricmanager %s'\n" % version,
-        "usr/share/nvidia/nvswitch/fabricmanager.cfg": "# TEST STAND-IN\n"})
+        "usr/bin/nv-fabricmanager": "#!/bin/sh\n# TEST STAND-IN nv-fabricmanager %s\nexec %s %s %s \"$@\"\n" % (
+            version, sys.executable, FM_STANDIN, version),
+        "usr/share/nvidia/nvswitch/fabricmanager.cfg": "# TEST STAND-IN\n",
+        # the unit the real package installs starts nv-fabricmanager with its config (NVIDIA/gpu-driver-container at
+        # 06a208ca, ubuntu24.04/nvidia-driver _start_daemons runs the same command on NVSwitch systems); the stand-in's
+        # ExecStopPost stops the simulated Fabric Manager
+        "lib/systemd/system/nvidia-fabricmanager.service":
+            "[Unit]\nDescription=TEST STAND-IN NVIDIA fabric manager service\n[Service]\nType=forking\n"
+            "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+            "ExecStopPost=/usr/bin/nv-fabricmanager --stop\n[Install]\nWantedBy=multi-user.target\n"})
     return out
 
 

@@ -490,6 +490,8 @@ class DriverRig(SystemctlRig):
                            stderr=subprocess.PIPE)
         if module == "driver_modules":
             self.args = dict(root=self.root, **self.tools)
+        elif module == "driver_services":
+            self.args = dict(root=self.root, systemctl=self.tools["systemctl"], modprobe=self.tools["modprobe"])
         else:
             from tests.support.apt_rig import Root
             apt = Root(self.path("apt-root"))

@@ -1,8 +1,14 @@
 """STAND-IN for systemctl, for tests without systemd. Not the real tool.
 
 Units are read from $FAKE_SYSTEMD_UNIT_DIR at daemon-reload; state lives in $FAKE_SYSTEMD_STATE. start/stop/
-restart run the loaded unit's Environment=, ExecStartPre=, ExecStart=, ExecStartPost= and ExecStop= lines
-(with systemd's $$ and %% unescaping) so a test exercises the unit text the module renders.
+restart run the loaded unit's Environment=, ExecStartPre=, ExecStart=, ExecStartPost=, ExecStop= and ExecStopPost=
+lines (with systemd's $$ and %% unescaping) so a test exercises the unit text the module renders.
+
+On a simulated node (GPUOPS_SIMULATED_ROOT set, the FAKE_SYSTEMD_* variables not): the state lives in
+R/.standin-systemd.json and the units are the files the node's packages installed (R/etc/systemd/system,
+R/lib/systemd/system, R/usr/lib/systemd/system), each loaded when first named, as systemd loads a new unit file on
+demand. Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from
+there (a program the node's packages installed).
 """
 import json
 import os
@@ -10,8 +16,16 @@ import shlex
 import subprocess
 import sys
 
-state_path = os.environ["FAKE_SYSTEMD_STATE"]
-unit_dir = os.environ["FAKE_SYSTEMD_UNIT_DIR"]
+sim_root = os.environ.get("GPUOPS_SIMULATED_ROOT") or None
+if "FAKE_SYSTEMD_STATE" not in os.environ and sim_root:
+    state_path = os.path.join(sim_root, ".standin-systemd.json")
+    unit_dirs = [os.path.join(sim_root, d) for d in ("etc/systemd/system", "lib/systemd/system",
+                                                     "usr/lib/systemd/system")]
+    on_demand = True
+else:
+    state_path = os.environ["FAKE_SYSTEMD_STATE"]
+    unit_dirs = [os.environ["FAKE_SYSTEMD_UNIT_DIR"]]
+    on_demand = False
 
 
 def load():
@@ -33,7 +47,23 @@ def save():
 
 
 def unit(name):
-    return st["units"].setdefault(name, {"active": False, "enabled": False, "loaded": None})
+    u = st["units"].setdefault(name, {"active": False, "enabled": False, "loaded": None})
+    if u["loaded"] is None and on_demand:
+        for directory in unit_dirs:
+            if os.path.isfile(os.path.join(directory, name)):
+                with open(os.path.join(directory, name)) as f:
+                    u["loaded"] = f.read()
+                break
+    return u
+
+
+def program(argv):
+    """An absolute program the simulated node's packages installed runs from under its root."""
+    if sim_root and argv and os.path.isabs(argv[0]):
+        rooted = os.path.join(sim_root, argv[0].lstrip("/"))
+        if os.path.isfile(rooted):
+            return [rooted] + argv[1:]
+    return argv
 
 
 def run_lines(u, keys):
@@ -45,7 +75,7 @@ def run_lines(u, keys):
     for line in u["loaded"].splitlines():
         key, _sep, value = line.partition("=")
         if key in keys:
-            argv = [a.replace("$$", "$").replace("%%", "%") for a in shlex.split(value)]
+            argv = program([a.replace("$$", "$").replace("%%", "%") for a in shlex.split(value)])
             if subprocess.run(argv, env=env, check=False).returncode != 0:
                 return False
     return True
@@ -60,10 +90,11 @@ def start(u):
 rc = 0
 cmd = args[0] if args else ""
 if cmd == "daemon-reload":
-    for n in os.listdir(unit_dir):
-        if n.endswith(".service"):
-            with open(os.path.join(unit_dir, n)) as f:
-                unit(n)["loaded"] = f.read()
+    for directory in reversed(unit_dirs):       # the first directory's file wins, as /etc's over /lib's
+        for n in (os.listdir(directory) if os.path.isdir(directory) else []):
+            if n.endswith(".service"):
+                with open(os.path.join(directory, n)) as f:
+                    unit(n)["loaded"] = f.read()
 elif cmd == "is-active":
     u = unit(args[1])
     print("active" if u["active"] else "inactive")
@@ -89,11 +120,13 @@ elif cmd == "stop":
     u = unit(args[1])
     if u["active"]:
         run_lines(u, ("ExecStop",))
+        run_lines(u, ("ExecStopPost",))
     u["active"] = False
 elif cmd == "restart":
     u = unit(args[1])
     if u["active"]:
         run_lines(u, ("ExecStop",))
+        run_lines(u, ("ExecStopPost",))
     rc = 0 if (u["loaded"] and start(u)) else 1
 else:
     print("fake systemctl: unsupported %s" % args, file=sys.stderr)
