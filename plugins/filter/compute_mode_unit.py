@@ -63,8 +63,10 @@ from ansible.module_utils.parsing.convert_bool import boolean
 # What may stand in a unit's ExecStart line: a UUID as NVML reports it (GPU-<hex and dashes>), an absolute path
 # without white space or control characters (systemd splits the line on white space; a line break would start a
 # new directive).
-_UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]{1,80}$")
-_PATH = re.compile(r"^/[^\s\x00-\x1f\x7f]{0,4095}$")
+# patterns, compiled (and cached by re) where a filter first matches one: this file is loaded, with every other
+# filter file of the collection, in each worker that looks up any gpuops.nvidia filter (issue 36 item 7)
+_UUID = r"^(?:GPU|MIG)-[0-9A-Fa-f-]{1,80}$"
+_PATH = r"^/[^\s\x00-\x1f\x7f]{0,4095}$"
 _SHOWN = 120
 
 
@@ -86,7 +88,7 @@ def _gpu_errors(gpus):
             continue
         if isinstance(gpu["index"], bool) or not isinstance(gpu["index"], int) or not 0 <= gpu["index"] < 1024:
             errors.append("gpus[%d].index must be a GPU index (0 to 1023), got %s" % (i, _shown(gpu["index"])))
-        if not isinstance(gpu["uuid"], str) or not _UUID.match(gpu["uuid"]):
+        if not isinstance(gpu["uuid"], str) or not re.match(_UUID, gpu["uuid"]):
             errors.append("gpus[%d].uuid must be a GPU UUID as NVML reports it (GPU-...), got %s"
                           % (i, _shown(gpu["uuid"])))
         if gpu["nvidia_smi_mode"] is not None and gpu["nvidia_smi_mode"] not in NVIDIA_SMI_MODE.values():
@@ -98,7 +100,7 @@ def _gpu_errors(gpus):
 def compute_mode_unit(gpus, persistence=True, nvidia_smi="/usr/bin/nvidia-smi"):
     from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
     errors = _gpu_errors(gpus)
-    if not isinstance(nvidia_smi, str) or not _PATH.match(nvidia_smi):
+    if not isinstance(nvidia_smi, str) or not re.match(_PATH, nvidia_smi):
         errors.append("nvidia_smi must be an absolute path without white space or control characters, got %s"
                       % _shown(nvidia_smi))
     if not isinstance(persistence, (bool, str, int)) or isinstance(persistence, float):

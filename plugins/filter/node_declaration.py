@@ -58,7 +58,6 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.filter.core import to_json
 
 # The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
 # the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
@@ -72,8 +71,10 @@ CONTAINERD_OWNERS = ("auto", "collection", "gpu_operator")
 RUNTIME_MODES = ("auto", "cdi", "legacy")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
-_WHOLE = re.compile(r"^[0-9]+$")
-_SECONDS = re.compile(r"^[0-9]{1,6}([.][0-9]{1,6})?$")
+# patterns, compiled (and cached by re) where a filter first matches one: this file is loaded, with every other
+# filter file of the collection, in each worker that looks up any gpuops.nvidia filter (issue 36 item 7)
+_WHOLE = r"^[0-9]+$"
+_SECONDS = r"^[0-9]{1,6}([.][0-9]{1,6})?$"
 _DONE = "Nothing was changed."
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
 
@@ -225,7 +226,7 @@ def _length(value):
 
 
 def _replicas_ok(replicas):
-    if replicas is None or not _WHOLE.match(_text(replicas)):
+    if replicas is None or not re.match(_WHOLE, _text(replicas)):
         return False
     try:
         return int(_text(replicas)) >= 2
@@ -235,7 +236,7 @@ def _replicas_ok(replicas):
 
 def _seconds_ok(interval):
     # as text first: a number past 1e308 would overflow the float conversion
-    return bool(_SECONDS.match(_text(interval))) and 0.05 <= float(_text(interval)) <= 3600
+    return bool(re.match(_SECONDS, _text(interval))) and 0.05 <= float(_text(interval)) <= 3600
 
 
 def _truncate(text, length):
@@ -246,6 +247,9 @@ def _truncate(text, length):
 
 
 def _json(value):
+    # imported here, where an error is written: ansible-core's core filter file costs about 10 ms to import, in every
+    # worker that looks up any gpuops.nvidia filter (this file is loaded with all the others then)
+    from ansible.plugins.filter.core import to_json
     try:
         return to_json(value)
     except (TypeError, ValueError, RecursionError):  # not JSON (bytes, an object), past 4300 digits, nested deep

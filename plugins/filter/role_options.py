@@ -50,13 +50,15 @@ import re
 import yaml
 from ansible.errors import AnsibleFilterError
 
-_ROLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# patterns, compiled (and cached by re) where a filter first matches one: this file is loaded, with every other
+# filter file of the collection, in each worker that looks up any gpuops.nvidia filter (issue 36 item 7)
+_ROLE = r"^[a-z][a-z0-9_]{0,63}$"
 _MAX_BYTES = 1024 * 1024
 _DOCS = ("description", "version_added")
 
 
 def role_options(roles, roles_dir):
-    if not isinstance(roles, (list, tuple)) or not all(isinstance(r, str) and _ROLE.match(r) for r in roles):
+    if not isinstance(roles, (list, tuple)) or not all(isinstance(r, str) and re.match(_ROLE, r) for r in roles):
         raise AnsibleFilterError("role_options expects a list of role names (lower-case letters, digits and _, "
                                  "starting with a letter), got %r" % (roles,))
     if not isinstance(roles_dir, str) or not roles_dir or "\x00" in roles_dir:

@@ -117,3 +117,26 @@ def test_bad_declaration_fails_before_any_change(tmp_path, extra, words):
         for word in words:
             assert word in msg, msg
     assert not site.state.exists() or not any(site.state.iterdir()), list(site.state.iterdir())
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"gpu_node_disable_mig": "perhaps"}, ["gpu_node_disable_mig", "bool"]),
+    # a role default that is a template of a fleet-wide variable (gpu_node_device_plugin_managed from
+    # cluster_device_plugin): checked with the role's defaults in the first play
+    ({"cluster_device_plugin": "perhaps"}, ["gpu_node_device_plugin_managed", "bool"]),
+])
+def test_bad_variable_type_fails_before_any_change(tmp_path, extra, words):
+    """site.yml's node play runs gpu_node's converge entry point, without the role's entry-point argument check: the
+    first play's check of every variable against the roles' argument specs (validate.yml) is what refuses a bad
+    type, on every node, before anything changes."""
+    site = Site(tmp_path)
+    res = site.run(**extra)
+    assert res.rc != 0
+    failures = res.failures()
+    assert sorted(h for h, dummy, dummy2 in failures) == sorted(NODES), res
+    for host, task, msg in failures:
+        assert task.endswith("Check every variable of the roles site.yml runs against the role's argument spec"), task
+        assert msg.startswith("Validation of arguments failed"), msg
+        for word in words:
+            assert word in msg, msg
+    assert not site.state.exists() or not any(site.state.iterdir()), list(site.state.iterdir())
