@@ -27,7 +27,8 @@ cordoned, the device plugin's objects, a deployed helm release). Each kill is it
 them over the cores); the kills must also land all over the converge: at least half of those that run after the
 first mutating step and before the last. Each kill records where it landed in the session's shared directory, and
 the test that records the last of them checks that (so the check runs only when all of them run). `make test` runs
-every fourth kill of the series and the last (6 of 20); GPUOPS_RELIABILITY=full runs all 20.
+every eighth kill of the series and the last (4 of 20: 0, 8, 16, 19, all three kinds);
+GPUOPS_RELIABILITY=full runs all 20.
 """
 import json
 import os
@@ -46,7 +47,7 @@ from tests.support.stop_points import BOUND_S, descendants, wait_child_stopped, 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")]
 
-KILLS = 20      # the seeded series; make test runs every fourth of them, GPUOPS_RELIABILITY=full all (site_env.sampled)
+KILLS = 20      # the seeded series; make test runs every eighth and the last, GPUOPS_RELIABILITY=full all (site_env.sampled)
 RUN_KILLS = [k for k in range(KILLS) if sampled(k, KILLS, first=0)]
 INSIDE = len(RUN_KILLS) // 2    # of the kills that run, at least this many between the first and last mutating step
 SEED = 20261122

@@ -15,7 +15,7 @@ each step, on a fresh fleet:
 
 Each step is its own test, so that pytest-xdist spreads them over the cores; STEPS lists them and the first test
 checks that it is exactly what the clean converge makes. `make test` runs a fixed sample of the steps (the first and
-last of each kind, every fourth between: site_env.sampled); GPUOPS_RELIABILITY=full runs every one.
+last of each kind, every eighth between: site_env.sampled); GPUOPS_RELIABILITY=full runs every one.
 """
 import os
 
