@@ -96,8 +96,9 @@ def registry_vs_role(steps, main, plan_inputs, documented):
 
 
 def _role():
-    # main.yml plans and gates; steps.yml (included by main.yml where something has work) includes each step's file
-    main = _tasks("main.yml") + _tasks("steps.yml")
+    # main.yml plans and gates (plan.yml, which it imports; driver.yml includes it again after a driver change);
+    # steps.yml (included by main.yml where something has work) includes each step's file
+    main = _tasks("main.yml") + _tasks("plan.yml") + _tasks("steps.yml")
     inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
     documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
     return main, inputs, documented
