@@ -210,6 +210,9 @@ class SimulatedBackend(GpuBackend):
         if seen == address:
             return
         state["host"]["nvidia_address"] = address
+        loaded = host.loaded_module_version(self.root)
+        if loaded:
+            state["driver_version"] = loaded       # as a boot's load records it (_boot_host)
         if seen and int(seen, 16):
             _gpus_after_driver_start(state)
             state["call_log"].append({"n": state["mutating_calls"], "event": "driver_loaded", "address": address})
