@@ -415,7 +415,7 @@ def installed_module(root, kernel):
 
 
 def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
-    """The kernel's view after a boot: every module of the last boot gone; nouveau loaded where the host has it
+    """The kernel's view after a boot: every module and process of the last boot gone; nouveau loaded where the host has it
     (``host_state["nouveau"]``: the distribution's nouveau claims the GPUs) and no modprobe.d file blacklists it; else
     the nvidia module a package installed for the running kernel (refused, as the kernel does, when Secure Boot is
     on and it is unsigned), else the image's driver (``host_state["driver"]``). Returns the loaded driver's version
@@ -423,6 +423,11 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     kernel = (open(os.path.join(root, KERNEL_RELEASE)).read().strip() if os.path.exists(os.path.join(root, KERNEL_RELEASE))
               else host_state.get("kernel") or DEFAULT_KERNEL)
     unload_driver(root, list(gpu_bus_ids) + list(nvswitch_bus_ids))
+    # no process outlives a boot: the test rigs' processes under R/proc/<pid> (one that held the device files) end
+    proc = os.path.join(root, "proc")
+    for name in os.listdir(proc) if os.path.isdir(proc) else []:
+        if name.isdigit():
+            shutil.rmtree(os.path.join(proc, name), ignore_errors=True)
     if host_state.get("nouveau") and not nouveau_blacklisted(root):
         write_modules(root, {}, others=("nouveau",))
         for bus_id in gpu_bus_ids:

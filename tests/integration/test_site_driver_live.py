@@ -209,3 +209,69 @@ def test_570_to_580_on_a_live_mig_node_reloads_without_reboot_and_brings_layout_
     assert rerun.rc == 0, rerun
     assert rerun.changed(NODE) == 0, rerun
     assert _node_writes(live.api.requests[seen:], NODE) == [] and live.fake.events[events:] == []
+
+
+CORDONED_BY = "gpuops.nvidia/cordoned-by"
+HOLDER_PID, HOLDER = 4242, ["/usr/bin/python3", "/home/ana/train.py", "--epochs", "90"]
+
+
+def _failure(res):
+    return " ".join(str(m) for host, task, m in res.failures() if host == NODE)
+
+
+def test_a_process_holding_the_gpus_is_named_the_node_stays_cordoned_and_a_rerun_without_it_releases_it(live):
+    # a user's process (not a pod the run pauses) keeps /dev/nvidia0 and /dev/nvidiactl open
+    driver_files.add_holder(live.root, HOLDER_PID, HOLDER)
+    before, boot = live.layout(), live.gpus()["boot_id"]
+
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc != 0
+    said = _failure(res)
+    # (the program's name, as _device_holders names a process: argv[0]'s base name)
+    assert "PID %d python3 (unit session-1.scope) holds " % HOLDER_PID in said and "/dev/nvidia0" in said, said
+    assert "gpu_node_driver_allow_reboot: true" in said and "the node stays cordoned" in said, said
+    # no reboot, the old driver still loaded (its modules untouched), the node cordoned with the collection's mark and
+    # its device plugin pods still paused
+    assert live.gpus()["boot_id"] == boot and live.loaded() == OLD
+    node = live.node()
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
+    assert node["metadata"]["labels"].get(PAUSED) == "true"
+    assert not [p for p in live.fake.pods_on(NODE) if p["status"].get("phase") == "Running"]
+
+    # the process ends; a re-run (the same declaration) reloads at 580, brings the layout back and releases the node
+    driver_files.remove_holder(live.root, HOLDER_PID)
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc == 0, res
+    assert live.loaded() == NEW and live.gpus()["boot_id"] == boot
+    assert live.layout() == before and _released(live.node()), live.node()["metadata"]
+
+
+def test_a_process_holding_the_gpus_with_a_reboot_allowed_reboots_exactly_once_then_serves(live):
+    driver_files.add_holder(live.root, HOLDER_PID, HOLDER)
+    before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=True)
+    assert res.rc == 0, res
+    assert live.gpus()["boot_id"] == boot + 1                               # exactly one reboot
+    assert [c for c in live.gpus()["call_log"] if c.get("event") == "reboot"][-1]["boot_id"] == boot + 1
+    assert live.loaded() == NEW and not os.path.exists(os.path.join(live.root, "proc", str(HOLDER_PID)))
+    assert not os.path.exists(os.path.join(live.root, "var/lib/gpuops/driver-reboot-attempted"))
+    assert live.layout() == before and live.allocatable() == serving
+    assert _released(live.node()), live.node()["metadata"]
+    assert ".so.%s" % NEW in live.spec()
+
+
+def test_a_refused_upgrade_on_a_live_node_leaves_it_serving_not_cordoned_nor_paused(live):
+    # 580 declared with the Fabric Manager pinned at another version: the driver role refuses it in its plan, which
+    # gpu_node runs before it quiesces the node
+    files, boot = live.site.files(NODE), live.gpus()["boot_id"]
+    seen, events, serving = len(live.api.requests), len(live.fake.events), live.allocatable()
+    res = live.run(driver_version=NEW, driver_fabric_manager_version="580.82.07")
+    assert res.rc != 0
+    said = _failure(res)
+    assert "Pin both at one version" in said and "nothing changed" in said, said
+    assert _node_writes(live.api.requests[seen:], NODE) == [] and live.fake.events[events:] == []
+    assert _released(live.node()) and live.allocatable() == serving
+    assert live.loaded() == OLD and live.gpus()["boot_id"] == boot and live.site.files(NODE) == files
+    assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-570-open"][0] == "%s-0ubuntu1" % OLD

@@ -81,7 +81,9 @@ def registry_vs_role(steps, main, plan_inputs, documented):
     for task in main:
         target = task.get("ansible.builtin.include_tasks")
         gates = GATE.findall(_when(task))
-        if gates and gates[0] != "disruptive" and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
+        # (a step's file, included; not another task under the same gate, like the driver's plan before the quiesce)
+        if target and gates and gates[0] != "disruptive" \
+                and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
             included.append((gates[0], target))
     for step in steps:
         if step.tasks is not None and (step.name, step.tasks) not in included:
