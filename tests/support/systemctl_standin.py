@@ -10,6 +10,10 @@ import shlex
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.support.stop_points import standin_done  # noqa: E402  pylint: disable=wrong-import-position
+
 state_path = os.environ["FAKE_SYSTEMD_STATE"]
 unit_dir = os.environ["FAKE_SYSTEMD_UNIT_DIR"]
 
@@ -99,4 +103,5 @@ else:
     print("fake systemctl: unsupported %s" % args, file=sys.stderr)
     rc = 1
 save()
+standin_done("systemctl", args)
 sys.exit(rc)
