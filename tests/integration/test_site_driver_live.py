@@ -15,6 +15,8 @@ variant's directory, so the copy's apt sources name a repository that exists whe
 """
 import os
 import pathlib
+import signal
+import subprocess
 import time
 
 import pytest
@@ -23,11 +25,12 @@ import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from tests.integration.site_helpers import HELM, Site
-from tests.integration.test_site_chart_flow import PAUSED, _node_writes, _released
+from tests.integration.test_site_chart_flow import PAUSED, _kill_when, _node_writes, _released
 from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.ansible_run import ROOT
 from tests.support.fake_daemonsets import FakeDaemonSets, advertised
 from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.stop_points import STANDIN_LOG, STANDIN_STOP_AT, standin_log, standin_stopped, wait_stopped
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup"),
@@ -275,3 +278,67 @@ def test_a_refused_upgrade_on_a_live_node_leaves_it_serving_not_cordoned_nor_pau
     assert _released(live.node()) and live.allocatable() == serving
     assert live.loaded() == OLD and live.gpus()["boot_id"] == boot and live.site.files(NODE) == files
     assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-570-open"][0] == "%s-0ubuntu1" % OLD
+
+
+# Where a site run is killed during the upgrade (each then re-run): at the start of the task that loads the driver
+# (580's packages installed under the loaded 570: NVML's version mismatch; the node cordoned, its pods paused), and
+# inside the reload, right after the kmod stand-in removed nvidia (no module loaded, nvidia-persistenced's unit
+# recorded, nothing loaded yet): stopped there by the stand-in (tests/support/stop_points.py, STANDIN_STOP_AT).
+# Every internal step of the reload is killed at module level (tests/reliability/test_sigkill_driver_modules.py).
+SITE_KILLS = {"before-load": ("task", "Load the driver (none loaded) or reload it"),
+              "mid-reload": ("standin", "rmmod nvidia")}
+
+
+def _kill_at_standin(site, tmp_path, command, args):
+    """Run site.yml in its own process group; the first stand-in that runs ``command`` stops the module that ran it,
+    and the test SIGKILLs the run there. Returns the stand-ins' log."""
+    log = str(tmp_path / "standin.log")
+    site.env.update({STANDIN_LOG: log, STANDIN_STOP_AT: command})
+    try:
+        cmd, env = site.command(args=args)
+        with open(str(tmp_path / "killed-run.out"), "w") as out:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                pid = wait_stopped(lambda: standin_stopped(log), lambda: proc.poll() is None)
+                assert pid, "the run ended before a stand-in ran %r" % command
+                os.killpg(proc.pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)         # the module, should it have left the run's process group
+                except OSError:
+                    pass
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+    finally:
+        for name in (STANDIN_LOG, STANDIN_STOP_AT):
+            del site.env[name]
+    return standin_log(log)
+
+
+@pytest.mark.parametrize("point", sorted(SITE_KILLS))
+def test_a_kill_during_the_upgrade_then_a_rerun_ends_serving_released_with_the_layout_back(live, tmp_path, point):
+    kind, where = SITE_KILLS[point]
+    before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+    live.site.extra["driver_version"] = NEW
+    if kind == "task":
+        started = _kill_when(live.site, tmp_path, where, ("-i", live.inventory))
+        assert started and where in started[-1], started[-3:]
+        assert live.loaded() == OLD
+    else:
+        ran = _kill_at_standin(live.site, tmp_path, where, ("-i", live.inventory))
+        assert ran and ran[-1] == where, ran
+        assert live.loaded() is None
+    # what the kill left: 580's packages, the node cordoned with the collection's mark, its device plugin paused
+    assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-580-open"][0] == "%s-0ubuntu1" % NEW
+    node = live.node()
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
+
+    res = live.run()
+    assert res.rc == 0, res
+    assert live.loaded() == NEW and live.gpus()["boot_id"] == boot
+    assert live.layout() == before and live.allocatable() == serving
+    assert ".so.%s" % NEW in live.spec()
+    assert _released(live.node()), live.node()["metadata"]

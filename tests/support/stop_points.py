@@ -18,6 +18,10 @@ BOUND_S = 300
 # with SIGSTOP once its work is done, so that a test kills the module right after that step.
 STANDIN_LOG = "GPUOPS_STANDIN_LOG"
 STANDIN_STOP_AFTER = "GPUOPS_STANDIN_STOP_AFTER"
+# ... or, with STANDIN_STOP_AT set to a command line ("rmmod nvidia"), the first stand-in that runs exactly that
+# command stops its parent; the stopped process's PID is written to "<log>.stopped" (a site-level test finds the
+# module's process there, under ansible-playbook).
+STANDIN_STOP_AT = "GPUOPS_STANDIN_STOP_AT"
 
 
 def standin_done(tool, args):
@@ -29,8 +33,22 @@ def standin_done(tool, args):
         handle.write(" ".join([tool] + list(args)) + "\n")
     with open(log) as handle:
         done = len(handle.readlines())
-    if str(done) == os.environ.get(STANDIN_STOP_AFTER):
+    line = " ".join([tool] + list(args))
+    at = os.environ.get(STANDIN_STOP_AT)
+    if str(done) == os.environ.get(STANDIN_STOP_AFTER) or (
+            at == line and not os.path.exists(log + ".stopped")):
+        with open(log + ".stopped", "w") as handle:
+            handle.write("%d\n" % os.getppid())
         os.kill(os.getppid(), signal.SIGSTOP)
+
+
+def standin_stopped(log):
+    """The PID the stand-ins' hook stopped (see STANDIN_STOP_AT), or None."""
+    try:
+        with open(log + ".stopped") as handle:
+            return int(handle.read().strip())
+    except (IOError, OSError, ValueError):
+        return None
 
 
 def standin_log(path):
