@@ -215,7 +215,7 @@ def test_570_to_580_on_a_live_mig_node_reloads_without_reboot_and_brings_layout_
 
 
 CORDONED_BY = "gpuops.nvidia/cordoned-by"
-HOLDER_PID, HOLDER = 4242, ["/usr/bin/python3", "/home/ana/train.py", "--epochs", "90"]
+HOLDER_PID, HOLDER = 4242, ["/usr/bin/python3", "train.py", "--epochs", "90"]
 
 
 def _failure(res):
