@@ -217,6 +217,33 @@ def probe_names(declaration, node):
     return out
 
 
+def replaced_names(declaration, node, installed_driver):
+    """apt: the package names of the installed driver's branch (``installed_driver``), where it is not the declared
+    one - both flavours, both module sources - that the declared packages do not reuse. Ubuntu's and NVIDIA's apt
+    packages carry the branch in their names (nvidia-headless-570-open, libnvidia-compute-580, ...), so a branch
+    change installs other packages; their Conflicts make apt remove the old ones, but apt's resolver will not remove
+    a held package by itself ("pkgProblemResolver::Resolve generated breaks, this may be caused by held packages"),
+    and this role holds what it installs. The plan names the installed ones for removal in the install's own
+    transaction (``remove``). [] on dnf (one set of names across branches: the module stream changes) and where the
+    branch is the declared one."""
+    decl = validate(declaration)
+    if node.get("manager") != "apt" or not installed_driver or not VERSION_RE.match(installed_driver):
+        return []
+    branch = installed_driver.split(".")[0]
+    if branch == decl["branch"]:
+        return []
+    keep = set(probe_names(declaration, node))
+    out = []
+    for flavour in ("open", "proprietary"):
+        old = dict(decl, branch=branch, version=installed_driver, flavour=flavour)
+        for source in ("precompiled", "dkms"):
+            n = names(old, node, source)
+            for name in n["driver"] + n["kernel"] + n["fabric_manager"]:
+                if name not in keep and name not in out:
+                    out.append(name)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ versions
 def exact_version(decl, node, name, group):
     """The version the source publishes ``name`` at for the declared driver, where it can be derived (None: read it
@@ -364,6 +391,10 @@ def plan(declaration, node, devices, state=None, installed=None, available=None,
         actions.append(dict(entry, installed=have, action=action))
         if action != "none":
             changes.append("%s: %s -> %s (%s)" % (entry["name"], have or "not installed", entry["version"] or "?", action))
+    remove = [name for name in replaced_names(declaration, node, installed_driver) if name in (installed or {})]
+    for name in remove:
+        have = installed[name].get("version") or "?"
+        changes.append("%s: %s -> removed (branch %s replaces it)" % (name, have, decl["branch"]))
     down = [a for a in actions if a["action"] == "downgrade"]
     target = decl["version"] or (upstream(packages[0]["version"]) if packages and packages[0]["version"] else "")
     if installed_driver and target and not down and _packages.deb_compare(installed_driver, target) > 0:
@@ -377,7 +408,8 @@ def plan(declaration, node, devices, state=None, installed=None, available=None,
     return {
         "branch": decl["branch"], "version": version, "flavour": decl["flavour"], "manager": manager,
         "package_source": decl["package_source"], "module_source": module_source, "module_source_reason": why,
-        "stream": n["stream"], "packages": actions, "extra": extra, "persistenced": n["persistenced"],
+        "stream": n["stream"], "packages": actions, "extra": extra, "remove": remove,
+        "persistenced": n["persistenced"],
         "fabric_manager": fm, "fabric_manager_reason": fm_reason, "changes": changes, "notes": notes,
         "refusals": refusals,
         "reboot_needed": bool(state.get("nouveau_loaded")),

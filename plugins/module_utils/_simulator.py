@@ -98,6 +98,23 @@ MUTATING_CALLS = (
 )
 
 
+def _gpus_after_driver_start(state):
+    """What the GPUs hold once the driver starts again (a reboot, or the module unloaded and loaded): no MIG
+    instances, compute mode Default, persistence mode Disabled; Ampere keeps (and activates) its pending MIG mode,
+    Hopper and later lose MIG mode (arch_rules' mig_mode_survives_reboot)."""
+    for gpu in state["gpus"]:
+        gpu["gpu_instances"] = []
+        gpu["compute_mode"] = "Default"
+        gpu["persistence_mode"] = False
+        if gpu["mig_current"] is None:
+            continue
+        if arch_rules(gpu)["mig_mode_survives_reboot"]:
+            gpu["mig_current"] = gpu["mig_pending"]
+        else:
+            gpu["mig_current"] = False
+            gpu["mig_pending"] = False
+
+
 class SimulatedBackend(GpuBackend):
     kind = "simulated"
     # (class defaults: the tests' in-memory simulator sets only its state; no root means NVML as before)
@@ -148,6 +165,7 @@ class SimulatedBackend(GpuBackend):
                     self._render_host(state)
                 self._save(state)
             state = self._load()
+            self._follow_driver_load(state)
             before = json.dumps(state, sort_keys=True)
             keep = False
             try:
@@ -175,7 +193,31 @@ class SimulatedBackend(GpuBackend):
             raise GpuBackendError("cannot render the simulated host under %s: %s" % (self.root, exc))
         state["host"] = {"rendered": True, "driver": opts["driver"], "flavour": opts["flavour"],
                          "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"],
-                         "fabric_manager": True}
+                         "fabric_manager": True,
+                         "nvidia_address": host.load_address(self.root)}
+
+    def _follow_driver_load(self, state):
+        """A driver loaded again since the state last saw it (nvidia's load address in R/proc/modules changed: the
+        kmod stand-ins unloaded and loaded it, _simulator_host.load_address) has lost what the driver held in the
+        GPUs, as after a reboot but with the same boot: MIG instances, compute mode, persistence mode, and MIG mode
+        where the GPU's generation does not keep it (_gpus_after_driver_start). Nothing where the host is not
+        modelled, no driver is loaded (NVML does not start then) or the address is from before this model (0)."""
+        if not self.root or not state.get("host"):
+            return
+        address = host.load_address(self.root)
+        if not address or not int(address, 16):
+            return
+        seen = state["host"].get("nvidia_address")
+        if seen == address:
+            return
+        state["host"]["nvidia_address"] = address
+        loaded = host.loaded_module_version(self.root)
+        if loaded:
+            state["driver_version"] = loaded       # as a boot's load records it (_boot_host)
+        if seen and int(seen, 16):
+            _gpus_after_driver_start(state)
+            state["call_log"].append({"n": state["mutating_calls"], "event": "driver_loaded", "address": address})
+
 
     def _boot_host(self, state):
         """The modelled host's kernel view after a boot (_simulator_host.boot): the installed driver loaded, nouveau
@@ -505,19 +547,11 @@ class SimulatedBackend(GpuBackend):
             state["boot_id"] += 1
             state["processes"] = []
             state["holders"] = []
-            for gpu in state["gpus"]:
-                gpu["gpu_instances"] = []
-                gpu["compute_mode"] = "Default"
-                gpu["persistence_mode"] = False
-                if gpu["mig_current"] is None:
-                    continue
-                if arch_rules(gpu)["mig_mode_survives_reboot"]:
-                    gpu["mig_current"] = gpu["mig_pending"]
-                else:
-                    gpu["mig_current"] = False
-                    gpu["mig_pending"] = False
+            _gpus_after_driver_start(state)
             sim_health.after_reboot(state)
             self._boot_host(state)
+            if self.root and state.get("host"):
+                state["host"]["nvidia_address"] = host.load_address(self.root)  # this boot's load, not a reload
             state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
             self._sync_holders(state)
             return state["boot_id"]

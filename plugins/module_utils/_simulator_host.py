@@ -31,6 +31,7 @@ __metaclass__ = type
 
 import errno
 import os
+import random
 import shutil
 import tempfile
 
@@ -194,14 +195,47 @@ def machine_functions(shape, gpu_bus_ids):
     return out
 
 
-def _module_lines(modules):
-    """/proc/modules lines for these {name: refcnt} (dependents listed on the module they use)."""
+# /proc/modules' last column is the address the kernel loaded the module at (proc_modules_show in the kernel's
+# kernel/module/procfs.c, torvalds/linux at v6.8): each load has its own, so a module unloaded and loaded again shows
+# another one. The simulated NVML tells a reload of the driver by nvidia's (load_address; _simulator.py): a reload
+# loses what the driver held in the GPUs, as a reboot does. The lab's kmod stand-ins give each load a new one too
+# (tests/support/driver_files.py).
+_MODULE_AREA = 0xffffffffc0000000        # in x86-64's module mapping space (Documentation/arch/x86/x86_64/mm.rst)
+
+
+def new_load_address():
+    """A load address for a module loaded now: page-aligned in the module area, another one at each load."""
+    return "0x%016x" % (_MODULE_AREA + random.getrandbits(17) * 0x1000)   # 512 MB of it
+
+
+def load_addresses(root):
+    """{module: its load address} from R/proc/modules (empty where the file is absent)."""
+    out = {}
+    try:
+        with open(os.path.join(root, PROC_MODULES)) as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) >= 6:
+                    out[parts[0]] = parts[5]
+    except (IOError, OSError):
+        pass
+    return out
+
+
+def load_address(root, module="nvidia"):
+    """The load address of ``module`` under ``root`` (None when it is not loaded or the host is not modelled)."""
+    return load_addresses(root).get(module) if root else None
+
+
+def _module_lines(modules, addresses):
+    """/proc/modules lines for these {name: refcnt} (dependents listed on the module they use), each at its load
+    address in ``addresses`` or a new one (a module loaded now)."""
     lines = []
     for name in modules:
         users = [m for m in modules if _MODULE_DEPENDS.get(m) == name]
         deps = "".join("%s," % u for u in users) or "-"
-        lines.append("%s %d %d %s Live 0x0000000000000000" % (
-            name, _MODULE_SIZES.get(name, 16384), modules[name], deps))
+        lines.append("%s %d %d %s Live %s" % (
+            name, _MODULE_SIZES.get(name, 16384), modules[name], deps, addresses.get(name) or new_load_address()))
     return lines
 
 
@@ -216,7 +250,8 @@ def write_modules(root, modules, others=()):
     loaded = dict(modules)
     for name in others:
         loaded[name] = 0
-    _write(root, PROC_MODULES, "".join(line + "\n" for line in _module_lines(loaded)))
+    # a module loaded before keeps its load address (a refcnt changed, not a load)
+    _write(root, PROC_MODULES, "".join(line + "\n" for line in _module_lines(loaded, load_addresses(root))))
     for name, refcnt in loaded.items():
         _write(root, "sys/module/%s/refcnt" % name, "%d\n" % refcnt)
 
@@ -447,7 +482,7 @@ def installed_module(root, kernel):
 
 
 def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
-    """The kernel's view after a boot: every module of the last boot gone; nouveau loaded where the host has it
+    """The kernel's view after a boot: every module and process of the last boot gone; nouveau loaded where the host has it
     (``host_state["nouveau"]``: the distribution's nouveau claims the GPUs) and no modprobe.d file blacklists it; else
     the nvidia module a package installed for the running kernel (refused, as the kernel does, when Secure Boot is
     on and it is unsigned), else the image's driver (``host_state["driver"]``). Returns the loaded driver's version
@@ -458,6 +493,11 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     # every process ends; an enabled Fabric Manager starts again below where it can (its version is the driver's)
     fabric_manager = fabric_manager_version(root)
     stop_fabric_manager(root)
+    # no process outlives a boot: the test rigs' processes under R/proc/<pid> (one that held the device files) end
+    proc = os.path.join(root, "proc")
+    for name in os.listdir(proc) if os.path.isdir(proc) else []:
+        if name.isdigit():
+            shutil.rmtree(os.path.join(proc, name), ignore_errors=True)
     if host_state.get("nouveau") and not nouveau_blacklisted(root):
         write_modules(root, {}, others=("nouveau",))
         for bus_id in gpu_bus_ids:

@@ -112,6 +112,7 @@ plan:
   description:
     - The plan - C(version), C(branch), C(flavour), C(module_source) and why, C(stream) (dnf), C(packages) (per
       package C(name), C(version), C(group), C(installed), C(action)), C(extra) (unpinned - kernel headers, nvlsm),
+      C(remove) (apt - the installed packages of another branch that the install removes in its transaction),
       C(fabric_manager), C(persistenced), C(changes), C(notes), C(reboot_needed) and C(reboot_reason), C(refusals).
   returned: always
   type: dict
@@ -282,14 +283,16 @@ class DriverPlan(ModuleRun):
         node, devices, state = self.node()
         available = self.offered(decl, node)
         self.result["available"] = available
-        candidates = _driver_plan.probe_names(decl, node)
+        installed_driver = self.installed_driver(state)
+        # the declared packages, and another branch's that the plan removes where they are installed
+        candidates = _driver_plan.probe_names(decl, node) + _driver_plan.replaced_names(decl, node, installed_driver)
         try:
             installed = _packages.read_installed(self.module, self.p["manager"], candidates)
         except _packages.PackageError as exc:
             self.fail_kind("database", "the package database cannot be read: %s" % exc)
         self.result["installed"] = installed
         return dict(node=node, devices=devices, state=state, available=available, installed=installed,
-                    installed_driver=self.installed_driver(state))
+                    installed_driver=installed_driver)
 
     def plan(self, current):
         """The driver's plan into the result; returns None: this module changes nothing."""

@@ -8,15 +8,19 @@ What a user would notice: check mode changes nothing; a fresh node gets the driv
 loaded, no reboot, NVML up, and a re-run changes nothing; a node with nouveau reboots exactly once (guarded) and then
 serves; a version-mismatch node is repaired by a reload; on an HGX H200 the Fabric Manager is installed at the driver's
 version, enabled and started, and every GPU's fabric is registered before the node is released, while a node whose
-fabric never completes fails naming its GPU and is not released."""
+fabric never completes fails naming its GPU and is not released; what the
+driver role refuses (Blackwell with the proprietary flavour, a Fabric Manager pinned at another version, DKMS under
+Secure Boot) stops the node's run with a message saying what is wrong and what to do, and changes nothing on it. The
+live upgrade under the chart, a holder and a refusal on a live node: test_site_driver_live.py."""
 import os
 
 import pytest
 import yaml
 
-from tests.integration.site_helpers import Site
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
+from tests.integration.site_helpers import Site
 from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.ansible_run import ROOT
 
@@ -38,11 +42,13 @@ def rig(tmp_path_factory):
 
 
 def driver_site(tmp_path, rig, nodes, machine="h200-x1", host_vars=None):
-    """A Site over the lab plus ``nodes`` ({name: host options}), each a ``machine`` node declaring driver NEW, its
-    scratch root an apt/dpkg root (``host_vars``: {name: more host variables})."""
+    """A Site over the lab plus ``nodes`` ({name: host options, or (host options, more host vars)}), each a
+    ``machine`` node (unless its vars say another) declaring driver NEW, its scratch root an apt/dpkg root
+    (``host_vars``: {name: more host variables})."""
     state = tmp_path / "lab-state"
     hosts = {}
     for name, options in nodes.items():
+        options, more = options if isinstance(options, tuple) else (options, {})
         root = apt_rig.Root(state / name)
         os.makedirs(os.path.join(root.path, "etc/modprobe.d"))      # as on any distribution's image
         hosts[name] = {"gpuops_simulated_machine": machine, "gpuops_simulated_host": options,
@@ -52,6 +58,7 @@ def driver_site(tmp_path, rig, nodes, machine="h200-x1", host_vars=None):
                        "driver_environment": root.env,
                        # the node's package database is its scratch root's, for every task (the node plan reads it)
                        "gpuops_environment": dict(root.env, **LAB_ENVIRONMENT)}
+        hosts[name].update(more)
         hosts[name].update((host_vars or {}).get(name, {}))
     path = tmp_path / "driver-nodes.yml"
     path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {
@@ -162,4 +169,44 @@ def test_hgx_fabric_manager_started_and_the_fabric_waited_for(tmp_path, rig):
         "Start nvidia-persistenced and the Fabric Manager (NVSwitch systems); wait for every GPU's fabric"), failed
     assert "GPU 4 (%s): fabric state in_progress, status SUCCESS" % gpu4 in failed[0][2], failed
     assert "journalctl -u nvidia-fabricmanager" in failed[0][2]
-    assert not res.task("The steps after the driver, planned with it", "drv-hgx-stuck")
+    assert res.task("Plan the steps after the driver again, with the new driver", "drv-hgx")
+    assert not res.task("Plan the steps after the driver again, with the new driver", "drv-hgx-stuck")
+
+
+def _kernel_view(root):
+    """What the kernel shows of the driver: /proc/modules and the loaded version."""
+    return driver_files.read(root, "proc/modules"), driver_files.read(root, "sys/module/nvidia/version")
+
+
+def test_refusals_blackwell_proprietary_fabric_manager_mismatch_secure_boot_dkms_change_nothing(tmp_path, rig):
+    # three nodes with 570 loaded by their image, each declaring 580 as the driver role refuses it
+    nodes = {"drv-bw": ("driver=%s" % OLD, {"gpuops_simulated_machine": "hgx-b200", "driver_flavour": "proprietary"}),
+             "drv-fm": ("driver=%s" % OLD, {"driver_fabric_manager_version": "580.82.07"}),
+             "drv-sb": ("driver=%s,secure-boot=on" % OLD, {})}
+    site, args = driver_site(tmp_path, rig, nodes)
+    machines = {"drv-bw": "hgx-b200", "drv-fm": "h200-x1", "drv-sb": "h200-x1"}
+    for name, (host, _more) in nodes.items():
+        # each machine made first (its host tree: the image's driver), so that "before" is the node as it was
+        SimulatedBackend(str(site.state / ("%s.json" % name)), shape=machines[name], root=str(site.state / name),
+                         host_options=host)
+    before = dict((n, (site.files(n), _kernel_view(str(site.state / n)), site.gpus(n))) for n in nodes)
+
+    res = site.run(args=args)
+    assert res.rc != 0
+    said = dict((n, " ".join(str(m) for host, task, m in res.failures() if host == n)) for n in nodes)
+    # each message names what is wrong and what to do
+    assert "proprietary" in said["drv-bw"] and "NVIDIA B200" in said["drv-bw"] and "open" in said["drv-bw"], said
+    assert "580.82.07" in said["drv-fm"] and NEW in said["drv-fm"] and "Pin both at one version" in said["drv-fm"], said
+    assert "Secure Boot" in said["drv-sb"] and "DKMS" in said["drv-sb"] and "precompiled" in said["drv-sb"], said
+    for node in nodes:
+        assert "nothing changed" in said[node].lower(), said[node]
+        # nothing changed: no package installed, the modules and every file as they were, the GPUs untouched
+        root = str(site.state / node)
+        assert driver_rig.installed(apt_rig.Root(root)) == {}, node
+        assert _kernel_view(root) == before[node][1], node
+        assert site.files(node) == before[node][0], node
+        after = site.gpus(node)
+        assert after["mutating_calls"] == before[node][2]["mutating_calls"], node
+        assert after["boot_id"] == before[node][2]["boot_id"], node
+        # refused in the driver's plan, before the node would be quiesced or the packages installed
+        assert not res.task("Install the driver's packages at the pin", node), node

@@ -9,8 +9,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _bin_dir():
-    """Where ansible's commands are: beside this Python (the repository's .venv), else on PATH (a GPU host
-    where ansible-core was installed with pip --target)."""
+    """Where ansible's commands are: GPUOPS_TEST_ANSIBLE_BIN where set (another ansible-core's virtualenv, e.g.
+    tools/compat/2.16/bin: a site test run on the oldest core that meta/runtime.yml allows), else beside this Python
+    (the repository's .venv), else on PATH (a GPU host where ansible-core was installed with pip --target)."""
+    chosen = os.environ.get("GPUOPS_TEST_ANSIBLE_BIN")
+    if chosen:
+        chosen = os.path.join(ROOT, chosen)
+        if not os.path.exists(os.path.join(chosen, "ansible-playbook")):
+            raise RuntimeError("GPUOPS_TEST_ANSIBLE_BIN=%s has no ansible-playbook" % chosen)
+        return chosen
     here = os.path.dirname(sys.executable)
     if os.path.exists(os.path.join(here, "ansible")):
         return here

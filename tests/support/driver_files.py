@@ -36,6 +36,7 @@ The root's stand-ins learn the root from the environment variable GPUOPS_SIMULAT
 """
 import json
 import os
+import random
 import shutil
 import sys
 
@@ -164,22 +165,30 @@ def find_module_file(root, module, kernel=None):
 # ---- loaded modules ---------------------------------------------------------------------------------------------
 
 def loaded(root):
-    """{name: {"refcnt": int, "users": [names]}} from R/proc/modules, in file order."""
+    """{name: {"refcnt": int, "users": [names], "address": its load address}} from R/proc/modules, in file order."""
     out = {}
     for line in (read(root, "proc/modules", "") or "").splitlines():
         parts = line.split()
         if len(parts) < 4:
             continue
         users = [u for u in parts[3].split(",") if u and u != "-"]
-        out[parts[0]] = {"refcnt": int(parts[2]), "users": users}
+        out[parts[0]] = {"refcnt": int(parts[2]), "users": users, "address": parts[5] if len(parts) > 5 else None}
     return out
+
+
+def new_load_address():
+    """/proc/modules' last column for a module loaded now: each load has its own address, as the kernel's does (the
+    simulated NVML tells a driver reload by nvidia's: plugins/module_utils/_simulator_host.py, load_address)."""
+    return "0x%016x" % (0xffffffffc0000000 + random.getrandbits(17) * 0x1000)
 
 
 def _save(root, modules, versions):
     lines = []
     for mod, info in modules.items():
         users = ",".join(info["users"]) + "," if info["users"] else "-"
-        lines.append("%s %d %d %s Live 0x0000000000000000" % (mod, SIZES.get(mod, 16384), info["refcnt"], users))
+        if not info.get("address") or not int(info["address"], 16):
+            info["address"] = new_load_address()
+        lines.append("%s %d %d %s Live %s" % (mod, SIZES.get(mod, 16384), info["refcnt"], users, info["address"]))
     write(root, "proc/modules", "".join(line + "\n" for line in lines))
     for mod, info in modules.items():
         write(root, "sys/module/%s/refcnt" % mod, "%d\n" % info["refcnt"])

@@ -27,6 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.support import driver_files as df  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.stop_points import standin_done  # noqa: E402  pylint: disable=wrong-import-position
 
 SECURE_BOOT = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
@@ -152,7 +153,9 @@ def main(argv):
         print("STAND-IN %s: %s is not set; the stand-in acts only on a lab root" % (tool, df.ENV_ROOT),
               file=sys.stderr)
         return 1
-    return {"modprobe": modprobe, "rmmod": rmmod, "modinfo": modinfo}[tool](root, args)
+    rc = {"modprobe": modprobe, "rmmod": rmmod, "modinfo": modinfo}[tool](root, args)
+    standin_done(tool, args)
+    return rc
 
 
 if __name__ == "__main__":

@@ -3,13 +3,61 @@
 Tests must not place a kill or a fault by sleeping: on a loaded machine the run is elsewhere when the sleep ends. The
 code under test stops itself instead, at a point a test hook names: the simulator after its N-th mutating call
 (SimulatedBackend.stop_after), ansible-playbook at the start of its N-th task or of a named one
-(tests/support/callback_plugins/task_progress.py). These helpers wait for that stop, polling with a bound: how long
-the run takes to get there changes nothing but the wait.
+(tests/support/callback_plugins/task_progress.py), a module that runs the lab's stand-in tools (kmod, systemctl)
+once its N-th stand-in command is done (standin_done, below). These helpers wait for that stop, polling with a bound:
+how long the run takes to get there changes nothing but the wait.
 """
 import os
+import signal
 import time
 
 BOUND_S = 300
+# The stand-in tools' hook (tests/support/kmod_standin.py, systemctl_standin.py): with STANDIN_LOG set, each
+# command a stand-in ran is appended to that file as one line ("rmmod nvidia_uvm", "systemctl stop x.service"); with
+# STANDIN_STOP_AFTER=N too, the stand-in that ran the N-th stops the process that started it (the module: its parent)
+# with SIGSTOP once its work is done, so that a test kills the module right after that step.
+STANDIN_LOG = "GPUOPS_STANDIN_LOG"
+STANDIN_STOP_AFTER = "GPUOPS_STANDIN_STOP_AFTER"
+# ... or, with STANDIN_STOP_AT set to a command line ("rmmod nvidia"), the first stand-in that runs exactly that
+# command stops its parent; the stopped process's PID is written to "<log>.stopped" (a site-level test finds the
+# module's process there, under ansible-playbook).
+STANDIN_STOP_AT = "GPUOPS_STANDIN_STOP_AT"
+
+
+def standin_done(tool, args):
+    """Called by a stand-in once its command ``tool args`` is done (the hook above; nothing without STANDIN_LOG)."""
+    log = os.environ.get(STANDIN_LOG)
+    if not log:
+        return
+    with open(log, "a") as handle:
+        handle.write(" ".join([tool] + list(args)) + "\n")
+    with open(log) as handle:
+        done = len(handle.readlines())
+    line = " ".join([tool] + list(args))
+    at = os.environ.get(STANDIN_STOP_AT)
+    if str(done) == os.environ.get(STANDIN_STOP_AFTER) or (
+            at == line and not os.path.exists(log + ".stopped")):
+        with open(log + ".stopped", "w") as handle:
+            handle.write("%d\n" % os.getppid())
+        os.kill(os.getppid(), signal.SIGSTOP)
+
+
+def standin_stopped(log):
+    """The PID the stand-ins' hook stopped (see STANDIN_STOP_AT), or None."""
+    try:
+        with open(log + ".stopped") as handle:
+            return int(handle.read().strip())
+    except (IOError, OSError, ValueError):
+        return None
+
+
+def standin_log(path):
+    """The commands the stand-ins ran, in order (the hook's log)."""
+    try:
+        with open(path) as handle:
+            return [line.rstrip("\n") for line in handle]
+    except (IOError, OSError):
+        return []
 
 
 def proc_state(pid):

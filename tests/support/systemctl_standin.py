@@ -16,6 +16,10 @@ import shlex
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.support.stop_points import standin_done  # noqa: E402  pylint: disable=wrong-import-position
+
 sim_root = os.environ.get("GPUOPS_SIMULATED_ROOT") or None
 if "FAKE_SYSTEMD_STATE" not in os.environ and sim_root:
     state_path = os.path.join(sim_root, ".standin-systemd.json")
@@ -132,4 +136,5 @@ else:
     print("fake systemctl: unsupported %s" % args, file=sys.stderr)
     rc = 1
 save()
+standin_done("systemctl", args)
 sys.exit(rc)

@@ -81,7 +81,9 @@ def registry_vs_role(steps, main, plan_inputs, documented):
     for task in main:
         target = task.get("ansible.builtin.include_tasks")
         gates = GATE.findall(_when(task))
-        if gates and gates[0] != "disruptive" and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
+        # (a step's file, included; not another task under the same gate, like the driver's plan before the quiesce)
+        if target and gates and gates[0] != "disruptive" \
+                and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
             included.append((gates[0], target))
     for step in steps:
         if step.tasks is not None and (step.name, step.tasks) not in included:
@@ -96,8 +98,9 @@ def registry_vs_role(steps, main, plan_inputs, documented):
 
 
 def _role():
-    # main.yml plans and gates; steps.yml (included by main.yml where something has work) includes each step's file
-    main = _tasks("main.yml") + _tasks("steps.yml")
+    # main.yml plans and gates (plan.yml, which it imports; driver.yml includes it again after a driver change);
+    # steps.yml (included by main.yml where something has work) includes each step's file
+    main = _tasks("main.yml") + _tasks("plan.yml") + _tasks("steps.yml")
     inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
     documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
     return main, inputs, documented

@@ -275,3 +275,20 @@ def test_refused_downgrade_to_another_branch_whose_packages_have_other_names():
     assert kinds(res) == ["downgrade"] and "580.95.05" in res["refusals"][0]["msg"]
     assert dp.plan({"version": "580.95.05"}, UBUNTU, H200, state(), installed_driver="570.195.03")["refusals"] == []
     assert dp.version_key("580.95.05") > dp.version_key("580.82.07")
+
+
+def test_a_branch_upgrade_removes_the_installed_branchs_held_packages_in_its_transaction():
+    # 570's packages as this role leaves them (held): apt would not remove them for 580's Conflicts by itself
+    held = dict((n, {"version": "570.195.03-0ubuntu1", "held": True}) for n in (
+        "nvidia-headless-570-open", "nvidia-dkms-570-open", "nvidia-utils-570", "nvidia-compute-utils-570",
+        "libnvidia-compute-570"))
+    assert set(held) <= set(dp.replaced_names({"version": "580.95.05"}, UBUNTU, "570.195.03"))
+    res = dp.plan({"version": "580.95.05"}, UBUNTU, H200, state(), installed=held, installed_driver="570.195.03")
+    assert res["refusals"] == [] and sorted(res["remove"]) == sorted(held)
+    assert "nvidia-headless-570-open: 570.195.03-0ubuntu1 -> removed (branch 580 replaces it)" in res["changes"]
+    # the same branch, dnf (one set of names), or no driver installed: nothing to remove
+    assert dp.replaced_names({"version": "580.95.05"}, UBUNTU, "580.82.07") == []
+    assert dp.replaced_names({"version": "580.95.05"}, RHEL, "570.195.03") == []
+    assert dp.plan({"version": "580.95.05"}, UBUNTU, H200, state(), installed={})["remove"] == []
+    # 580 -> 590: the Fabric Manager's name has no branch from 580 on, so it is kept, not removed
+    assert "nvidia-fabricmanager" not in dp.replaced_names({"version": "590.44.01"}, UBUNTU, "580.95.05")

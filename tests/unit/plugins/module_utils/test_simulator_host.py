@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
@@ -157,3 +158,50 @@ def test_get_backend_passes_root_and_host_options(tmp_path, monkeypatch):
     with pytest.raises(NvmlInitError):
         backend.read_all()
     assert _driver_state.read(str(tmp_path / "r"))["nouveau_loaded"] is True
+
+
+@pytest.mark.parametrize("shape,keeps_mig_mode", [("h200-x1", False), ("a30-x4", True)])
+def test_a_driver_reload_loses_what_the_driver_held_in_the_gpus_without_a_reboot(tmp_path, shape, keeps_mig_mode):
+    # The kmod stand-ins unload and load the driver (tests/support/driver_files.py): nvidia's load address changes,
+    # and the simulated GPUs lose their MIG instances, compute mode and persistence mode as after a reboot; MIG mode
+    # as the generation's reboot rule says (Ampere keeps it, Hopper loses it). The boot is the same.
+    from tests.support import driver_files as df
+    sim = _sim(tmp_path, shape=shape)
+    root = str(tmp_path / "root")
+    sim.set_mig_mode(0, True)
+    sim.reset_gpu(0)
+    with sim._locked(write=False) as state:
+        assert state["gpus"][0]["mig_current"] is True
+        profile = catalog.gi_profiles(state["gpus"][0]["model"])[0]
+    sim.create_gpu_instance(0, profile["id"], profile["placements"][0]["start"])
+    sim.set_compute_mode(0, "Prohibited")
+    sim.set_persistence_mode(0, True)
+    with sim._locked(write=False) as state:
+        boot = state["boot_id"]
+    address = host.load_address(root)
+    # a holder's reference changes nvidia's refcnt, not its load: nothing is lost
+    sim.hold("device-plugin", pid=4100)
+    sim.release("device-plugin")
+    assert host.load_address(root) == address
+    with sim._locked(write=False) as state:
+        assert len(state["gpus"][0]["gpu_instances"]) == 1 and state["gpus"][0]["compute_mode"] == "Prohibited"
+
+    info = {"version": SIM_DRIVER_VERSION, "flavour": "open"}
+    for module in ("nvidia_uvm", "nvidia"):
+        df.unload_module(root, module)
+    for module in ("nvidia", "nvidia_uvm"):
+        df.load_module(root, module, info)
+    assert host.load_address(root) not in (None, address)
+    sim.read_all()
+    with sim._locked(write=False) as state:
+        assert state["boot_id"] == boot
+        gpu = state["gpus"][0]
+        assert gpu["gpu_instances"] == [] and gpu["compute_mode"] == "Default" and gpu["persistence_mode"] is False
+        assert gpu["mig_current"] is keeps_mig_mode
+        assert [e for e in state["call_log"] if e.get("event") == "driver_loaded"]
+    # once seen, the same load is not a reload again
+    sim.set_compute_mode(0, "Prohibited")
+    sim.read_all()
+    with sim._locked(write=False) as state:
+        assert state["gpus"][0]["compute_mode"] == "Prohibited"
+        assert len([e for e in state["call_log"] if e.get("event") == "driver_loaded"]) == 1

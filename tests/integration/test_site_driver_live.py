@@ -1,0 +1,344 @@
+"""site.yml upgrades the NVIDIA driver of a live node under the standalone chart: 570 -> 580 (tests/support/driver_rig.py
+OLD -> NEW) on a one-GPU H200 node with a declared MIG layout (group mig_nodes: all-balanced), the compute mode
+step (persistence mode on) and CDI on, its device plugin pods run by the fake cluster
+(tests/support/fake_daemonsets.py over the fake API server, the real helm and the fixture chart, as
+test_site_chart_flow.py runs them).
+
+The driver's packages are installed with Debian's real apt and dpkg into the node's scratch root from the rig's local
+signed repository (as test_site_driver.py does); the modules are unloaded and loaded by the kmod stand-ins; the
+simulated GPUs lose their MIG instances, compute and persistence mode, and (Hopper) MIG mode when the driver is loaded
+again (plugins/module_utils/_simulator.py, _follow_driver_load), so "the layout is back" is something the run must do.
+
+The node at OLD, converged under the chart, is the lab variant "driver-live-old" (tests/support/converged_lab.py):
+converged once per session (per xdist worker at most), each test takes a fresh copy of it. The rig lives inside the
+variant's directory, so the copy's apt sources name a repository that exists wherever the copy is taken.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+
+from tests.integration.site_helpers import HELM, Site
+from tests.integration.test_site_chart_flow import PAUSED, _kill_when, _node_writes, _released
+from tests.support import apt_rig, driver_files, driver_rig
+from tests.support.ansible_run import ROOT
+from tests.support.fake_daemonsets import FakeDaemonSets, advertised
+from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.stop_points import STANDIN_LOG, STANDIN_STOP_AT, standin_log, standin_stopped, wait_stopped
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup"),
+              pytest.mark.skipif(bool(apt_rig.missing_tools()),
+                                 reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))]
+
+OLD, NEW = driver_rig.OLD, driver_rig.NEW
+NODE, SHAPE = "drv-live", "h200-x1"
+# inventories/lab/group_vars/gpu_nodes.yml's gpuops_environment (a host's own replaces the group's)
+LAB_ENVIRONMENT = {
+    "GPUOPS_SIMULATED_GPUS": "{{ gpuops_lab_state_dir }}/{{ inventory_hostname }}.json",
+    "GPUOPS_SIMULATED_MACHINE": "{{ gpuops_simulated_machine }}",
+    "GPUOPS_SIMULATED_ROOT": "{{ gpuops_lab_root }}",
+    "GPUOPS_SIMULATED_HOST": "{{ gpuops_simulated_host | default('') }}"}
+CDI_SPEC = "var/run/cdi/nvidia.yaml"
+
+
+class LiveNode(object):
+    """The node ``NODE`` on the fake cluster, every file under ``directory``; with ``restore`` (the variant's record)
+    the API server's objects and the fake controller's state of that converge, whose files the copy holds."""
+
+    def __init__(self, directory, restore=None):
+        directory = pathlib.Path(str(directory))
+        if restore is None:
+            rig = driver_rig.DriverRig(directory / "rig")
+            rig.close()
+            self.url, self.key = rig.url, rig.key
+        else:
+            self.url, self.key = restore["url"], restore["key"]
+        self.api = FakeKubeApi(tokens=None).start()
+        kubeconfig = str(directory / "kubeconfig")
+        with open(kubeconfig, "w") as handle:
+            yaml.safe_dump(self.api.kubeconfig(), handle)
+        if restore is None:
+            self.api.add_node(NODE, internal_ip="10.0.0.31", labels={"nvidia.com/gpu.present": "true"})
+        else:
+            self.api.restore(restore["api"])
+        self.site = Site(directory, limit=(NODE,), gpuops_serial="100%", gpuops_kubeconfig=kubeconfig,
+                         cluster_device_plugin_helm=HELM, gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60,
+                         gpu_node_operator_poll_interval=0.5)
+        self.site.extra["cluster_device_plugin_chart_path"] = self.site.chart()
+        self.root = str(self.site.state / NODE)
+        apt = apt_rig.Root(self.root)
+        os.makedirs(os.path.join(self.root, "etc/modprobe.d"), exist_ok=True)     # as on any distribution's image
+        host = {"gpuops_simulated_machine": SHAPE, "gpuops_simulated_host": "driver=%s" % OLD,
+                "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
+                    ROOT, "inventories", "lab-files", "containerd-config.toml"),
+                "driver_version": OLD, "driver_repo_url": self.url, "driver_repo_key": self.key,
+                "driver_environment": apt.env, "gpuops_environment": dict(apt.env, **LAB_ENVIRONMENT),
+                "gpu_node_cdi": True, "gpu_node_runtime_mode": "cdi"}
+        self.inventory = str(directory / "driver-live.yml")
+        with open(self.inventory, "w") as handle:
+            yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"mig_nodes": {"hosts": {NODE: host}}}}}}},
+                           handle)
+        state = str(self.site.state / ("%s.json" % NODE))
+        if restore is None:
+            # the machine made with its host tree (the driver brought by the image at OLD) before the fake
+            # controller's own backend, which knows no root, would make it without one
+            SimulatedBackend(state, shape=SHAPE, root=self.root, host_options=host["gpuops_simulated_host"])
+        self.fake = FakeDaemonSets(self.api, {NODE: (state, SHAPE)})
+        if restore is not None:
+            self.fake.restore(restore["fake"])
+        self.fake.start()
+
+    def run(self, **extra):
+        return self.site.run(args=("-i", self.inventory), **extra)
+
+    def stop(self):
+        self.fake.stop()
+        self.api.stop()
+        assert self.fake.errors == [], self.fake.errors[0]
+
+    def wait_settled(self, bound_s=60):
+        deadline = time.monotonic() + bound_s
+        while not self.fake.settled():
+            assert time.monotonic() < deadline, "the fake DaemonSets did not settle within %d s" % bound_s
+            time.sleep(0.05)
+
+    def gpus(self):
+        return self.site.gpus(NODE)
+
+    def loaded(self):
+        return (driver_files.read(self.root, "sys/module/nvidia/version") or "").strip() or None
+
+    def node(self):
+        return self.api.get("", "nodes", NODE)
+
+    def allocatable(self):
+        return dict((k, v) for k, v in self.node()["status"]["allocatable"].items() if k.startswith("nvidia.com/"))
+
+    def spec(self):
+        return driver_files.read(self.root, CDI_SPEC) or ""
+
+    def layout(self):
+        """What a user sees of the GPU: MIG mode, its instances (profile, placement), compute and persistence mode."""
+        gpu = self.gpus()["gpus"][0]
+        return {"mig": gpu["mig_current"], "instances": sorted((gi["profile_id"], gi["start"], len(
+            gi["compute_instances"])) for gi in gpu["gpu_instances"]), "compute_mode": gpu["compute_mode"],
+            "persistence_mode": gpu["persistence_mode"]}
+
+
+def _converge_old(directory):
+    """The lab variant "driver-live-old": the node converged at OLD under the chart (installed, MIG laid out, CDI spec
+    written, device plugin serving), and what a copy restores besides its files."""
+    live = LiveNode(directory)
+    try:
+        res = live.run()
+        assert res.rc == 0, res
+        live.wait_settled()
+    finally:
+        live.stop()
+    return {"api": live.api.snapshot(), "fake": live.fake.snapshot(), "url": live.url, "key": live.key,
+            "result": res}
+
+
+@pytest.fixture
+def live(converged_labs, tmp_path, request):
+    """The node at OLD, converged and serving: a fresh copy of the session's converge (``live.first``: its result)."""
+    with converged_labs.copy("driver-live-old", _converge_old, keep_in=tmp_path, test=request.node.nodeid) \
+            as (slot, record):
+        node = LiveNode(slot, restore=record)
+        node.first = record["result"]
+        try:
+            yield node
+        finally:
+            node.stop()
+
+
+def test_570_to_580_on_a_live_mig_node_reloads_without_reboot_and_brings_layout_compute_mode_and_cdi_back(live):
+    assert live.first.rc == 0
+    assert live.loaded() == OLD and driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-570-open"][0] \
+        == "%s-0ubuntu1" % OLD
+    before = live.layout()
+    assert before["mig"] is True and before["instances"] and before["persistence_mode"] is True, before
+    spec_before = live.spec()
+    assert ".so.%s" % OLD in spec_before and ".so.%s" % NEW not in spec_before
+    serving = live.allocatable()
+    assert serving and "nvidia.com/gpu" not in serving, serving           # MIG devices (mig-mixed)
+    boot = live.gpus()["boot_id"]
+    seen, events = len(live.api.requests), len(live.fake.events)
+
+    res = live.run(driver_version=NEW)
+    assert res.rc == 0, res
+    # the driver: 580's packages, the modules reloaded at 580, no reboot
+    assert live.loaded() == NEW and "Open Kernel Module" in driver_files.read(live.root, "proc/driver/nvidia/version")
+    assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-580-open"][0] == "%s-0ubuntu1" % NEW
+    gpus = live.gpus()
+    assert gpus["boot_id"] == boot and "reboot" not in [c.get("event") for c in gpus["call_log"]]
+    assert [t["version"] for t in res.task("Load the driver (none loaded) or reload it", NODE)] == [NEW]
+    # the reload lost the layout (the simulated driver load), and the run made it again: MIG mode, the same
+    # instances, persistence mode (the compute mode step), then the CDI spec from the new driver's files
+    loads = [c for c in gpus["call_log"] if c.get("event") == "driver_loaded"]
+    assert len(loads) == 1, loads
+    again = [c["call"] for c in gpus["call_log"] if c.get("n", 0) >= loads[0]["n"] and c.get("call")]
+    assert "create_gpu_instance" in again and "set_persistence_mode" in again, again
+    assert live.layout() == before
+    spec_after = live.spec()
+    assert ".so.%s" % NEW in spec_after and ".so.%s" % OLD not in spec_after
+    # the node was cordoned and its device plugin pods paused around the change, in this order: cordon and pause,
+    # the pods gone, the modules loaded at 580, the pods back (advertising the MIG devices again), uncordon
+    writes = _node_writes(live.api.requests[seen:], NODE)
+    assert [(w["body"].get("spec") or {}).get("unschedulable") for w in writes
+            if "unschedulable" in (w["body"].get("spec") or {})] == [True, False]
+    assert [((w["body"].get("metadata") or {}).get("labels") or {}).get(PAUSED, "-") for w in writes
+            if PAUSED in ((w["body"].get("metadata") or {}).get("labels") or {})] == ["true", None]
+    loaded_at = os.path.getmtime(os.path.join(live.root, "sys/module/nvidia/version"))
+    mine = [(t, what) for t, n, what in live.fake.events[events:] if n == NODE]
+    ended = [t for t, what in mine if what.startswith("ended")]
+    registered = [t for t, what in mine if what.startswith("registered")]
+    assert ended and max(ended) < loaded_at, mine
+    assert registered and min(registered) > loaded_at, mine
+    assert live.allocatable() == serving == dict(
+        (k, str(v)) for k, v in advertised(live.fake._backend(NODE).read_all()["gpus"], {}, "mixed").items())
+    assert _released(live.node()), live.node()["metadata"]
+
+    # a re-run changes nothing: no task changed, no node write, no pod restarted
+    seen, events = len(live.api.requests), len(live.fake.events)
+    rerun = live.run(driver_version=NEW)
+    assert rerun.rc == 0, rerun
+    assert rerun.changed(NODE) == 0, rerun
+    assert _node_writes(live.api.requests[seen:], NODE) == [] and live.fake.events[events:] == []
+
+
+CORDONED_BY = "gpuops.nvidia/cordoned-by"
+HOLDER_PID, HOLDER = 4242, ["/usr/bin/python3", "train.py", "--epochs", "90"]
+
+
+def _failure(res):
+    return " ".join(str(m) for host, task, m in res.failures() if host == NODE)
+
+
+def test_a_process_holding_the_gpus_is_named_the_node_stays_cordoned_and_a_rerun_without_it_releases_it(live):
+    # a user's process (not a pod the run pauses) keeps /dev/nvidia0 and /dev/nvidiactl open
+    driver_files.add_holder(live.root, HOLDER_PID, HOLDER)
+    before, boot = live.layout(), live.gpus()["boot_id"]
+
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc != 0
+    said = _failure(res)
+    # (the program's name, as _device_holders names a process: argv[0]'s base name)
+    assert "PID %d python3 (unit session-1.scope) holds " % HOLDER_PID in said and "/dev/nvidia0" in said, said
+    assert "gpu_node_driver_allow_reboot: true" in said and "the node stays cordoned" in said, said
+    # no reboot, the old driver still loaded (its modules untouched), the node cordoned with the collection's mark and
+    # its device plugin pods still paused
+    assert live.gpus()["boot_id"] == boot and live.loaded() == OLD
+    node = live.node()
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
+    assert node["metadata"]["labels"].get(PAUSED) == "true"
+    assert not [p for p in live.fake.pods_on(NODE) if p["status"].get("phase") == "Running"]
+
+    # the process ends; a re-run (the same declaration) reloads at 580, brings the layout back and releases the node
+    driver_files.remove_holder(live.root, HOLDER_PID)
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc == 0, res
+    assert live.loaded() == NEW and live.gpus()["boot_id"] == boot
+    assert live.layout() == before and _released(live.node()), live.node()["metadata"]
+
+
+def test_a_process_holding_the_gpus_with_a_reboot_allowed_reboots_exactly_once_then_serves(live):
+    driver_files.add_holder(live.root, HOLDER_PID, HOLDER)
+    before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=True)
+    assert res.rc == 0, res
+    assert live.gpus()["boot_id"] == boot + 1                               # exactly one reboot
+    assert [c for c in live.gpus()["call_log"] if c.get("event") == "reboot"][-1]["boot_id"] == boot + 1
+    assert live.loaded() == NEW and not os.path.exists(os.path.join(live.root, "proc", str(HOLDER_PID)))
+    assert not os.path.exists(os.path.join(live.root, "var/lib/gpuops/driver-reboot-attempted"))
+    assert live.layout() == before and live.allocatable() == serving
+    assert _released(live.node()), live.node()["metadata"]
+    assert ".so.%s" % NEW in live.spec()
+
+
+def test_a_refused_upgrade_on_a_live_node_leaves_it_serving_not_cordoned_nor_paused(live):
+    # 580 declared with the Fabric Manager pinned at another version: the driver role refuses it in its plan, which
+    # gpu_node runs before it quiesces the node
+    files, boot = live.site.files(NODE), live.gpus()["boot_id"]
+    seen, events, serving = len(live.api.requests), len(live.fake.events), live.allocatable()
+    res = live.run(driver_version=NEW, driver_fabric_manager_version="580.82.07")
+    assert res.rc != 0
+    said = _failure(res)
+    assert "Pin both at one version" in said and "nothing changed" in said, said
+    assert _node_writes(live.api.requests[seen:], NODE) == [] and live.fake.events[events:] == []
+    assert _released(live.node()) and live.allocatable() == serving
+    assert live.loaded() == OLD and live.gpus()["boot_id"] == boot and live.site.files(NODE) == files
+    assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-570-open"][0] == "%s-0ubuntu1" % OLD
+
+
+# Where a site run is killed during the upgrade (each then re-run): at the start of the task that loads the driver
+# (580's packages installed under the loaded 570: NVML's version mismatch; the node cordoned, its pods paused), and
+# inside the reload, right after the kmod stand-in removed nvidia (no module loaded, nvidia-persistenced's unit
+# recorded, nothing loaded yet): stopped there by the stand-in (tests/support/stop_points.py, STANDIN_STOP_AT).
+# Every internal step of the reload is killed at module level (tests/reliability/test_sigkill_driver_modules.py).
+SITE_KILLS = {"before-load": ("task", "Load the driver (none loaded) or reload it"),
+              "mid-reload": ("standin", "rmmod nvidia")}
+
+
+def _kill_at_standin(site, tmp_path, command, args):
+    """Run site.yml in its own process group; the first stand-in that runs ``command`` stops the module that ran it,
+    and the test SIGKILLs the run there. Returns the stand-ins' log."""
+    log = str(tmp_path / "standin.log")
+    site.env.update({STANDIN_LOG: log, STANDIN_STOP_AT: command})
+    try:
+        cmd, env = site.command(args=args)
+        with open(str(tmp_path / "killed-run.out"), "w") as out:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                pid = wait_stopped(lambda: standin_stopped(log), lambda: proc.poll() is None)
+                assert pid, "the run ended before a stand-in ran %r" % command
+                os.killpg(proc.pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)         # the module, should it have left the run's process group
+                except OSError:
+                    pass
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+    finally:
+        for name in (STANDIN_LOG, STANDIN_STOP_AT):
+            del site.env[name]
+    return standin_log(log)
+
+
+@pytest.mark.parametrize("point", sorted(SITE_KILLS))
+def test_a_kill_during_the_upgrade_then_a_rerun_ends_serving_released_with_the_layout_back(live, tmp_path, point):
+    kind, where = SITE_KILLS[point]
+    before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+    live.site.extra["driver_version"] = NEW
+    if kind == "task":
+        started = _kill_when(live.site, tmp_path, where, ("-i", live.inventory))
+        assert started and where in started[-1], started[-3:]
+        assert live.loaded() == OLD
+    else:
+        ran = _kill_at_standin(live.site, tmp_path, where, ("-i", live.inventory))
+        assert ran and ran[-1] == where, ran
+        assert live.loaded() is None
+    # what the kill left: 580's packages, the node cordoned with the collection's mark, its device plugin paused
+    assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-580-open"][0] == "%s-0ubuntu1" % NEW
+    node = live.node()
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
+
+    res = live.run()
+    assert res.rc == 0, res
+    assert live.loaded() == NEW and live.gpus()["boot_id"] == boot
+    assert live.layout() == before and live.allocatable() == serving
+    assert ".so.%s" % NEW in live.spec()
+    assert _released(live.node()), live.node()["metadata"]
