@@ -117,7 +117,14 @@ def services(module, state, p, root):
             return 127, "", str(exc)
     states = dict((unit, ds.unit_state(run, systemctl, unit)) for unit in units)
     report["services"] = states
-    return report, ds.unit_reasons(states)
+    reasons = ds.unit_reasons(states)
+    if p.get("persistenced"):
+        # the one owner of persistence mode: nvidia-persistenced with --persistence-mode (its drop-in)
+        dropin = ds.dropin_reason(ds.packaged_unit(root, ds.PERSISTENCED_UNIT), ds.read_text(root, ds.PERSISTENCED_DROPIN))
+        report["persistence_mode"] = {"owner": "nvidia-persistenced", "dropin": "/" + ds.PERSISTENCED_DROPIN}
+        if dropin:
+            reasons.insert(0, dropin)
+    return report, reasons
 
 
 def fabric_disruptive(report):
