@@ -211,6 +211,30 @@ def dropin_reason(unit_text, current):
 
 
 # ------------------------------------------------------------------------------------------------ the fabric
+FABRIC_MANAGER_PID = "var/run/nvidia-fabricmanager/nv-fabricmanager.pid"
+
+
+def fabric_manager_packages(branch):
+    """The Fabric Manager's package names to look for: ``nvidia-fabricmanager`` (apt from 580, dnf) and
+    ``nvidia-fabricmanager-<branch>`` (apt before 580), as _driver_plan names them."""
+    return ["nvidia-fabricmanager"] + (["nvidia-fabricmanager-%s" % branch] if branch else [])
+
+
+def fabric_state(health_gpus):
+    """Each GPU's fabric registration, [{"index", "pci_bus_id", "state", "status"}], from a health read's GPUs
+    (_gpu_health's shape; a field NVML does not support holds its words)."""
+    out = []
+    for gpu in health_gpus or []:
+        fabric = gpu.get("fabric")
+        if isinstance(fabric, dict):
+            out.append({"index": gpu.get("index"), "pci_bus_id": gpu.get("pci_bus_id"), "state": fabric.get("state"),
+                        "status": fabric.get("status")})
+        else:
+            out.append({"index": gpu.get("index"), "pci_bus_id": gpu.get("pci_bus_id"),
+                        "state": "lost" if gpu.get("lost") else fabric, "status": None})
+    return out
+
+
 def fabric_pending(health_gpus):
     """The GPUs whose fabric registration is not completed with SUCCESS: [{"index", "pci_bus_id", "state",
     "status"}], from a health read's GPUs (_gpu_health's shape). A GPU without a fabric (NOT_SUPPORTED) has nothing to

@@ -385,7 +385,8 @@ def render(root, shape, gpu_bus_ids, options):
         if switches or shape in catalog.NVLINK5_SHAPES:
             # the image's Fabric Manager, at its driver's version, runs (as on an image that brings both)
             _write(root, FABRIC_MANAGER_MARK, options["driver"] + "\n")
-        image = [NVML_LIBRARY_LINK, "%s/%s%s" % (NVML_LIBRARY_DIRS[0], NVML_LIBRARY_PREFIX, options["driver"])]
+            image.append(FABRIC_MANAGER_MARK)       # the image brought it (not the collection)
+        image += [NVML_LIBRARY_LINK, "%s/%s%s" % (NVML_LIBRARY_DIRS[0], NVML_LIBRARY_PREFIX, options["driver"])]
     elif options["nouveau"]:
         write_modules(root, {}, others=("nouveau",))
         for bus_id in gpus:

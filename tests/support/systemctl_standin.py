@@ -7,8 +7,9 @@ lines (with systemd's $$ and %% unescaping) so a test exercises the unit text th
 On a simulated node (GPUOPS_SIMULATED_ROOT set, the FAKE_SYSTEMD_* variables not): the state lives in
 R/.standin-systemd.json and the units are the files the node's packages installed (R/etc/systemd/system,
 R/lib/systemd/system, R/usr/lib/systemd/system), each loaded when first named, as systemd loads a new unit file on
-demand, with its drop-ins (<unit>.d/*.conf; an empty ``ExecStart=`` resets the command list, as in systemd). Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from
-there (a program the node's packages installed).
+demand, with its drop-ins (<unit>.d/*.conf; an empty ``ExecStart=`` resets the command list, as in systemd).
+Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from there (a
+program the node's packages installed).
 """
 import json
 import os
