@@ -220,6 +220,41 @@ def fabric_manager_packages(branch):
     return ["nvidia-fabricmanager"] + (["nvidia-fabricmanager-%s" % branch] if branch else [])
 
 
+def upstream(package_version):
+    """The driver version in a package version: ``580.95.05-1`` and ``3:580.95.05-1.el9`` -> ``580.95.05``."""
+    return (package_version or "").split(":")[-1].split("-")[0]
+
+
+def _key(version):
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return ()
+
+
+def fabric_manager_check(installed, pin, allow_downgrade=False):
+    """The node plan's Fabric Manager against the driver's pin (_driver_plan's rule: the Fabric Manager only at exactly
+    the driver's version). ``installed``: [{"name", "version"}] (package versions), ``pin``: the declared driver
+    version. Returns (reason or None, refusal or None): not installed, or installed at another version, is work
+    (installing at the pin fixes it); installed newer than the pin without ``allow_downgrade`` cannot be fixed by the
+    install (the driver role refuses the downgrade), so it is refused before anything changes."""
+    if not pin:
+        return None, None
+    if not installed:
+        return ("the Fabric Manager is not installed: it is installed at the driver's version %s" % pin), None
+    versions = sorted(set(upstream(entry["version"]) for entry in installed))
+    if versions == [pin]:
+        return None, None
+    have = ", ".join("%s %s" % (e["name"], e["version"]) for e in installed)
+    newer = [v for v in versions if _key(v) > _key(pin)]
+    if newer and not allow_downgrade:
+        return None, ("the Fabric Manager is installed newer (%s) than the declared driver %s: it runs only at exactly "
+                      "the driver's version, and installing the pin would downgrade it. Declare the installed version, "
+                      "or allow the downgrade (driver_allow_downgrade: true); nothing changed" % (have, pin))
+    return ("the Fabric Manager is installed at another version (%s) than the driver's %s: it is installed at %s (it "
+            "runs only at exactly the driver's version)" % (have, pin, pin)), None
+
+
 def fabric_state(health_gpus):
     """Each GPU's fabric registration, [{"index", "pci_bus_id", "state", "status"}], from a health read's GPUs
     (_gpu_health's shape; a field NVML does not support holds its words)."""

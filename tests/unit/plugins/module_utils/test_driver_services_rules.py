@@ -123,3 +123,19 @@ def test_a_static_unit_is_not_planned_for_enable():
     assert ds.plan_units(states) == [] and ds.unit_reasons(states) == []
     states[PD]["active"] = "inactive"
     assert ds.plan_units(states) == [{"unit": PD, "enable": False, "start": True}]
+
+
+@pytest.mark.parametrize("installed, allow, work, refused", [
+    ([], False, "the Fabric Manager is not installed: it is installed at the driver's version 580.95.05", None),
+    ([{"name": "nvidia-fabricmanager", "version": "580.95.05-1"}], False, None, None),
+    ([{"name": "nvidia-fabricmanager", "version": "3:580.95.05-1.el9"}], False, None, None),
+    ([{"name": "nvidia-fabricmanager-570", "version": "570.195.03-1"}], False,
+     "installed at another version (nvidia-fabricmanager-570 570.195.03-1) than the driver's 580.95.05", None),
+    ([{"name": "nvidia-fabricmanager", "version": "580.105.08-1"}], False, None, "installing the pin would downgrade"),
+    ([{"name": "nvidia-fabricmanager", "version": "580.105.08-1"}], True, "it is installed at 580.95.05", None),
+])
+def test_the_fabric_managers_package_against_the_pin(installed, allow, work, refused):
+    reason, refusal = ds.fabric_manager_check(installed, "580.95.05", allow)
+    assert (reason is None) is (work is None) and (work is None or work in reason), reason
+    assert (refusal is None) is (refused is None) and (refused is None or refused in refusal), refusal
+    assert ds.fabric_manager_check(installed, "", allow) == (None, None)      # a branch pin: no exact version
