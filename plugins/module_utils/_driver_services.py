@@ -15,12 +15,20 @@ Sources:
   NVLink5 system (``_assert_nvlink5_system``: an InfiniBand device whose VPD holds SW_MNG) starts the Fabric Manager
   through ``nvidia-fabricmanager-start.sh``, which also starts NVLSM, once ``mlx5_core`` and ``ib_umad`` are loaded
   (``_ensure_nvlink5_prerequisites``); an NVSwitch system (``_assert_nvswitch_system``) starts ``nv-fabricmanager``.
-  The same script starts nvidia-persistenced first, with ``--persistence-mode``.
+  The same script starts nvidia-persistenced first, with ``--persistence-mode`` (line 616, ``_start_daemons``).
+- Persistence mode's one owner (docs/driver.md, "One owner for persistence mode"): NVIDIA's "Persistence Daemon" page
+  (docs.nvidia.com/deploy/driver-persistence/persistence-daemon.html) recommends nvidia-persistenced, and its legacy
+  persistence mode page (docs.nvidia.com/deploy/driver-persistence/legacy-persistence-mode.html) says the legacy mode
+  (``nvidia-smi -pm``, nvmlDeviceSetPersistenceMode) will be deprecated. nvidia-persistenced enables persistence mode
+  on every GPU unless started with ``--no-persistence-mode`` (NVIDIA/nvidia-persistenced at 580.95.05,
+  option-table.h); Ubuntu's packaged unit starts it so (``ExecStart=/usr/bin/nvidia-persistenced --user
+  nvidia-persistenced --no-persistence-mode --verbose``, as ``systemctl cat`` shows it on Ubuntu nodes). A drop-in
+  (``persistenced_dropin``) starts it with ``--persistence-mode`` instead, whatever the package wrote.
 - Fabric state: nvml.h ``nvmlGpuFabricInfo_t`` (state NOT_STARTED, IN_PROGRESS, COMPLETED; ``status`` is valid once
   COMPLETED). A GPU whose state is NOT_SUPPORTED (no NVSwitch fabric) has nothing to wait for.
 
 Pure apart from ``unit_state``, ``is_active`` and ``unit_command``, which run systemctl through the caller's
-``run(argv) -> (rc, stdout, stderr)``.
+``run(argv) -> (rc, stdout, stderr)``, and ``read_text``, which reads a unit file or the drop-in under the root.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,7 +40,14 @@ FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
 # The kernel modules NVLink5's subnet manager needs before the Fabric Manager starts (see the docstring).
 NVLINK5_MODULES = ("mlx5_core", "ib_umad")
 FABRIC_MANAGER_SETTINGS = ("auto", "true", "false")
+# what ``systemctl is-enabled`` prints for a unit that needs no ``systemctl enable`` (systemctl(1), is-enabled): a
+# static unit (no [Install] section, as Ubuntu's nvidia-persistenced.service) cannot be enabled at all
+ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
 FABRIC_TIMEOUT_MAX = 3600
+# nvidia-persistenced's drop-in (under the node's root): its ExecStart is the packaged one with --persistence-mode
+PERSISTENCED_DROPIN = "etc/systemd/system/nvidia-persistenced.service.d/gpuops-persistence-mode.conf"
+# where packages install units (systemd's search path; /etc's file replaces the others)
+UNIT_DIRS = ("etc/systemd/system", "lib/systemd/system", "usr/lib/systemd/system")
 FABRIC_LOG_HINT = "check the Fabric Manager's log: journalctl -u nvidia-fabricmanager (and /var/log/fabricmanager.log)"
 
 
@@ -114,7 +129,7 @@ def plan_units(states):
     out = []
     for unit in sorted(states, key=lambda u: (order.get(u, 2), u)):
         state = states[unit]
-        enable, start = state["enabled"] != "enabled", state["active"] != "active"
+        enable, start = state["enabled"] not in ENABLED_STATES, state["active"] != "active"
         if enable or start:
             out.append({"unit": unit, "enable": enable, "start": start})
     return out
@@ -139,7 +154,122 @@ def missing_modules(loaded_names, nvlink5):
     return [m for m in NVLINK5_MODULES if nvlink5 and m not in loaded_names]
 
 
+# ------------------------------------------------------------------------------------------------ persistence mode
+def exec_start(unit_text):
+    """The last non-empty ``ExecStart=`` value of a unit file's text (None where it has none)."""
+    value = None
+    for line in (unit_text or "").splitlines():
+        key, sep, rest = line.strip().partition("=")
+        if sep and key.strip() == "ExecStart" and rest.strip():
+            value = rest.strip()
+    return value
+
+
+def persistenced_dropin(unit_text):
+    """The drop-in that makes nvidia-persistenced the owner of persistence mode, from the packaged unit's text: its
+    ExecStart without ``--no-persistence-mode`` and with ``--persistence-mode`` (as NVIDIA's driver container starts the
+    daemon), and ``StopWhenUnneeded=false`` (Ubuntu's unit stops the daemon when nothing needs it, which would end
+    persistence mode). None where the unit has no ExecStart (not installed)."""
+    start = exec_start(unit_text)
+    if start is None:
+        return None
+    words = [w for w in start.split() if w not in ("--no-persistence-mode", "--persistence-mode")]
+    words.append("--persistence-mode")
+    return ("# Managed by gpuops.nvidia (driver_services): nvidia-persistenced owns persistence mode on this node, so\n"
+            "# it runs with --persistence-mode; compute_mode leaves persistence mode alone (docs/driver.md).\n"
+            "[Unit]\nStopWhenUnneeded=false\n\n[Service]\nExecStart=\nExecStart=%s\n" % " ".join(words))
+
+
+def read_text(root, relative):
+    """A file's text under ``root``, or None where it does not exist (or cannot be read)."""
+    import os
+    try:
+        with open(os.path.join(root, relative)) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def packaged_unit(root, unit):
+    """The text of ``unit``'s file as systemd finds it first under ``root`` (UNIT_DIRS), or None."""
+    for directory in UNIT_DIRS:
+        text = read_text(root, "%s/%s" % (directory, unit))
+        if text is not None:
+            return text
+    return None
+
+
+def dropin_reason(unit_text, current):
+    """The node plan's reason where the drop-in is not as ``persistenced_dropin`` renders it (None: as it should be,
+    or the unit is not installed, which the unit's own state says)."""
+    wanted = persistenced_dropin(unit_text)
+    if wanted is None or current == wanted:
+        return None
+    return ("nvidia-persistenced does not run with --persistence-mode: its drop-in /%s is %s (nvidia-persistenced owns "
+            "persistence mode where the driver is declared)" % (PERSISTENCED_DROPIN, "missing" if current is None
+                                                                 else "not as declared"))
+
+
 # ------------------------------------------------------------------------------------------------ the fabric
+FABRIC_MANAGER_PID = "var/run/nvidia-fabricmanager/nv-fabricmanager.pid"
+
+
+def fabric_manager_packages(branch):
+    """The Fabric Manager's package names to look for: ``nvidia-fabricmanager`` (apt from 580, dnf) and
+    ``nvidia-fabricmanager-<branch>`` (apt before 580), as _driver_plan names them."""
+    return ["nvidia-fabricmanager"] + (["nvidia-fabricmanager-%s" % branch] if branch else [])
+
+
+def upstream(package_version):
+    """The driver version in a package version: ``580.95.05-1`` and ``3:580.95.05-1.el9`` -> ``580.95.05``."""
+    return (package_version or "").split(":")[-1].split("-")[0]
+
+
+def _key(version):
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return ()
+
+
+def fabric_manager_check(installed, pin, allow_downgrade=False):
+    """The node plan's Fabric Manager against the driver's pin (_driver_plan's rule: the Fabric Manager only at exactly
+    the driver's version). ``installed``: [{"name", "version"}] (package versions), ``pin``: the declared driver
+    version. Returns (reason or None, refusal or None): not installed, or installed at another version, is work
+    (installing at the pin fixes it); installed newer than the pin without ``allow_downgrade`` cannot be fixed by the
+    install (the driver role refuses the downgrade), so it is refused before anything changes."""
+    if not pin:
+        return None, None
+    if not installed:
+        return ("the Fabric Manager is not installed: it is installed at the driver's version %s" % pin), None
+    versions = sorted(set(upstream(entry["version"]) for entry in installed))
+    if versions == [pin]:
+        return None, None
+    have = ", ".join("%s %s" % (e["name"], e["version"]) for e in installed)
+    newer = [v for v in versions if _key(v) > _key(pin)]
+    if newer and not allow_downgrade:
+        return None, ("the Fabric Manager is installed newer (%s) than the declared driver %s: it runs only at exactly "
+                      "the driver's version, and installing the pin would downgrade it. Declare the installed version, "
+                      "or allow the downgrade (driver_allow_downgrade: true); nothing changed" % (have, pin))
+    return ("the Fabric Manager is installed at another version (%s) than the driver's %s: it is installed at %s (it "
+            "runs only at exactly the driver's version)" % (have, pin, pin)), None
+
+
+def fabric_state(health_gpus):
+    """Each GPU's fabric registration, [{"index", "pci_bus_id", "state", "status"}], from a health read's GPUs
+    (_gpu_health's shape; a field NVML does not support holds its words)."""
+    out = []
+    for gpu in health_gpus or []:
+        fabric = gpu.get("fabric")
+        if isinstance(fabric, dict):
+            out.append({"index": gpu.get("index"), "pci_bus_id": gpu.get("pci_bus_id"), "state": fabric.get("state"),
+                        "status": fabric.get("status")})
+        else:
+            out.append({"index": gpu.get("index"), "pci_bus_id": gpu.get("pci_bus_id"),
+                        "state": "lost" if gpu.get("lost") else fabric, "status": None})
+    return out
+
+
 def fabric_pending(health_gpus):
     """The GPUs whose fabric registration is not completed with SUCCESS: [{"index", "pci_bus_id", "state",
     "status"}], from a health read's GPUs (_gpu_health's shape). A GPU without a fabric (NOT_SUPPORTED) has nothing to

@@ -117,7 +117,44 @@ def services(module, state, p, root):
             return 127, "", str(exc)
     states = dict((unit, ds.unit_state(run, systemctl, unit)) for unit in units)
     report["services"] = states
-    return report, ds.unit_reasons(states)
+    reasons = ds.unit_reasons(states)
+    if fm:
+        reasons.extend(fabric_manager_package(module, p, report, state))
+    if p.get("persistenced"):
+        # the one owner of persistence mode: nvidia-persistenced with --persistence-mode (its drop-in)
+        dropin = ds.dropin_reason(ds.packaged_unit(root, ds.PERSISTENCED_UNIT), ds.read_text(root, ds.PERSISTENCED_DROPIN))
+        report["persistence_mode"] = {"owner": "nvidia-persistenced", "dropin": "/" + ds.PERSISTENCED_DROPIN}
+        if dropin:
+            reasons.insert(0, dropin)
+    return report, reasons
+
+
+def fabric_manager_package(module, p, report, state):
+    """The Fabric Manager's installed package against the pin (_driver_services.fabric_manager_check): reported in
+    ``report["fabric_manager"]`` (``installed``, ``pinned``); a mismatch the install fixes is a reason, one it cannot
+    fix (a downgrade not allowed) fails the plan before anything changes. Only where the pin is an exact version."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    pin = p.get("version") or ""
+    if not pin:
+        return []
+    manager = "apt" if module.get_bin_path("dpkg-query") else ("dnf" if module.get_bin_path("rpm") else None)
+    if manager is None:
+        return ["the Fabric Manager's package cannot be checked: no package database (neither dpkg-query nor rpm)"]
+    # the pin's branch and the loaded driver's (before 580 the name carries the branch: an upgrade from 570 finds it)
+    loaded = _branch((state.get("loaded") or {}).get("version"))
+    names = ds.fabric_manager_packages(_branch(pin)) + (
+        ["nvidia-fabricmanager-%s" % loaded] if loaded and loaded != _branch(pin) else [])
+    try:
+        found = _packages.read_installed(module, manager, names)
+    except _packages.PackageError as exc:
+        return ["the Fabric Manager's package cannot be checked: %s" % exc]
+    installed = [{"name": n, "version": found[n]["version"]} for n in names if found[n]["version"]]
+    report["fabric_manager"].update(installed=installed, pinned=pin)
+    reason, refusal = ds.fabric_manager_check(installed, pin, bool(p.get("allow_downgrade")))
+    if refusal:
+        module.fail_json(msg="driver: %s" % refusal, driver=report)
+    return [reason] if reason else []
 
 
 def fabric_disruptive(report):
@@ -160,6 +197,12 @@ def validate(module, params):
         module.fail_json(msg="driver: branch %r is not a driver branch (digits, like 580)" % branch)
     if version and branch and _branch(version) != branch:
         module.fail_json(msg="driver: version %s is not of branch %s" % (version, branch))
+    fm_version = p.get("fabric_manager_version") or ""
+    if fm_version and version and fm_version != version:
+        # _driver_plan's rule, before anything is read
+        module.fail_json(msg="driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's Fabric Manager "
+                             "runs only at exactly the driver's version. Pin both at one version (or leave "
+                             "driver_fabric_manager_version empty); nothing changed" % (fm_version, version))
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
     try:
         ds.check_setting(p.get("fabric_manager") or "auto")

@@ -337,6 +337,8 @@ STEPS = (
         persistenced=dict(type="bool", default=False),
         systemctl=dict(type="list", elements="str"),
         fabric_timeout=dict(type="int", default=300),
+        fabric_manager_version=dict(type="str", default=""),
+        allow_downgrade=dict(type="bool", default=False),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
         reruns=("mig", "compute_mode", "cdi")),
     Step("mig", {"mig": dict(type="dict", options=dict(

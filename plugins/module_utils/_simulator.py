@@ -36,6 +36,8 @@ the code says so):
   Nth mutating call, a stop after the Nth mutating call (the calling process stops itself with SIGSTOP once that
   call is saved, so that a test can kill it at exactly that point: `stop_after`), a reboot event, and a log of
   every mutating call (state["call_log"]).
+- nvidia-persistenced (_simulator_host.start_persistenced, run by the lab's fake package): while it runs with
+  persistence mode, every GPU reads persistence mode Enabled; it starts again at a boot where it ran before.
 - Health (_simulator_health): each GPU's ECC counts, row remapping, NVLinks, PCIe link, clock event reasons,
   temperature and fabric state, answered NOT_SUPPORTED where NVML does for that generation and machine shape; a lost
   GPU (every call answers GPU_IS_LOST, a reboot brings it back); this boot's kernel log with Xid lines. Test hooks:
@@ -297,7 +299,7 @@ class SimulatedBackend(GpuBackend):
                 "driver_version": version,
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % version,
-                "gpus": [gpu_facts(state, sim_health.raise_if_lost(g)) for g in state["gpus"]
+                "gpus": [self._persistenced(gpu_facts(state, sim_health.raise_if_lost(g))) for g in state["gpus"]
                          if not (skip_lost and sim_health.is_lost(g))],
             }
             if skip_lost:
@@ -310,7 +312,14 @@ class SimulatedBackend(GpuBackend):
         with self._locked(write=False) as state:
             gpu = gpu_by_index(state, index)
             sim_health.raise_if_lost(gpu)
-            return gpu_facts(state, gpu)
+            return self._persistenced(gpu_facts(state, gpu))
+
+    def _persistenced(self, facts):
+        """A GPU's facts as NVML reads them while the simulated nvidia-persistenced runs on the modelled host with
+        persistence mode (_simulator_host.start_persistenced): persistence mode Enabled."""
+        if self.root and host.persistenced_mode(self.root):
+            facts["persistence_mode"] = True
+        return facts
 
     def read_health(self):
         """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health)."""

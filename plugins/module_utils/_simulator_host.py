@@ -358,6 +358,37 @@ def stop_fabric_manager(root):
     _remove(root, FABRIC_MANAGER_MARK)
 
 
+# The simulated nvidia-persistenced (tests/support/persistenced_standin.py runs it for the lab's fake package): a mark
+# holding "on" (started with persistence mode, its default) or "off" (--no-persistence-mode) while it runs.
+PERSISTENCED_MARK = "var/run/nvidia-persistenced/gpuops-simulated-persistenced"
+# (the simulator's own words: the real daemon's message without a driver was not found in a public source)
+PERSISTENCED_NO_DRIVER = "nvidia-persistenced: the NVIDIA driver is not loaded (simulated)"
+
+
+def start_persistenced(root, persistence_mode):
+    """Start the simulated nvidia-persistenced: refused (its message returned) without a loaded driver, else its mark
+    written and None. While it runs with persistence mode, NVML reads persistence mode Enabled on every GPU (NVIDIA/
+    nvidia-persistenced at 580.95.05, option-table.h: the daemon enables it on every device unless told
+    --no-persistence-mode), whatever the legacy per-GPU setting says."""
+    if loaded_module_version(root) is None:
+        return PERSISTENCED_NO_DRIVER
+    _write(root, PERSISTENCED_MARK, "on\n" if persistence_mode else "off\n")
+    return None
+
+
+def stop_persistenced(root):
+    _remove(root, PERSISTENCED_MARK)
+
+
+def persistenced_mode(root):
+    """True or False while the simulated nvidia-persistenced runs (with or without persistence mode), else None."""
+    try:
+        with open(os.path.join(root, PERSISTENCED_MARK)) as handle:
+            return handle.read().strip() == "on"
+    except (IOError, OSError):
+        return None
+
+
 def fabric_registered(root):
     """Whether the GPUs' fabric registration can have run: the simulated FM runs at the loaded driver's version. The
     first NVML read after that answers the registration's outcome (completed and SUCCESS, or what a health fault set);
@@ -389,7 +420,7 @@ def render(root, shape, gpu_bus_ids, options):
         if switches or shape in catalog.NVLINK5_SHAPES:
             # the image's Fabric Manager, at its driver's version, runs (as on an image that brings both)
             _write(root, FABRIC_MANAGER_MARK, options["driver"] + "\n")
-            image.append(FABRIC_MANAGER_MARK)
+            image.append(FABRIC_MANAGER_MARK)       # the image brought it (not the collection)
         image += [NVML_LIBRARY_LINK, "%s/%s%s" % (NVML_LIBRARY_DIRS[0], NVML_LIBRARY_PREFIX, options["driver"])]
     elif options["nouveau"]:
         write_modules(root, {}, others=("nouveau",))
@@ -499,6 +530,8 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
         if name.isdigit():
             shutil.rmtree(os.path.join(proc, name), ignore_errors=True)
+    persistenced = persistenced_mode(root)
+    stop_persistenced(root)
     if host_state.get("nouveau") and not nouveau_blacklisted(root):
         write_modules(root, {}, others=("nouveau",))
         for bus_id in gpu_bus_ids:
@@ -517,6 +550,9 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
     else:
         return None
     load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids, modules=modules)
+    if persistenced is not None:
+        # a running (enabled) nvidia-persistenced starts again with the driver, as its unit does at boot
+        start_persistenced(root, persistenced)
     if fabric_manager is not None:
         # an enabled FM of another version fails its start at boot (start_fabric_manager's refusal)
         start_fabric_manager(root, fabric_manager)

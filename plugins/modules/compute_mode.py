@@ -51,8 +51,19 @@ options:
     type: list
     elements: str
   persistence_mode:
-    description: Also set persistence mode on the selected GPUs; left as it is when not given.
+    description: Also set persistence mode on the selected GPUs (through NVML, the legacy persistence mode); left as
+      it is when not given. Refused with O(persistence_owner=nvidia-persistenced).
     type: bool
+  persistence_owner:
+    description:
+      - Who owns persistence mode on this node. V(compute_mode) - this module sets it where O(persistence_mode) is
+        given (a node whose driver the collection does not manage).
+      - "V(nvidia-persistenced) - the daemon owns it (M(gpuops.nvidia.driver_services) runs it with
+        C(--persistence-mode) where gpuops.nvidia.gpu_node manages the driver); this module makes no persistence call
+        and says so in RV(persistence). One writer, never two (docs/driver.md)."
+    type: str
+    choices: [compute_mode, nvidia-persistenced]
+    default: compute_mode
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.node_lock
@@ -119,6 +130,12 @@ modes:
   description: Declared mode per selected GPU index.
   returned: always
   type: dict
+persistence:
+  description: Who owns persistence mode (C(owner)) and what this run did about it (C(note)).
+  returned: always
+  type: dict
+  sample: {"owner": "nvidia-persistenced", "note": "persistence mode left to nvidia-persistenced (run with
+           --persistence-mode by the driver step); no NVML persistence call"}
 calls:
   description: The NVML setter calls this run made, in order (empty in check mode and when nothing differs).
   returned: always
@@ -148,9 +165,17 @@ class ComputeMode(ModuleRun):
             gpus=dict(type="list", elements="str", default=["all"]),
             mode=dict(type="str", required=True))),
         persistence_mode=dict(type="bool"),
+        persistence_owner=dict(type="str", choices=["compute_mode", "nvidia-persistenced"], default="compute_mode"),
     )
     module_options = dict(mutually_exclusive=[("settings", "mode"), ("settings", "gpus")],
                           required_one_of=[("settings", "mode")])
+
+    def validate(self):
+        if self.params["persistence_owner"] == "nvidia-persistenced" and self.params["persistence_mode"] is not None:
+            return ["persistence_mode is owned by nvidia-persistenced on this node (persistence_owner), so compute_mode "
+                    "does not set it: leave persistence_mode unset, or set persistence_owner to compute_mode where "
+                    "no daemon runs"]
+        return []
 
     def lock(self):
         return module_lock_with_backend(self, "compute_mode")
@@ -176,6 +201,15 @@ class ComputeMode(ModuleRun):
         self.todo = todo
         changes = [dict(c) for c in todo["changes"]]
         planned = planned_state(todo)
+        owner = p["persistence_owner"]
+        if owner == "nvidia-persistenced":
+            note = ("persistence mode left to nvidia-persistenced (run with --persistence-mode by the driver step); "
+                    "no NVML persistence call")
+        elif p["persistence_mode"] is None:
+            note = "persistence mode left as it is (persistence_mode not given)"
+        else:
+            note = "persistence mode set through NVML where it differs"
+        self.result.update(persistence={"owner": owner, "note": note})
         self.result.update(mode=todo["mode"], changes=changes, calls=[],
                            modes=dict((str(k), v) for k, v in todo["modes"].items()), gpus=report(planned))
         self.set_diff(state_view(todo["selected"]), state_view(planned), header="GPU modes")

@@ -22,14 +22,19 @@ description:
   - Then, where the Fabric Manager runs, it waits up to O(fabric_timeout) seconds until NVML reports every GPU's
     fabric registration completed with status SUCCESS; otherwise it fails naming each GPU (index, bus id), its fabric
     state and status, and what to do. GPUs without an NVSwitch fabric (state not supported) are not waited for.
+  - "nvidia-persistenced is the one owner of persistence mode on a node whose driver is managed: a systemd drop-in,
+    C(/etc/systemd/system/nvidia-persistenced.service.d/gpuops-persistence-mode.conf), starts the packaged unit's
+    command with C(--persistence-mode) instead of C(--no-persistence-mode) (as NVIDIA's driver container starts the
+    daemon). It is written before the unit is started, and a running daemon is restarted when the drop-in changed.
+    M(gpuops.nvidia.compute_mode) then leaves persistence mode alone (its option C(persistence_owner))."
   - With no NVIDIA driver loaded it enables the units and starts nothing (they start once the driver is loaded, at
     the next boot or by M(gpuops.nvidia.driver_modules)); it says so in RV(deferred).
   - Check mode reads everything and reports what it would enable, start and load, with a diff of each unit's state;
     it changes nothing and does not wait.
 options:
   persistenced:
-    description: Whether C(nvidia-persistenced.service) must be enabled and running (the owner of persistence mode
-      where the driver is managed; see docs/driver.md).
+    description: Whether C(nvidia-persistenced.service) must be enabled and running with C(--persistence-mode) (the
+      owner of persistence mode where the driver is managed; see docs/driver.md).
     type: bool
     default: true
   fabric_manager:
@@ -118,6 +123,13 @@ fabric_manager:
   returned: success
   type: dict
   sample: {"wanted": true, "reason": "NVSwitch system (/proc/driver/nvidia-nvswitch/devices is not empty)"}
+persistence_mode:
+  description: Who owns persistence mode on this node (C(owner), C(nvidia-persistenced) or null when
+    O(persistenced=false)), the drop-in's path (C(dropin)) and a C(note) saying how it is kept.
+  returned: success
+  type: dict
+  sample: {"owner": "nvidia-persistenced", "dropin": "/etc/systemd/system/nvidia-persistenced.service.d/gpuops-persistence-mode.conf",
+           "note": "nvidia-persistenced runs with --persistence-mode (its drop-in); no NVML persistence call"}
 fabric:
   description: The wait for the fabric (where the Fabric Manager runs, outside check mode) - C(pending), the GPUs not
     registered at its end (index, pci_bus_id, state, status), and C(waited), seconds.
@@ -131,7 +143,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_servi
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
@@ -203,9 +215,15 @@ class DriverServices(ModuleRun):
                                            ds.pci_nvswitch_count(root) if state["loaded"] is None else 0)
         units = ds.wanted_units(self.params["persistenced"], fm)
         systemctl = self.tool("systemctl") if units else None
+        dropin = None
+        if self.params["persistenced"]:
+            # the owner of persistence mode: the packaged unit, started with --persistence-mode by our drop-in
+            dropin = {"path": os.path.join(root, ds.PERSISTENCED_DROPIN),
+                      "wanted": ds.persistenced_dropin(ds.packaged_unit(root, ds.PERSISTENCED_UNIT)),
+                      "current": ds.read_text(root, ds.PERSISTENCED_DROPIN)}
         return {"state": state, "modules": sorted(modules), "fabric_manager": fm, "fabric_manager_reason": why,
                 "units": dict((u, ds.unit_state(self.run_argv, systemctl, u)) for u in units),
-                "systemctl": systemctl}
+                "systemctl": systemctl, "dropin": dropin}
 
     # ---- plan ---------------------------------------------------------------------------------------------------
     def plan(self, current):
@@ -215,6 +233,12 @@ class DriverServices(ModuleRun):
         words = ["modprobe %s" % m for m in missing]
         after = dict((u, dict(s)) for u, s in current["units"].items())
         deferred = []
+        dropin = current["dropin"]
+        restart = False
+        if dropin and dropin["wanted"] is not None and dropin["current"] != dropin["wanted"]:
+            # the drop-in first: a unit started after it runs with --persistence-mode; a running one is restarted
+            words.extend(["write %s" % dropin["path"], "systemctl daemon-reload"])
+            restart = current["units"][ds.PERSISTENCED_UNIT]["active"] == "active"
         for action in actions:
             if action["enable"]:
                 words.append("systemctl enable %s" % action["unit"])
@@ -225,11 +249,29 @@ class DriverServices(ModuleRun):
                     continue
                 words.append("systemctl start %s" % action["unit"])
                 after[action["unit"]]["active"] = "active"
+        if restart:
+            words.append("systemctl restart %s" % ds.PERSISTENCED_UNIT)
         self.result.update(actions=words, deferred=deferred, units=after if self.module.check_mode else
                            current["units"], fabric_manager={"wanted": current["fabric_manager"],
-                                                             "reason": current["fabric_manager_reason"]})
-        self.set_diff(current["units"], after, header="systemd units")
+                                                             "reason": current["fabric_manager_reason"]},
+                           persistence_mode=self.persistence_report(dropin))
+        before = dict(current["units"])
+        if dropin:
+            before["/" + ds.PERSISTENCED_DROPIN] = dropin["current"]
+            after["/" + ds.PERSISTENCED_DROPIN] = dropin["wanted"] if dropin["wanted"] is not None else dropin["current"]
+        self.set_diff(before, after, header="systemd units")
         return words
+
+    def persistence_report(self, dropin):
+        """Who owns persistence mode on this node, as the result says it."""
+        if not dropin:
+            return {"owner": None, "note": "nvidia-persistenced is not managed here (persistenced false)"}
+        if dropin["wanted"] is None:
+            return {"owner": "nvidia-persistenced", "dropin": dropin["path"],
+                    "note": "%s is not installed yet: its drop-in (--persistence-mode) is written once the package "
+                            "installed the unit" % ds.PERSISTENCED_UNIT}
+        return {"owner": "nvidia-persistenced", "dropin": dropin["path"],
+                "note": "nvidia-persistenced runs with --persistence-mode (its drop-in); no NVML persistence call"}
 
     # ---- apply --------------------------------------------------------------------------------------------------
     def apply(self, current, changes):
@@ -237,7 +279,16 @@ class DriverServices(ModuleRun):
         self.result["actions"] = done
         for word in changes:
             verb, target = word.rsplit(" ", 1)
-            if verb == "modprobe":
+            if verb == "write":
+                try:
+                    write_atomic(self.module, target, current["dropin"]["wanted"])
+                    error = None
+                except (IOError, OSError) as exc:
+                    error = "cannot write %s: %s" % (target, exc)
+            elif word == "systemctl daemon-reload":
+                rc, out, err = self.run_argv(current["systemctl"] + ["daemon-reload"])
+                error = None if rc == 0 else "systemctl daemon-reload failed (rc %d): %s" % (rc, (err or out).strip())
+            elif verb == "modprobe":
                 rc, out, err = self.run_argv(self.tool("modprobe") + [target])
                 error = None if rc == 0 else "modprobe %s failed (rc %d): %s" % (target, rc, (err or out).strip())
             else:

@@ -252,6 +252,23 @@ driver:
                 C(SW_MNG)).", type: bool, returned: always}
     read_error: {description: "Why the files below NVML could not be read; null when they could.", type: str,
                  returned: always}
+    fabric_manager:
+      description:
+        - The NVIDIA Fabric Manager - C(installed), its package(s) and version(s) from the package database
+          (C(nvidia-fabricmanager), C(nvidia-fabricmanager-<branch>); empty when none, null when the database could
+          not be read, C(read_error) then says why), C(running) (its pid file names a live process; on simulated GPUs
+          the simulated Fabric Manager) and C(running_version), the running daemon's version where it says so (the
+          simulated one; null on a real node, whose daemon does not say it).
+      type: dict
+      returned: when C(root) is not null
+      sample: {installed: [{name: nvidia-fabricmanager, version: 580.95.05-1}], running: true, running_version: null}
+    fabric:
+      description: Each GPU's NVLink fabric registration (C(index), C(pci_bus_id), C(state), C(status)), from the
+        health read (nvmlDeviceGetGpuFabricInfo); C(not supported) where the GPU has no NVSwitch fabric.
+      type: list
+      elements: dict
+      returned: when O(health) is true and NVML started
+      sample: [{index: 0, pci_bus_id: "00000000:18:00.0", state: completed, status: SUCCESS}]
     pci:
       description:
         - Only when NVML could not start. C(gpus) and C(nvswitches) read from PCI sysfs (bus_id, device, subsystem,
@@ -327,6 +344,33 @@ def driver_section(root, nvml_version, nvml_error):
     return section
 
 
+def fabric_manager_section(module, root, version):
+    """The Fabric Manager: its installed package(s) (the package database: dpkg-query, else rpm) and whether the
+    daemon runs, with its version where the daemon says so (the simulated one does; the real one's pid file only says
+    that it runs)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    out = {"installed": None, "running": None, "running_version": None, "read_error": None}
+    names = ds.fabric_manager_packages((version or "").split(".")[0])
+    manager = "apt" if module.get_bin_path("dpkg-query") else ("dnf" if module.get_bin_path("rpm") else None)
+    if manager is None:
+        out["read_error"] = "no package database (neither dpkg-query nor rpm found)"
+    else:
+        try:
+            found = _packages.read_installed(module, manager, names)
+            out["installed"] = [{"name": n, "version": found[n]["version"]} for n in names if found[n]["version"]]
+        except _packages.PackageError as exc:
+            out["read_error"] = str(exc)
+    if simulated():
+        from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+        out["running_version"] = _simulator_host.fabric_manager_version(root)
+        out["running"] = out["running_version"] is not None
+    else:
+        pid = ds.read_text(root, ds.FABRIC_MANAGER_PID)
+        out["running"] = bool(pid and pid.strip().isdigit() and os.path.isdir("/proc/%s" % pid.strip()))
+    return out
+
+
 def driver_root():
     """Where the files below NVML are: the simulated node's root on simulated GPUs (None without one), else "/"."""
     if simulated():
@@ -381,6 +425,12 @@ class GpuInfo(ModuleRun):
                 lost, "; ".join(health["blocking"])), health=health)
 
         facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
+        if facts["driver"]["root"] is not None:
+            facts["driver"]["fabric_manager"] = fabric_manager_section(
+                module, facts["driver"]["root"], facts["driver"]["loaded_version"] or facts["driver_version"])
+        if health is not None:
+            from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+            facts["driver"]["fabric"] = ds.fabric_state(health.get("gpus"))
         if nvml_error is not None:
             if facts["driver"]["read_error"]:
                 module.fail_json(msg="NVML could not start (%s) and the node could not be read below NVML either: %s"

@@ -87,6 +87,16 @@ options:
           changes).
         type: int
         default: 300
+      fabric_manager_version:
+        description: The Fabric Manager's declared pin (empty - the driver's version); another version than the
+          driver's is refused before anything is read (it runs only at exactly the driver's version).
+        type: str
+        default: ""
+      allow_downgrade:
+        description: Whether the driver role may downgrade; without it a Fabric Manager installed newer than the
+          declared driver is refused here, before anything changes (installing the pin could not fix it).
+        type: bool
+        default: false
   mig:
     description:
       - MIG, planned only when it is managed on this node (RV(mig.managed)).
@@ -408,7 +418,9 @@ driver:
       C(nouveau_loaded), C(secure_boot), C(kernel), C(nvswitch), C(nvlink5), C(nvml_error) (null, or NVML's C(name) and
       C(message) when it could not start), C(action) (C(none), C(load), C(reload) or C(reboot)), C(reboot_needed),
       C(disruptive) (reasons the node's GPU users are disrupted) and C(root); C(fabric_manager) (C(wanted) and
-      C(reason)) and C(services), each managed unit's C(enabled) and C(active) as systemctl prints them.
+      C(reason), and where the pin is an exact version C(installed), the Fabric Manager's installed packages, and
+      C(pinned)), C(services), each managed unit's C(enabled) and C(active) as systemctl prints them, and
+      C(persistence_mode) (its C(owner), nvidia-persistenced, and its C(dropin)) where nvidia-persistenced is managed.
   returned: when O(driver) is given
   type: dict
   sample: {loaded_version: 570.195.03, loaded_flavour: open, action: reload, reboot_needed: false,

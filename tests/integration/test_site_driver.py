@@ -5,7 +5,8 @@ of fake packages (tests/support/driver_rig.py, one per session), the modules loa
 own (an inventory added to the lab's), only those converged (--limit).
 
 What a user would notice: check mode changes nothing; a fresh node gets the driver installed with open modules and
-loaded, no reboot, NVML up, and a re-run changes nothing; a node with nouveau reboots exactly once (guarded) and then
+loaded, no reboot, NVML up, nvidia-persistenced the one owner of persistence mode (running with --persistence-mode, no
+NVML persistence call), and a re-run changes nothing; a node with nouveau reboots exactly once (guarded) and then
 serves; a version-mismatch node is repaired by a reload; on an HGX H200 the Fabric Manager is installed at the driver's
 version, enabled and started, and every GPU's fabric is registered before the node is released, while a node whose
 fabric never completes fails naming its GPU and is not released; what the
@@ -18,6 +19,7 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
@@ -93,6 +95,20 @@ def test_fresh_node_check_then_install_load_and_rerun(tmp_path, rig):
     assert versions["nvidia-headless-580-open"] == "%s-0ubuntu1" % NEW
     # the second pass planned with NVML up: the GPU steps ran with the GPUs read
     assert res.task("Read the GPUs and plan every step", "drv-fresh")[-1]["ansible_facts"]["nvidia_gpus"]["gpus"]
+    # one owner of persistence mode: nvidia-persistenced runs (with --persistence-mode, started after the load), and
+    # no NVML persistence call was made (compute_mode says why)
+    units = json.loads(driver_files.read(root, ".standin-systemd.json"))["units"]
+    assert units["nvidia-persistenced.service"]["active"] and units["nvidia-persistenced.service"]["enabled"]
+    assert _simulator_host.persistenced_mode(root) is True
+    assert "--persistence-mode" in driver_files.read(root, ds.PERSISTENCED_DROPIN)
+    state = site.gpus("drv-fresh")
+    assert not [c for c in state["call_log"] if c.get("call") == "set_persistence_mode"], state["call_log"]
+    assert [g["persistence_mode"] for g in SimulatedBackend(str(site.state / "drv-fresh.json"),
+                                                           root=root).read_all()["gpus"]] == [True]
+    modes = [t for t in res.task("Set compute mode", "drv-fresh") if not t.get("skipped")]
+    assert modes and all(t["persistence"]["owner"] == "nvidia-persistenced" for t in modes), modes
+    boot_unit = driver_files.read(root, "etc/systemd/system/gpuops-compute-mode.service")
+    assert " -c DEFAULT" in boot_unit and " -pm " not in boot_unit, boot_unit     # no second writer at boot either
 
     again = site.run(args=args)
     assert again.rc == 0, again

@@ -11,7 +11,7 @@ archive's packages of 580 with a precompiled ``linux-modules-nvidia-580-server-o
 What they install is what the lab's reading code looks at: a kernel module placeholder under
 ``lib/modules/<KERNEL>/`` (text naming version, flavour and whether signed) and the userspace library marker
 ``usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version>`` (the path the driver layer's simulator reads; until that
-constant lands it is written here), nvidia-smi and nvidia-persistenced stand-ins, and the persistenced unit.
+constant lands it is written here), nvidia-smi and nvidia-persistenced stand-ins (the latter runs the simulated node's daemon), and the persistenced unit.
 """
 import os
 import subprocess
@@ -29,6 +29,8 @@ PRECOMPILED_VERSION = "6.8.0-87.88+1"
 LIBRARY_MARKER = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.%s"
 # What the fake Fabric Manager package's nv-fabricmanager runs (the simulated node's Fabric Manager)
 FM_STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fabricmanager_standin.py")
+# What the fake nvidia-compute-utils package's nvidia-persistenced runs (the simulated node's daemon)
+PERSISTENCED_STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "persistenced_standin.py")
 
 
 # The kernel modules one driver package installs (as placeholders: tests/support/driver_files.py's format, which the
@@ -64,10 +66,15 @@ def cuda_packages(version):
         "nvidia-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
             "usr/bin/nvidia-smi": "#!/bin/sh\necho 'TEST STAND-IN nvidia-smi %s'\n" % version}),
         "nvidia-compute-utils-%s" % b: (v, "%s (= %s)" % (lib, v), {
-            "usr/bin/nvidia-persistenced": "#!/bin/sh\necho 'TEST STAND-IN nvidia-persistenced %s'\n" % version,
+            # runs the simulated node's daemon (tests/support/persistenced_standin.py)
+            "usr/bin/nvidia-persistenced": "#!/bin/sh\n# TEST STAND-IN nvidia-persistenced %s\nexec %s %s %s \"$@\"\n" % (
+                version, sys.executable, PERSISTENCED_STANDIN, version),
+            # started as Ubuntu's unit starts it (--no-persistence-mode: docs/driver.md); the stand-in's ExecStopPost
+            # stops the simulated daemon
             "lib/systemd/system/nvidia-persistenced.service":
                 "[Unit]\nDescription=TEST STAND-IN NVIDIA Persistence Daemon\n[Service]\nType=forking\n"
-                "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced\n[Install]\n"
+                "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose\n"
+                "ExecStopPost=/usr/bin/nvidia-persistenced --gpuops-standin-stop\n[Install]\n"
                 "WantedBy=multi-user.target\n"}),
     }
     for flavour, suffix in (("open", "-open"), ("proprietary", "")):

@@ -7,8 +7,9 @@ lines (with systemd's $$ and %% unescaping) so a test exercises the unit text th
 On a simulated node (GPUOPS_SIMULATED_ROOT set, the FAKE_SYSTEMD_* variables not): the state lives in
 R/.standin-systemd.json and the units are the files the node's packages installed (R/etc/systemd/system,
 R/lib/systemd/system, R/usr/lib/systemd/system), each loaded when first named, as systemd loads a new unit file on
-demand. Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from
-there (a program the node's packages installed).
+demand, with its drop-ins (<unit>.d/*.conf; an empty ``ExecStart=`` resets the command list, as in systemd).
+Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from there (a
+program the node's packages installed).
 """
 import json
 import os
@@ -50,14 +51,33 @@ def save():
         json.dump(st, f, indent=1)
 
 
+def unit_text(name):
+    """The unit's file (the first directory's) and, on a simulated node, its drop-ins (<unit>.d/*.conf of every
+    directory, in name order), as systemd merges them; None where no file exists."""
+    text = None
+    for directory in unit_dirs:
+        if os.path.isfile(os.path.join(directory, name)):
+            with open(os.path.join(directory, name)) as f:
+                text = f.read()
+            break
+    if text is None or not on_demand:
+        return text
+    dropins = {}
+    for directory in reversed(unit_dirs):
+        folder = os.path.join(directory, name + ".d")
+        for n in (os.listdir(folder) if os.path.isdir(folder) else []):
+            if n.endswith(".conf"):
+                dropins[n] = os.path.join(folder, n)
+    for n in sorted(dropins):
+        with open(dropins[n]) as f:
+            text += "\n" + f.read()
+    return text
+
+
 def unit(name):
     u = st["units"].setdefault(name, {"active": False, "enabled": False, "loaded": None})
     if u["loaded"] is None and on_demand:
-        for directory in unit_dirs:
-            if os.path.isfile(os.path.join(directory, name)):
-                with open(os.path.join(directory, name)) as f:
-                    u["loaded"] = f.read()
-                break
+        u["loaded"] = unit_text(name)
     return u
 
 
@@ -76,9 +96,16 @@ def run_lines(u, keys):
         if line.startswith("Environment="):
             k, v = line[len("Environment="):].split("=", 1)
             env[k] = v
+    commands = []
     for line in u["loaded"].splitlines():
         key, _sep, value = line.partition("=")
         if key in keys:
+            if not value.strip():       # an empty assignment resets the list (how a drop-in replaces ExecStart)
+                commands = [c for c in commands if c[0] != key]
+                continue
+            commands.append((key, value))
+    for key in keys:
+        for _key, value in [c for c in commands if c[0] == key]:
             argv = program([a.replace("$$", "$").replace("%%", "%") for a in shlex.split(value)])
             if subprocess.run(argv, env=env, check=False).returncode != 0:
                 return False
@@ -94,11 +121,10 @@ def start(u):
 rc = 0
 cmd = args[0] if args else ""
 if cmd == "daemon-reload":
-    for directory in reversed(unit_dirs):       # the first directory's file wins, as /etc's over /lib's
+    for directory in unit_dirs:
         for n in (os.listdir(directory) if os.path.isdir(directory) else []):
             if n.endswith(".service"):
-                with open(os.path.join(directory, n)) as f:
-                    unit(n)["loaded"] = f.read()
+                unit(n)["loaded"] = unit_text(n)        # the first directory's file wins, as /etc's over /lib's
 elif cmd == "is-active":
     u = unit(args[1])
     print("active" if u["active"] else "inactive")

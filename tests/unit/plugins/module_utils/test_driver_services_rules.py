@@ -88,3 +88,54 @@ def test_no_fabric_manager_without_nvswitches(tmp_path):
     assert host.fabric_manager_version(root) is None
     assert host.start_fabric_manager(root, "580.95.05").startswith("request to query NVSwitch device information")
     assert [g["fabric"] for g in sim.read_health()["gpus"]] == ["not supported"]
+
+
+UBUNTU_UNIT = ("[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\nStopWhenUnneeded=true\n\n[Service]\n"
+               "Type=forking\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode "
+               "--verbose\nExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n")
+
+
+@pytest.mark.parametrize("unit, command", [
+    (UBUNTU_UNIT, "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose --persistence-mode"),
+    # NVIDIA's sample unit (NVIDIA/nvidia-persistenced, init/systemd): the default is already on, said explicitly
+    ("[Service]\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced\n",
+     "/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode"),
+    ("[Service]\nExecStart=/usr/bin/nvidia-persistenced --persistence-mode\n",
+     "/usr/bin/nvidia-persistenced --persistence-mode"),
+])
+def test_the_persistenced_dropin_starts_the_packaged_command_with_persistence_mode(unit, command):
+    text = ds.persistenced_dropin(unit)
+    assert "[Service]\nExecStart=\nExecStart=%s\n" % command in text
+    assert "StopWhenUnneeded=false" in text
+    assert ds.dropin_reason(unit, text) is None
+    assert "missing" in ds.dropin_reason(unit, None)
+    assert "not as declared" in ds.dropin_reason(unit, text.replace("--persistence-mode", "--no-persistence-mode"))
+
+
+def test_no_dropin_without_the_packaged_unit():
+    assert ds.persistenced_dropin(None) is None and ds.persistenced_dropin("[Service]\nType=forking\n") is None
+    assert ds.dropin_reason(None, None) is None
+
+
+def test_a_static_unit_is_not_planned_for_enable():
+    # Ubuntu's nvidia-persistenced.service has no [Install] section: is-enabled prints "static", enable cannot change it
+    states = {PD: {"unit": PD, "enabled": "static", "active": "active"}}
+    assert ds.plan_units(states) == [] and ds.unit_reasons(states) == []
+    states[PD]["active"] = "inactive"
+    assert ds.plan_units(states) == [{"unit": PD, "enable": False, "start": True}]
+
+
+@pytest.mark.parametrize("installed, allow, work, refused", [
+    ([], False, "the Fabric Manager is not installed: it is installed at the driver's version 580.95.05", None),
+    ([{"name": "nvidia-fabricmanager", "version": "580.95.05-1"}], False, None, None),
+    ([{"name": "nvidia-fabricmanager", "version": "3:580.95.05-1.el9"}], False, None, None),
+    ([{"name": "nvidia-fabricmanager-570", "version": "570.195.03-1"}], False,
+     "installed at another version (nvidia-fabricmanager-570 570.195.03-1) than the driver's 580.95.05", None),
+    ([{"name": "nvidia-fabricmanager", "version": "580.105.08-1"}], False, None, "installing the pin would downgrade"),
+    ([{"name": "nvidia-fabricmanager", "version": "580.105.08-1"}], True, "it is installed at 580.95.05", None),
+])
+def test_the_fabric_managers_package_against_the_pin(installed, allow, work, refused):
+    reason, refusal = ds.fabric_manager_check(installed, "580.95.05", allow)
+    assert (reason is None) is (work is None) and (work is None or work in reason), reason
+    assert (refusal is None) is (refused is None) and (refused is None or refused in refusal), refusal
+    assert ds.fabric_manager_check(installed, "", allow) == (None, None)      # a branch pin: no exact version

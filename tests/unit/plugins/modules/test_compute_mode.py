@@ -153,3 +153,20 @@ def test_settings_and_mode_are_exclusive(tmp_path):
     r, _proc = run_module(MODULE, {"gpus": ["0"]}, env=env)
     assert r["failed"] and "one of the following is required: settings, mode" in r["msg"]
     assert calls(env) == []
+
+
+def test_where_nvidia_persistenced_owns_persistence_mode_no_persistence_call_is_made(tmp_path):
+    backend, env = sim(tmp_path, "h200-x1")
+    backend.set_persistence_mode(0, False)
+    backend.clear_call_log()
+    args = {"mode": "Prohibited", "persistence_owner": "nvidia-persistenced"}
+    r, _proc = run_module(MODULE, args, env=env)
+    assert r["changed"] is True and r["calls"] == ["set_compute_mode(0, Prohibited)"], r
+    assert r["persistence"]["owner"] == "nvidia-persistenced" and "no NVML persistence call" in r["persistence"]["note"]
+    assert [c["call"] for c in calls(env)] == ["set_compute_mode"]
+    assert [g["persistence_mode"] for g in backend.read_all()["gpus"]] == [False]      # left alone
+
+    # the two owners at once: refused before any change
+    r, _proc = run_module(MODULE, dict(args, mode="Default", persistence_mode=True), env=env)
+    assert r["failed"] and "persistence_mode is owned by nvidia-persistenced" in r["msg"], r
+    assert "nothing changed" in r["msg"] and [c["call"] for c in calls(env)] == ["set_compute_mode"]

@@ -5,6 +5,7 @@ Manager is the simulated node's (tests/support/fabricmanager_standin.py, _simula
 the simulator answers each GPU's fabric state not_started until it runs at the driver's version."""
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -51,6 +52,9 @@ class Node(object):
         args.setdefault("fabric_timeout", 0)
         return run_main(driver_services.main, args, check_mode=check, diff=True)
 
+    def dropin(self):
+        return os.path.join(self.root, ds.PERSISTENCED_DROPIN)
+
     def units(self):
         path = os.path.join(self.root, ".standin-systemd.json")
         if not os.path.exists(path):
@@ -72,8 +76,11 @@ def test_check_mode_plans_the_start_and_touches_nothing(node):
     out = node.run(check=True)
     assert not out.get("failed"), out
     assert out["changed"] is True
-    assert out["actions"] == ["systemctl enable %s" % PD, "systemctl start %s" % PD, "systemctl enable %s" % FM,
-                              "systemctl start %s" % FM]
+    assert out["actions"] == ["write %s" % node.dropin(), "systemctl daemon-reload", "systemctl enable %s" % PD,
+                              "systemctl start %s" % PD, "systemctl enable %s" % FM, "systemctl start %s" % FM]
+    assert "--persistence-mode" in out["diff"]["after"]["/" + ds.PERSISTENCED_DROPIN]
+    assert out["diff"]["before"]["/" + ds.PERSISTENCED_DROPIN] is None
+    assert not os.path.exists(node.dropin())
     assert out["fabric_manager"]["wanted"] is True and "NVSwitch" in out["fabric_manager"]["reason"]
     assert out["diff"]["before"][FM]["active"] == "inactive" and out["diff"]["after"][FM]["active"] == "active"
     assert all(enabled is False and active is False for enabled, active in node.units().values())
@@ -144,7 +151,9 @@ def test_without_a_driver_loaded_the_units_are_enabled_and_not_started(node):
     out = node.run(fabric_timeout=0)
     assert not out.get("failed"), out
     assert out["deferred"] == [PD, FM]
-    assert out["actions"] == ["systemctl enable %s" % PD, "systemctl enable %s" % FM]
+    assert out["actions"] == ["write %s" % node.dropin(), "systemctl daemon-reload", "systemctl enable %s" % PD,
+                              "systemctl enable %s" % FM]
+    assert host.persistenced_mode(node.root) is None       # never started before the driver is loaded
     assert node.units() == {PD: (True, False), FM: (True, False)}
     assert "fabric" not in out
 
@@ -154,8 +163,34 @@ def test_a_node_without_nvswitch_runs_no_fabric_manager(tmp_path, monkeypatch):
     out = node.run(fabric_timeout=0)
     assert not out.get("failed"), out
     assert out["fabric_manager"] == {"wanted": False, "reason": "no NVSwitch on this node"}
-    assert out["actions"] == ["systemctl enable %s" % PD, "systemctl start %s" % PD]
-    assert FM not in node.units()
+    assert out["actions"] == ["write %s" % node.dropin(), "systemctl daemon-reload", "systemctl enable %s" % PD,
+                              "systemctl start %s" % PD]
+    assert node.units().get(FM, (False, False)) == (False, False)      # (daemon-reload read its file)
+
+
+def test_persistenced_owns_persistence_mode_and_a_running_one_is_restarted_with_it(tmp_path, monkeypatch):
+    node = Node(tmp_path, monkeypatch, shape="h200-x1")
+    # the packaged unit (--no-persistence-mode, as Ubuntu's) already running, the legacy per-GPU setting off
+    for verb in ("enable", "start"):
+        assert subprocess.run([SYSTEMCTL, verb, PD], check=False).returncode == 0
+    node.sim.set_persistence_mode(0, False)
+    node.sim.clear_call_log()
+    assert host.persistenced_mode(node.root) is False
+    assert [g["persistence_mode"] for g in node.sim.read_all()["gpus"]] == [False]
+
+    out = node.run()
+    assert not out.get("failed"), out
+    assert out["actions"] == ["write %s" % node.dropin(), "systemctl daemon-reload", "systemctl restart %s" % PD]
+    assert out["persistence_mode"]["owner"] == "nvidia-persistenced"
+    with open(node.dropin()) as handle:
+        text = handle.read()
+    assert ("ExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose "
+            "--persistence-mode\n") in text
+    assert host.persistenced_mode(node.root) is True
+    assert [g["persistence_mode"] for g in node.sim.read_all()["gpus"]] == [True]
+    assert not [c for c in node.sim.raw_state()["call_log"] if c.get("call") == "set_persistence_mode"]
+    again = node.run()
+    assert not again.get("failed") and again["changed"] is False and again["actions"] == [], again
 
 
 @pytest.mark.parametrize("args, words", [

@@ -179,6 +179,35 @@ def test_driver_section_of_a_node_whose_image_brings_the_driver(tmp_path):
     assert result["ansible_facts"]["nvidia_gpus"]["driver"] == driver
 
 
+def test_the_fabric_manager_and_each_gpus_fabric_are_reported(tmp_path):
+    # the package database of the node: the Fabric Manager installed at the driver's version (dpkg's own status file)
+    admindir = tmp_path / "dpkg"
+    admindir.mkdir()
+    (admindir / "status").write_text("Package: nvidia-fabricmanager\nStatus: hold ok installed\nPriority: optional\n"
+                                     "Section: libs\nMaintainer: tests <t@gpuops-test.invalid>\nArchitecture: amd64\n"
+                                     "Version: 580.159.04-1\nDescription: TEST STAND-IN\n\n")
+    env = dict(_host_env(tmp_path), DPKG_ADMINDIR=str(admindir))
+    backend = SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="hgx-h200", root=env["GPUOPS_SIMULATED_ROOT"],
+                               host_options="")
+    backend.inject_health(3, "fabric_state", "in_progress")
+    result, proc = run_module(MODULE, env=env)
+    assert not result.get("failed"), proc.stdout
+    fm = result["driver"]["fabric_manager"]
+    assert fm["installed"] == [{"name": "nvidia-fabricmanager", "version": "580.159.04-1"}], fm
+    assert fm["running"] is True and fm["running_version"] == "580.159.04", fm     # the image's, at its driver
+    fabric = result["driver"]["fabric"]
+    assert [(f["index"], f["state"], f["status"]) for f in fabric][2:4] == [(2, "completed", "SUCCESS"),
+                                                                          (3, "in_progress", "SUCCESS")], fabric
+    assert fabric[3]["pci_bus_id"] == result["gpus"][3]["pci_bus_id"]
+
+    _simulator_host.stop_fabric_manager(env["GPUOPS_SIMULATED_ROOT"])
+    (admindir / "status").write_text("")
+    result, proc = run_module(MODULE, {"health": False}, env=env)
+    fm = result["driver"]["fabric_manager"]
+    assert fm["installed"] == [] and fm["running"] is False and fm["running_version"] is None, fm
+    assert "fabric" not in result["driver"]
+
+
 def test_a_node_before_its_driver_answers_with_the_pci_view(tmp_path):
     env = _host_env(tmp_path, "hgx-b200", "driver=none,nouveau,secure-boot=on")
     result, proc = run_module(MODULE, env=env, check=True)

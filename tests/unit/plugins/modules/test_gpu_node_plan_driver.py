@@ -108,3 +108,54 @@ def test_a_branch_pin_accepts_any_version_of_the_branch(host):
     host("driver=580.95.05")
     assert _plan({"driver": {"branch": "580"}})["steps"]["driver"] == []
     assert _plan({"driver": {"branch": "570"}})["driver"]["action"] == "reload"
+
+
+SYSTEMCTL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))), "tests", "support", "bin", "systemctl")
+
+
+def _dpkg_status(directory, packages):
+    directory.mkdir(exist_ok=True)
+    (directory / "status").write_text("".join(
+        "Package: %s\nStatus: install ok installed\nPriority: optional\nSection: libs\n"
+        "Maintainer: tests <t@gpuops-test.invalid>\nArchitecture: amd64\nVersion: %s\nDescription: TEST STAND-IN\n\n"
+        % (name, version) for name, version in packages))
+
+
+@pytest.mark.parametrize("loaded, packages, words, refused", [
+    ("580.95.05", [("nvidia-fabricmanager", "580.95.05-1")], None, False),
+    ("580.95.05", [], "the Fabric Manager is not installed", False),
+    ("570.195.03", [("nvidia-fabricmanager-570", "570.195.03-1")], "installed at another version", False),
+    ("580.95.05", [("nvidia-fabricmanager", "580.105.08-1")], "installing the pin would downgrade it", True),
+])
+def test_the_fabric_managers_installed_version_against_the_pin(tmp_path, monkeypatch, loaded, packages, words,
+                                                                refused):
+    path, root = str(tmp_path / "state.json"), str(tmp_path / "root")
+    for var, value in (("GPUOPS_SIMULATED_GPUS", path), ("GPUOPS_SIMULATED_MACHINE", "hgx-h200"),
+                       ("GPUOPS_SIMULATED_ROOT", root), ("GPUOPS_SIMULATED_HOST", "driver=%s" % loaded),
+                       ("DPKG_ADMINDIR", str(tmp_path / "dpkg"))):
+        monkeypatch.setenv(var, value)
+    for var in ("FAKE_SYSTEMD_STATE", "FAKE_SYSTEMD_UNIT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    SimulatedBackend(path, shape="hgx-h200", root=root, host_options="driver=%s" % loaded).read_all()
+    _dpkg_status(tmp_path / "dpkg", packages)
+    out = _plan({"driver": dict(PIN, systemctl=[SYSTEMCTL])})
+    if refused:
+        assert out["failed"] and words in out["msg"] and "nothing changed" in out["msg"], out
+        return
+    assert not out.get("failed"), out
+    assert out["driver"]["fabric_manager"]["installed"] == [{"name": n, "version": v} for n, v in packages]
+    assert out["driver"]["fabric_manager"]["pinned"] == PIN["version"]
+    fm_reasons = [r for r in out["steps"]["driver"] if "Fabric Manager" in r and "nvidia-fabricmanager.service" not in r]
+    if words is None:
+        assert fm_reasons == [], out["steps"]["driver"]
+    else:
+        assert len(fm_reasons) == 1 and words in fm_reasons[0], out["steps"]["driver"]
+
+
+def test_a_fabric_manager_pinned_at_another_version_is_refused_before_anything_is_read(host):
+    root = host("driver=580.95.05")
+    before = sorted(os.listdir(root))
+    out = _plan({"driver": dict(PIN, fabric_manager_version="580.82.07")})
+    assert out["failed"] and "the Fabric Manager is pinned at 580.82.07 and the driver at 580.95.05" in out["msg"], out
+    assert sorted(os.listdir(root)) == before
