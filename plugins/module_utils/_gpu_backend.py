@@ -15,6 +15,17 @@ import os
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_HOST, ENV_ROOT, ENV_SHAPE, ENV_STATE
 
 
+def module_runner(module):
+    """The ``run_command`` a module gives the backend: AnsibleModule.run_command on an argument list, with its exit
+    status left to the caller and a program that cannot start raised as OSError (``handle_exceptions=False``), as
+    get_backend's contract says. AnsibleModule's default instead ends the module ("Error executing command."), so a
+    node without journalctl (a container, a minimal image) failed the whole health read where the kernel-log reader
+    (_xid.read_kernel_log) goes on to dmesg - found on a lent GPU machine without systemd."""
+    def run(argv):
+        return module.run_command(argv, check_rc=False, handle_exceptions=False)
+    return run
+
+
 def get_backend(run_command=None):
     """The simulator when GPUOPS_SIMULATED_GPUS is set, else the real NVML backend. ``run_command`` (argv -> (rc,
     stdout, stderr), OSError when the command cannot start) runs nvidia-smi for a GPU reset on real GPUs; without it

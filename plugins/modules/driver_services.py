@@ -142,7 +142,7 @@ import os
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
@@ -319,7 +319,7 @@ class DriverServices(ModuleRun):
                                              % self.params["fabric_timeout"]}
             return
         try:
-            backend = get_backend(run_command=lambda argv: self.module.run_command(argv, check_rc=False))
+            backend = get_backend(run_command=module_runner(self.module))
             try:
                 extra = {}
                 if self.clock is not None:      # (a test's clock and sleep)

@@ -111,7 +111,7 @@ import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_reset
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
@@ -146,7 +146,7 @@ class GpuHealthReset(ModuleRun):
     def read(self):
         module = self.module
         try:
-            self.backend = get_backend(run_command=lambda argv: module.run_command(argv, check_rc=False))
+            self.backend = get_backend(run_command=module_runner(module))
             health = self._health()
         except (GpuBackendError, NvmlError) as exc:
             self.fail("cannot read the GPUs' health: %s" % exc)

@@ -298,16 +298,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     select_gpus,
     simulated,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-
-
-def _runner(module):
-    """The command runner the NVML backend reads the kernel log with (argument lists, no shell)."""
-    def run(argv):
-        return module.run_command(argv, check_rc=False)
-    return run
 
 
 def _pci_record(device):
@@ -398,7 +391,7 @@ class GpuInfo(ModuleRun):
         nvml_error = None
         facts = health = lost = None
         try:
-            backend = get_backend(run_command=_runner(module))
+            backend = get_backend(run_command=module_runner(module))
             try:
                 try:
                     facts = backend.read_all()

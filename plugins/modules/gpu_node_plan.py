@@ -488,7 +488,7 @@ ansible_facts:
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner, read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
@@ -523,7 +523,7 @@ def _read(module, health):
     """The GPUs' facts (with ``health``: and their health read, in the same backend session; the kernel log is read
     through the module's run_command, as gpu_info reads it)."""
     try:
-        read = read_facts(run_command=lambda argv: module.run_command(argv, check_rc=False), health=health)
+        read = read_facts(run_command=module_runner(module), health=health)
         return read if health else (read, None)
     except NvmlInitError as exc:
         # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the

@@ -112,3 +112,25 @@ def test_an_unreadable_log_is_said_not_raised():
     assert got["reason"].startswith("kernel log not readable: journalctl: ")
     assert "dmesg: rc 1: dmesg: read kernel buffer failed: Operation not permitted" in got["reason"]
     assert _xid.read_kernel_log(None)["readable"] is False
+
+
+def test_a_module_on_a_node_without_journalctl_reads_dmesg(tmp_path, monkeypatch):
+    # A real AnsibleModule's run_command through _gpu_backend.module_runner, on a PATH where journalctl does not exist
+    # and dmesg is a script: the reader goes on to dmesg. AnsibleModule's default (handle_exceptions) would have ended
+    # the module with "Error executing command." - what a lent GPU machine without systemd showed.
+    from ansible.module_utils import basic
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text("#!/bin/sh\necho '[ 12.5] NVRM: Xid (PCI:0000:47:00): 79, pid=0, GPU has fallen off the bus.'\n")
+    dmesg.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with patch_module_args({}):
+        module = basic.AnsibleModule(argument_spec={})
+    log = _xid.read_kernel_log(module_runner(module))
+    assert log["readable"] is True and log["source"] == "dmesg", log
+    assert len(log["lines"]) == 1 and "79" in log["lines"][0]
