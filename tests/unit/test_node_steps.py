@@ -6,8 +6,10 @@ under its own gate, in the registry's order, and told whether each step is manag
 and from the files, and a step missing in either fails (shown on both sides). The gate rules themselves
 (node_step_gates) are tested on plan results as gpu_node_plan returns them.
 """
+import json
 import os
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -17,6 +19,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_plan_args, node_step_gates
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
+from tests.support.ansible_run import BIN, ansible_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "gpu_node")
@@ -318,3 +321,33 @@ def test_a_step_runs_only_where_managed_and_with_work():
 def test_bad_input_says_what_is_wrong(plan, managed, words):
     with pytest.raises(AnsibleFilterError, match=re.escape("node_step_gates: ") + ".*" + re.escape(words)):
         node_step_gates(plan, managed)
+
+
+@pytest.mark.parametrize("driver_on", [False, True])
+def test_the_driver_options_are_templated_only_where_the_driver_step_is_planned(tmp_path, driver_on):
+    """A node that declares no driver (the default) does not template the driver's options when the node plan's
+    arguments are built: Jinja templates every variable a template names, taken branch or not (issue 36 item 7). A
+    driver variable whose template leaves a mark shows whether it was templated; where the step is planned, the
+    options are what the node plan is given."""
+    # (one ansible-playbook run on localhost over gpu_node's vars/main.yml)
+    mark = tmp_path / "templated"
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "vars_files": [os.path.join(ROLE, "vars", "main.yml")],
+        "vars": {"__gpu_node_driver_on": driver_on, "driver_version": "580.95.05",
+                 "gpu_node_driver_fabric_timeout": 300,
+                 "gpu_node_driver_systemctl": "{{ lookup('ansible.builtin.pipe', 'touch %s') or 'systemctl' }}" % mark},
+        "tasks": [{"ansible.builtin.debug": {"msg": "{{ __gpu_node_plan_inputs.driver }}"}}]}]))
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), str(playbook), "-i", "localhost,", "-c", "local"],
+                          env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    msg = data["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    if driver_on:
+        assert msg == {"version": "580.95.05", "branch": "", "flavour": "open", "root": None, "fabric_manager": "auto",
+                       "persistenced": True, "systemctl": "systemctl", "fabric_timeout": 300}
+        assert mark.exists()
+    else:
+        assert msg is None
+        assert not mark.exists(), "the driver's options were templated on a node that plans no driver"
