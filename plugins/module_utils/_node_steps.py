@@ -529,6 +529,7 @@ def plan(module, facts, result):
     steps = result["steps"]
     waiting = facts.get("nvml_error")
     lost = facts.get("lost_gpus") or []
+    missing = facts.get("missing_gpus") or []
     for step in STEPS:
         if not step.option_names or not step.given(module):
             continue
@@ -543,6 +544,12 @@ def plan(module, facts, result):
             result[step.name] = {"managed": False, "lost_gpus": [g["index"] for g in lost], "disruptive": []}
             _add(steps, step.name, ["cannot plan GPU %d: NVML reports it lost (GPU_IS_LOST); this step waits for a run "
                                     "that finds every GPU" % g["index"] for g in lost])
+            continue
+        if missing and step.needs_nvml and step.check is not _health:
+            # the same for a GPU the PCI bus shows and NVML does not list (NVML numbers the GPUs it lists without it)
+            result[step.name] = {"managed": False, "missing_gpus": [g["bus_id"] for g in missing], "disruptive": []}
+            _add(steps, step.name, ["cannot plan the GPU at PCI %s: the bus shows it, NVML does not list it; this step "
+                                    "waits for a run that finds every GPU" % g["bus_id"] for g in missing])
             continue
         report, reasons = step.check(module, facts, step.params(module))
         result.update(report or {})

@@ -203,6 +203,14 @@ health:
         C(dmesg)), why not (reason) and how many Xid lines it held (xid_lines).
       type: dict
       returned: always
+    pci:
+      description:
+        - The GPUs the PCI bus shows (C(gpus), their sysfs bus ids; NVSwitches, other functions and SR-IOV virtual
+          functions left out), compared with those NVML lists - a GPU on the bus that NVML does not list is the
+          blocking finding C(gpu_missing) - or, where sysfs could not be read, C(readable) false and the C(reason)
+          (no finding). Null where the bus is not read (simulated GPUs without C(GPUOPS_SIMULATED_ROOT)).
+      type: dict
+      returned: always
     gate:
       description:
         - The verdict as M(gpuops.nvidia.node_health) takes it - C(healthy), C(blocking) and C(warnings), each finding
@@ -255,8 +263,8 @@ driver:
     pci:
       description:
         - Only when NVML could not start. C(gpus) and C(nvswitches) read from PCI sysfs (bus_id, device, subsystem,
-          name, architecture, open_modules, bound_driver; ids as hex strings) and C(flavours), the kernel-module
-          flavours that can run them (C(open), C(proprietary), C(reasons)).
+          name, architecture, open_modules, bound_driver, virtual_function (an SR-IOV VF); ids as hex strings) and
+          C(flavours), the kernel-module flavours that can run them (C(open), C(proprietary), C(reasons)).
       type: dict
       returned: when NVML could not start
 ansible_facts:

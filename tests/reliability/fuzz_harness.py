@@ -139,7 +139,8 @@ H200_FACTS = _facts_of("hgx-h200")
 _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8))
 # gpu_node_plan's health.policy and gpu_node's gpu_node_health_policy: known kinds and actions, near misses, anything
 HEALTH_POLICY = st.one_of(st.dictionaries(
-    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "Row_Remap_Pending", ""]), _ANY),
+    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing", "Row_Remap_Pending",
+                                "gpu-missing", ""]), _ANY),
     st.one_of(st.sampled_from(["block", "warn", "ignore", "Block", "off", ""]), _ANY), max_size=3), _ANY)
 
 
