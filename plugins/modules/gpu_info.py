@@ -42,7 +42,8 @@ options:
     description:
       - Which GPUs to report. C(all), or a list of GPU indices, UUIDs (C(GPU-...)) or model names
         (C(NVIDIA H200) or C(H200)).
-      - A selector that matches no GPU is an error.
+      - A selector that matches no GPU is an error, except C(all) where NVML lists no GPU and the health read finds
+        GPUs on the PCI bus that NVML does not list (the finding C(gpu_missing) in RV(health) says which).
     type: list
     elements: str
     default: [all]
@@ -397,7 +398,10 @@ class GpuInfo(ModuleRun):
 
         selector = self.params["gpus"]
         chosen = select_gpus(facts["gpus"], selector)
-        if not chosen:
+        # every GPU NVML lists is none, but the PCI bus shows GPUs NVML does not list: the health read says which
+        # (gpu_missing), which is the answer, not a bad selector
+        missing = health is not None and any(f["kind"] == "gpu_missing" for f in health["findings"])
+        if not chosen and not (missing and selector == ["all"]):
             module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
                 selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
                 or "no GPUs"))

@@ -283,3 +283,22 @@ def test_a_lost_gpu_fails_the_read_naming_it(tmp_path):
 def test_health_can_be_left_out(tmp_path):
     result = run_module(MODULE, {"health": False}, env=_sim_env(tmp_path))[0]
     assert "health" not in result and len(result["gpus"]) == 8
+
+
+def test_a_node_whose_only_gpu_is_missing_from_nvml_answers_with_the_finding(tmp_path):
+    """The host's PCI bus (GPUOPS_SIMULATED_ROOT) shows the one H200, NVML lists none: gpus=all answers with no GPU and
+    the blocking finding gpu_missing naming its bus id (the gate's read after a change uses this); a selector that
+    names a GPU still matches nothing and fails; without the health read there is nothing to say why, and it fails."""
+    env = _sim_env(tmp_path, "h200-x1")
+    env["GPUOPS_SIMULATED_ROOT"] = str(tmp_path / "root")
+    SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="h200-x1", root=env["GPUOPS_SIMULATED_ROOT"]).inject_health(
+        0, "missing")
+    result = run_module(MODULE, env=env)[0]
+    assert not result.get("failed"), result
+    assert result["gpus"] == [] and result["health"]["verdict"] == "block"
+    assert result["health"]["pci"] == {"readable": True, "reason": None, "gpus": ["0000:07:00.0"]}
+    (finding,) = result["health"]["gate"]["blocking"]
+    assert finding["kind"] == "gpu_missing" and finding["bus_id"] == "0000:07:00.0"
+    for args in ({"gpus": ["0"]}, {"health": False}):
+        result = run_module(MODULE, args, env=env)[0]
+        assert result["failed"] is True and "matches no GPU" in result["msg"], (args, result)
