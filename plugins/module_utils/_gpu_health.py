@@ -7,7 +7,8 @@ release. Pure: no I/O (the read is each backend's ``read_health``; the kernel lo
 A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
 "reason", "lines" (its Xid lines)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``: {"readable", "root", "gpus":
 [{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not read (a simulator without a
-modelled host)}. A GPU the bus shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
+modelled host), and "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
+None)}. A GPU the bus shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
 A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
 ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
 its value (the NVML call behind each field is named in docs/health.md):
@@ -27,6 +28,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import describe as dcgm_describe
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_bus_id
 from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import xid_events
 
@@ -86,6 +89,14 @@ FINDING_KINDS = {
     "thermal_slowdown": ("warn", "thermal clock slowdown active", "check the GPU's cooling"),
     "xid_gpu": ("warn", "a GPU or driver Xid since boot that needs no reset", "see NVIDIA's Xid catalog for it"),
     "xid_application": ("warn", "an application's Xid since boot", "the application's fault: check the application"),
+    # DCGM's quick diagnostic (dcgmi diag -r 1, optional; _dcgm): a failed test blocks, a result whose errors DCGM rates
+    # NONE or MONITOR ("can perform workload, but needs to be monitored") warns, a diagnostic that could not run warns
+    "dcgm_diag_failure": ("block", "DCGM's diagnostic failed a test",
+                          "act on DCGM's error (its id is in the DCGM error table), then run the diagnostic again; "
+                          + GATE_CLEARS),
+    "dcgm_diag_warning": ("warn", "DCGM's diagnostic warns", "watch the GPU; DCGM says it can run work"),
+    "dcgm_diag_error": ("warn", "DCGM's diagnostic could not run",
+                        "check nv-hostengine and dcgmi on this node, or turn the diagnostic off"),
     "kernel_log_unreadable": ("warn", "the kernel log could not be read, so Xid events are not known",
                               "let the collection read journalctl -k or dmesg on this node"),
 }
@@ -246,6 +257,28 @@ def _missing_fix(gpu):
            "gpu_missing to warn or ignore for this group; %s" % (driver, GATE_CLEARS)
 
 
+def _dcgm_findings(diag, gpus):
+    """Findings of DCGM's diagnostic: each failed result (a GPU entity is the NVML GPU of the same index, _dcgm's
+    docstring says why; another entity, or a GPU id NVML does not list, is a node finding)."""
+    if not isinstance(diag, dict):
+        return []
+    if diag.get("error") or diag.get("runtime_error"):
+        return [_finding("dcgm_diag_error", None, None, diag.get("error") or diag.get("runtime_error"))]
+    by_index = dict((g.get("index"), g) for g in gpus)
+    out = []
+    for result in diag.get("results") or []:
+        level = dcgm_failed(result)
+        if level is None:
+            continue
+        gpu = by_index.get(result["entity_id"]) if result["entity_group"] == "GPU" else None
+        detail = dcgm_describe(result)
+        if gpu is None and result["entity_group"]:
+            detail += " (DCGM entity %s %s)" % (result["entity_group"], result["entity_id"])
+        out.append(_finding("dcgm_diag_" + level, gpu.get("index") if gpu else None,
+                            gpu.get("pci_bus_id") if gpu else None, detail))
+    return out
+
+
 def _xid_kind(event):
     if event["fatal"]:
         return "xid_fatal"
@@ -274,6 +307,7 @@ def findings(health):
         detail = "%s, %s" % (gpu.get("name") or "a GPU the catalog does not name",
                              "driver %s" % gpu["bound_driver"] if gpu.get("bound_driver") else "no driver bound")
         out.append(_finding("gpu_missing", None, sysfs_bus_id(gpu["bus_id"]), detail, _missing_fix(gpu)))
+    out.extend(_dcgm_findings(health.get("dcgm"), gpus))
     log = health.get("kernel_log") or {}
     if not log.get("readable"):
         out.append(_finding("kernel_log_unreadable", None, None, log.get("reason") or "kernel log not readable"))
@@ -382,6 +416,11 @@ def summary(health, policy=None, gpus=True):
     log = health.get("kernel_log") or {}
     result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
                             "reason": log.get("reason"), "xid_lines": len(log.get("lines") or [])}
+    diag = health.get("dcgm")
+    result["dcgm"] = None if not isinstance(diag, dict) else dict(
+        (key, diag.get(key)) for key in ("ran", "version", "note", "error", "runtime_error"))
+    if isinstance(diag, dict):
+        result["dcgm"]["results"] = len(diag.get("results") or [])
     pci = health.get("pci")
     result["pci"] = None if not isinstance(pci, dict) else {
         "readable": bool(pci.get("readable")), "reason": pci.get("reason"),

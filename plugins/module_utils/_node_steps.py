@@ -302,7 +302,12 @@ def _health(module, facts, params):
     same session as the facts), with the policy's verdict: the report is gpu_info's health section without each
     GPU's read fields (gpu_info shows them), the reasons are the blocking findings. A read, never disruptive."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import summary
-    report = summary(facts["health_read"], params["health"]["policy"] or None, gpus=False)
+    read = facts["health_read"]
+    if params["health"]["dcgm_diag"]:
+        # DCGM's diagnostic (optional, off by default: it takes time on a real node); dcgmi missing is a note
+        from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module
+        read = dict(read, dcgm=run_for_module(module, params["health"]["dcgmi"]))
+    report = summary(read, params["health"]["policy"] or None, gpus=False)
     return {"health": report}, {"health": list(report["blocking"])}
 
 
@@ -380,7 +385,9 @@ STEPS = (
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True),
     # last: the gate before the node's release reads the GPUs as every step left them (again after a disruptive change)
-    Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={})))},
+    Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={}),
+                                                             dcgm_diag=dict(type="bool", default=False),
+                                                             dcgmi=dict(type="str", default="dcgmi")))},
          check=_health, validate=_health_validate, tasks="health.yml", after_disruption=True, needs_nvml=True),
 )
 

@@ -60,6 +60,18 @@ options:
       - An unknown kind or action is an error that names the valid ones.
     type: dict
     default: {}
+  health_dcgm_diag:
+    description:
+      - With O(health), also run DCGM's quick diagnostic, C(dcgmi diag -r 1 -j) (run level 1, no stress test; it takes
+        seconds to a minute on a real node), and turn its failed tests into findings (C(dcgm_diag_failure) blocks,
+        C(dcgm_diag_warning) warns; see docs/health.md). Where O(health_dcgmi) is not installed this is a note in
+        RV(health.dcgm), not an error.
+    type: bool
+    default: false
+  health_dcgmi:
+    description: The C(dcgmi) command for O(health_dcgm_diag), a name looked up on C(PATH) or a path.
+    type: str
+    default: dcgmi
 attributes:
   check_mode:
     support: full
@@ -204,6 +216,13 @@ health:
         C(dmesg)), why not (reason) and how many Xid lines it held (xid_lines).
       type: dict
       returned: always
+    dcgm:
+      description:
+        - With O(health_dcgm_diag), DCGM's diagnostic - C(ran), C(version), C(results) (how many result entries it
+          gave), and C(note) (dcgmi not installed; no finding), C(error) or C(runtime_error) (it could not run; the
+          finding C(dcgm_diag_error)). Null without O(health_dcgm_diag).
+      type: dict
+      returned: always
     pci:
       description:
         - The GPUs the PCI bus shows (C(gpus), their sysfs bus ids; NVSwitches, other functions and SR-IOV virtual
@@ -290,6 +309,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     select_gpus,
     simulated,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module as run_dcgm_diag
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
@@ -348,7 +368,9 @@ class GpuInfo(ModuleRun):
 
     argument_spec = dict(gpus=dict(type="list", elements="str", default=["all"]),
                          health=dict(type="bool", default=True),
-                         health_policy=dict(type="dict", default={}))
+                         health_policy=dict(type="dict", default={}),
+                         health_dcgm_diag=dict(type="bool", default=False),
+                         health_dcgmi=dict(type="str", default="dcgmi"))
 
     def validate(self):
         try:
@@ -372,7 +394,10 @@ class GpuInfo(ModuleRun):
                         raise
                     lost = exc
                 if want_health:
-                    health = summary(backend.read_health(), self.policy)
+                    read = backend.read_health()
+                    if self.params["health_dcgm_diag"]:
+                        read["dcgm"] = run_dcgm_diag(module, self.params["health_dcgmi"])
+                    health = summary(read, self.policy)
             finally:
                 backend.close()
         except NvmlInitError as exc:

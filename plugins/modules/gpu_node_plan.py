@@ -329,6 +329,16 @@ options:
             anything is read.
         type: dict
         default: {}
+      dcgm_diag:
+        description:
+          - Also run DCGM's quick diagnostic (C(dcgmi diag -r 1 -j)) and judge its failed tests, as gpu_info's
+            O(gpuops.nvidia.gpu_info#module:health_dcgm_diag); a node without dcgmi gets a note, no finding.
+        type: bool
+        default: false
+      dcgmi:
+        description: The C(dcgmi) command, a name looked up on C(PATH) or a path.
+        type: str
+        default: dcgmi
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts

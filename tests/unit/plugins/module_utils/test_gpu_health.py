@@ -150,15 +150,15 @@ def test_the_policy_overrides_per_kind():
 def test_the_default_policy_is_the_issues():
     blocking = sorted(k for k, v in health.DEFAULT_POLICY.items() if v == "block")
     assert blocking == sorted([
-        "gpu_lost", "gpu_missing", "row_remap_pending", "row_remap_failure", "retired_pages_pending",
-        "ecc_uncorrected_volatile",
-        "xid_fatal", "fabric_incomplete", "nvlink_down", "pcie_generation_degraded", "pcie_width_degraded"])
+        "gpu_lost", "gpu_missing", "dcgm_diag_failure", "row_remap_pending", "row_remap_failure",
+        "retired_pages_pending", "ecc_uncorrected_volatile", "xid_fatal", "fabric_incomplete", "nvlink_down",
+        "pcie_generation_degraded", "pcie_width_degraded"])
     assert health.validate_policy(None) == health.DEFAULT_POLICY
 
 
 @pytest.mark.parametrize("policy,words", [
     ({"row_remap_pendng": "warn"}, "unknown health finding kind 'row_remap_pendng' in the health policy; valid kinds: "
-                                   "ecc_corrected, ecc_disabled"),
+                                   "dcgm_diag_error, dcgm_diag_failure"),
     ({"nvlink_down": "stop"}, "health policy nvlink_down: 'stop' is not one of block, warn, ignore"),
     ({"nvlink_down": True}, "health policy nvlink_down: True is not one of block, warn, ignore"),
     ({"nvlink_down": None}, "None is not one of block, warn, ignore"),

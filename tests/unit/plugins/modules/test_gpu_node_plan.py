@@ -12,6 +12,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
 from tests.support import ctk_env
+from tests.support.ansible_run import ROOT
 from tests.support.modrun import run_main, run_main_ok
 
 
@@ -407,3 +408,17 @@ def test_a_gpu_missing_from_nvml_does_not_fail_the_plan_its_gpu_steps_wait_and_t
     plan = _plan({"health": {}, "compute_mode": {"settings": [{"mode": "Default"}]}})
     assert plan["ansible_facts"]["nvidia_gpus"]["missing_gpus"] == [] and plan["steps"].get("health") in (None, [])
     assert plan["compute_mode"].get("managed", True) is True
+
+
+def test_the_health_step_runs_dcgms_diagnostic_only_when_asked(node):
+    """health.dcgm_diag (off by default): with the lab's stand-in dcgmi replaying a failed run, the plan's health step
+    blocks on the GPU DCGM names; without it, no dcgmi is run (health.dcgm null)."""
+    sim = node("h200-x2")
+    with open(os.path.join(ROOT, "tests", "fixtures", "dcgm", "diag-r1-pending-row-remap.json")) as src, \
+            open(sim.path + ".dcgmi.json", "w") as dst:
+        dst.write(src.read())
+    plan = _plan({"health": {}})
+    assert plan["health"]["dcgm"] is None and plan["steps"].get("health") in (None, []), plan["health"]
+    plan = _plan({"health": {"dcgm_diag": True, "dcgmi": os.path.join(ROOT, "tests", "support", "bin", "dcgmi")}})
+    (reason,) = plan["steps"]["health"]
+    assert reason.startswith("GPU 1 (%s): DCGM's diagnostic failed a test" % sim.read_all()["gpus"][1]["pci_bus_id"])
