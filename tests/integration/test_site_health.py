@@ -6,7 +6,8 @@ One lab, one batch (gpuops_serial 100%), three runs, so that every node of the b
 the lab's HGX H200 (several findings on several GPUs, among them the two an NVSwitch shape alone has: an NVLink down and
 an incomplete fabric), one small node (one H200, ``h200-x1``) per blocking finding kind, a healthy one and a
 warning-only one, and a two-GPU node that allows the gate's reset (``gpu_node_health_reset``). The small nodes come from
-a second inventory file written by the test (the lab's group_vars apply to them through their groups). Faults are put
+a second inventory file written by the test (the lab's group_vars apply to them through their groups). The healthy and
+the warning-only nodes also run DCGM's diagnostic (gpu_node_health_dcgm_diag, the lab's stand-in dcgmi). Faults are put
 on the simulated GPUs with the simulator's own test hooks (SimulatedBackend.inject_health, add_xid, hold) before the
 runs; nothing is timed.
 """
@@ -60,13 +61,15 @@ SHAPES = dict([(n, "h200-x1") for n in PER_FINDING] + [(HEALTHY, "h200-x1"), (WA
 def _inventory(path):
     """The small nodes as a second inventory: MPS nodes like the lab's H200 (its group_vars apply through the groups);
     the lab's paths that follow the inventory's directory are given as the lab's own. Only the reset node allows the
-    gate's reset."""
+    gate's reset; the healthy and the warning-only nodes run DCGM's diagnostic (the lab's stand-in dcgmi)."""
     hosts = {}
     for node, shape in SHAPES.items():
         hosts[node] = {"gpuops_simulated_machine": shape, "gpuops_repo_dir": ROOT,
                        "gpu_node_containerd_initial_config": os.path.join(ROOT, "inventories", "lab-files",
                                                                           "containerd-config.toml")}
     hosts[RESET]["gpu_node_health_reset"] = True
+    for node in (HEALTHY, WARNS):
+        hosts[node]["gpu_node_health_dcgm_diag"] = True
     with open(path, "w") as handle:
         yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"mps_nodes": {"hosts": hosts}}}}}}, handle)
     return path
@@ -159,6 +162,10 @@ def _inject(lab):
     lab.sims["health-xid"].add_xid(0, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
                                           "framebuffer at partition 0, subpartition 0.")
     lab.sims[WARNS].inject_health(0, "ecc_volatile_corrected", 3)
+    # DCGM's diagnostic on the warning-only node: a result of severity MONITOR (GPU 0's volatile SBEs), a warning
+    with open(os.path.join(ROOT, "tests", "fixtures", "dcgm", "diag-r1-volatile-sbe.json")) as src, \
+            open(lab.paths[WARNS] + ".dcgmi.json", "w") as dst:
+        dst.write(src.read())
     h200 = lab.sims[H200]
     h200.inject_health(3, "row_remap_pending")
     h200.add_xid(1, 79, "GPU has fallen off the bus.")
@@ -169,35 +176,34 @@ def _inject(lab):
     reset.inject_health(0, "row_remap_pending")
     reset.inject_health(1, "row_remap_pending")
     reset.hold("dcgm", indices=[1], pid=4242, command="nv-hostengine")
-    # an administrator's cordon on one node, an administrator's taint on another
-    lab.set_node("health-remap-pending", unschedulable=True)
-    lab.set_node(H200, taints=[ADMIN_TAINT])
+    # an administrator's cordon and taint on the H200
+    lab.set_node(H200, unschedulable=True, taints=[ADMIN_TAINT])
 
 
 def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_healthy_run_releases_it(lab):
-    """Check mode first (the H200, the administrator-cordoned node and the reset node): the findings and what a real run
-    does, the reset it would make and the one it would not (the holder named), nothing written. The real run of the
-    whole batch: every blocking node fails last, stays cordoned (the administrator's cordon unmarked) with the taint
-    and condition of its finding and a message naming the GPU, its bus id and the fix, unlabelled and with no GPU
-    changed by the gate; the reset node's idle GPU is reset, the held one named; the healthy and the warning-only
-    nodes are released, the warning shown. Then the faults cleared (the H200's Xid, in this boot's log, made a warning
-    by the policy) and the holder gone: the next run releases those nodes, removing only the collection's marks (the
-    administrator's cordon and taint stay), the reset node after resetting its other GPU, without a reboot."""
+    """Check mode first (the administrator-cordoned H200 and the reset node): the findings and what a real run does, the
+    reset it would make and the one it would not (the holder named), nothing written. The real run of the whole batch:
+    every blocking node fails last, stays cordoned (the administrator's cordon left unmarked) with the taint and
+    condition of its finding and a message naming the GPU, its bus id and the fix, unlabelled and with no GPU changed
+    by the gate; the reset node's idle GPU is reset, the held one named; the healthy and the warning-only nodes are
+    released, the warnings shown (DCGM's among them). Then the faults cleared (the H200's Xid, in this boot's log, made
+    a warning by the policy) and the holder gone: the next run removes only the collection's marks from the H200 (the
+    administrator's cordon and taint stay) and releases the reset node after resetting its other GPU, without a
+    reboot."""
     _inject(lab)
     reset_boot = lab.sims[RESET].raw_state()["boot_id"]
-    first = (H200, "health-remap-pending", RESET)
+    first = (H200, RESET)
     versions = dict((n, lab.node(n)["metadata"]["resourceVersion"]) for n in first)
 
     # ---- check mode: reports, writes nothing
     res = lab.run(first, check=True)
     assert res.rc == 0, res
-    (said,) = res.task("GPU health - what a real run does", "health-remap-pending")
-    assert "GPU 0 (%s): remapped rows pending" % lab.bus_id("health-remap-pending", 0) in said["msg"], said
-    assert "fails this node" in said["msg"], said
-    (marked,) = res.task("GPU health - mark the node", "health-remap-pending")
-    assert any("add taint %s=row_remap_pending:NoSchedule" % TAINT in c for c in marked["changes"]), marked
     (said,) = res.task("GPU health - what a real run does", H200)
+    assert "GPU 3 (%s): remapped rows pending" % lab.bus_id(H200, 3) in said["msg"], said
     assert "GPU 2 (%s): an NVLink is down (link 4 inactive)" % lab.bus_id(H200, 2) in said["msg"], said
+    assert "fails this node" in said["msg"], said
+    (marked,) = res.task("GPU health - mark the node", H200)
+    assert any("add taint %s=xid_fatal:NoSchedule" % TAINT in c for c in marked["changes"]), marked
     (said,) = res.task("GPU health - what a real run does", RESET)
     assert "A real run first resets GPU 0" in said["msg"], said
     assert "GPU 1 (%s) not reset - in use: PID 4242 nv-hostengine" % lab.bus_id(RESET, 1) in said["msg"], said
@@ -218,9 +224,7 @@ def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_
         assert "%s: %s" % (who, words) in message and fix in message, (node, message)
         assert "stays cordoned" in message and "\n" not in message, (node, message)
         marks = _marks(lab.node(node))
-        assert marks["unschedulable"], (node, marks)
-        # an administrator's cordon stays theirs (unmarked); the gate marks its own
-        assert marks["cordoned_by"] == (None if node == "health-remap-pending" else OURS), (node, marks)
+        assert marks["unschedulable"] and marks["cordoned_by"] == OURS, (node, marks)
         assert marks["taints"] == [{"key": TAINT, "value": kind, "effect": "NoSchedule"}], (node, marks)
         condition = marks["condition"]
         assert condition["status"] == "False" and condition["reason"] == reason, (node, condition)
@@ -228,14 +232,14 @@ def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_
             (node, condition)
         assert CONFIG_LABEL not in lab.node(node)["metadata"]["labels"], node          # not labelled
         assert lab.mutations(node) == [], (node, lab.mutations(node))                  # the gate only read the GPUs
-    # the H200: every finding, per GPU, with its bus id; the administrator's taint kept
+    # the H200: every finding, per GPU, with its bus id; the administrator's cordon (left unmarked) and taint kept
     message = failures[H200]
     for index, words in ((3, "remapped rows pending"), (1, "a fatal Xid since boot (Xid 79"),
                          (2, "an NVLink is down (link 4 inactive)"), (5, "PCIe link narrower"),
                          (6, "NVLink fabric registration not completed")):
         assert "GPU %d (%s): %s" % (index, lab.bus_id(H200, index), words) in message, message
     marks = _marks(lab.node(H200))
-    assert marks["unschedulable"] and marks["cordoned_by"] == OURS
+    assert marks["unschedulable"] and marks["cordoned_by"] is None
     assert ADMIN_TAINT in marks["taints"] and {"key": TAINT, "value": "xid_fatal", "effect": "NoSchedule"} in \
         marks["taints"]
     assert marks["condition"]["reason"] == "XidFatal"
@@ -256,26 +260,29 @@ def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_
         assert _released(lab.node(node)), (node, _marks(lab.node(node)))
         assert lab.node(node)["metadata"]["labels"][CONFIG_LABEL] == "mps-4", node
     (shown,) = res.task("Show the GPUs as they are now", WARNS)
-    assert [line for line in shown["msg"]
-            if line.startswith("health, warns: GPU 0 (%s): corrected ECC errors" % lab.bus_id(WARNS, 0))], shown
+    for words in ("corrected ECC errors", "DCGM's diagnostic warns (dcgmi diag -r 1: software test (Deployment) Fail"):
+        assert [line for line in shown["msg"]
+                if line.startswith("health, warns: GPU 0 (%s): %s" % (lab.bus_id(WARNS, 0), words))], (words, shown)
     (shown,) = res.task("Show the GPUs as they are now", HEALTHY)
     assert not [line for line in shown["msg"] if line.startswith("health, ")], shown
+    for node in (HEALTHY, WARNS):       # DCGM's diagnostic ran (the stand-in), in the plan's one read
+        (plan,) = res.task("Read the GPUs and plan every step", node)
+        assert plan["health"]["dcgm"]["ran"] is True, (node, plan["health"]["dcgm"])
+    (plan,) = res.task("Read the GPUs and plan every step", "health-ecc")
+    assert plan["health"]["dcgm"] is None                               # off by default
 
     # ---- fixed: the faults cleared, the holder gone, the H200's Xid (in this boot's log until a reboot) made a warning
     for index in (2, 3, 5, 6):
         lab.sims[H200].inject_health(index, "healthy")
-    lab.sims["health-remap-pending"].inject_health(0, "healthy")
     lab.sims[RESET].release("dcgm")
     res = lab.run(first, gpu_node_health_policy={"xid_fatal": "warn"})
     assert res.rc == 0, res
+    # the gate's taint and condition are gone; the administrator's cordon and taint stay
     marks = _marks(lab.node(H200))
-    assert _released(lab.node(H200)) and marks["taints"] == [ADMIN_TAINT], marks
+    assert marks == {"unschedulable": True, "cordoned_by": None, "taints": [ADMIN_TAINT], "condition": None}, marks
     (shown,) = res.task("Show the GPUs as they are now", H200)
     assert [line for line in shown["msg"] if line.startswith("health, warns: GPU 1 (") and "Xid 79" in line], shown
     assert lab.node(H200)["metadata"]["labels"][CONFIG_LABEL] == "mps-4"
-    # the administrator's cordon stays; the gate's taint and condition are gone
-    marks = _marks(lab.node("health-remap-pending"))
-    assert marks == {"unschedulable": True, "cordoned_by": None, "taints": [], "condition": None}, marks
     # the reset node: GPU 1 reset now, released in the same boot, no reboot
     assert lab.resets(RESET) == [0, 1]
     assert _released(lab.node(RESET)), _marks(lab.node(RESET))
