@@ -140,6 +140,8 @@ def run_diag(run_command, dcgmi):
 def run_for_module(module, dcgmi="dcgmi"):
     """``run_diag`` through an AnsibleModule: ``dcgmi`` is a command name looked up on PATH (module.get_bin_path) or a
     path; one that is not there is "not installed" (a note, no finding)."""
+    if not isinstance(dcgmi, str) or not dcgmi.strip() or "\x00" in dcgmi:
+        return run_diag(None, None)
     if "/" in dcgmi:
         found = dcgmi if os.path.isfile(dcgmi) and os.access(dcgmi, os.X_OK) else None
     else:

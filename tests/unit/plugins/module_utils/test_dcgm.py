@@ -120,3 +120,15 @@ def test_a_failure_of_no_entity_or_an_unknown_gpu_is_a_node_finding():
 def test_the_policy_can_loosen_a_dcgm_failure():
     diag = _dcgm.run_diag(_runner(1, "diag-r1-pending-row-remap.json")[0], "dcgmi")
     assert health.verdict(health.findings(_read(diag)), {"dcgm_diag_failure": "warn"})["verdict"] == "warn"
+
+
+@pytest.mark.parametrize("dcgmi", ["", "  ", "dcgmi\x00", "gpuops-no-such-dir/dcgmi", "gpuops-no-such-dcgmi"])
+def test_a_dcgmi_that_names_no_executable_is_not_installed(dcgmi):
+    class Module(object):
+        def get_bin_path(self, name):
+            return None
+
+        def run_command(self, argv, check_rc=False):
+            raise AssertionError("nothing is run")
+    diag = _dcgm.run_for_module(Module(), dcgmi)
+    assert diag["ran"] is False and "not installed" in diag["note"]
