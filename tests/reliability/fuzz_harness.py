@@ -141,12 +141,11 @@ _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8)
 # gpu_info's health_dcgmi and gpu_node_plan's health.dcgmi: a command that is run. Never a tool of this machine: the
 # lab's stand-in dcgmi, names no PATH holds, and odd strings that name no executable (a plain string drawn at random
 # could name one, which would then run with "diag -r 1 -j")
-DCGMI = st.sampled_from([os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin",
-                                      "dcgmi"),
-                         "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/", "gpuops-no-such-dir/dcgmi", "é" * 300])
+_DCGMI_STANDIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin", "dcgmi")
+DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/", "gpuops-no-such-dir/dcgmi", "é" * 300])
 HEALTH_POLICY = st.one_of(st.dictionaries(
-    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing", "Row_Remap_Pending",
-                                "gpu-missing", ""]), _ANY),
+    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing",
+                               "Row_Remap_Pending", "gpu-missing", ""]), _ANY),
     st.one_of(st.sampled_from(["block", "warn", "ignore", "Block", "off", ""]), _ANY), max_size=3), _ANY)
 
 
