@@ -142,7 +142,8 @@ _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8)
 # lab's stand-in dcgmi, names no PATH holds, and odd strings that name no executable (a plain string drawn at random
 # could name one, which would then run with "diag -r 1 -j")
 _DCGMI_STANDIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin", "dcgmi")
-DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/", "gpuops-no-such-dir/dcgmi", "é" * 300])
+DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/",
+                         "gpuops-no-such-dir/dcgmi", "é" * 300])
 HEALTH_POLICY = st.one_of(st.dictionaries(
     st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing",
                                "Row_Remap_Pending", "gpu-missing", ""]), _ANY),
