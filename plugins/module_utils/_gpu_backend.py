@@ -13,6 +13,7 @@ __metaclass__ = type
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_HOST, ENV_ROOT, ENV_SHAPE, ENV_STATE
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import missing_gpus
 
 
 def module_runner(module):
@@ -44,10 +45,16 @@ def read_facts(run_command=None, health=False):
     """gpu_info's facts of every GPU, read once through the chosen backend, which is closed afterwards
     (GpuBackendError or NvmlError as the backend raises them). With ``health``, (facts, the backend's
     ``read_health()``) from the same session (``run_command`` then also reads the kernel log on real GPUs); a GPU
-    NVML reports lost is then left out of the facts' "gpus" and named in "lost_gpus" (the health read's finding)."""
+    NVML reports lost is then left out of the facts' "gpus" and named in "lost_gpus", and a GPU the PCI bus shows that
+    NVML does not list is named in "missing_gpus" ([{"bus_id", "name", "bound_driver"}]); each is a finding of the
+    health read."""
     backend = get_backend(run_command=run_command)
     try:
         facts = backend.read_all(skip_lost=health)
-        return (facts, backend.read_health()) if health else facts
+        if not health:
+            return facts
+        read = backend.read_health()
+        facts["missing_gpus"] = missing_gpus(read)
+        return facts, read
     finally:
         backend.close()

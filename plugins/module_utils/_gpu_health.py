@@ -5,9 +5,13 @@
 release. Pure: no I/O (the read is each backend's ``read_health``; the kernel log's Xid lines are parsed by ``_xid``).
 
 A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
-"reason", "lines" (its Xid lines)}}. A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and,
-unless NVML answered GPU_IS_LOST ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED
-holds ``NOT_SUPPORTED`` instead of its value (the NVML call behind each field is named in docs/health.md):
+"reason", "lines" (its Xid lines)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``: {"readable", "root", "gpus":
+[{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not read (a simulator without a
+modelled host), and "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
+None)}. A GPU the bus shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
+A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
+("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
+its value (the NVML call behind each field is named in docs/health.md):
 - "ecc": {"mode_current", "mode_pending" ("Enabled"/"Disabled"), "volatile"/"aggregate": {"corrected", "uncorrected"}}
 - "retired_pages": {"single_bit", "double_bit", "pending"} (before Ampere; Ampere and later answer NOT_SUPPORTED)
 - "remapped_rows": {"corrected", "uncorrected", "pending", "failure"} (Ampere and later)
@@ -24,6 +28,9 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import describe as dcgm_describe
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import failed as dcgm_failed
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_bus_id
 from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import xid_events
 
 NOT_SUPPORTED = "not supported"
@@ -51,6 +58,10 @@ GATE_CLEARS = "the gate clears when the next run finds it healthy"
 FINDING_KINDS = {
     "gpu_lost": ("block", "NVML reports the GPU lost (GPU_IS_LOST)",
                  "reboot / reseat the GPU (service it if it stays lost); " + GATE_CLEARS),
+    # the fix here is for a GPU the nvidia driver holds; _missing_fix words it for an unbound one or another driver's
+    "gpu_missing": ("block", "on the PCI bus but not listed by NVML",
+                    "it fell off the bus or failed to initialise (look for its Xid 79 or an RmInitAdapter failure in "
+                    "the kernel log): reboot, and reseat or service the GPU if it stays missing; " + GATE_CLEARS),
     "row_remap_pending": ("block", "remapped rows pending", "reset the GPU or reboot; " + GATE_CLEARS),
     "row_remap_failure": ("block", "row remapping failed", "the GPU needs service (RMA); " + GATE_CLEARS),
     "retired_pages_pending": ("block", "page retirement pending",
@@ -78,6 +89,14 @@ FINDING_KINDS = {
     "thermal_slowdown": ("warn", "thermal clock slowdown active", "check the GPU's cooling"),
     "xid_gpu": ("warn", "a GPU or driver Xid since boot that needs no reset", "see NVIDIA's Xid catalog for it"),
     "xid_application": ("warn", "an application's Xid since boot", "the application's fault: check the application"),
+    # DCGM's quick diagnostic (dcgmi diag -r 1, optional; _dcgm): a failed test blocks, a result whose errors DCGM rates
+    # NONE or MONITOR ("can perform workload, but needs to be monitored") warns, a diagnostic that could not run warns
+    "dcgm_diag_failure": ("block", "DCGM's diagnostic failed a test",
+                          "act on DCGM's error (its id is in the DCGM error table), then run the diagnostic again; "
+                          + GATE_CLEARS),
+    "dcgm_diag_warning": ("warn", "DCGM's diagnostic warns", "watch the GPU; DCGM says it can run work"),
+    "dcgm_diag_error": ("warn", "DCGM's diagnostic could not run",
+                        "check nv-hostengine and dcgmi on this node, or turn the diagnostic off"),
     "kernel_log_unreadable": ("warn", "the kernel log could not be read, so Xid events are not known",
                               "let the collection read journalctl -k or dmesg on this node"),
 }
@@ -211,6 +230,55 @@ def gpu_findings(gpu):
     return out
 
 
+def missing_gpus(health):
+    """The GPUs the PCI bus shows (the read's "pci") that NVML does not list, by bus id (NVML's 00000000:47:00.0 and
+    sysfs's 0000:47:00.0 are the same function): [{"bus_id", "name", "bound_driver"}]. None are missing where the bus
+    was not read or could not be. A GPU NVML lists as lost without its bus id (its PCI info answered GPU_IS_LOST too)
+    may be one of those the bus shows: while no more GPUs are unmatched than such lost entries, none is missing (the
+    lost GPU is its own finding)."""
+    pci = health.get("pci")
+    if not isinstance(pci, dict) or not pci.get("readable"):
+        return []
+    gpus = health.get("gpus") or []
+    listed = set(sysfs_bus_id(g.get("pci_bus_id")) for g in gpus)
+    unnamed = len([g for g in gpus if sysfs_bus_id(g.get("pci_bus_id")) is None])
+    missing = [dict(g) for g in pci.get("gpus") or [] if sysfs_bus_id(g.get("bus_id")) not in listed]
+    return missing if len(missing) > unnamed else []
+
+
+def _missing_fix(gpu):
+    driver = gpu.get("bound_driver")
+    if driver == "nvidia":
+        return None
+    if not driver:
+        return "no driver is bound to it, so the nvidia driver did not take it (look for NVRM errors naming its bus " \
+               "id in the kernel log): reboot, and reseat or service the GPU if it stays missing; " + GATE_CLEARS
+    return "it is bound to %s, not nvidia: bind it to nvidia, or where it is passed to a VM on purpose set " \
+           "gpu_missing to warn or ignore for this group; %s" % (driver, GATE_CLEARS)
+
+
+def _dcgm_findings(diag, gpus):
+    """Findings of DCGM's diagnostic: each failed result (a GPU entity is the NVML GPU of the same index, _dcgm's
+    docstring says why; another entity, or a GPU id NVML does not list, is a node finding)."""
+    if not isinstance(diag, dict):
+        return []
+    if diag.get("error") or diag.get("runtime_error"):
+        return [_finding("dcgm_diag_error", None, None, diag.get("error") or diag.get("runtime_error"))]
+    by_index = dict((g.get("index"), g) for g in gpus)
+    out = []
+    for result in diag.get("results") or []:
+        level = dcgm_failed(result)
+        if level is None:
+            continue
+        gpu = by_index.get(result["entity_id"]) if result["entity_group"] == "GPU" else None
+        detail = dcgm_describe(result)
+        if gpu is None and result["entity_group"]:
+            detail += " (DCGM entity %s %s)" % (result["entity_group"], result["entity_id"])
+        out.append(_finding("dcgm_diag_" + level, gpu.get("index") if gpu else None,
+                            gpu.get("pci_bus_id") if gpu else None, detail))
+    return out
+
+
 def _xid_kind(event):
     if event["fatal"]:
         return "xid_fatal"
@@ -235,6 +303,11 @@ def findings(health):
     for gpu in gpus:
         for kind, detail in gpu_findings(gpu):
             out.append(_finding(kind, gpu.get("index"), gpu.get("pci_bus_id"), detail))
+    for gpu in missing_gpus(health):
+        detail = "%s, %s" % (gpu.get("name") or "a GPU the catalog does not name",
+                             "driver %s" % gpu["bound_driver"] if gpu.get("bound_driver") else "no driver bound")
+        out.append(_finding("gpu_missing", None, sysfs_bus_id(gpu["bus_id"]), detail, _missing_fix(gpu)))
+    out.extend(_dcgm_findings(health.get("dcgm"), gpus))
     log = health.get("kernel_log") or {}
     if not log.get("readable"):
         out.append(_finding("kernel_log_unreadable", None, None, log.get("reason") or "kernel log not readable"))
@@ -276,7 +349,7 @@ def _summarize(finding):
     index, bus_id = finding["gpu"], finding["pci_bus_id"]
     who = "node" if index is None else "GPU %d (%s)" % (index, bus_id)
     if index is None and bus_id:
-        who = "node (PCI %s)" % bus_id
+        who = ("GPU (PCI %s)" if finding["kind"] == "gpu_missing" else "node (PCI %s)") % bus_id
     finding["summary"] = "%s: %s%s - %s" % (who, finding.pop("words"),
                                             (" (%s)" % finding["detail"]) if finding["detail"] else "", finding["fix"])
     return finding
@@ -343,6 +416,15 @@ def summary(health, policy=None, gpus=True):
     log = health.get("kernel_log") or {}
     result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
                             "reason": log.get("reason"), "xid_lines": len(log.get("lines") or [])}
+    diag = health.get("dcgm")
+    result["dcgm"] = None if not isinstance(diag, dict) else dict(
+        (key, diag.get(key)) for key in ("ran", "version", "note", "error", "runtime_error"))
+    if isinstance(diag, dict):
+        result["dcgm"]["results"] = len(diag.get("results") or [])
+    pci = health.get("pci")
+    result["pci"] = None if not isinstance(pci, dict) else {
+        "readable": bool(pci.get("readable")), "reason": pci.get("reason"),
+        "gpus": [g["bus_id"] for g in pci.get("gpus") or []]}
     if gpus:
         result["gpus"] = health.get("gpus") or []
     return result

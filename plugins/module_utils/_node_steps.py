@@ -302,7 +302,12 @@ def _health(module, facts, params):
     same session as the facts), with the policy's verdict: the report is gpu_info's health section without each
     GPU's read fields (gpu_info shows them), the reasons are the blocking findings. A read, never disruptive."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import summary
-    report = summary(facts["health_read"], params["health"]["policy"] or None, gpus=False)
+    read = facts["health_read"]
+    if params["health"]["dcgm_diag"]:
+        # DCGM's diagnostic (optional, off by default: it takes time on a real node); dcgmi missing is a note
+        from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module
+        read = dict(read, dcgm=run_for_module(module, params["health"]["dcgmi"]))
+    report = summary(read, params["health"]["policy"] or None, gpus=False)
     return {"health": report}, {"health": list(report["blocking"])}
 
 
@@ -386,7 +391,9 @@ STEPS = (
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True),
     # last: the gate before the node's release reads the GPUs as every step left them (again after a disruptive change)
-    Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={})))},
+    Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={}),
+                                                             dcgm_diag=dict(type="bool", default=False),
+                                                             dcgmi=dict(type="str", default="dcgmi")))},
          check=_health, validate=_health_validate, tasks="health.yml", after_disruption=True, needs_nvml=True),
 )
 
@@ -535,6 +542,7 @@ def plan(module, facts, result):
     steps = result["steps"]
     waiting = facts.get("nvml_error")
     lost = facts.get("lost_gpus") or []
+    missing = facts.get("missing_gpus") or []
     for step in STEPS:
         if not step.option_names or not step.given(module):
             continue
@@ -549,6 +557,12 @@ def plan(module, facts, result):
             result[step.name] = {"managed": False, "lost_gpus": [g["index"] for g in lost], "disruptive": []}
             _add(steps, step.name, ["cannot plan GPU %d: NVML reports it lost (GPU_IS_LOST); this step waits for a run "
                                     "that finds every GPU" % g["index"] for g in lost])
+            continue
+        if missing and step.needs_nvml and step.check is not _health:
+            # the same for a GPU the PCI bus shows and NVML does not list (NVML numbers the GPUs it lists without it)
+            result[step.name] = {"managed": False, "missing_gpus": [g["bus_id"] for g in missing], "disruptive": []}
+            _add(steps, step.name, ["cannot plan the GPU at PCI %s: the bus shows it, NVML does not list it; this step "
+                                    "waits for a run that finds every GPU" % g["bus_id"] for g in missing])
             continue
         report, reasons = step.check(module, facts, step.params(module))
         result.update(report or {})

@@ -28,6 +28,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import (
     NOT_SUPPORTED,
     decode_clock_events,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import bus_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import read_kernel_log
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODE_NAMES,
@@ -79,8 +80,10 @@ class NvmlBackend(GpuBackend):
     dev_dir = DEV_DIR
     proc_root = PROC_ROOT
 
-    def __init__(self, nvml=None, run_command=None):
+    def __init__(self, nvml=None, run_command=None, sys_root="/"):
         self.nvml = nvml if nvml is not None else pynvml
+        # Where PCI sysfs is read for the health read's comparison with the GPUs NVML lists ("/"; a test's fake tree).
+        self.sys_root = sys_root
         # Runs nvidia-smi for the one change NVML has no public call for, a GPU reset: argv -> (rc, stdout, stderr),
         # raising OSError when the command cannot start. A module gives its AnsibleModule.run_command, the boot-time
         # script its own: module_utils start no process themselves (ansible-test's pylint, ansible-core 2.20+).
@@ -323,10 +326,11 @@ class NvmlBackend(GpuBackend):
     def read_health(self):
         """Every GPU's health (the shape in _gpu_health's docstring) and this boot's Xid lines, read with NVML's
         read-only calls and ``journalctl``/``dmesg`` through ``run_command``. A GPU NVML answers GPU_IS_LOST for is an
-        entry with "lost"; a call that answers NOT_SUPPORTED is recorded as NOT_SUPPORTED for its field."""
+        entry with "lost"; a call that answers NOT_SUPPORTED is recorded as NOT_SUPPORTED for its field. The GPUs PCI
+        sysfs shows are read too (read-only, under ``sys_root``), for the GPUs NVML does not list."""
         n = self._call(self.nvml.nvmlDeviceGetCount)
         return {"backend": self.kind, "gpus": [self.read_gpu_health(i) for i in range(n)],
-                "kernel_log": read_kernel_log(self.run_command)}
+                "kernel_log": read_kernel_log(self.run_command), "pci": bus_gpus(self.sys_root)}
 
     def read_kernel_log(self):
         return read_kernel_log(self.run_command)

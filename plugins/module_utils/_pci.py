@@ -11,6 +11,9 @@ text such as ``0x10de``) and the ``driver`` link, whose basename is the bound dr
 - an NVSwitch: class 0x0680xx (bridge, other) with one of the NVSwitch device ids of _gpu_catalog
   (NVIDIA/open-gpu-kernel-modules at 580.95.05, src/common/nvswitch/kernel/nvswitch.c);
 - anything else of vendor 0x10de (an audio function, a USB controller of a workstation board): "other".
+A virtual function (SR-IOV: the function has a ``physfn`` link, Linux Documentation/ABI/testing/sysfs-bus-pci) is
+marked ``virtual_function``: NVML lists physical GPUs only, so the health read's comparison with NVML
+(``bus_gpus``) leaves virtual functions out.
 Flavours follow _gpu_catalog's rules (NVIDIA/open-gpu-kernel-modules at 580.95.05 README "Compatible GPUs": open
 modules on Turing and later; the Data Center driver installation guide, "Kernel Modules": Blackwell and later need
 them). ``parse_device`` and ``flavours`` are pure; ``read_nvidia_devices`` does the reads.
@@ -21,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 
@@ -30,6 +34,9 @@ CLASS_VGA = 0x0300
 CLASS_3D = 0x0302
 CLASS_BRIDGE_OTHER = 0x0680
 _ATTRIBUTES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device")
+# A PCI address in either form: NVML's (8 hex digits of domain, upper case: 00000000:47:00.0) or sysfs's (4, lower
+# case: 0000:47:00.0).
+_BUS_ID = re.compile(r"^([0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$")
 
 
 class PciReadError(Exception):
@@ -45,6 +52,16 @@ def parse_hex(text, path):
         raise PciReadError("%s does not hold a hexadecimal number (found %r)" % (path, value))
 
 
+def sysfs_bus_id(bus_id):
+    """A PCI address as sysfs names it (``0000:47:00.0``) from NVML's form (``00000000:47:00.0``) or sysfs's own; None
+    when ``bus_id`` is not a PCI address. Two addresses are the same function exactly when these are equal."""
+    match = _BUS_ID.match(bus_id.strip()) if isinstance(bus_id, str) else None
+    if not match:
+        return None
+    domain, bus, device, function = match.groups()
+    return "%04x:%s:%s.%s" % (int(domain, 16), bus.lower(), device.lower(), function)
+
+
 def classify(pci_class, device):
     """'gpu', 'nvswitch' or 'other' for an NVIDIA function of this class and device id."""
     base = pci_class >> 8
@@ -55,8 +72,9 @@ def classify(pci_class, device):
     return "other"
 
 
-def parse_device(bus_id, attributes, bound_driver):
-    """One function's record (the contract's shape) from its attribute numbers and bound driver (None: unbound)."""
+def parse_device(bus_id, attributes, bound_driver, virtual_function=False):
+    """One function's record (the contract's shape) from its attribute numbers, bound driver (None: unbound) and
+    whether it is an SR-IOV virtual function."""
     device = attributes["device"]
     kind = classify(attributes["class"], device)
     name = architecture = open_modules = None
@@ -79,6 +97,7 @@ def parse_device(bus_id, attributes, bound_driver):
         "name": name,
         "architecture": architecture,
         "open_modules": open_modules,
+        "virtual_function": bool(virtual_function),
     }
 
 
@@ -119,8 +138,23 @@ def read_nvidia_devices(root="/"):
         for attribute in _ATTRIBUTES:
             path = os.path.join(directory, attribute)
             attributes[attribute] = parse_hex(_read_text(path), path)
-        out.append(parse_device(bus_id, attributes, _bound_driver(directory)))
+        out.append(parse_device(bus_id, attributes, _bound_driver(directory),
+                                os.path.lexists(os.path.join(directory, "physfn"))))
     return out
+
+
+def bus_gpus(root="/"):
+    """The GPUs the PCI bus shows under ``root``, for the health read's comparison with the GPUs NVML lists (read-only):
+    {"readable": True, "root", "gpus": [{"bus_id" (sysfs form), "name", "bound_driver"}]} - physical GPU functions
+    only (NVSwitches, audio and other functions, and SR-IOV virtual functions left out) - or {"readable": False,
+    "root", "gpus": [], "reason"} when sysfs cannot be read."""
+    try:
+        devices = read_nvidia_devices(root)
+    except PciReadError as exc:
+        return {"readable": False, "root": root, "gpus": [], "reason": str(exc)}
+    return {"readable": True, "root": root, "gpus": [
+        {"bus_id": d["bus_id"], "name": d["name"], "bound_driver": d["bound_driver"]}
+        for d in gpus(devices) if not d["virtual_function"]]}
 
 
 def _label(device):

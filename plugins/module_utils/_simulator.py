@@ -40,7 +40,8 @@ the code says so):
   persistence mode, every GPU reads persistence mode Enabled; it starts again at a boot where it ran before.
 - Health (_simulator_health): each GPU's ECC counts, row remapping, NVLinks, PCIe link, clock event reasons,
   temperature and fabric state, answered NOT_SUPPORTED where NVML does for that generation and machine shape; a lost
-  GPU (every call answers GPU_IS_LOST, a reboot brings it back); this boot's kernel log with Xid lines. Test hooks:
+  GPU (every call answers GPU_IS_LOST, a reboot brings it back); a GPU missing from NVML (not listed, its PCI function
+  still in the host tree; a reboot brings it back); this boot's kernel log with Xid lines. Test hooks:
   ``inject_health``, ``add_xid``, ``set_kernel_log_readable``.
 """
 
@@ -59,6 +60,7 @@ import tempfile
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import for_device, gpu_file, holder_record
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import bus_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     COMPUTE_MODES,
     NVML_ERROR_CODES,
@@ -299,18 +301,18 @@ class SimulatedBackend(GpuBackend):
                 "driver_version": version,
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % version,
-                "gpus": [self._persistenced(gpu_facts(state, sim_health.raise_if_lost(g))) for g in state["gpus"]
+                "gpus": [self._persistenced(gpu_facts(state, sim_health.raise_if_lost(g))) for g in sim_health.listed(state)
                          if not (skip_lost and sim_health.is_lost(g))],
             }
             if skip_lost:
                 out["lost_gpus"] = [{"index": g["index"], "error": "GPU %d (%s): GPU is lost" % (
-                    g["index"], g["pci_bus_id"])} for g in state["gpus"] if sim_health.is_lost(g)]
+                    g["index"], g["pci_bus_id"])} for g in sim_health.listed(state) if sim_health.is_lost(g)]
             return out
 
     def read_gpu(self, index):
         self._nvml()
         with self._locked(write=False) as state:
-            gpu = gpu_by_index(state, index)
+            gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
             sim_health.raise_if_lost(gpu)
             return self._persistenced(gpu_facts(state, gpu))
 
@@ -322,16 +324,18 @@ class SimulatedBackend(GpuBackend):
         return facts
 
     def read_health(self):
-        """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health)."""
+        """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health); where the host is
+        modelled (GPUOPS_SIMULATED_ROOT), the GPUs its PCI tree shows, read as the real backend reads sysfs."""
         self._nvml()
         with self._locked(write=False) as state:
-            gpus = [sim_health.health_facts(state, g) for g in state["gpus"]]
+            gpus = [sim_health.health_facts(state, g) for g in sim_health.listed(state)]
             if (state.get("host") or {}).get("fabric_manager") and self.root and not host.fabric_registered(self.root):
                 # no Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet
                 for entry in gpus:
                     if isinstance(entry.get("fabric"), dict):
                         entry["fabric"]["state"] = "not_started"
-            return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state)}
+            return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
+                    "pci": bus_gpus(self.root) if host.modelled(self.root) else None}
 
     def raw_state(self):
         """The whole state document (for tests and the simulator's own tools)."""
@@ -405,7 +409,7 @@ class SimulatedBackend(GpuBackend):
 
     def _reset_gpu(self, index):
         with self._mutation("reset_gpu", {"index": index}) as state:
-            gpu = gpu_by_index(state, index)
+            gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
             sim_health.raise_if_lost(gpu)
             if not gpu.get("reset_supported", True):
                 raise NvmlNotSupported("GPU %d cannot be reset here (passthrough): a VM reboot is needed" % index)

@@ -53,6 +53,8 @@ _SIM_TEMPERATURE_C = 29             # the H200 reading's temperature at idle
 # fault name: (what it sets, the type of its value). The lab's and the tests' way to make a GPU unhealthy.
 FAULTS = {
     "lost": "the GPU answers GPU_IS_LOST to every call (bool)",
+    "missing": "NVML does not list the GPU while its PCI function stays on the bus, as after an Xid 79 or a failed "
+               "RmInitAdapter (bool)",
     "ecc_mode": "ECC enabled (bool)",
     "ecc_volatile_corrected": "count", "ecc_volatile_uncorrected": "count",
     "ecc_aggregate_corrected": "count", "ecc_aggregate_uncorrected": "count",
@@ -91,7 +93,7 @@ def has_page_retirement(gpu):
 
 def default_health():
     return {
-        "lost": False, "ecc_mode": True,
+        "lost": False, "missing": False, "ecc_mode": True,
         "ecc": {"volatile": {"corrected": 0, "uncorrected": 0}, "aggregate": {"corrected": 0, "uncorrected": 0}},
         "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
         "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": False},
@@ -103,6 +105,26 @@ def default_health():
 
 def is_lost(gpu):
     return bool((gpu.get("health") or {}).get("lost"))
+
+
+def is_missing(gpu):
+    return bool((gpu.get("health") or {}).get("missing"))
+
+
+def listed(state):
+    """The GPUs NVML lists: every GPU but those missing from it. A missing GPU's PCI function stays in the host tree
+    (_simulator_host renders it from the state's GPUs whatever their health), so the health read's comparison of the
+    bus with NVML finds it. The other GPUs keep their indexes here; real NVML numbers the GPUs it lists from 0 without a
+    gap (a known limit of the simulator, docs/health.md)."""
+    return [g for g in state["gpus"] if not is_missing(g)]
+
+
+def raise_if_missing(gpu):
+    """What NVML answers for an index it does not list: INVALID_ARGUMENT; else the GPU entry itself."""
+    if is_missing(gpu):
+        raise NvmlError.for_name("INVALID_ARGUMENT", "GPU %d (%s): NVML does not list this GPU (missing)" % (
+            gpu["index"], gpu["pci_bus_id"]))
+    return gpu
 
 
 def raise_if_lost(gpu):
@@ -181,7 +203,7 @@ def inject(state, gpu, fault, value, link=None):
     where = "GPU %d (%s)" % (gpu["index"], _model(gpu)["name"])
     if fault == "healthy":
         work = default_health()
-    elif fault in ("lost", "ecc_mode"):
+    elif fault in ("lost", "missing", "ecc_mode"):
         work[fault] = _flag(value, fault)
     elif fault.startswith("ecc_"):
         dummy, counter, kind = fault.split("_")
@@ -273,11 +295,13 @@ def after_reset(gpu):
 
 
 def after_reboot(state):
-    """A reboot: each GPU as after a reset, a lost GPU back on the bus, and a new boot's empty kernel log. Hardware
-    faults (a degraded PCIe link, a link down, a failed remap, a fabric fault) stay until the test clears them."""
+    """A reboot: each GPU as after a reset, a lost or missing GPU back (initialised again), and a new boot's empty
+    kernel log. Hardware faults (a degraded PCIe link, a link down, a failed remap, a fabric fault) stay until the test
+    clears them."""
     for gpu in state["gpus"]:
         after_reset(gpu)
         if gpu.get("health"):
             gpu["health"]["lost"] = False
+            gpu["health"]["missing"] = False
     if "kernel_log" in state:
         state["kernel_log"]["lines"] = []

@@ -42,7 +42,8 @@ options:
     description:
       - Which GPUs to report. C(all), or a list of GPU indices, UUIDs (C(GPU-...)) or model names
         (C(NVIDIA H200) or C(H200)).
-      - A selector that matches no GPU is an error.
+      - A selector that matches no GPU is an error, except C(all) where NVML lists no GPU and the health read finds
+        GPUs on the PCI bus that NVML does not list (the finding C(gpu_missing) in RV(health) says which).
     type: list
     elements: str
     default: [all]
@@ -59,6 +60,18 @@ options:
       - An unknown kind or action is an error that names the valid ones.
     type: dict
     default: {}
+  health_dcgm_diag:
+    description:
+      - With O(health), also run DCGM's quick diagnostic, C(dcgmi diag -r 1 -j) (run level 1, no stress test; it takes
+        seconds to a minute on a real node), and turn its failed tests into findings (C(dcgm_diag_failure) blocks,
+        C(dcgm_diag_warning) warns; see docs/health.md). Where O(health_dcgmi) is not installed this is a note in
+        RV(health.dcgm), not an error.
+    type: bool
+    default: false
+  health_dcgmi:
+    description: The C(dcgmi) command for O(health_dcgm_diag), a name looked up on C(PATH) or a path.
+    type: str
+    default: dcgmi
 attributes:
   check_mode:
     support: full
@@ -203,6 +216,21 @@ health:
         C(dmesg)), why not (reason) and how many Xid lines it held (xid_lines).
       type: dict
       returned: always
+    dcgm:
+      description:
+        - With O(health_dcgm_diag), DCGM's diagnostic - C(ran), C(version), C(results) (how many result entries it
+          gave), and C(note) (dcgmi not installed; no finding), C(error) or C(runtime_error) (it could not run; the
+          finding C(dcgm_diag_error)). Null without O(health_dcgm_diag).
+      type: dict
+      returned: always
+    pci:
+      description:
+        - The GPUs the PCI bus shows (C(gpus), their sysfs bus ids; NVSwitches, other functions and SR-IOV virtual
+          functions left out), compared with those NVML lists - a GPU on the bus that NVML does not list is the
+          blocking finding C(gpu_missing) - or, where sysfs could not be read, C(readable) false and the C(reason)
+          (no finding). Null where the bus is not read (simulated GPUs without C(GPUOPS_SIMULATED_ROOT)).
+      type: dict
+      returned: always
     gate:
       description:
         - The verdict as M(gpuops.nvidia.node_health) takes it - C(healthy), C(blocking) and C(warnings), each finding
@@ -272,8 +300,8 @@ driver:
     pci:
       description:
         - Only when NVML could not start. C(gpus) and C(nvswitches) read from PCI sysfs (bus_id, device, subsystem,
-          name, architecture, open_modules, bound_driver; ids as hex strings) and C(flavours), the kernel-module
-          flavours that can run them (C(open), C(proprietary), C(reasons)).
+          name, architecture, open_modules, bound_driver, virtual_function (an SR-IOV VF); ids as hex strings) and
+          C(flavours), the kernel-module flavours that can run them (C(open), C(proprietary), C(reasons)).
       type: dict
       returned: when NVML could not start
 ansible_facts:
@@ -298,6 +326,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     select_gpus,
     simulated,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module as run_dcgm_diag
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
@@ -376,7 +405,9 @@ class GpuInfo(ModuleRun):
 
     argument_spec = dict(gpus=dict(type="list", elements="str", default=["all"]),
                          health=dict(type="bool", default=True),
-                         health_policy=dict(type="dict", default={}))
+                         health_policy=dict(type="dict", default={}),
+                         health_dcgm_diag=dict(type="bool", default=False),
+                         health_dcgmi=dict(type="str", default="dcgmi"))
 
     def validate(self):
         try:
@@ -400,7 +431,10 @@ class GpuInfo(ModuleRun):
                         raise
                     lost = exc
                 if want_health:
-                    health = summary(backend.read_health(), self.policy)
+                    read = backend.read_health()
+                    if self.params["health_dcgm_diag"]:
+                        read["dcgm"] = run_dcgm_diag(module, self.params["health_dcgmi"])
+                    health = summary(read, self.policy)
             finally:
                 backend.close()
         except NvmlInitError as exc:
@@ -432,7 +466,10 @@ class GpuInfo(ModuleRun):
 
         selector = self.params["gpus"]
         chosen = select_gpus(facts["gpus"], selector)
-        if not chosen:
+        # every GPU NVML lists is none, but the PCI bus shows GPUs NVML does not list: the health read says which
+        # (gpu_missing), which is the answer, not a bad selector
+        missing = health is not None and any(f["kind"] == "gpu_missing" for f in health["findings"])
+        if not chosen and not (missing and selector == ["all"]):
             module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
                 selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
                 or "no GPUs"))

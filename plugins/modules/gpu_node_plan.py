@@ -358,6 +358,16 @@ options:
             anything is read.
         type: dict
         default: {}
+      dcgm_diag:
+        description:
+          - Also run DCGM's quick diagnostic (C(dcgmi diag -r 1 -j)) and judge its failed tests, as gpu_info's
+            O(gpuops.nvidia.gpu_info#module:health_dcgm_diag); a node without dcgmi gets a note, no finding.
+        type: bool
+        default: false
+      dcgmi:
+        description: The C(dcgmi) command, a name looked up on C(PATH) or a path.
+        type: str
+        default: dcgmi
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -471,9 +481,9 @@ health:
   description:
     - The GPUs' health (with O(health)) - gpu_info's RV(gpuops.nvidia.gpu_info#module:health) without each GPU's read
       fields - C(verdict), C(healthy), C(blocking) and C(warnings) (one line each, naming the GPU, its bus id, the
-      finding and its fix), C(findings), C(kernel_log), and C(gate) - the verdict as M(gpuops.nvidia.node_health)
-      takes it (C(healthy), C(blocking), C(warnings)) with C(reset_clears), the GPUs whose blocking findings a GPU
-      reset clears.
+      finding and its fix), C(findings), C(kernel_log), C(pci) (the GPUs the PCI bus shows), and C(gate) - the
+      verdict as M(gpuops.nvidia.node_health) takes it (C(healthy), C(blocking), C(warnings)) with
+      C(reset_clears), the GPUs whose blocking findings a GPU reset clears.
   returned: when O(health) is given
   type: dict
 ansible_facts:
@@ -482,7 +492,10 @@ ansible_facts:
   type: dict
   contains:
     nvidia_gpus:
-      description: What M(gpuops.nvidia.gpu_info) returns for all GPUs.
+      description:
+        - What M(gpuops.nvidia.gpu_info) returns for all GPUs. With O(health), C(lost_gpus) names the GPUs NVML reports
+          lost and C(missing_gpus) those the PCI bus shows and NVML does not list (C(bus_id), C(name),
+          C(bound_driver)); the steps that read the GPUs wait while either is not empty (C(managed) false).
       type: dict
 """
 

@@ -61,7 +61,8 @@ options:
   fault:
     description:
       - For C(inject_health), the health fault to set on GPU O(index) (see docs/health.md), one of C(lost),
-        C(ecc_mode), C(ecc_volatile_corrected), C(ecc_volatile_uncorrected), C(ecc_aggregate_corrected),
+        C(missing) (NVML does not list the GPU; its PCI function stays in the simulated host tree), C(ecc_mode),
+        C(ecc_volatile_corrected), C(ecc_volatile_uncorrected), C(ecc_aggregate_corrected),
         C(ecc_aggregate_uncorrected), C(row_remap_pending), C(row_remap_failure), C(remapped_rows_corrected),
         C(remapped_rows_uncorrected), C(retired_pages_pending), C(retired_pages_single_bit),
         C(retired_pages_double_bit), C(nvlink_down), C(nvlink_replay), C(nvlink_recovery), C(nvlink_crc_flit),

@@ -7,7 +7,8 @@ Run from the repository root on a GPU host (Python 3, nvidia-ml-py and the drive
 It reads every GPU's health through the collection's real backend (_nvml_backend.NvmlBackend.read_health: NVML getters
 only, and journalctl/dmesg for the kernel log) and `nvidia-smi -q -x` (plus `nvidia-smi nvlink -s` for the links), and
 compares each field: ECC mode and volatile/aggregate corrected/uncorrected counts, retired pages, remapped rows, PCIe
-current/max generation and width, clock event reasons, temperature, fabric state/status and each NVLink's state. A
+current/max generation and width, clock event reasons, temperature, fabric state/status and each NVLink's state, and
+the GPUs PCI sysfs shows (the gpu_missing comparison) against the GPUs nvidia-smi lists. A
 field NVML answers NOT_SUPPORTED for must be N/A in nvidia-smi. A field nvidia-smi's XML does not carry on this driver is
 listed as "not compared", never as equal. Live values (clock event reasons, temperature) can change between the two
 reads: a difference there is worth a second run before it is believed.
@@ -219,7 +220,27 @@ def compare(health, xml_text, nvlink_text, not_supported, tolerance_c=3):
                              "smi": _show(seen),
                              "result": "not compared" if seen is MISSING else (
                                  "equal" if seen == link["active"] else "differ")})
+    rows.append(_pci_row(health, by_bus))
     return rows
+
+
+def _bus_key(bus_id):
+    """00000000:07:00.0 (NVML, nvidia-smi) and 0000:07:00.0 (sysfs) as one comparable form."""
+    domain, rest = bus_id.strip().split(":", 1)
+    return ("%04x:%s" % (int(domain, 16), rest)).lower()
+
+
+def _pci_row(health, by_bus):
+    """The GPUs PCI sysfs shows (the read's "pci", compared with NVML for the gpu_missing finding) against the GPUs
+    nvidia-smi lists: on a host whose every GPU is up, the same bus ids."""
+    pci = health.get("pci")
+    smi = sorted(_bus_key(bus) for bus in by_bus)
+    if not isinstance(pci, dict) or not pci.get("readable"):
+        return {"gpu": "node", "field": "pci.gpus", "ours": (pci or {}).get("reason") or "not read", "smi": smi,
+                "result": "not compared"}
+    ours = sorted(_bus_key(g["bus_id"]) for g in pci["gpus"])
+    return {"gpu": "node", "field": "pci.gpus", "ours": ours, "smi": smi,
+            "result": "equal" if ours == smi else "differ"}
 
 
 def main(argv=None):

@@ -138,8 +138,15 @@ A100_FACTS = _facts_of("dgx-a100-40gb")
 H200_FACTS = _facts_of("hgx-h200")
 _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8))
 # gpu_node_plan's health.policy and gpu_node's gpu_node_health_policy: known kinds and actions, near misses, anything
+# gpu_info's health_dcgmi and gpu_node_plan's health.dcgmi: a command that is run. Never a tool of this machine: the
+# lab's stand-in dcgmi, names no PATH holds, and odd strings that name no executable (a plain string drawn at random
+# could name one, which would then run with "diag -r 1 -j")
+_DCGMI_STANDIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin", "dcgmi")
+DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/",
+                         "gpuops-no-such-dir/dcgmi", "é" * 300])
 HEALTH_POLICY = st.one_of(st.dictionaries(
-    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "Row_Remap_Pending", ""]), _ANY),
+    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing",
+                               "Row_Remap_Pending", "gpu-missing", ""]), _ANY),
     st.one_of(st.sampled_from(["block", "warn", "ignore", "Block", "off", ""]), _ANY), max_size=3), _ANY)
 
 
@@ -262,7 +269,8 @@ def _driver_declaration(anything):
 
 MODULES = {
     "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
-    "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={}),
+    "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={},
+                     hints={"health_dcgmi": DCGMI, "health_policy": HEALTH_POLICY}),
     "gpu_simulator": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"action": "show"}),
     "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
                        args={"gpus": ["0", "1"], "config_name": "all-balanced"},
@@ -393,6 +401,7 @@ MODULES = {
                                 "files": [{"step": "compute_mode", "path": SANDBOX + "/absent", "state": "absent"}],
                                 "health": {"policy": {"row_remap_pending": "warn"}}},
                           hints={"mig.layout": LAYOUT, "mig.config_name": CONFIG_NAME, "health.policy": HEALTH_POLICY,
+                                 "health.dcgmi": DCGMI,
                                  "files[].path": paths(), "compute_mode.boot_unit.path": paths(),
                                  "lock_timeout": TIMEOUTS},
                           files=MIGPARTED),

@@ -405,7 +405,8 @@ class FakeDaemonSets(ReconcileLoop):
         if key in self._plugin_seen and self._plugin_seen[key] == label:
             return                 # running: it does not see a MIG change until it restarts
         config, strategy = self._config(ds, node)
-        counts = advertised(self._backend(node).read_all()["gpus"], config, strategy)
+        # a GPU NVML reports lost is not among the devices it registers (a GPU NVML does not list never is)
+        counts = advertised(self._backend(node).read_all(skip_lost=True)["gpus"], config, strategy)
         self._plugin_seen[key] = label
         self._set_allocatable(node, counts)
         self.events.append((time.time(), node, "registered %s" % (counts,)))

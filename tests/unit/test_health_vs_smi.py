@@ -42,8 +42,8 @@ XML = """<?xml version="1.0" ?>
 """
 
 
-def _rows(tmp_path, **xml):
-    health = SimulatedBackend(str(tmp_path / "s.json"), shape="h200-x1").read_health()
+def _rows(tmp_path, root=None, **xml):
+    health = SimulatedBackend(str(tmp_path / "s.json"), shape="h200-x1", root=root).read_health()
     values = {"dram_unc": 0, "pending": "No"}
     values.update(xml)
     return dict((r["field"], r) for r in script.compare(health, XML.format(**values), "", NOT_SUPPORTED))
@@ -51,9 +51,23 @@ def _rows(tmp_path, **xml):
 
 def test_a_matching_reading_is_equal_field_by_field(tmp_path):
     rows = _rows(tmp_path)
-    assert set(r["result"] for r in rows.values()) == {"equal"}, [r for r in rows.values() if r["result"] != "equal"]
+    fields = [r for f, r in rows.items() if f != "pci.gpus"]
+    assert set(r["result"] for r in fields) == {"equal"}, [r for r in fields if r["result"] != "equal"]
     assert rows["retired_pages.pending"]["ours"] == "N/A" and rows["pcie.width.max"]["smi"] == 16
     assert rows["nvlink"]["ours"] == "N/A"
+    assert rows["pci.gpus"]["result"] == "not compared"          # no host tree: the bus is not read
+
+
+def test_the_gpus_on_the_bus_are_compared_with_those_nvidia_smi_lists(tmp_path):
+    rows = _rows(tmp_path, root=str(tmp_path / "root"))
+    assert rows["pci.gpus"] == {"gpu": "node", "field": "pci.gpus", "ours": ["0000:07:00.0"], "smi": ["0000:07:00.0"],
+                                "result": "equal"}
+    # the GPU off NVML's list (nvidia-smi lists none): the bus still shows it, the row differs
+    sim = SimulatedBackend(str(tmp_path / "s.json"), root=str(tmp_path / "root"))
+    sim.inject_health(0, "missing")
+    (row,) = script.compare(sim.read_health(), '<?xml version="1.0" ?><nvidia_smi_log></nvidia_smi_log>', "",
+                            NOT_SUPPORTED)
+    assert (row["field"], row["ours"], row["smi"], row["result"]) == ("pci.gpus", ["0000:07:00.0"], [], "differ")
 
 
 def test_differences_are_found(tmp_path):

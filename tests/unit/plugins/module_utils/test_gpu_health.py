@@ -150,14 +150,15 @@ def test_the_policy_overrides_per_kind():
 def test_the_default_policy_is_the_issues():
     blocking = sorted(k for k, v in health.DEFAULT_POLICY.items() if v == "block")
     assert blocking == sorted([
-        "gpu_lost", "row_remap_pending", "row_remap_failure", "retired_pages_pending", "ecc_uncorrected_volatile",
-        "xid_fatal", "fabric_incomplete", "nvlink_down", "pcie_generation_degraded", "pcie_width_degraded"])
+        "gpu_lost", "gpu_missing", "dcgm_diag_failure", "row_remap_pending", "row_remap_failure",
+        "retired_pages_pending", "ecc_uncorrected_volatile", "xid_fatal", "fabric_incomplete", "nvlink_down",
+        "pcie_generation_degraded", "pcie_width_degraded"])
     assert health.validate_policy(None) == health.DEFAULT_POLICY
 
 
 @pytest.mark.parametrize("policy,words", [
     ({"row_remap_pendng": "warn"}, "unknown health finding kind 'row_remap_pendng' in the health policy; valid kinds: "
-                                   "ecc_corrected, ecc_disabled"),
+                                   "dcgm_diag_error, dcgm_diag_failure"),
     ({"nvlink_down": "stop"}, "health policy nvlink_down: 'stop' is not one of block, warn, ignore"),
     ({"nvlink_down": True}, "health policy nvlink_down: True is not one of block, warn, ignore"),
     ({"nvlink_down": None}, "None is not one of block, warn, ignore"),
@@ -214,3 +215,64 @@ def test_the_gate_form_is_what_node_health_takes_and_names_the_gpus_a_reset_clea
     # the policy decides what blocks, so what a reset would clear too
     gate = health.summary(read(remap), {"row_remap_pending": "warn"})["gate"]
     assert gate["healthy"] is True and gate["reset_clears"] == [] and gate["warnings"][0]["kind"] == "row_remap_pending"
+
+
+def _bus(*gpus, **pci):
+    """A read's "pci": the GPUs sysfs shows (bus id, name, bound driver)."""
+    out = {"readable": True, "root": "/", "gpus": [{"bus_id": b, "name": "NVIDIA H100 80GB HBM3", "bound_driver": d}
+                                                   for b, d in gpus]}
+    out.update(pci)
+    return out
+
+
+def test_a_gpu_the_bus_shows_and_nvml_does_not_list_blocks_naming_its_bus_id_and_the_fix():
+    """NVML's 00000000:47:00.0 is sysfs's 0000:47:00.0 (domain width and case apart): only 0000:b7:00.0 is missing."""
+    data = read(healthy_gpu(3, "00000000:47:00.0"), healthy_gpu(4, "00000000:B7:00.0"))
+    data["pci"] = _bus(("0000:47:00.0", "nvidia"), ("0000:b7:00.0", "nvidia"), ("0000:c7:00.0", "nvidia"))
+    result = health.verdict(health.findings(data))
+    assert [(f["kind"], f["gpu"], f["pci_bus_id"], f["action"]) for f in result["findings"]] == [
+        ("gpu_missing", None, "0000:c7:00.0", "block")]
+    assert result["blocking"] == [
+        "GPU (PCI 0000:c7:00.0): on the PCI bus but not listed by NVML (NVIDIA H100 80GB HBM3, driver nvidia) - it "
+        "fell off the bus or failed to initialise (look for its Xid 79 or an RmInitAdapter failure in the kernel "
+        "log): reboot, and reseat or service the GPU if it stays missing; the gate clears when the next run finds it healthy"]
+    assert health.missing_gpus(data) == [{"bus_id": "0000:c7:00.0", "name": "NVIDIA H100 80GB HBM3",
+                                          "bound_driver": "nvidia"}]
+    gate = health.gate(result["findings"])
+    assert gate["blocking"][0]["bus_id"] == "0000:c7:00.0" and gate["reset_clears"] == []
+
+
+@pytest.mark.parametrize("driver,words", [
+    (None, "no driver is bound to it, so the nvidia driver did not take it"),
+    ("vfio-pci", "it is bound to vfio-pci, not nvidia: bind it to nvidia, or where it is passed to a VM on purpose set "
+                 "gpu_missing to warn or ignore"),
+])
+def test_the_fix_of_a_missing_gpu_follows_its_driver(driver, words):
+    data = read(healthy_gpu(0, "00000000:19:00.0"))
+    data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", driver))
+    (found,) = health.findings(data)
+    assert words in found["summary"] and found["summary"].startswith("GPU (PCI 0000:47:00.0)")
+    assert ("no driver bound" if driver is None else "driver vfio-pci") in found["detail"]
+
+
+def test_no_gpu_is_missing_where_the_bus_was_not_read_or_could_not_be():
+    for pci in (None, _bus(("0000:c7:00.0", "nvidia"), readable=False, reason="cannot list")):
+        data = read(healthy_gpu())
+        data["pci"] = pci
+        assert health.findings(data) == [] and health.missing_gpus(data) == []
+    assert health.summary(dict(read(healthy_gpu()), pci=None))["pci"] is None
+    unread = health.summary(dict(read(healthy_gpu()), pci=_bus(readable=False, reason="cannot list")))
+    assert unread["pci"] == {"readable": False, "reason": "cannot list", "gpus": []}
+
+
+def test_a_lost_gpu_without_a_bus_id_is_not_also_missing():
+    """NVML lists 2 GPUs, one lost before its PCI info was read: of the bus's 2, the unmatched one is that lost GPU;
+    with a third on the bus and not in NVML, both unmatched ones are reported (which one is lost is not known)."""
+    lost = {"index": 1, "lost": True, "error": "GPU is lost"}
+    data = read(healthy_gpu(0, "00000000:19:00.0"), lost)
+    data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", "nvidia"))
+    assert kinds(health.findings(data)) == ["gpu_lost"]
+    data["pci"]["gpus"].append({"bus_id": "0000:c7:00.0", "name": None, "bound_driver": "nvidia"})
+    found = health.findings(data)
+    assert kinds(found) == ["gpu_lost", "gpu_missing", "gpu_missing"]
+    assert "a GPU the catalog does not name" in found[2]["summary"]

@@ -1,6 +1,7 @@
 """The health read in both backends: the NVML backend over a pynvml stand-in (the real H200/H100 readings' values,
 pynvml's own structs and constants), the simulator with every fault injected and read back, and both agreeing."""
 import json
+import os
 
 import pynvml
 import pytest
@@ -12,8 +13,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from test_nvml_backend import FIXTURE, FakeNvml
+from test_pci import _function as pci_function
 
 XID_LINE = "NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus."
+# (no sys/ tree here: the tests that are not about the PCI bus do not read this machine's sysfs)
+NO_SYSFS = os.path.dirname(os.path.abspath(__file__))
 READ_CALLS = ("Get", "Init", "Shutdown")
 
 
@@ -95,11 +99,12 @@ class HealthNvml(FakeNvml):
         return pynvml.NVML_SUCCESS
 
 
-def _backend(reading, **attrs):
+def _backend(reading, sys_root=NO_SYSFS, **attrs):
     fake = HealthNvml(reading)
     for key, value in attrs.items():
         setattr(fake, key, value)
-    return NvmlBackend(nvml=fake, run_command=lambda argv: (0, "Linux version\n%s\n" % XID_LINE, "")), fake
+    return NvmlBackend(nvml=fake, run_command=lambda argv: (0, "Linux version\n%s\n" % XID_LINE, ""),
+                       sys_root=sys_root), fake
 
 
 def test_nvml_reads_the_h200_like_the_simulator_models_it(reading, tmp_path):
@@ -165,6 +170,34 @@ def test_nvml_pending_remap_and_narrow_link(reading):
         "row_remap_pending", "remapped_rows", "pcie_width_degraded", "xid_fatal"]
     assert found["blocking"][0] == ("GPU 0 (00000000:00:06.0): remapped rows pending - reset the GPU or reboot; the "
                                     "gate clears when the next run finds it healthy")
+
+
+def test_nvml_compares_the_gpus_sysfs_shows_with_those_nvml_lists(reading, tmp_path):
+    """The reading's H200 is 00000000:00:06.0 to NVML and 0000:00:06.0 in sysfs: not missing. A second H200 function
+    NVML does not list (unbound), its audio function and an NVSwitch: the GPU alone is a gpu_missing finding. Only
+    sysfs is read for it (no NVML call beyond the reads)."""
+    pci_function(tmp_path, "0000:00:06.0", device=0x2335, sub=(0x10DE, 0x18BF), driver="nvidia")
+    backend, fake = _backend(reading, sys_root=str(tmp_path))
+    result = backend.read_health()
+    assert result["pci"]["readable"] is True and [g["bus_id"] for g in result["pci"]["gpus"]] == ["0000:00:06.0"]
+    assert "gpu_missing" not in [f["kind"] for f in health.findings(result)]
+    pci_function(tmp_path, "0000:00:07.0", device=0x2335, sub=(0x10DE, 0x18BF))
+    pci_function(tmp_path, "0000:00:07.1", device=0x22BA, pci_class=0x040300)
+    pci_function(tmp_path, "0000:05:00.0", device=0x22A3, pci_class=0x068000, sub=(0x10DE, 0))
+    found = health.verdict(health.findings(backend.read_health()))
+    missing = [f for f in found["findings"] if f["kind"] == "gpu_missing"]
+    assert [(f["gpu"], f["pci_bus_id"], f["action"]) for f in missing] == [(None, "0000:00:07.0", "block")]
+    assert "GPU (PCI 0000:00:07.0): on the PCI bus but not listed by NVML (NVIDIA H200, no driver bound)" in \
+        missing[0]["summary"]
+    assert not [c for c in fake.calls if not c.startswith(("nvmlDeviceGet", "nvmlSystemGet"))], "reads only"
+
+
+def test_nvml_an_unreadable_sysfs_is_no_finding(reading, tmp_path):
+    backend, dummy = _backend(reading, sys_root=str(tmp_path / "nowhere"))
+    result = backend.read_health()
+    assert result["pci"]["readable"] is False and "cannot list the PCI devices" in result["pci"]["reason"]
+    assert "gpu_missing" not in [f["kind"] for f in health.findings(result)]
+    assert health.summary(result)["pci"]["readable"] is False
 
 
 def test_nvml_without_a_runner_says_the_log_is_unreadable(reading):
@@ -287,3 +320,39 @@ def test_simulated_nvlink_and_fabric_faults_need_the_hardware(tmp_path):
         sim.inject_health(0, "nvlink_down", True, 0)
     with pytest.raises(NvmlNotSupported, match="no NVSwitch fabric"):
         sim.inject_health(0, "fabric_state", "in_progress")
+
+
+def test_simulated_missing_gpu_stays_on_the_bus_and_is_a_finding(tmp_path, monkeypatch):
+    """With the host modelled (GPUOPS_SIMULATED_ROOT), a GPU made missing leaves NVML's list (read_all, read_health; a
+    read of its index answers INVALID_ARGUMENT) while its PCI function stays in the host tree: the health read names it
+    by its sysfs bus id and the driver bound to it. The plan's read names it in "missing_gpus". A reboot brings it
+    back."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_backend
+    sim = SimulatedBackend(str(tmp_path / "s.json"), shape="h200-x2", root=str(tmp_path / "root"))
+    assert health.findings(sim.read_health()) == []
+    sim.inject_health(1, "missing")
+    assert [g["index"] for g in sim.read_all()["gpus"]] == [0]
+    result = sim.read_health()
+    assert [g["index"] for g in result["gpus"]] == [0]
+    assert [g["bus_id"] for g in result["pci"]["gpus"]] == ["0000:07:00.0", "0000:0f:00.0"]
+    (found,) = health.verdict(health.findings(result))["findings"]
+    assert (found["kind"], found["pci_bus_id"], found["action"]) == ("gpu_missing", "0000:0f:00.0", "block")
+    assert "(NVIDIA H200, driver nvidia)" in found["summary"]
+    with pytest.raises(NvmlError) as refused:
+        sim.read_gpu(1)
+    assert refused.value.name == "INVALID_ARGUMENT"
+    monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", sim.path)
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", str(tmp_path / "root"))
+    facts, dummy = _gpu_backend.read_facts(health=True)
+    assert [g["bus_id"] for g in facts["missing_gpus"]] == ["0000:0f:00.0"] and len(facts["gpus"]) == 1
+    sim.reboot()
+    assert len(sim.read_all()["gpus"]) == 2 and health.findings(sim.read_health()) == []
+
+
+def test_simulated_missing_gpu_without_a_modelled_host_is_only_absent(hgx):
+    """Without a host tree there is no bus to compare with: the GPU is only absent from NVML's list."""
+    hgx.inject_health(3, "missing")
+    result = hgx.read_health()
+    assert result["pci"] is None and len(result["gpus"]) == 7 and health.findings(result) == []
+    hgx.inject_health(3, "missing", False)
+    assert len(hgx.read_all()["gpus"]) == 8

@@ -27,7 +27,8 @@ def test_the_real_h100_reading_is_a_named_gpu_bound_to_nvidia(tmp_path):
     (dev,) = _pci.read_nvidia_devices(str(tmp_path))
     assert dev == {"bus_id": "0000:00:06.0", "vendor": 0x10DE, "device": 0x2330, "subsystem_vendor": 0x10DE,
                    "subsystem_device": 0x16C1, "class": 0x030200, "kind": "gpu", "bound_driver": "nvidia",
-                   "name": "NVIDIA H100 80GB HBM3", "architecture": "hopper", "open_modules": True}
+                   "name": "NVIDIA H100 80GB HBM3", "architecture": "hopper", "open_modules": True,
+                   "virtual_function": False}
 
 
 def test_other_vendors_are_skipped_and_nvswitches_and_other_functions_classified(tmp_path):
@@ -131,3 +132,32 @@ def test_catalog_has_pci_and_open_module_facts_for_every_model():
     assert catalog.open_modules_supported("maxwell") is False
     assert catalog.proprietary_modules_supported("blackwell") is False
     assert catalog.open_modules_supported("unknown") is None and catalog.proprietary_modules_supported("x") is None
+
+
+@pytest.mark.parametrize("given,expected", [
+    ("00000000:47:00.0", "0000:47:00.0"), ("0000:47:00.0", "0000:47:00.0"), ("00000000:B7:00.0", "0000:b7:00.0"),
+    ("00000001:0A:1F.3", "0001:0a:1f.3"), (" 0000:c4:00.0\n", "0000:c4:00.0"),
+    ("47:00.0", None), ("0000:47:00", None), ("0000:47:00.8", None), ("zzzz:47:00.0", None), (None, None), (47, None),
+])
+def test_sysfs_bus_id_makes_nvml_and_sysfs_addresses_comparable(given, expected):
+    assert _pci.sysfs_bus_id(given) == expected
+
+
+def test_bus_gpus_lists_physical_gpus_only(tmp_path):
+    _function(tmp_path, "0000:19:00.0", driver="nvidia")
+    _function(tmp_path, "0000:47:00.0")                                         # unbound
+    _function(tmp_path, "0000:47:00.1", device=0x22BA, pci_class=0x040300)     # its audio function
+    _function(tmp_path, "0000:05:00.0", device=0x22A3, pci_class=0x068000, sub=(0x10DE, 0))    # an NVSwitch
+    vf = _function(tmp_path, "0000:19:00.4", driver="nvidia")                  # an SR-IOV virtual function
+    os.symlink("../0000:19:00.0", str(vf / "physfn"))
+    read = _pci.bus_gpus(str(tmp_path))
+    assert read == {"readable": True, "root": str(tmp_path), "gpus": [
+        {"bus_id": "0000:19:00.0", "name": "NVIDIA H100 80GB HBM3", "bound_driver": "nvidia"},
+        {"bus_id": "0000:47:00.0", "name": "NVIDIA H100 80GB HBM3", "bound_driver": None}]}
+    assert [d["virtual_function"] for d in _pci.read_nvidia_devices(str(tmp_path)) if d["kind"] == "gpu"] == [
+        False, True, False]
+
+
+def test_bus_gpus_says_why_sysfs_is_unreadable(tmp_path):
+    read = _pci.bus_gpus(str(tmp_path / "nowhere"))
+    assert read["readable"] is False and read["gpus"] == [] and "cannot list the PCI devices in" in read["reason"]

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
-from tests.support.ansible_run import run_module, run_playbook
+from tests.support.ansible_run import ROOT, run_module, run_playbook
 
 MODULE = "gpuops.nvidia.gpu_info"
 
@@ -312,3 +312,47 @@ def test_a_lost_gpu_fails_the_read_naming_it(tmp_path):
 def test_health_can_be_left_out(tmp_path):
     result = run_module(MODULE, {"health": False}, env=_sim_env(tmp_path))[0]
     assert "health" not in result and len(result["gpus"]) == 8
+
+
+def test_a_node_whose_only_gpu_is_missing_from_nvml_answers_with_the_finding(tmp_path):
+    """The host's PCI bus (GPUOPS_SIMULATED_ROOT) shows the one H200, NVML lists none: gpus=all answers with no GPU and
+    the blocking finding gpu_missing naming its bus id (the gate's read after a change uses this); a selector that
+    names a GPU still matches nothing and fails; without the health read there is nothing to say why, and it fails."""
+    env = _sim_env(tmp_path, "h200-x1")
+    env["GPUOPS_SIMULATED_ROOT"] = str(tmp_path / "root")
+    SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="h200-x1", root=env["GPUOPS_SIMULATED_ROOT"]).inject_health(
+        0, "missing")
+    result = run_module(MODULE, env=env)[0]
+    assert not result.get("failed"), result
+    assert result["gpus"] == [] and result["health"]["verdict"] == "block"
+    assert result["health"]["pci"] == {"readable": True, "reason": None, "gpus": ["0000:07:00.0"]}
+    (finding,) = result["health"]["gate"]["blocking"]
+    assert finding["kind"] == "gpu_missing" and finding["bus_id"] == "0000:07:00.0"
+    for args in ({"gpus": ["0"]}, {"health": False}):
+        result = run_module(MODULE, args, env=env)[0]
+        assert result["failed"] is True and "matches no GPU" in result["msg"], (args, result)
+
+
+DCGMI = os.path.join(ROOT, "tests", "support", "bin", "dcgmi")
+DCGM_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "dcgm")
+
+
+def test_dcgm_diag_is_off_by_default_a_note_without_dcgmi_and_judged_when_it_runs(tmp_path):
+    """Off by default (no dcgmi run, health.dcgm null). On: where dcgmi is not installed a note, no finding; with the
+    lab's stand-in dcgmi replaying a failed run (GPU 1's pending row remap, DCGM error 85), the finding blocks on GPU 1;
+    the stand-in's own run passes every GPU."""
+    env = _sim_env(tmp_path, "h200-x2")
+    result = run_module(MODULE, env=env)[0]
+    assert result["health"]["dcgm"] is None and result["health"]["verdict"] == "pass"
+    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": "gpuops-no-such-dcgmi"}, env=env)[0]
+    assert not result.get("failed") and result["health"]["verdict"] == "pass", result
+    assert result["health"]["dcgm"]["ran"] is False and "not installed" in result["health"]["dcgm"]["note"]
+    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)[0]
+    assert result["health"]["dcgm"]["ran"] is True and result["health"]["verdict"] == "pass", result["health"]
+    with open(os.path.join(DCGM_FIXTURES, "diag-r1-pending-row-remap.json")) as src, \
+            open(env["GPUOPS_SIMULATED_GPUS"] + ".dcgmi.json", "w") as dst:
+        dst.write(src.read())
+    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)[0]
+    (finding,) = result["health"]["gate"]["blocking"]
+    assert finding["kind"] == "dcgm_diag_failure" and finding["gpu"] == 1, finding
+    assert "DCGM error 85, severity RESET" in finding["message"]

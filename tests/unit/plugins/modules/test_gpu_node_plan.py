@@ -12,6 +12,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
 from tests.support import ctk_env
+from tests.support.ansible_run import ROOT
 from tests.support.modrun import run_main, run_main_ok
 
 
@@ -378,3 +379,46 @@ def test_a_lost_gpu_does_not_fail_the_plan_its_gpu_steps_wait_and_the_health_ste
     assert reason.startswith("GPU 4 (%s): NVML reports the GPU lost (GPU_IS_LOST)" % bus), reason
     assert "reboot / reseat" in reason and "the gate clears when the next run finds it healthy" in reason
     assert plan["health"]["gate"]["blocking"][0]["bus_id"] == bus
+
+
+def test_a_gpu_missing_from_nvml_does_not_fail_the_plan_its_gpu_steps_wait_and_the_health_step_blocks(
+        tmp_path, monkeypatch):
+    """A GPU the host's PCI bus shows and NVML does not list (the modelled host under GPUOPS_SIMULATED_ROOT): the plan
+    answers with the GPUs NVML lists, names the missing one by its sysfs bus id, the steps that read the GPUs wait (NVML
+    numbers its GPUs without the missing one), and the health step blocks naming the bus id and the fix."""
+    path, root = str(tmp_path / "state.json"), str(tmp_path / "root")
+    monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", path)
+    monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", "h200-x2")
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", root)
+    sim = SimulatedBackend(path, shape="h200-x2", root=root)
+    sim.inject_health(1, "missing")
+    plan = _plan({"health": {}, "compute_mode": {"settings": [{"mode": "Default"}]}})
+    assert not plan.get("failed"), plan
+    facts = plan["ansible_facts"]["nvidia_gpus"]
+    assert [g["index"] for g in facts["gpus"]] == [0]
+    assert facts["missing_gpus"] == [{"bus_id": "0000:0f:00.0", "name": "NVIDIA H200", "bound_driver": "nvidia"}]
+    assert plan["compute_mode"]["managed"] is False and plan["compute_mode"]["missing_gpus"] == ["0000:0f:00.0"]
+    assert plan["steps"]["compute_mode"] == ["cannot plan the GPU at PCI 0000:0f:00.0: the bus shows it, NVML does not "
+                                             "list it; this step waits for a run that finds every GPU"]
+    (reason,) = plan["steps"]["health"]
+    assert reason.startswith("GPU (PCI 0000:0f:00.0): on the PCI bus but not listed by NVML"), reason
+    assert plan["health"]["gate"]["blocking"][0]["bus_id"] == "0000:0f:00.0"
+    # back in NVML's list: the steps plan again, nothing blocks
+    sim.inject_health(1, "missing", False)
+    plan = _plan({"health": {}, "compute_mode": {"settings": [{"mode": "Default"}]}})
+    assert plan["ansible_facts"]["nvidia_gpus"]["missing_gpus"] == [] and plan["steps"].get("health") in (None, [])
+    assert plan["compute_mode"].get("managed", True) is True
+
+
+def test_the_health_step_runs_dcgms_diagnostic_only_when_asked(node):
+    """health.dcgm_diag (off by default): with the lab's stand-in dcgmi replaying a failed run, the plan's health step
+    blocks on the GPU DCGM names; without it, no dcgmi is run (health.dcgm null)."""
+    sim = node("h200-x2")
+    with open(os.path.join(ROOT, "tests", "fixtures", "dcgm", "diag-r1-pending-row-remap.json")) as src, \
+            open(sim.path + ".dcgmi.json", "w") as dst:
+        dst.write(src.read())
+    plan = _plan({"health": {}})
+    assert plan["health"]["dcgm"] is None and plan["steps"].get("health") in (None, []), plan["health"]
+    plan = _plan({"health": {"dcgm_diag": True, "dcgmi": os.path.join(ROOT, "tests", "support", "bin", "dcgmi")}})
+    (reason,) = plan["steps"]["health"]
+    assert reason.startswith("GPU 1 (%s): DCGM's diagnostic failed a test" % sim.read_all()["gpus"][1]["pci_bus_id"])
