@@ -272,6 +272,9 @@ MODULES = {
     "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={},
                      hints={"health_dcgmi": DCGMI, "health_policy": HEALTH_POLICY}),
     "gpu_simulator": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"action": "show"}),
+    # a healthy H200 node: nothing to reset; the fuzzer's policies and GPU lists must be refused or answered cleanly
+    "gpu_health_reset": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"gpus": [0, 1]},
+                             hints={"health_policy": HEALTH_POLICY}),
     "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
                        args={"gpus": ["0", "1"], "config_name": "all-balanced"},
                        hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
