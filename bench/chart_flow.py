@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 from fleet_common import SITE, Run, inventory, save_report  # noqa: E402  (bench/fleet_common.py, beside this file)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import PAUSE_LABEL  # noqa: E402
+from node_window import node_marks, phases  # noqa: E402  (bench/node_window.py)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
 from tests.support.fake_daemonsets import FakeDaemonSets  # noqa: E402
 from tests.support.fake_kube_api import FakeKubeApi  # noqa: E402
@@ -48,31 +48,17 @@ SCENARIOS = {
     "mig-on": ("dgx-a100-40gb", 1.0, ["-e", "gpu_node_sharing=none"], []),
     "mps-4-to-8": ("hgx-h200", 0.0, [], ["-e", "gpu_node_replicas=8"]),
 }
-PHASES = ("quiesce", "change", "restore", "verify")
+
+# each phase ends at its mark (bench/node_window.py): quiesce from the cordon to the last GPU pod gone, change to the
+# pause lifted, restore to the GPU pods Running again, verify to the uncordon
+SPANS = (("quiesce", "gone"), ("change", "resume"), ("restore", "ready"), ("verify", "uncordon"))
+PHASES = tuple(phase for phase, mark in SPANS)
 
 
 def node_windows(api_requests, events, nodes, since):
     """{node: {phase: seconds, "window": seconds}} from the fake server's requests and the fake kubelet's events
     after ``since``; a node without a cordon and an uncordon is left out (it was not disrupted)."""
-    out = {}
-    for node in nodes:
-        patches = [r for r in api_requests if r["time"] >= since and r["method"] == "PATCH"
-                   and r["path"] == "/api/v1/nodes/%s" % node and not r["query"].get("dryRun")]
-        spec = [(r["time"], ((r["body"] or {}).get("spec") or {}).get("unschedulable")) for r in patches]
-        cordon = [t for t, v in spec if v is True]
-        uncordon = [t for t, v in spec if v is False]
-        labels = [(r["time"], (((r["body"] or {}).get("metadata") or {}).get("labels") or {})) for r in patches]
-        pause = [t for t, lab in labels if lab.get(PAUSE_LABEL) == "true"]
-        resume = [t for t, lab in labels if PAUSE_LABEL in lab and lab[PAUSE_LABEL] is None]
-        if not (cordon and uncordon and pause and resume):
-            continue
-        ended = [t for t, n, what in events if n == node and what.startswith("ended") and pause[0] <= t <= resume[-1]]
-        running = [t for t, n, what in events if n == node and what.startswith("running") and t >= resume[-1]]
-        gone = max(ended) if ended else pause[0]
-        ready = max(running) if running else resume[-1]
-        out[node] = {"quiesce": gone - cordon[0], "change": resume[-1] - gone, "restore": ready - resume[-1],
-                     "verify": uncordon[-1] - ready, "window": uncordon[-1] - cordon[0]}
-    return out
+    return dict((node, phases(marks, SPANS)) for node, marks in node_marks(api_requests, events, nodes, since).items())
 
 
 def measure(scenario, nodes, forks):

@@ -27,9 +27,10 @@ from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 SITE = os.path.join(ROOT, "site.yml")
 
 
-def inventory(tmp, nodes, shape, mig_share=0.5, extra=None, repo=ROOT):
+def inventory(tmp, nodes, shape, mig_share=0.5, extra=None, repo=ROOT, host_vars=None):
     """An inventory directory like inventories/lab with `nodes` nodes of `shape` (the lab group_vars of the checkout
-    at `repo`, default this one); returns its path."""
+    at `repo`, default this one); returns its path. `host_vars(name, group_vars)`, where given, returns more variables
+    of node `name` (`group_vars`: the gpu_nodes group's, as written)."""
     inv = os.path.join(tmp, "inventory")
     shutil.copytree(os.path.join(repo, "inventories", "lab", "group_vars"), os.path.join(inv, "group_vars"))
     # The lab's gpu_nodes.yml finds the repository and the containerd seed config from inventory_dir: point them
@@ -46,6 +47,8 @@ def inventory(tmp, nodes, shape, mig_share=0.5, extra=None, repo=ROOT):
         yaml.safe_dump(group, handle)
     mig = nodes - int(nodes * (1 - mig_share))
     hosts = dict(("node-%03d" % i, {"gpuops_simulated_machine": shape}) for i in range(nodes))
+    for name, host in hosts.items():
+        host.update(host_vars(name, group) if host_vars else {})
     names = sorted(hosts)
     groups = {"mig_nodes": {"hosts": dict((n, hosts[n]) for n in names[:mig])},
               "mps_nodes": {"hosts": dict((n, hosts[n]) for n in names[mig:])}}

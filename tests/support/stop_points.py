@@ -7,6 +7,7 @@ code under test stops itself instead, at a point a test hook names: the simulato
 once its N-th stand-in command is done (standin_done, below). These helpers wait for that stop, polling with a bound:
 how long the run takes to get there changes nothing but the wait.
 """
+import json
 import os
 import signal
 import time
@@ -22,10 +23,20 @@ STANDIN_STOP_AFTER = "GPUOPS_STANDIN_STOP_AFTER"
 # command stops its parent; the stopped process's PID is written to "<log>.stopped" (a site-level test finds the
 # module's process there, under ansible-playbook).
 STANDIN_STOP_AT = "GPUOPS_STANDIN_STOP_AT"
+# With STANDIN_TIMES set (a file), each command a stand-in ran is also appended there as one JSON line: the wall-clock
+# time it was done (time.time), the node's root (GPUOPS_SIMULATED_ROOT) and the command - bench/driver_flow.py splits a
+# node's driver reload by them.
+STANDIN_TIMES = "GPUOPS_STANDIN_TIMES"
 
 
 def standin_done(tool, args):
-    """Called by a stand-in once its command ``tool args`` is done (the hook above; nothing without STANDIN_LOG)."""
+    """Called by a stand-in once its command ``tool args`` is done (the hooks above; nothing without STANDIN_LOG or
+    STANDIN_TIMES)."""
+    times = os.environ.get(STANDIN_TIMES)
+    if times:
+        with open(times, "a") as handle:
+            handle.write(json.dumps({"time": time.time(), "root": os.environ.get("GPUOPS_SIMULATED_ROOT"),
+                                     "command": " ".join([tool] + list(args))}) + "\n")
     log = os.environ.get(STANDIN_LOG)
     if not log:
         return

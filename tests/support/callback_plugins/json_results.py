@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Test-only stdout callback: the whole run as one JSON document, in the shape of ansible.posix.json
 (plays -> tasks -> hosts -> result, then stats). ansible-core 2.19 no longer ships a json callback, and the
-tests need no collection from Galaxy."""
+tests need no collection from Galaxy. Each task also has "times": {host: [start, end]}, the wall-clock times (time.time)
+at which the task was queued for the host and its result came back (bench/driver_flow.py splits a node's window by
+them)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -17,6 +19,7 @@ description: Plays, tasks, per-host results and stats as JSON, like ansible.posi
 
 import json
 import resource
+import time
 
 from ansible.plugins.callback import CallbackBase
 
@@ -29,6 +32,7 @@ class CallbackModule(CallbackBase):
     def __init__(self, display=None):
         super(CallbackModule, self).__init__(display)
         self.results = []
+        self._started = {}
 
     def v2_playbook_on_play_start(self, play):
         self.results.append({"play": {"name": play.get_name()}, "tasks": []})
@@ -42,6 +46,9 @@ class CallbackModule(CallbackBase):
     v2_playbook_on_task_start = _task_start
     v2_playbook_on_handler_task_start = _task_start
 
+    def v2_runner_on_start(self, host, task):
+        self._started[(host.get_name(), task._uuid)] = time.time()
+
     def _record(self, result, failed=False, **kwargs):
         if not self.results or not self.results[-1]["tasks"]:
             self._task_start(result._task)
@@ -52,6 +59,8 @@ class CallbackModule(CallbackBase):
         if failed:
             data["failed"] = True
         self.results[-1]["tasks"][-1]["hosts"][host] = data
+        self.results[-1]["tasks"][-1].setdefault("times", {})[host] = [
+            self._started.pop((host, result._task._uuid), None), time.time()]
 
     def v2_runner_on_ok(self, result):
         self._record(result)
