@@ -18,9 +18,12 @@ setup: .setup-done
 
 setup-dev: .setup-dev-done
 
-.setup-dev-done: .setup-done requirements-dev.txt requirements-publish.txt $(wildcard requirements-compat-*.txt)
+# The dev tier installs everything the lab tier does (requirements-dev.txt includes requirements-lab.txt; the lab
+# pieces run too) in one run, so that the dev pieces' installs start with it instead of after the lab tier's.
+.setup-dev-done: requirements-lab.txt requirements.txt scripts/setup.sh $(wildcard scripts/setup.d/*.sh) $(wildcard scripts/lib/*.sh) \
+		requirements-dev.txt requirements-publish.txt $(wildcard requirements-compat-*.txt)
 	PYTHON=$(PYTHON) bash scripts/setup.sh dev
-	touch $@
+	touch .setup-done $@
 
 # The main job: site.yml against the simulated `lab` inventory. With ARGS='-e gpuops_device_plugin_provider=gpu_operator'
 # (or =chart) and no cluster given, the run gets a FAKE cluster: a FAKE GPU Operator, or the fixture chart with FAKE

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: dev
+# alongside: yes
 # Installs one virtualenv per ansible-core that `make compat` tests besides the main one (requirements-lab.txt):
 # tools/compat/<version>/ from requirements-compat-<version>.txt, with the Python that file names on its
 # `# python: X.Y` line (ansible-core 2.16 and 2.21 support no common controller Python). The Python is found as

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: dev
+# alongside: yes
 # Installs the publishing checks (requirements-publish.txt: galaxy-importer, antsibull-docs, Sphinx) into their own
 # virtualenv, tools/publish/, with the Python that made .venv. Safe to run again: skipped while the requirements are
 # the ones installed (scripts/lib/tool-venv.sh).

@@ -1,5 +1,6 @@
 """site.yml on the lab inventory (simulated DGX A100 with MIG all-balanced, simulated HGX H200 with MPS x4), from
-scratch, through real ansible-playbook: check mode reports changes and touches nothing, apply converges, a second
+scratch, through real ansible-playbook: check mode (on every lab node, the HGX B200 too) shows each node's GPUs,
+reports changes and touches nothing, apply converges, a second
 run changes nothing, makes no GPU call (no reset, no reboot) and includes no role (the node plan found nothing);
 whatever is then changed behind its back (a boot file, the reboot marker, a compute mode, a unit's mode, the
 containerd drop-in) is found by the node plan and put back by exactly the role that owns it; a bad declaration
@@ -10,21 +11,35 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
-from tests.integration.site_helpers import NODES, Site
+from tests.integration.site_helpers import BLACKWELL_NODE, NODES, Site
 
 pytestmark = pytest.mark.slow
 
 
 def test_check_then_apply_then_nothing_to_do(tmp_path):
-    site = Site(tmp_path)
+    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,))
 
-    # --check --diff first: changes are reported, the simulated GPUs see no mutating call, no file is written.
+    # --check --diff first, on every lab node: changes are reported, each node's GPUs are read and shown, the
+    # simulated GPUs see no mutating call, no file is written but the simulators' state files (and their locks).
     res = site.run(check=True, diff=True)
     assert res.rc == 0, res
-    for node in NODES:
+    assert sorted(res.stats) == sorted(NODES + (BLACKWELL_NODE,)), res.stats
+    assert all(stats["failures"] == 0 for stats in res.stats.values()), res.stats
+    for node in NODES + (BLACKWELL_NODE,):
         assert res.changed(node) > 0, res
         assert site.gpus(node)["call_log"] == [], node
         assert site.files(node) == {}, node
+    shown = dict((node, "\n".join(res.task("Show the GPUs as they are now", node)[0]["msg"]))
+                 for node in NODES + (BLACKWELL_NODE,))
+    assert "GPU0 A100-SXM4-40GB" in shown["lab-dgx-a100"] and "GPU7 H200 143771MiB" in shown["lab-hgx-h200"], shown
+    assert "GPU7 B200 183359MiB" in shown[BLACKWELL_NODE], shown
+    state_files = ["%s.json" % node for node in NODES + (BLACKWELL_NODE,)]
+    listed = sorted(os.listdir(str(site.state)))
+    assert [f for f in listed if not f.endswith(".lock") and f not in NODES + (BLACKWELL_NODE,)] == sorted(
+        state_files), listed
+    assert set("%s.lock" % f for f in state_files) <= set(listed), listed
+    assert all(f.startswith(tuple(state_files)) for f in listed if f.endswith(".lock")), listed
+    site.limit = NODES   # the rest converges the two nodes (test_site_blackwell converges the B200)
     plan = res.task("Show what MIG would change", "lab-dgx-a100")[0]["msg"]
     assert len(plan) == 8 and plan[0].startswith("GPU0 A100-SXM4-40GB: MIG Disabled -> Enabled"), plan
     assert "create 2g.10gb@0, 1g.5gb@2, 1g.5gb@3, 3g.20gb@4" in plan[0], plan

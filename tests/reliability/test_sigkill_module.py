@@ -8,6 +8,7 @@ holder's flock), a re-run must reach the declared layout and a third run must ch
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,18 +57,27 @@ def test_kill_points_cover_the_plan():
 
 def test_sigkill_at_chosen_calls_then_rerun_converges(tmp_path):
     args = {"config_name": "all-balanced", "lock_timeout": 5}
+    # The start state, made once: MIG on, then a different layout (all-1g) so the run destroys as well as creates.
+    # Every kill starts from a copy of this state file (a module run is most of this test's time).
+    start = tmp_path / "start"
+    start.mkdir()
+    start_state = str(start / "state.json")
+    sim = SimulatedBackend(start_state, shape="dgx-a100-40gb")
+    for index in range(8):
+        sim.set_mig_mode(index, True)
+        sim.reset_gpu(index)
+    first = _run(start, start_state, {"config_name": "all-1g"})
+    assert not first.get("failed"), first
+    sim.clear_call_log()
     for k, calls in enumerate(kill_points()):
         d = tmp_path / ("k%02d" % k)
         d.mkdir()
         state = str(d / "state.json")
-        sim = SimulatedBackend(state, shape="dgx-a100-40gb")
-        for index in range(8):
-            sim.set_mig_mode(index, True)
-            sim.reset_gpu(index)
-        # start from a different layout so the run destroys as well as creates
-        first = _run(d, state, {"config_name": "all-1g"})
-        assert not first.get("failed"), first
-        sim.clear_call_log()
+        shutil.copyfile(start_state, state)
+        sim = SimulatedBackend(state)
+        assert sim.raw_state()["call_log"] == [] and all(
+            dict(current_devices(gpu)) == named_layout_for(gpu, "all-1g")["mig_devices"]
+            for gpu in sim.read_all()["gpus"]), k
         sim.stop_after(calls)
         proc = _start(d, state, args)
         stopped = wait_child_stopped(proc)

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
-from tests.support.ansible_run import ROOT, run_module, run_playbook
+from tests.support.ansible_run import run_module
 
 MODULE = "gpuops.nvidia.gpu_info"
 
@@ -128,36 +128,6 @@ def test_pynvml_missing_on_a_real_host(tmp_path):
     result = run_module(MODULE, python=str(bare / "bin" / "python"))[0]
     assert result["failed"] is True
     assert "install the Python package nvidia-ml-py" in result["msg"]
-
-
-def test_lab_site_playbook_shows_every_node(tmp_path):
-    # site.yml now converges the nodes (tests/integration/test_site_lab.py); in check mode it still reads and shows
-    # each node's GPUs and writes nothing but the simulators' state files.
-    nodes = ("lab-dgx-a100", "lab-hgx-b200", "lab-hgx-h200")
-    data, proc = run_playbook("site.yml", inventory="inventories/lab",
-                              extra_vars={"gpuops_lab_state_dir": str(tmp_path)}, check=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    stats = data["stats"]
-    assert set(stats) == set(nodes)
-    assert all(s["failures"] == 0 for s in stats.values())
-    shown = {}  # nodes run in rolling batches: one play per batch
-    for task in [t for p in data["plays"] for t in p["tasks"] if t["task"]["name"].endswith("Show the GPUs as they are now")]:
-        shown.update(task["hosts"])
-    assert "GPU7 H200 143771MiB" in "\n".join(shown["lab-hgx-h200"]["msg"])
-    assert "GPU0 A100-SXM4-40GB" in "\n".join(shown["lab-dgx-a100"]["msg"])
-    assert "GPU7 B200 183359MiB" in "\n".join(shown["lab-hgx-b200"]["msg"])
-    # the state files, their lock files (the simulator's own and the node lock beside it), and each node's simulated
-    # host below NVML (rendered with the state file: the kernel's views and the image's driver), nothing else
-    files = sorted(os.listdir(str(tmp_path)))
-    assert [f for f in files if not f.endswith(".lock") and f not in nodes] == ["%s.json" % n for n in nodes]
-    assert set("%s.json.lock" % n for n in nodes) <= set(files)
-    assert all(f.startswith(tuple("%s.json" % n for n in nodes)) for f in files if f not in nodes)
-    for node in nodes:
-        brought = _simulator_host.image_paths(str(tmp_path / node))
-        for dirpath, dummy, names in os.walk(str(tmp_path / node)):
-            for name in names:
-                rel = os.path.relpath(os.path.join(dirpath, name), str(tmp_path / node))
-                assert rel in brought or rel.startswith(_simulator_host.KERNEL_VIEWS), (node, rel)
 
 
 def _host_env(tmp_path, shape="hgx-h200", options=""):
