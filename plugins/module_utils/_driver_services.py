@@ -205,9 +205,9 @@ def dropin_reason(unit_text, current):
     wanted = persistenced_dropin(unit_text)
     if wanted is None or current == wanted:
         return None
+    state = "missing" if current is None else "not as declared"
     return ("nvidia-persistenced does not run with --persistence-mode: its drop-in /%s is %s (nvidia-persistenced owns "
-            "persistence mode where the driver is declared)" % (PERSISTENCED_DROPIN, "missing" if current is None
-                                                                 else "not as declared"))
+            "persistence mode where the driver is declared)" % (PERSISTENCED_DROPIN, state))
 
 
 # ------------------------------------------------------------------------------------------------ the fabric

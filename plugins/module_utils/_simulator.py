@@ -222,7 +222,6 @@ class SimulatedBackend(GpuBackend):
             _gpus_after_driver_start(state)
             state["call_log"].append({"n": state["mutating_calls"], "event": "driver_loaded", "address": address})
 
-
     def _boot_host(self, state):
         """The modelled host's kernel view after a boot (_simulator_host.boot): the installed driver loaded, nouveau
         where it is not blacklisted. Nothing where the host is not modelled."""

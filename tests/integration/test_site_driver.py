@@ -103,8 +103,8 @@ def test_fresh_node_check_then_install_load_and_rerun(tmp_path, rig):
     assert "--persistence-mode" in driver_files.read(root, ds.PERSISTENCED_DROPIN)
     state = site.gpus("drv-fresh")
     assert not [c for c in state["call_log"] if c.get("call") == "set_persistence_mode"], state["call_log"]
-    assert [g["persistence_mode"] for g in SimulatedBackend(str(site.state / "drv-fresh.json"),
-                                                           root=root).read_all()["gpus"]] == [True]
+    read = SimulatedBackend(str(site.state / "drv-fresh.json"), root=root).read_all()
+    assert [g["persistence_mode"] for g in read["gpus"]] == [True]
     modes = [t for t in res.task("Set compute mode", "drv-fresh") if not t.get("skipped")]
     assert modes and all(t["persistence"]["owner"] == "nvidia-persistenced" for t in modes), modes
     boot_unit = driver_files.read(root, "etc/systemd/system/gpuops-compute-mode.service")

@@ -166,8 +166,8 @@ def test_the_fabric_manager_and_each_gpus_fabric_are_reported(tmp_path):
     assert fm["installed"] == [{"name": "nvidia-fabricmanager", "version": "580.159.04-1"}], fm
     assert fm["running"] is True and fm["running_version"] == "580.159.04", fm     # the image's, at its driver
     fabric = result["driver"]["fabric"]
-    assert [(f["index"], f["state"], f["status"]) for f in fabric][2:4] == [(2, "completed", "SUCCESS"),
-                                                                          (3, "in_progress", "SUCCESS")], fabric
+    assert [(f["index"], f["state"], f["status"]) for f in fabric][2:4] == [
+        (2, "completed", "SUCCESS"), (3, "in_progress", "SUCCESS")], fabric
     assert fabric[3]["pci_bus_id"] == result["gpus"][3]["pci_bus_id"]
 
     _simulator_host.stop_fabric_manager(env["GPUOPS_SIMULATED_ROOT"])

@@ -129,7 +129,7 @@ def _dpkg_status(directory, packages):
     ("580.95.05", [("nvidia-fabricmanager", "580.105.08-1")], "installing the pin would downgrade it", True),
 ])
 def test_the_fabric_managers_installed_version_against_the_pin(tmp_path, monkeypatch, loaded, packages, words,
-                                                                refused):
+                                                               refused):
     path, root = str(tmp_path / "state.json"), str(tmp_path / "root")
     for var, value in (("GPUOPS_SIMULATED_GPUS", path), ("GPUOPS_SIMULATED_MACHINE", "hgx-h200"),
                        ("GPUOPS_SIMULATED_ROOT", root), ("GPUOPS_SIMULATED_HOST", "driver=%s" % loaded),
