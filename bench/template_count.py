@@ -106,7 +106,7 @@ def run(node, top):
     tmp = tempfile.mkdtemp(prefix="gpuops-tcount-")
     env = ansible_env({"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""})
     try:
-        inv, _ = inventory(tmp, 1, "hgx-h200", 1.0 if node == "mig" else 0.0)
+        inv = inventory(tmp, 1, "hgx-h200", 1.0 if node == "mig" else 0.0)[0]
         cmd = [SITE, "-i", inv, "-f", "1"]
         first = subprocess.run([os.path.join(BIN, "ansible-playbook")] + cmd, cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
@@ -148,15 +148,15 @@ def main():
     if len(sys.argv) > 2 and sys.argv[1] == _HOOK:
         hooked_playbook(sys.argv[2], sys.argv[3:])
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--node", choices=["mig", "mps"], action="append")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--payload", action="store_true", help="only the payload of gpu_node_plan")
     parser.add_argument("--json", help="write the report as JSON to this file")
     args = parser.parse_args()
     files = payload()
-    report = {"payload": {"files": len(files), "bytes": sum(size for _, size in files),
-                          "names": [name.rsplit("/", 1)[1] for name, _ in files]}}
+    report = {"payload": {"files": len(files), "bytes": sum(entry[1] for entry in files),
+                          "names": [entry[0].rsplit("/", 1)[1] for entry in files]}}
     print("gpu_node_plan's payload: %d module_utils files, %.0f KB" % (len(files), report["payload"]["bytes"] / 1000.0))
     print("  " + " ".join(report["payload"]["names"]))
     if not args.payload:

@@ -37,6 +37,7 @@ print(json.dumps(doc))' > "$OUT/$1.args.json"
 { m nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode,compute_mode,mig.mode.current --format=csv
   m systemctl is-enabled nvidia-persistenced.service nvidia-fabricmanager.service
   m systemctl is-active nvidia-persistenced.service nvidia-fabricmanager.service
+  # shellcheck disable=SC2016  # (dpkg-query's own ${Package} fields, not the shell's)
   m sh -c 'dpkg-query -W -f "\${Package} \${Version}\n" "nvidia-fabricmanager*" 2>&1 | head'
 } > "$OUT/host-before.txt" 2>&1
 run_module driver_services "{\"persistenced\": true, \"fabric_manager\": \"auto\", \"root\": \"/\", \"systemctl\": \"$guard\"}"

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
-from tests.support.ansible_run import run_module
+from tests.support.ansible_run import ROOT, run_module
 
 MODULE = "gpuops.nvidia.gpu_info"
 
