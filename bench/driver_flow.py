@@ -148,14 +148,10 @@ def measure(nodes, forks):
         names = ["node-%03d" % i for i in range(nodes)]
         roots = dict((n, os.path.join(state, n)) for n in names)
 
-        def host_vars(name, group):
-            apt = apt_rig.Root(roots[name])
-            os.makedirs(os.path.join(roots[name], "etc/modprobe.d"), exist_ok=True)   # as on any distribution's image
-            # a host's gpuops_environment replaces the group's: the lab's, with apt and dpkg pointed at the root
-            return {"gpuops_simulated_host": "driver=%s" % OLD, "driver_version": OLD, "driver_repo_url": rig.url,
-                    "driver_repo_key": rig.key, "driver_environment": apt.env,
-                    "gpuops_environment": dict(apt.env, **group["gpuops_environment"]),
-                    "gpu_node_cdi": True, "gpu_node_runtime_mode": "cdi"}
+        def host_vars(name, dummy_group):
+            # the lab node's driver variables (tests/support/driver_rig.node_vars: apt and dpkg pointed at its root)
+            return dict(driver_rig.node_vars(roots[name], rig.url, rig.key, OLD, "driver=%s" % OLD),
+                        gpu_node_cdi=True, gpu_node_runtime_mode="cdi")
         inv, dummy = inventory(tmp, nodes, SHAPE, mig_share=1.0, host_vars=host_vars)
         for i, name in enumerate(names):
             api.add_node(name, internal_ip="10.1.%d.%d" % (i // 250, i % 250 + 1),

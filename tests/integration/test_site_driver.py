@@ -31,12 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))]
 
 OLD, NEW = driver_rig.OLD, driver_rig.NEW
-# inventories/lab/group_vars/gpu_nodes.yml's gpuops_environment (a host's own replaces the group's)
-LAB_ENVIRONMENT = {
-    "GPUOPS_SIMULATED_GPUS": "{{ gpuops_lab_state_dir }}/{{ inventory_hostname }}.json",
-    "GPUOPS_SIMULATED_MACHINE": "{{ gpuops_simulated_machine }}",
-    "GPUOPS_SIMULATED_ROOT": "{{ gpuops_lab_root }}",
-    "GPUOPS_SIMULATED_HOST": "{{ gpuops_simulated_host | default('') }}"}
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +46,10 @@ def driver_site(tmp_path, rig, nodes, machine="h200-x1", host_vars=None):
     hosts = {}
     for name, options in nodes.items():
         options, more = options if isinstance(options, tuple) else (options, {})
-        root = apt_rig.Root(state / name)
-        os.makedirs(os.path.join(root.path, "etc/modprobe.d"))      # as on any distribution's image
-        hosts[name] = {"gpuops_simulated_machine": machine, "gpuops_simulated_host": options,
-                       "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
-                           ROOT, "inventories", "lab-files", "containerd-config.toml"),
-                       "driver_version": NEW, "driver_repo_url": rig.url, "driver_repo_key": rig.key,
-                       "driver_environment": root.env,
-                       # the node's package database is its scratch root's, for every task (the node plan reads it)
-                       "gpuops_environment": dict(root.env, **LAB_ENVIRONMENT)}
+        hosts[name] = dict(driver_rig.node_vars(str(state / name), rig.url, rig.key, NEW, options),
+                           gpuops_simulated_machine=machine, gpuops_repo_dir=ROOT,
+                           gpu_node_containerd_initial_config=os.path.join(
+                               ROOT, "inventories", "lab-files", "containerd-config.toml"))
         hosts[name].update(more)
         hosts[name].update((host_vars or {}).get(name, {}))
     path = tmp_path / "driver-nodes.yml"

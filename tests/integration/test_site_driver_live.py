@@ -39,12 +39,6 @@ pytestmark = [pytest.mark.slow,
 
 OLD, NEW = driver_rig.OLD, driver_rig.NEW
 NODE, SHAPE = "drv-live", "h200-x1"
-# inventories/lab/group_vars/gpu_nodes.yml's gpuops_environment (a host's own replaces the group's)
-LAB_ENVIRONMENT = {
-    "GPUOPS_SIMULATED_GPUS": "{{ gpuops_lab_state_dir }}/{{ inventory_hostname }}.json",
-    "GPUOPS_SIMULATED_MACHINE": "{{ gpuops_simulated_machine }}",
-    "GPUOPS_SIMULATED_ROOT": "{{ gpuops_lab_root }}",
-    "GPUOPS_SIMULATED_HOST": "{{ gpuops_simulated_host | default('') }}"}
 CDI_SPEC = "var/run/cdi/nvidia.yaml"
 
 
@@ -73,14 +67,11 @@ class LiveNode(object):
                          gpu_node_operator_poll_interval=0.5)
         self.site.extra["cluster_device_plugin_chart_path"] = self.site.chart()
         self.root = str(self.site.state / NODE)
-        apt = apt_rig.Root(self.root)
-        os.makedirs(os.path.join(self.root, "etc/modprobe.d"), exist_ok=True)     # as on any distribution's image
-        host = {"gpuops_simulated_machine": SHAPE, "gpuops_simulated_host": "driver=%s" % OLD,
-                "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
-                    ROOT, "inventories", "lab-files", "containerd-config.toml"),
-                "driver_version": OLD, "driver_repo_url": self.url, "driver_repo_key": self.key,
-                "driver_environment": apt.env, "gpuops_environment": dict(apt.env, **LAB_ENVIRONMENT),
-                "gpu_node_cdi": True, "gpu_node_runtime_mode": "cdi"}
+        host = dict(driver_rig.node_vars(self.root, self.url, self.key, OLD, "driver=%s" % OLD),
+                    gpuops_simulated_machine=SHAPE, gpuops_repo_dir=ROOT,
+                    gpu_node_containerd_initial_config=os.path.join(
+                        ROOT, "inventories", "lab-files", "containerd-config.toml"),
+                    gpu_node_cdi=True, gpu_node_runtime_mode="cdi")
         self.inventory = str(directory / "driver-live.yml")
         with open(self.inventory, "w") as handle:
             yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"mig_nodes": {"hosts": {NODE: host}}}}}}},

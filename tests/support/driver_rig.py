@@ -19,6 +19,8 @@ import sys
 from email.utils import formatdate
 import hashlib
 
+import yaml
+
 from tests.support import apt_rig, driver_files
 
 KERNEL = "6.8.0-87-generic"
@@ -209,6 +211,27 @@ def module_rig(tmp_path_factory):
     finally:
         made.close()
     assert apt_rig.host_installed() == before, "this machine's own package set changed"
+
+
+def lab_group_environment():
+    """The lab's gpuops_environment for its GPU nodes (inventories/lab/group_vars/gpu_nodes.yml, as written): what a
+    node's own gpuops_environment must carry, since a host's value replaces the group's."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "inventories", "lab", "group_vars", "gpu_nodes.yml")) as handle:
+        return yaml.safe_load(handle)["gpuops_environment"]
+
+
+def node_vars(root, url, key, version, simulated_host):
+    """The host variables of a lab node that declares driver ``version`` from the repository at ``url`` (signed with
+    ``key``: a DriverRig's), its package
+    database the apt/dpkg root at ``root`` (made, with etc/modprobe.d as on any distribution's image) for the driver
+    role and for every task (the node plan reads the installed packages), the simulated host ``simulated_host``
+    (GPUOPS_SIMULATED_HOST options). Shared by the driver site tests and bench/driver_flow.py."""
+    apt = apt_rig.Root(root)
+    os.makedirs(os.path.join(apt.path, "etc", "modprobe.d"), exist_ok=True)
+    return {"gpuops_simulated_host": simulated_host, "driver_version": version, "driver_repo_url": url,
+            "driver_repo_key": key, "driver_environment": apt.env,
+            "gpuops_environment": dict(apt.env, **lab_group_environment())}
 
 
 def installed(root, names=None):
