@@ -346,7 +346,8 @@ def test_the_driver_options_are_templated_only_where_the_driver_step_is_planned(
     msg = data["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
     if driver_on:
         assert msg == {"version": "580.95.05", "branch": "", "flavour": "open", "root": None, "fabric_manager": "auto",
-                       "persistenced": True, "systemctl": "systemctl", "fabric_timeout": 300}
+                       "persistenced": True, "systemctl": "systemctl", "fabric_timeout": 300,
+                       "fabric_manager_version": "", "allow_downgrade": False}
         assert mark.exists()
     else:
         assert msg is None
