@@ -22,6 +22,7 @@ import yaml
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
+from tests.support.fake_cluster import FakeCluster, node_writes
 from tests.support.fake_daemonsets import FakeDaemonSets, advertised
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.lab_cluster import lab_nodes
@@ -43,7 +44,7 @@ STEPS = ("Pause the node's GPU DaemonSet pods", "Apply MIG mode and layout", "La
 SAMPLED_STEPS = (STEPS[0], STEPS[1], STEPS[4])
 
 
-class Cluster(object):
+class Cluster(FakeCluster):
     """The lab's two nodes on the fake cluster, all under ``tmp_path``; with ``restore`` (a converged lab's record,
     _converge), the API server's objects and the fake controller's state of that converge, whose files a
     converged_labs copy has put under ``tmp_path``."""
@@ -68,32 +69,6 @@ class Cluster(object):
         if restore is not None:
             self.fake.restore(restore["fake"])
         self.fake.start()
-
-    def stop(self):
-        self.fake.stop()
-        self.api.stop()
-        assert self.fake.errors == [], self.fake.errors[0]
-
-    def wait_settled(self, bound_s=60):
-        """Wait (bounded) until the fake controller has nothing under way (no pod starting or ending)."""
-        deadline = time.monotonic() + bound_s
-        while not self.fake.settled():
-            assert time.monotonic() < deadline, "the fake DaemonSets did not settle within %d s" % bound_s
-            time.sleep(0.05)
-
-    def node(self, name):
-        return self.api.get("", "nodes", name)
-
-    def allocatable(self, name):
-        return dict((k, v) for k, v in self.node(name)["status"]["allocatable"].items() if k.startswith("nvidia.com/"))
-
-    def node_writes(self, name, since=0):
-        return _node_writes(self.api.requests[since:], name)
-
-
-def _node_writes(requests, name):
-    return [r for r in requests if r["method"] == "PATCH" and not r["query"].get("dryRun")
-            and r["path"] == "/api/v1/nodes/%s" % name]
 
 
 @pytest.fixture
@@ -170,7 +145,7 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     registered = [(t, what) for t, n, what in first["events"] if n == A100 and what.startswith("registered")]
     assert ended and registered and registered[-1][0] > max(ended)
     assert "mig-" in registered[-1][1] and "mig-" not in registered[0][1]
-    spec_changes = [(r["body"].get("spec") or {}).get("unschedulable") for r in _node_writes(first["requests"], A100)
+    spec_changes = [(r["body"].get("spec") or {}).get("unschedulable") for r in node_writes(first["requests"], A100)
                     if "unschedulable" in (r["body"].get("spec") or {})]
     assert spec_changes == [True, False]
 

@@ -14,13 +14,13 @@ from the converged lab takes a copy of it.
 import os
 import pathlib
 import shutil
-import time
 
 import pytest
 import yaml
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
+from tests.support.fake_cluster import FakeCluster
 from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.lab_cluster import lab_nodes
@@ -33,7 +33,7 @@ DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver
 PAUSED = "gpuops.nvidia/gpu-pods-paused"
 
 
-class Cluster(object):
+class Cluster(FakeCluster):
     """The lab's two nodes on the fake cluster, all under ``tmp_path``; with ``restore`` (a converged lab's record,
     _converge), the API server's objects and the fake controller's state of that converge, whose files a
     converged_labs copy has put under ``tmp_path``."""
@@ -63,18 +63,6 @@ class Cluster(object):
         if restore is not None:
             self.fake.restore(restore["fake"])
         self.fake.start()
-
-    def stop(self):
-        self.fake.stop()
-        self.api.stop()
-        assert self.fake.errors == [], self.fake.errors[0]
-
-    def wait_settled(self, bound_s=60):
-        """Wait (bounded) until the fake controller has nothing under way (no pod starting or ending, no wipe due)."""
-        deadline = time.monotonic() + bound_s
-        while not self.fake.settled():
-            assert time.monotonic() < deadline, "the fake DaemonSets did not settle within %d s" % bound_s
-            time.sleep(0.05)
 
     def objects(self, plural, namespace=None):
         with self.api._lock:

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
+from tests.support.fake_cluster import FakeCluster
 from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.lab_cluster import lab_nodes
@@ -75,7 +76,7 @@ def _inventory(path):
     return path
 
 
-class Cluster(object):
+class Cluster(FakeCluster):
     def __init__(self, tmp_path, shapes):
         self.api = FakeKubeApi(tokens=None).start()
         kubeconfig = str(tmp_path / "kubeconfig")
@@ -102,14 +103,6 @@ class Cluster(object):
     def run(self, nodes, check=False, **extra):
         self.site.limit = tuple(nodes)
         return self.site.run(check=check, args=("-i", self.inventory), **extra)
-
-    def stop(self):
-        self.fake.stop()
-        self.api.stop()
-        assert self.fake.errors == [], self.fake.errors[0]
-
-    def node(self, name):
-        return self.api.get("", "nodes", name)
 
     def set_node(self, name, **spec):
         node = self.node(name)
