@@ -26,6 +26,7 @@ from tests.support.fake_cluster import FakeCluster, node_writes
 from tests.support.fake_daemonsets import FakeDaemonSets, advertised
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.lab_cluster import lab_nodes
+from tests.support.reliability_sample import skip_unless_sampled
 from tests.support.stop_points import wait_child_stopped
 
 pytestmark = [pytest.mark.slow,
@@ -323,8 +324,7 @@ def _kill_when(site, tmp_path, step, args):
 
 @pytest.mark.parametrize("step", STEPS)
 def test_a_kill_at_each_step_leaves_the_node_marked_and_a_rerun_serves_it_without_reboot(cluster, tmp_path, step):
-    if step not in SAMPLED_STEPS and os.environ.get("GPUOPS_RELIABILITY", "").lower() != "full":
-        pytest.skip("make test kills at %s; GPUOPS_RELIABILITY=full kills at every step" % (SAMPLED_STEPS,))
+    skip_unless_sampled(step, SAMPLED_STEPS)
     started = _kill_when(cluster.site, tmp_path, step, ("--limit", A100))
     assert started and step in started[-1], "the run did not stop at %r: %s" % (step, started[-3:])
     # What the kill left: the node cordoned by us (so a run releases it); a pause, if any, marked as ours too.

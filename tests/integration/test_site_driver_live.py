@@ -30,6 +30,7 @@ from tests.support.ansible_run import ROOT
 from tests.support.fake_cluster import FakeCluster, node_writes
 from tests.support.fake_daemonsets import FakeDaemonSets, advertised
 from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.reliability_sample import skip_unless_sampled
 from tests.support.stop_points import STANDIN_LOG, STANDIN_STOP_AT, standin_log, standin_stopped, wait_stopped
 
 pytestmark = [pytest.mark.slow,
@@ -293,8 +294,7 @@ def _kill_at_standin(site, tmp_path, command, args):
 
 @pytest.mark.parametrize("point", sorted(SITE_KILLS))
 def test_a_kill_during_the_upgrade_then_a_rerun_ends_serving_released_with_the_layout_back(live, tmp_path, point):
-    if point not in SAMPLED_KILLS and os.environ.get("GPUOPS_RELIABILITY", "").lower() != "full":
-        pytest.skip("make test kills at %s; GPUOPS_RELIABILITY=full kills at every point" % (SAMPLED_KILLS,))
+    skip_unless_sampled(point, SAMPLED_KILLS)
     kind, where = SITE_KILLS[point]
     before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
     live.site.extra["driver_version"] = NEW

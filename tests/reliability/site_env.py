@@ -32,6 +32,7 @@ from tests.integration.site_helpers import HELM, NODES, Site
 from tests.support.ansible_run import ROOT
 from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
+from tests.support.reliability_sample import FULL
 
 CONTAINERD = os.path.join(ROOT, "tools", "bin", "containerd")
 SEED_CONFIG = os.path.join(ROOT, "inventories", "lab-files", "containerd-config.toml")
@@ -296,7 +297,6 @@ def check_integrity(site, reference):
 # every kind of step and the whole span of the converge stay covered (10 of the 43 fault steps, 4 of the 20 kills:
 # the sample was every fourth until the suite outgrew its 35-minute budget; the full series is the one to run after
 # a change to the converge's order or to what a re-run recovers).
-FULL = os.environ.get("GPUOPS_RELIABILITY", "").lower() == "full"
 SAMPLE_EVERY = 8
 
 
