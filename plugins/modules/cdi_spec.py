@@ -127,6 +127,9 @@ nvidia_ctk:
   type: str
 """
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, param_problems
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import NOTHING_CHANGED, CdiSpecRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE

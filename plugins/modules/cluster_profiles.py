@@ -119,6 +119,9 @@ changes:
 
 import re
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record

@@ -229,6 +229,9 @@ import traceback
 
 from ansible.module_utils.basic import missing_required_lib
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module

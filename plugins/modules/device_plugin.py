@@ -263,6 +263,9 @@ rollback_error:
 """
 
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
 # _helm stays reachable as device_plugin._helm (the tests write the helm operation record through it)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm  # noqa: F401 pylint: disable=unused-import

@@ -184,6 +184,9 @@ rolled_back_to:
 """
 
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module

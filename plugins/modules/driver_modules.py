@@ -176,6 +176,9 @@ import os
 import signal
 
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (

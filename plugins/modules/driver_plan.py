@@ -138,6 +138,9 @@ kind:
 
 import os
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _driver_plan, _driver_state, _package_repo, _packages, _pci)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file

@@ -139,6 +139,9 @@ fabric:
 
 import os
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError

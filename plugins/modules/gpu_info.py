@@ -317,6 +317,9 @@ ansible_facts:
 
 import os
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_ROOT,

@@ -499,6 +499,9 @@ ansible_facts:
       type: dict
 """
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner, read_facts

@@ -156,6 +156,9 @@ state:
   type: dict
 """
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_STATE,
     GpuBackendError,

@@ -200,6 +200,9 @@ skipped_gpus:
 """
 
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend

@@ -193,6 +193,9 @@ unit_path:
 import os
 
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error

@@ -79,6 +79,9 @@ backup_file:
 
 import os
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, read_live, require_tool, write_atomic)

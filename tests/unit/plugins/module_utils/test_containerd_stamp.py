@@ -41,8 +41,13 @@ def _payload(module):
     return found
 
 
+# How the module's code is loaded, not code that decides its result: _bytecode_cache executes exactly the sources of
+# the payload (its entries are keyed by each source's SHA-256), so a change to it is no reason to validate again.
+LOADER_MODULES = {"_bytecode_cache"}
+
+
 def test_the_code_digest_covers_every_module_utils_file_containerd_runtime_loads():
-    missing = _payload("containerd_runtime") - set(containerd_stamp.CODE_MODULES)
+    missing = _payload("containerd_runtime") - set(containerd_stamp.CODE_MODULES) - LOADER_MODULES
     assert not missing, ("containerd_runtime imports %s, whose code can change its result: add it to "
                          "_containerd_stamp.CODE_MODULES" % sorted(missing))
     unused = set(containerd_stamp.CODE_MODULES) - _payload("containerd_runtime")
