@@ -142,10 +142,11 @@ class BytecodeCache(object):
 
 
 class _ArchiveLoader(object):
-    """Loads one module_utils file from a zip archive through the cache."""
+    """Loads one module_utils file from a zip archive through the cache (``source``: its bytes, read once by the
+    finder)."""
 
-    def __init__(self, importer, filename, cache):
-        self.importer, self.filename, self.cache = importer, filename, cache
+    def __init__(self, filename, source, cache):
+        self.filename, self.source, self.cache = filename, source, cache
 
     def create_module(self, spec):  # pylint: disable=unused-argument
         return None  # the default module object
@@ -154,10 +155,10 @@ class _ArchiveLoader(object):
         exec(self.get_code(module.__name__), module.__dict__)  # pylint: disable=exec-used
 
     def get_code(self, fullname):
-        return self.cache.code(fullname, self.filename, self.importer.get_data(self.filename))
+        return self.cache.code(fullname, self.filename, self.source)
 
     def get_source(self, fullname):  # pylint: disable=unused-argument
-        return decode_source(self.importer.get_data(self.filename))
+        return decode_source(self.source)
 
     def get_filename(self, fullname):  # pylint: disable=unused-argument
         return self.filename
@@ -183,10 +184,10 @@ class ArchiveFinder(object):
                 continue  # not inside an archive: Python's own import system
             filename = os.path.join(importer.archive, importer.prefix, name + ".py")
             try:
-                importer.get_data(filename)
+                source = importer.get_data(filename)
             except OSError:
                 continue
-            spec = ModuleSpec(fullname, _ArchiveLoader(importer, filename, self.cache), origin=filename)
+            spec = ModuleSpec(fullname, _ArchiveLoader(filename, source, self.cache), origin=filename)
             spec.has_location = True
             return spec
         return None
