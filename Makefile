@@ -32,11 +32,12 @@ LAB_CLUSTER := $(if $(findstring gpuops_device_plugin_provider=,$(ARGS)),$(BIN)/
 lab: setup
 	$(LAB_CLUSTER) $(BIN)/ansible-playbook -i inventories/lab site.yml $(ARGS)
 
-# The whole test suite: the quality gates, the oldest and newest ansible-core of requires_ansible (`make compat`),
-# then every unit and integration test on the main one (pytest last, so its summary closes the output).
+# The whole test suite: the quality gates (`make check`), the oldest and newest ansible-core of requires_ansible
+# (`make compat`) and every unit and integration test on the main one (pytest), the gates and compat running beside
+# pytest (scripts/test.sh: their output in build/test-logs/, one line each after pytest's summary says how they ended).
 # `make pytest` runs the tests alone, `make check` the gates alone.
-test: check compat
-	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)
+test: setup-dev
+	bash scripts/test.sh $(ARGS)
 
 pytest: setup-dev
 	$(BIN)/python -m pytest -n 2 --dist worksteal $(ARGS)

@@ -32,7 +32,11 @@ PY
 cache="$HOME/.ansible/test/cache/get_pip_${pipver//./_}.py"
 mkdir -p "$(dirname "$cache")"
 if [ ! -e "$cache" ] || grep -q "Stand-in for get-pip.py" "$cache"; then
-  cp scripts/ansible-test-get-pip.py "$cache"
+  # copy, then rename: make test runs the sanity tests of several ansible-core versions at once, and one of them
+  # may be reading this file while another writes it
+  tmp_pip=$(mktemp "$cache.XXXXXX")
+  cp scripts/ansible-test-get-pip.py "$tmp_pip"
+  mv -f "$tmp_pip" "$cache"
 fi
 
 # Issue 7's rule: no ignore entry without a comment saying why.
