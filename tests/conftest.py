@@ -10,7 +10,17 @@ if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
 
+# The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:
+# docs/readings/test-time-session8.md), run first: pytest-xdist hands out the collection in order, and one of them
+# started last keeps one worker busy for minutes after the other has finished. Their own order is kept.
+LONGEST_FIRST = ("tests/integration/test_site_health.py", "tests/integration/test_bench_driver_flow.py",
+                 "tests/integration/test_site_kube.py", "tests/integration/test_site_molecule.py",
+                 "tests/integration/test_site_lab.py", "tests/integration/test_site_operator.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = dict((path, i) for i, path in enumerate(LONGEST_FIRST))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     if os.environ.get("GPUOPS_REAL_GPU") == "1":
         return
     skip = pytest.mark.skip(reason="needs a real NVIDIA GPU: set GPUOPS_REAL_GPU=1 on a GPU host")

@@ -1,0 +1,95 @@
+"""scripts/test.sh (`make test`): the gates (make check, make compat) run beside pytest, and the run fails when any
+of the three fails, saying which, with a failed gate's log tail after pytest's summary.
+
+The script runs in a scratch copy of the layout it expects (scripts/test.sh, .venv/bin/python), with stand-ins for
+`make` and pytest that record how they were called and exit as the test says: nothing real runs."""
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from tests.support.ansible_run import ROOT
+
+# the stand-in `make`: the last argument is the gate; its output names the gate; GATE_FAIL names one to fail
+FAKE_MAKE = r"""#!/bin/sh
+gate=""
+for a in "$@"; do gate=$a; done
+echo "make $* (nice $(nice))" >> "$RECORD"
+echo "gate $gate ran"
+case " $GATE_FAIL " in *" $gate "*) echo "gate $gate: the error"; exit 2 ;; esac
+exit 0
+"""
+# the stand-in .venv/bin/python (called as python -m pytest ARGS...): records its arguments, exits PYTEST_RC
+FAKE_PYTHON = r"""#!/bin/sh
+echo "python $*" >> "$RECORD"
+echo "== 3 passed in 0.01s =="
+exit "${PYTEST_RC:-0}"
+"""
+
+
+def _executable(path, text):
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def layout(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "scripts", "test.sh"), str(repo / "scripts" / "test.sh"))
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    _executable(repo / ".venv" / "bin" / "python", FAKE_PYTHON)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    _executable(tools / "make", FAKE_MAKE)
+    (repo / "build" / "test-logs").mkdir(parents=True)
+    (repo / "build" / "test-logs" / "stale.log").write_text("from an earlier run")
+    return repo, tools, tmp_path / "record"
+
+
+def _run(layout, fail="", pytest_rc=0):
+    repo, tools, record = layout
+    env = dict(os.environ, PATH=str(tools) + os.pathsep + os.environ["PATH"], RECORD=str(record),
+               GATE_FAIL=fail, PYTEST_RC=str(pytest_rc))
+    proc = subprocess.run(["bash", str(repo / "scripts" / "test.sh"), "-k", "lab", "--durations=0"], cwd=str(repo),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          timeout=60, check=False)
+    return proc, record.read_text().splitlines()
+
+
+def test_every_part_passes(layout):
+    proc, calls = _run(layout)
+    assert proc.returncode == 0, proc.stdout
+    # pytest in the foreground with make test's arguments; each gate niced, with -k, once
+    assert "python -m pytest -n 2 --dist worksteal -k lab --durations=0" in calls, calls
+    for gate in ("check", "compat"):
+        made = [c for c in calls if c.startswith("make ") and c.split()[-3] == gate]
+        assert made == ["make -k --no-print-directory %s (nice 10)" % gate], calls
+        assert "test: make %s passed (in " % gate in proc.stdout, proc.stdout
+    # pytest's summary first, then one line per gate; the gates' output only in their logs
+    lines = proc.stdout.splitlines()
+    verdicts = [i for i, line in enumerate(lines) if line.startswith(("test: make check passed", "test: make compat passed"))]
+    assert len(verdicts) == 2 and lines.index("== 3 passed in 0.01s ==") < min(verdicts), lines
+    assert "gate check ran" not in proc.stdout
+    logs = layout[0] / "build" / "test-logs"
+    assert (logs / "check.log").read_text() == "gate check ran\n"
+    assert (logs / "compat.log").read_text() == "gate compat ran\n"
+    assert not (logs / "stale.log").exists()
+
+
+def test_a_failed_gate_fails_the_run_and_shows_its_log(layout):
+    proc = _run(layout, fail="compat")[0]
+    assert proc.returncode == 1, proc.stdout
+    assert "test: make check passed" in proc.stdout
+    assert "test: make compat FAILED (exit 2 after " in proc.stdout
+    assert "    gate compat: the error" in proc.stdout        # its log's tail, indented
+    assert proc.stdout.rstrip().endswith("test: FAILED")
+
+
+def test_a_failed_pytest_fails_the_run_though_the_gates_pass(layout):
+    proc = _run(layout, pytest_rc=1)[0]
+    assert proc.returncode == 1, proc.stdout
+    assert "test: make check passed" in proc.stdout and "test: make compat passed" in proc.stdout
+    assert proc.stdout.rstrip().endswith("test: FAILED")
