@@ -5,7 +5,7 @@
 at all only when their source changed since an earlier run on the node.
 
 ansible-core sends a module with its module_utils as a zip of sources, and Python's zipimport compiles a file from
-source every time it is imported; on CPython 3.9 to 3.12 it compiles each file twice (its find_spec asks for the
+source every time it is imported; on CPython 3.9 to 3.13 it compiles each file twice (its find_spec asks for the
 file name, and zipimporter.get_filename compiles the file to answer). No bytecode is kept between runs. For the
 node plan this was the largest part of its run: 37 module_utils files compiled twice, about 0.18 CPU s of a 0.5 s
 run (docs/readings/module-bytecode-cache.md).
