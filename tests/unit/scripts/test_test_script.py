@@ -5,8 +5,10 @@ The script runs in a scratch copy of the layout it expects (scripts/test.sh, .ve
 `make` and pytest that record how they were called and exit as the test says: nothing real runs."""
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -93,3 +95,42 @@ def test_a_failed_pytest_fails_the_run_though_the_gates_pass(layout):
     assert proc.returncode == 1, proc.stdout
     assert "test: make check passed" in proc.stdout and "test: make compat passed" in proc.stdout
     assert proc.stdout.rstrip().endswith("test: FAILED")
+
+
+def test_ctrl_c_stops_pytest_and_the_gates(layout, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the foreground process group): pytest stops, the script stops the gates in their
+    own process groups and exits 130; nothing it started keeps running."""
+    repo, tools, record = layout
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    sleeper = "#!/bin/sh\necho $$ > %s/$(basename $0).$$\nexec sleep 300\n" % pids
+    _executable(tools / "make", sleeper)
+    _executable(repo / ".venv" / "bin" / "python", sleeper)
+
+    def default_sigint():  # a shell started in the background ignores SIGINT; a terminal's does not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    proc = subprocess.Popen(["bash", str(repo / "scripts" / "test.sh")], cwd=str(repo), start_new_session=True,
+                            preexec_fn=default_sigint, env=dict(os.environ, PATH=str(tools) + os.pathsep +
+                                                                os.environ["PATH"], RECORD=str(record)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    deadline = time.monotonic() + 30
+    while len(os.listdir(str(pids))) < 3:          # pytest and both gates started
+        assert time.monotonic() < deadline and proc.poll() is None, os.listdir(str(pids))
+        time.sleep(0.05)
+    started = [int(name.rsplit(".", 1)[1]) for name in os.listdir(str(pids))]
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 130, out
+    deadline = time.monotonic() + 10
+    while [pid for pid in started if _alive(pid)]:
+        assert time.monotonic() < deadline, [pid for pid in started if _alive(pid)]
+        time.sleep(0.05)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    with open("/proc/%d/stat" % pid) as handle:       # a zombie waiting for its parent is not running
+        return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
