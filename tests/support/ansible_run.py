@@ -26,6 +26,8 @@ def _bin_dir():
 
 
 BIN = _bin_dir()
+COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
+COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 
 
 def ansible_env(extra=None):
@@ -48,6 +50,10 @@ def ansible_env(extra=None):
     # the modules the way a default node does (a fleet of the bench with its own HOME starts with an empty cache).
     env.setdefault("GPUOPS_BYTECODE_CACHE", os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache",
                                                          "gpuops.nvidia", "bytecode"))
+    # The tests' compile cache (tests/support/compile_cache/sitecustomize.py): every Python process of the run
+    # reads the code of a source compiled before instead of compiling it again. GPUOPS_TEST_COMPILE_CACHE=off: none.
+    env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
     return env
 
 

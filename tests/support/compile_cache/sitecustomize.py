@@ -1,0 +1,136 @@
+"""A compile cache for the Python processes the tests start (ansible-playbook, its forked workers, the modules): the
+code that ``compile()`` makes from a source is kept on disk, keyed by the source, and read back the next time any
+process compiles the same source. Tests only: tests/support/ansible_run.py puts this directory first on PYTHONPATH
+of the ansible commands it runs, so Python imports this file at start-up (site.py's ``sitecustomize``).
+
+Why: the suite is bound by the CPU it needs (docs/readings/test-time-session9.md), and a large part of it is the same
+sources compiled again in thousands of short-lived processes that keep no bytecode: ansible-core's own module_utils
+compiled twice by zipimport in every module run, the collection's plugins and module_utils compiled by ansible-core's
+collection loader in every forked worker, Jinja's generated template code in every worker. The code a cache entry
+gives back is what ``compile()`` would return for that source (the same bytecode, constants and line numbers; the
+file name is set to the caller's), so what a test checks is unchanged; bench/ does not use it (its figures are a
+node's real cost).
+
+What is cached: ``compile(source, filename, "exec", ...)`` of a str or bytes source of at least ``MIN_SIZE`` bytes.
+ASTs (``ast.parse``), ``eval``/``single`` mode and other calls go to the real ``compile()`` untouched. The key is the
+SHA-256 of the interpreter's bytecode magic, the effective compiler flags (the caller's ``__future__`` flags where
+``dont_inherit`` is false, as ``compile()`` itself inherits them), the optimization level and the source, so another
+Python, flag or source never reads an entry that is not its own. Entries are written whole (a temporary file renamed
+into place); an entry that cannot be read or is not a code object is compiled again and replaced. A compile that
+fails raises as before and caches nothing. What the cache does not give back: a ``SyntaxWarning`` or
+``DeprecationWarning`` that compiling the source emits is emitted only when the source is compiled, not on a hit.
+
+``GPUOPS_TEST_COMPILE_CACHE``: the cache directory (ansible_run.py names build/test-compile-cache in the checkout);
+unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on sys.path is run after it.
+"""
+import __future__
+import _thread
+import builtins
+import hashlib
+import importlib.machinery
+import importlib.util
+import marshal
+import os
+import sys
+import types
+
+try:
+    import _imp
+except ImportError:  # pragma: no cover - not CPython
+    _imp = None
+
+MIN_SIZE = 1024
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast at every start-up
+_FUTURE = 0
+for _name in __future__.all_feature_names:
+    _FUTURE |= getattr(__future__, _name).compiler_flag
+_real_compile = builtins.compile
+
+
+class CompileCache(object):
+    """compile() with its code kept in ``directory``; ``hits`` and ``misses`` count this process's cacheable calls."""
+
+    def __init__(self, directory, real=_real_compile):
+        self.directory = directory
+        self.real = real
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, source, mode, flags, optimize):
+        data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
+        digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
+        settings = "%s %d %d %d %s\0" % (mode, flags, optimize, sys.flags.optimize, type(source).__name__)
+        digest.update(settings.encode("ascii"))
+        digest.update(data)
+        return digest.hexdigest()
+
+    def compile(self, source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
+        if (kwargs or mode != "exec" or flags & _ONLY_AST or not isinstance(source, (str, bytes))
+                or len(source) < MIN_SIZE or not isinstance(filename, str)):
+            return self.real(source, filename, mode, flags, dont_inherit, optimize, **kwargs)
+        if not dont_inherit:
+            # what compile() inherits: the __future__ flags of the code that calls it
+            flags |= sys._getframe(1).f_code.co_flags & _FUTURE   # pylint: disable=protected-access
+        key = self.key(source, mode, flags, optimize)
+        path = os.path.join(self.directory, key[:2], key)
+        code = self._read(path)
+        if code is not None:
+            if code.co_filename != filename and _imp is not None:
+                _imp._fix_co_filename(code, filename)   # pylint: disable=protected-access
+            if code.co_filename == filename:
+                self.hits += 1
+                return code
+        code = self.real(source, filename, mode, flags, True, optimize)
+        self.misses += 1
+        self._write(path, code)
+        return code
+
+    @staticmethod
+    def _read(path):
+        try:
+            with open(path, "rb") as handle:
+                code = marshal.loads(handle.read())
+        except (OSError, ValueError, EOFError, TypeError):
+            return None
+        return code if isinstance(code, types.CodeType) else None
+
+    @staticmethod
+    def _write(path, code):
+        temp = "%s.%d.%d.tmp" % (path, os.getpid(), _thread.get_ident())
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(temp, "wb") as handle:
+                handle.write(marshal.dumps(code))
+            os.replace(temp, path)
+        except (OSError, ValueError):
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+
+def install(directory):
+    """Route builtins.compile through a CompileCache in ``directory``; returns the cache."""
+    cache = CompileCache(directory)
+    builtins.compile = cache.compile
+    return cache
+
+
+def _run_shadowed_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+def _start(environ):
+    chosen = environ.get("GPUOPS_TEST_COMPILE_CACHE", "")
+    if chosen and chosen.lower() != "off":
+        install(chosen)
+    _run_shadowed_sitecustomize()
+
+
+if __name__ == "sitecustomize":   # (the tests import this file under another name, to test it)
+    _start(os.environ)

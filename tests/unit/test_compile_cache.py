@@ -1,0 +1,163 @@
+"""The tests' compile cache (tests/support/compile_cache/sitecustomize.py): a hit gives back what compile() makes,
+under the caller's file name; anything it should not cache goes to the real compile(); a bad entry is compiled
+again; and the ansible commands the tests run start with it."""
+import __future__
+import builtins
+import importlib.util
+import json
+import marshal
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.support import ansible_run
+
+SITE = os.path.join(ansible_run.COMPILE_CACHE_PATH, "sitecustomize.py")
+_spec = importlib.util.spec_from_file_location("gpuops_test_compile_cache", SITE)
+cc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cc)
+
+# a source above MIN_SIZE, with a nested function, a class and an annotation
+SOURCE = "\n".join(["def outer(x: int):",
+                    "    def inner(y):",
+                    "        return x * y + 1",
+                    "    return inner",
+                    "class Box(object):",
+                    "    size: 'int' = 3",
+                    "    def twice(self):",
+                    "        return [outer(self.size)(i) for i in range(2)]",
+                    "VALUES = %r" % (list(range(400)),),
+                    ""])
+
+
+class Counting(object):
+    """The real compile(), counting its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return builtins.compile(*args, **kwargs)
+
+
+def _filenames(code):
+    yield code.co_filename
+    for const in code.co_consts:
+        if hasattr(const, "co_filename"):
+            yield from _filenames(const)
+
+
+def _run(code):
+    space = {}
+    exec(code, space)  # pylint: disable=exec-used
+    return space["Box"]().twice(), space["outer"].__code__.co_filename, space["Box"].__annotations__
+
+
+def test_a_second_compile_of_the_same_source_is_read_back_as_the_same_code_under_its_own_file_name(tmp_path):
+    assert len(SOURCE) >= cc.MIN_SIZE
+    real = Counting()
+    cache = cc.CompileCache(str(tmp_path), real=real)
+    first = cache.compile(SOURCE, "/a/first.py", "exec", dont_inherit=True)
+    second = cache.compile(SOURCE, "/b/second.py", "exec", dont_inherit=True)
+    assert (cache.misses, cache.hits, real.calls) == (1, 1, 1)
+    expected = builtins.compile(SOURCE, "/b/second.py", "exec", dont_inherit=True)
+    assert second == expected and second.co_consts == expected.co_consts
+    assert set(_filenames(first)) == {"/a/first.py"} and set(_filenames(second)) == {"/b/second.py"}
+    assert _run(second) == ([1, 4], "/b/second.py", {"size": "int"})
+    # bytes and str sources of the same text, and another optimization level, are entries of their own
+    cache.compile(SOURCE.encode(), "/c.py", "exec", dont_inherit=True)
+    cache.compile(SOURCE, "/d.py", "exec", dont_inherit=True, optimize=2)
+    assert (cache.misses, cache.hits) == (3, 1)
+    assert sum(len(walked[2]) for walked in os.walk(str(tmp_path))) == 3
+
+
+def test_the_future_flags_are_part_of_the_key_as_compile_inherits_them(tmp_path):
+    cache = cc.CompileCache(str(tmp_path))
+    plain = cache.compile(SOURCE, "/p.py", "exec", dont_inherit=True)
+    postponed = cache.compile(SOURCE, "/p.py", "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    assert cache.misses == 2 and cache.hits == 0
+    space_plain, space_postponed = {}, {}
+    exec(plain, space_plain)  # pylint: disable=exec-used
+    exec(postponed, space_postponed)  # pylint: disable=exec-used
+    assert space_plain["outer"].__annotations__ == {"x": int}
+    assert space_postponed["outer"].__annotations__ == {"x": "int"}
+    # dont_inherit=False: the caller's own __future__ flags (this file has none) -> the plain entry
+    again = cache.compile(SOURCE, "/p.py", "exec")
+    assert cache.hits == 1 and again == plain
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda c: c.compile("x = 1\n", "/small.py", "exec"), id="below-min-size"),
+    pytest.param(lambda c: c.compile("1 + " * 400 + "1", "/e.py", "eval"), id="eval-mode"),
+    pytest.param(lambda c: c.compile(SOURCE, "/t.py", "exec", 0x400), id="ast"),
+    pytest.param(lambda c: c.compile(SOURCE, b"/b.py", "exec"), id="bytes-file-name"),
+])
+def test_what_is_not_cached_goes_to_the_real_compile_and_writes_nothing(tmp_path, call):
+    real = Counting()
+    cache = cc.CompileCache(str(tmp_path), real=real)
+    call(cache)
+    call(cache)
+    assert real.calls == 2 and cache.hits == cache.misses == 0 and os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("content", [b"", b"not marshal data", None])
+def test_an_entry_that_is_not_code_is_compiled_again_and_replaced(tmp_path, content):
+    cache = cc.CompileCache(str(tmp_path))
+    cache.compile(SOURCE, "/x.py", "exec", dont_inherit=True)
+    key = cache.key(SOURCE, "exec", 0, -1)
+    entry = tmp_path / key[:2] / key
+    assert entry.is_file()
+    entry.write_bytes(marshal.dumps(("a tuple",)) if content is None else content)
+    code = cache.compile(SOURCE, "/x.py", "exec", dont_inherit=True)
+    assert cache.misses == 2 and cache.hits == 0 and _run(code)[0] == [1, 4]
+    assert cache.compile(SOURCE, "/x.py", "exec", dont_inherit=True) == code and cache.hits == 1
+
+
+def test_a_source_that_does_not_compile_raises_as_before_and_leaves_no_entry(tmp_path):
+    cache = cc.CompileCache(str(tmp_path))
+    with pytest.raises(SyntaxError) as raised:
+        cache.compile(SOURCE + "\ndef broken(:\n", "/bad.py", "exec")
+    assert raised.value.filename == "/bad.py"
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_an_unwritable_directory_only_costs_the_cache(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = cc.CompileCache(str(blocker / "cache"))
+    assert _run(cache.compile(SOURCE, "/y.py", "exec"))[0] == [1, 4]
+    assert cache.misses == 1 and blocker.read_text() == "not a directory"
+
+
+def _import_from_zip(tmp_path, environ):
+    """A new interpreter started as the tests start ansible's commands, importing a module from a zip (as a module
+    run imports its payload): the cache's hits and misses in that process, or None where compile is not routed."""
+    archive = tmp_path / "payload.zip"
+    if not archive.exists():
+        with zipfile.ZipFile(str(archive), "w") as zipped:
+            zipped.writestr("payloadmod.py", SOURCE)
+    script = ("import builtins, sys; sys.path.insert(0, %r); import payloadmod; assert payloadmod.Box().twice() == "
+              "[1, 4]; c = getattr(builtins.compile, '__self__', None); print(None if c is None or "
+              "isinstance(c, type(builtins)) else [c.hits, c.misses])" % str(archive))
+    env = ansible_run.ansible_env(environ)
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, check=True)
+    return out.stdout.strip()
+
+
+def test_the_ansible_commands_the_tests_run_start_with_the_cache_and_zipimport_reads_it(tmp_path):
+    env = ansible_run.ansible_env({"PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [ansible_run.COMPILE_CACHE_PATH, "/elsewhere"]
+    assert env["GPUOPS_TEST_COMPILE_CACHE"] == ansible_run.COMPILE_CACHE
+    where = {"GPUOPS_TEST_COMPILE_CACHE": str(tmp_path / "cache")}
+    # the first process compiles the module once (zipimport asks twice on CPython 3.10 to 3.13: the second is a
+    # hit), the next one not at all
+    hits, misses = json.loads(_import_from_zip(tmp_path, where))
+    assert misses == 1
+    hits_again, misses_again = json.loads(_import_from_zip(tmp_path, where))
+    assert misses_again == 0 and hits_again == hits + 1
+    assert _import_from_zip(tmp_path, {"GPUOPS_TEST_COMPILE_CACHE": "off"}) == "None"
