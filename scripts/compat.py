@@ -31,6 +31,8 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build", "compat")
+COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
+COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 STEPS = ("sanity", "lab", "molecule")
 STEP_TIMEOUT = 1800
 # The PLAY RECAP line of a host, as every ansible-core since 2.9 prints it with the default callback.
@@ -152,6 +154,15 @@ class Version(object):
             os.makedirs(env["HOME"], exist_ok=True)
         return env
 
+    def playbook_env(self):
+        """env() for the steps that run the collection's playbooks (lab, molecule): with the tests' compile cache
+        (tests/support/compile_cache/sitecustomize.py), as the tests' own ansible runs have it; entries are per
+        Python version, so versions side by side share only what is the same."""
+        env = self.env()
+        env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
+        return env
+
     def call(self, log, argv, cwd=ROOT, env=None):
         """Run ``argv``, its output (stdout and stderr) appended to ``log``; (status, output)."""
         env = env or self.env()
@@ -190,7 +201,7 @@ class Version(object):
         hosts = lab_hosts()
         problems, changed = [], []
         for name, rerun in (("converge", False), ("re-run", True)):
-            status, output = self.call(log, argv)
+            status, output = self.call(log, argv, env=self.playbook_env())
             problems += run_problems(name, output, status, hosts, rerun)
             stats = recap(output)
             changed.append("%s %s" % (name, ", ".join("%s changed=%s" % (h, stats.get(h, {}).get("changed", "?"))
@@ -201,7 +212,7 @@ class Version(object):
 
     def molecule(self, log):
         status, output = self.call(log, [os.path.join(self.venv, "bin", "molecule"), "test", "-s", "default"],
-                                   cwd=os.path.join(ROOT, "extensions"))
+                                   cwd=os.path.join(ROOT, "extensions"), env=self.playbook_env())
         found = MOLECULE_RECAP.search(output)
         return molecule_problems(output, status), (found.group(0).strip() if found else "no recap")
 

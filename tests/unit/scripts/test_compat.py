@@ -122,3 +122,16 @@ def test_an_unknown_version_or_step_is_refused(capsys):
     else:
         raise AssertionError("compat.main accepted an unknown version and step")
     assert "unknown: 2.99, dance" in capsys.readouterr().err
+
+
+def test_the_playbook_steps_run_with_the_tests_compile_cache_and_sanity_without(monkeypatch, tmp_path):
+    from tests.support import ansible_run
+    monkeypatch.setattr(compat, "BUILD", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv("GPUOPS_TEST_COMPILE_CACHE", raising=False)
+    version = compat.Version("2.16")
+    env = version.playbook_env()
+    assert env["PYTHONPATH"].split(os.pathsep) == [ansible_run.COMPILE_CACHE_PATH, "/elsewhere"]
+    assert env["GPUOPS_TEST_COMPILE_CACHE"] == ansible_run.COMPILE_CACHE
+    assert os.path.isfile(os.path.join(compat.COMPILE_CACHE_PATH, "sitecustomize.py"))
+    assert "GPUOPS_TEST_COMPILE_CACHE" not in version.env() and version.env()["PYTHONPATH"] == "/elsewhere"
