@@ -30,7 +30,9 @@ COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
 COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 
 
-def ansible_env(extra=None):
+def ansible_env(extra=None, compile_cache=True):
+    """The environment of an ansible command of the tests: this checkout's collection and config, ``extra`` over
+    it; ``compile_cache``: with the tests' compile cache (False for bench/, whose figures are a node's real cost)."""
     env = dict(os.environ)
     env.pop("GPUOPS_SIMULATED_GPUS", None)
     env.pop("GPUOPS_SIMULATED_MACHINE", None)
@@ -52,8 +54,11 @@ def ansible_env(extra=None):
                                                          "gpuops.nvidia", "bytecode"))
     # The tests' compile cache (tests/support/compile_cache/sitecustomize.py): every Python process of the run
     # reads the code of a source compiled before instead of compiling it again. GPUOPS_TEST_COMPILE_CACHE=off: none.
-    env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
+    if compile_cache:
+        env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
+    else:
+        env.pop("GPUOPS_TEST_COMPILE_CACHE", None)
     return env
 
 

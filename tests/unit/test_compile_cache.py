@@ -161,3 +161,26 @@ def test_the_ansible_commands_the_tests_run_start_with_the_cache_and_zipimport_r
     hits_again, misses_again = json.loads(_import_from_zip(tmp_path, where))
     assert misses_again == 0 and hits_again == hits + 1
     assert _import_from_zip(tmp_path, {"GPUOPS_TEST_COMPILE_CACHE": "off"}) == "None"
+
+
+def test_the_benchmarks_run_ansible_without_the_cache(monkeypatch, tmp_path):
+    """bench/'s figures are a node's real cost: its runs (fleet_common.Run, which the fleet, compare, floor, chart
+    and driver flow benches use) start ansible-playbook without the cache."""
+    sys.path.insert(0, os.path.join(ansible_run.ROOT, "bench"))
+    try:
+        import fleet_common  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 0, '{"plays": [], "stats": {}}', "")
+
+    monkeypatch.setenv("GPUOPS_TEST_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(fleet_common.subprocess, "run", fake_run)
+    fleet_common.Run("site.yml", str(tmp_path), 1, {})
+    assert seen["PYTHONPATH"] == "/elsewhere" and "GPUOPS_TEST_COMPILE_CACHE" not in seen
+    plain = ansible_run.ansible_env(compile_cache=False)
+    assert ansible_run.COMPILE_CACHE_PATH not in plain["PYTHONPATH"].split(os.pathsep)
