@@ -8,6 +8,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(ROOT, ".collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+# The tests' compile cache (tests/support/compile_cache/sitecustomize.py) for every ansible command of the session,
+# those of the benches that tests run included (bench/ uses it only where the environment names it).
+os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", os.path.join(ROOT, "build", "test-compile-cache"))
 
 
 # The order pytest-xdist gets the tests in (`make test`: -n 2 --dist worksteal). worksteal gives each worker a

@@ -32,7 +32,9 @@ COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 
 def ansible_env(extra=None, compile_cache=True):
     """The environment of an ansible command of the tests: this checkout's collection and config, ``extra`` over
-    it; ``compile_cache``: with the tests' compile cache (False for bench/, whose figures are a node's real cost)."""
+    it. ``compile_cache``: True, with the tests' compile cache (GPUOPS_TEST_COMPILE_CACHE where set, else
+    COMPILE_CACHE); None (bench/), only where the environment names it: the tests that run a bench set it, a bench
+    started by hand runs without (its figures are then a node's real cost); False, without."""
     env = dict(os.environ)
     env.pop("GPUOPS_SIMULATED_GPUS", None)
     env.pop("GPUOPS_SIMULATED_MACHINE", None)
@@ -56,6 +58,7 @@ def ansible_env(extra=None, compile_cache=True):
     # reads the code of a source compiled before instead of compiling it again. GPUOPS_TEST_COMPILE_CACHE=off: none.
     if compile_cache:
         env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+    if compile_cache is not False and env.get("GPUOPS_TEST_COMPILE_CACHE", "off").lower() not in ("", "off"):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
     else:
         env.pop("GPUOPS_TEST_COMPILE_CACHE", None)

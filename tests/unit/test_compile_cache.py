@@ -163,24 +163,33 @@ def test_the_ansible_commands_the_tests_run_start_with_the_cache_and_zipimport_r
     assert _import_from_zip(tmp_path, {"GPUOPS_TEST_COMPILE_CACHE": "off"}) == "None"
 
 
-def test_the_benchmarks_run_ansible_without_the_cache(monkeypatch, tmp_path):
-    """bench/'s figures are a node's real cost: its runs (fleet_common.Run, which the fleet, compare, floor, chart
-    and driver flow benches use) start ansible-playbook without the cache."""
+def test_a_bench_uses_the_cache_only_where_its_environment_names_it(monkeypatch, tmp_path):
+    """bench/'s figures are a node's real cost: a bench started by hand runs ansible without the cache; one that a
+    test starts (tests/conftest.py names the cache for the session) runs with it. fleet_common.Run is what the fleet,
+    compare, floor, chart and driver flow benches run ansible-playbook with."""
     sys.path.insert(0, os.path.join(ansible_run.ROOT, "bench"))
     try:
         import fleet_common  # pylint: disable=import-outside-toplevel
     finally:
         sys.path.pop(0)
-    seen = {}
+    seen = []
 
     def fake_run(cmd, **kwargs):
-        seen.update(kwargs["env"])
+        seen.append(kwargs["env"])
         return subprocess.CompletedProcess(cmd, 0, '{"plays": [], "stats": {}}', "")
 
-    monkeypatch.setenv("GPUOPS_TEST_COMPILE_CACHE", str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     monkeypatch.setattr(fleet_common.subprocess, "run", fake_run)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert os.environ["GPUOPS_TEST_COMPILE_CACHE"]   # the test session's (tests/conftest.py)
+    monkeypatch.delenv("GPUOPS_TEST_COMPILE_CACHE")
     fleet_common.Run("site.yml", str(tmp_path), 1, {})
-    assert seen["PYTHONPATH"] == "/elsewhere" and "GPUOPS_TEST_COMPILE_CACHE" not in seen
+    assert seen[-1]["PYTHONPATH"] == "/elsewhere" and "GPUOPS_TEST_COMPILE_CACHE" not in seen[-1]
+    monkeypatch.setenv("GPUOPS_TEST_COMPILE_CACHE", "off")
+    fleet_common.Run("site.yml", str(tmp_path), 1, {})
+    assert seen[-1]["PYTHONPATH"] == "/elsewhere" and "GPUOPS_TEST_COMPILE_CACHE" not in seen[-1]
+    monkeypatch.setenv("GPUOPS_TEST_COMPILE_CACHE", str(tmp_path / "cache"))
+    fleet_common.Run("site.yml", str(tmp_path), 1, {})
+    assert seen[-1]["PYTHONPATH"].split(os.pathsep) == [ansible_run.COMPILE_CACHE_PATH, "/elsewhere"]
+    assert seen[-1]["GPUOPS_TEST_COMPILE_CACHE"] == str(tmp_path / "cache")
     plain = ansible_run.ansible_env(compile_cache=False)
-    assert ansible_run.COMPILE_CACHE_PATH not in plain["PYTHONPATH"].split(os.pathsep)
+    assert plain["PYTHONPATH"] == "/elsewhere" and "GPUOPS_TEST_COMPILE_CACHE" not in plain
