@@ -13,43 +13,17 @@ if COLLECTIONS not in sys.path:
 os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", os.path.join(ROOT, "build", "test-compile-cache"))
 
 
-# The order pytest-xdist gets the tests in (`make test`: -n 2 --dist worksteal). worksteal gives each worker a
-# contiguous share of the collection, in order, and a worker that runs out takes the second half of another's queue,
-# from its end. Each share is therefore built as: the slow tests (tests/integration, tests/reliability: converges of
-# 10 to 190 s), the files whose single tests are the longest first (85 to 190 s each on CI's 2 cores:
-# docs/readings/test-time-session8.md), then the fast ones (unit tests, under a few seconds). Both workers start on
-# long tests and end on short ones, and what one takes from the other is short: no long test starts when the rest of
-# the run is short (docs/readings/test-time-session9.md: the run ended with one core idle for about 80 s when one
-# worker's share held every slow test and the other took from its end).
+# The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:
+# docs/readings/test-time-session8.md), run first: pytest-xdist hands out the collection in order, and one of them
+# started last keeps one worker busy for minutes after the other has finished. Their own order is kept.
 LONGEST_FIRST = ("tests/integration/test_site_health.py", "tests/integration/test_bench_driver_flow.py",
                  "tests/integration/test_site_kube.py", "tests/integration/test_site_molecule.py",
                  "tests/integration/test_site_lab.py", "tests/integration/test_site_operator.py")
-SLOW = ("tests/integration/", "tests/reliability/")
-
-
-def worker_order(paths, workers):
-    """The indices of tests at ``paths`` (in collection order) in the order described above, for ``workers``."""
-    rank = dict((path, i) for i, path in enumerate(LONGEST_FIRST))
-    order = sorted(range(len(paths)), key=lambda i: rank.get(paths[i].split("::", 1)[0], len(rank)))
-    slow = [i for i in order if paths[i].startswith(SLOW)]
-    fast = [i for i in order if not paths[i].startswith(SLOW)]
-    slow_shares = [slow[worker::workers] for worker in range(workers)]
-    shares, left = [], len(paths)
-    for worker in range(workers):
-        size = left // (workers - worker)     # the share worksteal sends this worker (xdist/scheduler/worksteal.py)
-        left -= size
-        mine, over = slow_shares[worker][:size], slow_shares[worker][size:]
-        if over:                              # more slow tests than the share holds: the next share starts with them
-            slow_shares[worker + 1][:0] = over
-        taken = size - len(mine)
-        shares.extend(mine + fast[:taken])
-        fast = fast[taken:]
-    return shares
 
 
 def pytest_collection_modifyitems(config, items):
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    items[:] = [items[i] for i in worker_order([item.nodeid for item in items], workers)]
+    rank = dict((path, i) for i, path in enumerate(LONGEST_FIRST))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     if os.environ.get("GPUOPS_REAL_GPU") == "1":
         return
     skip = pytest.mark.skip(reason="needs a real NVIDIA GPU: set GPUOPS_REAL_GPU=1 on a GPU host")
