@@ -69,7 +69,7 @@ class Run(object):
         self.load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, env=ansible_env(env, compile_cache=None), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.run(cmd, cwd=cwd, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, check=False)
         self.wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -129,7 +129,7 @@ class SlicedFleet(object):
         ev.update(extra or {})
         cmd = [os.path.join(BIN, "ansible-playbook"), fleet_common.SITE, "-i", self.inv, "-f", str(self.forks),
                "--limit", ",".join(hosts), "-e", json.dumps(ev)] + self.args + list(args)
-        return cmd, ansible_env(self.env, compile_cache=None)
+        return cmd, ansible_env(self.env)
 
     def start(self, hosts, run_id, slices, out, extra=None):
         """One slice, started in its own session (a test kills its process group); stdout and stderr to ``out``."""

@@ -52,7 +52,7 @@ def time_module(repeat, env):
            "-e", "ansible_python_interpreter=%s" % sys.executable]
     for _round in range(repeat):
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env, compile_cache=None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
         samples.append(time.perf_counter() - t0)
         if proc.returncode != 0:
             raise SystemExit("gpu_info failed: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))

@@ -72,7 +72,7 @@ def time_ansible(source, work, module, args, repeat):
     for _i in range(repeat):
         shutil.copyfile(source, work)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env({"GPUOPS_SIMULATED_GPUS": work}, compile_cache=None),
+        proc = subprocess.run(cmd, cwd=ROOT, env=ansible_env({"GPUOPS_SIMULATED_GPUS": work}),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
         samples.append(time.perf_counter() - t0)
         if proc.returncode != 0:

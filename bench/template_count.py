@@ -104,8 +104,7 @@ def run(node, top):
     # and the payload's module finder must not find imported)
     from fleet_common import BIN, SITE, ansible_env, inventory  # pylint: disable=import-outside-toplevel
     tmp = tempfile.mkdtemp(prefix="gpuops-tcount-")
-    env = ansible_env({"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""},
-                      compile_cache=None)
+    env = ansible_env({"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""})
     try:
         inv = inventory(tmp, 1, "hgx-h200", 1.0 if node == "mig" else 0.0)[0]
         cmd = [SITE, "-i", inv, "-f", "1"]

@@ -30,9 +30,10 @@ import time
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tests.support.ansible_run import COMPILE_CACHE, with_compile_cache  # noqa: E402  # pylint: disable=wrong-import-position
+
 BUILD = os.path.join(ROOT, "build", "compat")
-COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
-COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 STEPS = ("sanity", "lab", "molecule")
 STEP_TIMEOUT = 1800
 # The PLAY RECAP line of a host, as every ansible-core since 2.9 prints it with the default callback.
@@ -155,13 +156,10 @@ class Version(object):
         return env
 
     def playbook_env(self):
-        """env() for the steps that run the collection's playbooks (lab, molecule): with the tests' compile cache
-        (tests/support/compile_cache/sitecustomize.py), as the tests' own ansible runs have it; entries are per
-        Python version, so versions side by side share only what is the same."""
-        env = self.env()
-        env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
-        return env
+        """env() for the steps that run the collection's playbooks (lab, molecule): with the tests' compile cache,
+        as the tests' own ansible runs have it; entries are per Python version, so versions side by side share only
+        what is the same."""
+        return with_compile_cache(self.env(), default=COMPILE_CACHE)
 
     def call(self, log, argv, cwd=ROOT, env=None):
         """Run ``argv``, its output (stdout and stderr) appended to ``log``; (status, output)."""

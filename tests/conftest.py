@@ -4,13 +4,15 @@ import sys
 
 import pytest
 
+from tests.support.ansible_run import COMPILE_CACHE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(ROOT, ".collections")
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 # The tests' compile cache (tests/support/compile_cache/sitecustomize.py) for every ansible command of the session,
-# those of the benches that tests run included (bench/ uses it only where the environment names it).
-os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", os.path.join(ROOT, "build", "test-compile-cache"))
+# those of the benches that tests run included (tests/support/ansible_run.py, with_compile_cache).
+os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
 
 
 # The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:

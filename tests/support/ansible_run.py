@@ -30,11 +30,21 @@ COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
 COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
 
 
-def ansible_env(extra=None, compile_cache=True):
-    """The environment of an ansible command of the tests: this checkout's collection and config, ``extra`` over
-    it. ``compile_cache``: True, with the tests' compile cache (GPUOPS_TEST_COMPILE_CACHE where set, else
-    COMPILE_CACHE); None (bench/), only where the environment names it: the tests that run a bench set it, a bench
-    started by hand runs without (its figures are then a node's real cost); False, without."""
+def with_compile_cache(env, default=None):
+    """``env`` with the tests' compile cache (tests/support/compile_cache/sitecustomize.py) where it names one in
+    GPUOPS_TEST_COMPILE_CACHE (``default`` where unset; ``off``: none): its directory first on PYTHONPATH. The
+    tests name it for their session (tests/conftest.py), so the benches they run have it too; a bench started by
+    hand runs without it (its figures are a node's real cost)."""
+    if default:
+        env.setdefault("GPUOPS_TEST_COMPILE_CACHE", default)
+    if env.get("GPUOPS_TEST_COMPILE_CACHE", "off").lower() not in ("", "off"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
+    else:
+        env.pop("GPUOPS_TEST_COMPILE_CACHE", None)
+    return env
+
+
+def ansible_env(extra=None):
     env = dict(os.environ)
     env.pop("GPUOPS_SIMULATED_GPUS", None)
     env.pop("GPUOPS_SIMULATED_MACHINE", None)
@@ -54,15 +64,7 @@ def ansible_env(extra=None, compile_cache=True):
     # the modules the way a default node does (a fleet of the bench with its own HOME starts with an empty cache).
     env.setdefault("GPUOPS_BYTECODE_CACHE", os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache",
                                                          "gpuops.nvidia", "bytecode"))
-    # The tests' compile cache (tests/support/compile_cache/sitecustomize.py): every Python process of the run
-    # reads the code of a source compiled before instead of compiling it again. GPUOPS_TEST_COMPILE_CACHE=off: none.
-    if compile_cache:
-        env.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
-    if compile_cache is not False and env.get("GPUOPS_TEST_COMPILE_CACHE", "off").lower() not in ("", "off"):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (COMPILE_CACHE_PATH, env.get("PYTHONPATH")) if p)
-    else:
-        env.pop("GPUOPS_TEST_COMPILE_CACHE", None)
-    return env
+    return with_compile_cache(env)
 
 
 def run_module(module, args=None, env=None, check=False, diff=False, python=None):

@@ -133,5 +133,5 @@ def test_the_playbook_steps_run_with_the_tests_compile_cache_and_sanity_without(
     env = version.playbook_env()
     assert env["PYTHONPATH"].split(os.pathsep) == [ansible_run.COMPILE_CACHE_PATH, "/elsewhere"]
     assert env["GPUOPS_TEST_COMPILE_CACHE"] == ansible_run.COMPILE_CACHE
-    assert os.path.isfile(os.path.join(compat.COMPILE_CACHE_PATH, "sitecustomize.py"))
+    assert os.path.isfile(os.path.join(ansible_run.COMPILE_CACHE_PATH, "sitecustomize.py"))
     assert "GPUOPS_TEST_COMPILE_CACHE" not in version.env() and version.env()["PYTHONPATH"] == "/elsewhere"
