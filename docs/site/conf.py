@@ -1,8 +1,8 @@
 # Sphinx configuration of gpuops.nvidia's documentation site (`make docs`, scripts/publish_check.py). The RST comes
 # from antsibull-docs (`antsibull-docs collection --use-current`), as on docs.ansible.com; this file is the
 # configuration `antsibull-docs sphinx-init` writes, with two changes: no intersphinx (the build must work without the
-# network: CI reaches only the package registries), and the two Ansible labels the generated pages link to resolved to
-# their pages on docs.ansible.com instead. Any other unresolved reference still fails the build (-W, nitpicky).
+# network: CI reaches only the package registries), and the Ansible labels the generated pages link to (ANSIBLE_LABELS)
+# resolved to their pages on docs.ansible.com instead. Any other unresolved reference still fails the build (-W, nitpicky).
 # pylint: disable=invalid-name
 from docutils import nodes
 
@@ -28,6 +28,8 @@ ANSIBLE_DOCS = "https://docs.ansible.com/ansible/latest/"
 ANSIBLE_LABELS = {
     "common_return_values": ANSIBLE_DOCS + "reference_appendices/common_return_values.html",
     "ansible_configuration_settings": ANSIBLE_DOCS + "reference_appendices/config.html",
+    # the note on a module that has an action plugin (gpu_node_plan)
+    "action_plugins": ANSIBLE_DOCS + "plugins/action.html",
 }
 
 
