@@ -12,8 +12,7 @@ import pytest
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.gpuops.nvidia.plugins.action.gpu_node_plan import ActionModule
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+from tests.support.ansible_run import ROOT
 
 
 def _action():
