@@ -28,6 +28,8 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
+
 # The NVML start errors that mean "the driver is not there yet" (the GPU steps then wait for the driver step).
 WAITING_ERRORS = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH")
 
@@ -153,7 +155,7 @@ def fabric_manager_package(module, p, report, state):
     report["fabric_manager"].update(installed=installed, pinned=pin)
     reason, refusal = ds.fabric_manager_check(installed, pin, bool(p.get("allow_downgrade")))
     if refusal:
-        module.fail_json(msg="driver: %s" % refusal, driver=report)
+        raise Refusal("driver: %s" % refusal, driver=report)
     return [reason] if reason else []
 
 
@@ -175,7 +177,7 @@ def check(module, facts, params):
     try:
         state = _driver_state.read(root)
     except _driver_state.DriverStateError as exc:
-        module.fail_json(msg="the driver step cannot read the node below NVML: %s" % exc)
+        raise Refusal("the driver step cannot read the node below NVML: %s" % exc)
     report, reasons = plan_driver(state, facts.get("nvml_error"), p)
     report["root"] = root
     daemons, daemon_reasons = services(module, state, p, root)
@@ -189,23 +191,23 @@ def validate(module, params):
     p = params["driver"]
     version, branch = p.get("version") or "", p.get("branch") or ""
     if not version and not branch:
-        module.fail_json(msg="driver: declare version (like 580.95.05) or branch (like 580)")
+        raise Refusal("driver: declare version (like 580.95.05) or branch (like 580)")
     parts = version.split(".")
     if version and (len(parts) < 2 or not all(part.isdigit() for part in parts)):
-        module.fail_json(msg="driver: version %r is not a driver version (digits and dots, like 580.95.05)" % version)
+        raise Refusal("driver: version %r is not a driver version (digits and dots, like 580.95.05)" % version)
     if branch and not branch.isdigit():
-        module.fail_json(msg="driver: branch %r is not a driver branch (digits, like 580)" % branch)
+        raise Refusal("driver: branch %r is not a driver branch (digits, like 580)" % branch)
     if version and branch and _branch(version) != branch:
-        module.fail_json(msg="driver: version %s is not of branch %s" % (version, branch))
+        raise Refusal("driver: version %s is not of branch %s" % (version, branch))
     fm_version = p.get("fabric_manager_version") or ""
     if fm_version and version and fm_version != version:
         # _driver_plan's rule, before anything is read
-        module.fail_json(msg="driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's Fabric Manager "
-                             "runs only at exactly the driver's version. Pin both at one version (or leave "
-                             "driver_fabric_manager_version empty); nothing changed" % (fm_version, version))
+        raise Refusal("driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's Fabric Manager "
+                      "runs only at exactly the driver's version. Pin both at one version (or leave "
+                      "driver_fabric_manager_version empty); nothing changed" % (fm_version, version))
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
     try:
         ds.check_setting(p.get("fabric_manager") or "auto")
         ds.check_timeout(p.get("fabric_timeout", 300), "fabric_timeout (gpu_node_driver_fabric_timeout)")
     except ds.DriverServicesError as exc:
-        module.fail_json(msg="driver: %s; nothing changed" % exc)
+        raise Refusal("driver: %s; nothing changed" % exc)

@@ -51,6 +51,18 @@ def invalid_input(errors):
     return "invalid input, %s: %s" % (NOTHING_CHANGED, "; ".join(errors))
 
 
+class Refusal(Exception):
+    """A refusal raised to the module's base instead of failing the module where it is found (a check of
+    gpu_node_plan's step registry, say): ``msg`` says what is wrong and what is valid, ``fields`` are more keys of the
+    failure (``busy``, the step's report). Its caller decides what else the result carries (the node plan still
+    reads the GPUs' health, so that a refused plan does not hide a blocking finding)."""
+
+    def __init__(self, msg, **fields):
+        super(Refusal, self).__init__(msg)
+        self.msg = msg
+        self.fields = fields
+
+
 def failure(exc, result=None):
     """The keyword arguments of ``fail_json`` for ``exc``, one of the collection's errors: its message, the fields it
     carries (``ERROR_FIELDS``) and ``result`` (what the run had done so far; the error's fields win)."""
@@ -58,6 +70,7 @@ def failure(exc, result=None):
     for field in ERROR_FIELDS:
         if hasattr(exc, field):
             out[field] = getattr(exc, field)
+    out.update(getattr(exc, "fields", None) or {})
     out["msg"] = getattr(exc, "msg", None) or str(exc)
     return out
 
@@ -155,6 +168,6 @@ def run_module(run_class):
     run = run_class(module)
     try:
         result = run.run()
-    except tuple(run.errors) as exc:  # pylint: disable=catching-non-exception
+    except tuple(run.errors) + (Refusal,) as exc:  # pylint: disable=catching-non-exception
         module.fail_json(**failure(exc, run.result))
     module.exit_json(**result)

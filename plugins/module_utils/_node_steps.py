@@ -36,6 +36,7 @@ import os
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
 
 
 class Step(object):
@@ -114,13 +115,13 @@ def _mig(module, facts, params):
     try:
         out["mode_plan"] = plan_modes(gpus, plan_params)
     except MigLayoutError as exc:
-        module.fail_json(msg=str(exc))
+        raise Refusal(str(exc))
     try:
         resolved, plans, assumed = plan_layouts(gpus, plan_params, check_mode=True)
     except MigBusyError as exc:
-        module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
+        raise Refusal(str(exc), busy=exc.busy)
     except MigLayoutError as exc:
-        module.fail_json(msg=str(exc), changed=False)
+        raise Refusal(str(exc))
     if assumed:
         module.warn(assumed_warning(assumed))
     by_index = dict((g["index"], g) for g in gpus)
@@ -148,7 +149,7 @@ def _compute_mode(module, facts, params):
     try:
         todo = plan_settings(facts["gpus"], p["settings"], p["persistence_mode"])
     except ComputeModeError as exc:
-        module.fail_json(msg=str(exc))
+        raise Refusal(str(exc))
     out = {"changes": todo["changes"], "mode": todo["mode"], "gpus": report(planned_state(todo)),
            "modes": dict((str(k), v) for k, v in todo["modes"].items())}
     reasons = _node_plan.compute_mode_reasons(todo)
@@ -170,13 +171,13 @@ def _declared_validate(module, params):
     that is not one (before anything is read)."""
     for entry in params["files"]:
         if not entry["path"].startswith("/"):
-            module.fail_json(msg="files: path %r must be absolute" % entry["path"])
+            raise Refusal("files: path %r must be absolute" % entry["path"])
         if entry["checksum"] is not None and (len(entry["checksum"]) != 40 or
                                               any(c not in "0123456789abcdef" for c in entry["checksum"])):
-            module.fail_json(msg="files: checksum of %s must be a sha1 in hex (40 characters 0-9a-f), got %r"
-                             % (entry["path"], entry["checksum"]))
+            raise Refusal("files: checksum of %s must be a sha1 in hex (40 characters 0-9a-f), got %r"
+                          % (entry["path"], entry["checksum"]))
         if _node_plan.normal_mode(entry["mode"]) is False:
-            module.fail_json(msg="files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
+            raise Refusal("files: mode of %s must be octal like 0644, got %r" % (entry["path"], entry["mode"]))
     if not params["packages"]:
         return
     # imported here (and in _packages_state): a node plan without packages never compiles their code (module_utils
@@ -185,8 +186,8 @@ def _declared_validate(module, params):
     for entry in params["packages"]:
         for name in entry["names"]:
             if not _packages.NAME_RE.match(name) or not _packages.VERSION_RE.match(entry["version"]):
-                module.fail_json(msg="packages: %r at %r is not a package name (a-z, 0-9, +.-) at a version "
-                                 "(starting with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (name, entry["version"]))
+                raise Refusal("packages: %r at %r is not a package name (a-z, 0-9, +.-) at a version "
+                              "(starting with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (name, entry["version"]))
 
 
 def _declared(module, facts, params):
@@ -294,7 +295,7 @@ def _health_validate(module, params):
     try:
         validate_policy(params["health"]["policy"] or None)
     except HealthPolicyError as exc:
-        module.fail_json(msg="health.policy: %s; nothing changed" % exc)
+        raise Refusal("health.policy: %s; nothing changed" % exc)
 
 
 def _health(module, facts, params):
@@ -536,15 +537,20 @@ def argument_spec(**extra):
     return spec
 
 
-def plan(module, facts, result):
+def plan(module, facts, result, refused=None):
     """Run every given step's check (``validate`` is run by ``validate``, before the read) and every step's
-    ``settle``, filling ``result`` (which holds ``steps``)."""
+    ``settle``, filling ``result`` (which holds ``steps``). Returns the refusal that ends the plan, or None: ``refused``
+    (a step's input check already refused it), else the first check that raises ``Refusal`` (its step is put in the
+    refusal's ``fields`` as ``refused_step``). After a refusal only the health step is checked: the node is not
+    changed in a refused run, but a blocking finding of its health read must still reach the gate that marks it."""
     steps = result["steps"]
     waiting = facts.get("nvml_error")
     lost = facts.get("lost_gpus") or []
     missing = facts.get("missing_gpus") or []
     for step in STEPS:
         if not step.option_names or not step.given(module):
+            continue
+        if refused is not None and step.check is not _health:
             continue
         if waiting is not None and step.needs_nvml:
             # not checked: NVML cannot read the GPUs until the driver step has run (not run in this pass)
@@ -564,18 +570,34 @@ def plan(module, facts, result):
             _add(steps, step.name, ["cannot plan the GPU at PCI %s: the bus shows it, NVML does not list it; this step "
                                     "waits for a run that finds every GPU" % g["bus_id"] for g in missing])
             continue
-        report, reasons = step.check(module, facts, step.params(module))
+        try:
+            report, reasons = step.check(module, facts, step.params(module))
+        except Refusal as exc:
+            exc.fields.setdefault("refused_step", step.name)
+            refused = exc
+            continue
         result.update(report or {})
         for name, found in reasons.items():
             _add(steps, name, found)
-    for step in STEPS:
-        if step.settle is not None:
-            step.settle(result, steps)
-    return result
+    if refused is None:
+        for step in STEPS:
+            if step.settle is not None:
+                step.settle(result, steps)
+    return refused
 
 
 def validate(module):
-    """Every given step's input checks, before anything is read (a failure changes nothing)."""
+    """Every given step's input checks, before anything is read (a refusal changes nothing). Returns the first
+    refusal (``Refusal``, its step as ``refused_step``), or None; the health step's own refusal is raised (without a
+    valid policy there is no verdict to act on)."""
+    refused = None
     for step in STEPS:
         if step.validate is not None and step.given(module):
-            step.validate(module, step.params(module))
+            try:
+                step.validate(module, step.params(module))
+            except Refusal as exc:
+                if step.check is _health:
+                    raise
+                exc.fields.setdefault("refused_step", step.name)
+                refused = refused or exc
+    return refused

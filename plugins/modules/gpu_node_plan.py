@@ -484,8 +484,18 @@ health:
       finding and its fix), C(findings), C(kernel_log), C(pci) (the GPUs the PCI bus shows), and C(gate) - the
       verdict as M(gpuops.nvidia.node_health) takes it (C(healthy), C(blocking), C(warnings)) with
       C(reset_clears), the GPUs whose blocking findings a GPU reset clears.
+    - Also in a failed result where a step refuses the plan (RV(refused_step)) after the GPUs were read, so that the
+      caller can still mark a node whose health blocks (the gpu_node role does).
   returned: when O(health) is given
   type: dict
+refused_step:
+  description:
+    - On a failure, the step whose input check or check refused the plan (C(driver), C(mig), ...). Where O(health)
+      is given the GPUs are still read and their health checked (RV(health)); no other step is checked after a
+      refusal.
+  returned: failure
+  type: str
+  sample: driver
 ansible_facts:
   description: The GPUs as read.
   returned: always
@@ -515,8 +525,11 @@ class NodePlan(ModuleRun):
 
     argument_spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
 
+    refused = None
+
     def validate(self):
-        _node_steps.validate(self.module)   # each step's own input checks fail the module in their own words
+        # each step's own input checks, in their own words; a refusal ends the run below, after the health read
+        self.refused = _node_steps.validate(self.module)
         return []
 
     def lock(self):
@@ -524,10 +537,17 @@ class NodePlan(ModuleRun):
 
     def converge(self):
         health = _node_steps.BY_NAME["health"].given(self.module)
+        if self.refused is not None and not health:
+            raise self.refused          # nothing read: no health verdict is asked for
         facts, health_read = _read(self.module, health)
         self.result.update({"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}})
         # the health read goes to the checks only (its step reports the verdict), not into the node's facts
-        _node_steps.plan(self.module, dict(facts, health_read=health_read) if health else facts, self.result)
+        refused = _node_steps.plan(self.module, dict(facts, health_read=health_read) if health else facts, self.result,
+                                   refused=self.refused)
+        if refused is not None:
+            # a step refuses the plan: the run fails with its message, and with the health verdict of the read (RV
+            # health), so that the role still marks a node whose GPUs have a blocking finding (issue 47)
+            raise refused
         return self.result
 
 

@@ -159,3 +159,43 @@ def test_a_fabric_manager_pinned_at_another_version_is_refused_before_anything_i
     out = _plan({"driver": dict(PIN, fabric_manager_version="580.82.07")})
     assert out["failed"] and "the Fabric Manager is pinned at 580.82.07 and the driver at 580.95.05" in out["msg"], out
     assert sorted(os.listdir(root)) == before
+
+
+def _fabric_lost_hgx(tmp_path, monkeypatch, fm_version):
+    """An HGX H200 at 580.95.05 whose Fabric Manager package is ``fm_version`` and whose fabric is lost (every GPU's
+    fabric state not_started: the Fabric Manager is down)."""
+    path, root = str(tmp_path / "state.json"), str(tmp_path / "root")
+    for var, value in (("GPUOPS_SIMULATED_GPUS", path), ("GPUOPS_SIMULATED_MACHINE", "hgx-h200"),
+                       ("GPUOPS_SIMULATED_ROOT", root), ("GPUOPS_SIMULATED_HOST", "driver=580.95.05"),
+                       ("DPKG_ADMINDIR", str(tmp_path / "dpkg"))):
+        monkeypatch.setenv(var, value)
+    for var in ("FAKE_SYSTEMD_STATE", "FAKE_SYSTEMD_UNIT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    sim = SimulatedBackend(path, shape="hgx-h200", root=root, host_options="driver=580.95.05")
+    for index in range(len(sim.read_all()["gpus"])):
+        sim.inject_health(index, "fabric_state", "not_started")
+    _dpkg_status(tmp_path / "dpkg", [("nvidia-fabricmanager", fm_version)])
+
+
+def test_a_refused_plan_still_reads_the_health_that_blocks_the_node(tmp_path, monkeypatch):
+    # issue 47: the driver step refuses (the Fabric Manager installed newer than the pin, no downgrade allowed), and
+    # the node's fabric is lost: the failure carries the refusal and the health verdict, which blocks
+    _fabric_lost_hgx(tmp_path, monkeypatch, "580.105.08-1")
+    out = _plan({"driver": dict(PIN, systemctl=[SYSTEMCTL]), "health": {"policy": {}}})
+    assert out["failed"] and "installing the pin would downgrade it" in out["msg"], out
+    assert out["refused_step"] == "driver"
+    gate = out["health"]["gate"]
+    assert gate["healthy"] is False and len(gate["blocking"]) == 8, gate
+    assert all("fabric" in finding["message"] for finding in gate["blocking"]), gate
+    # nothing but the health step was checked after the refusal
+    assert set(out["steps"]) <= {"health"}, out["steps"]
+
+
+def test_a_refused_input_check_still_reads_the_health_where_it_is_asked_for(tmp_path, monkeypatch):
+    _fabric_lost_hgx(tmp_path, monkeypatch, "580.95.05-1")
+    out = _plan({"driver": dict(PIN, fabric_manager_version="580.82.07"), "health": {"policy": {}}})
+    assert out["failed"] and "Pin both at one version" in out["msg"] and out["refused_step"] == "driver", out
+    assert out["health"]["gate"]["healthy"] is False, out["health"]
+    # without the health step, nothing is read
+    out = _plan({"driver": dict(PIN, fabric_manager_version="580.82.07")})
+    assert out["failed"] and "health" not in out and "ansible_facts" not in out, out
