@@ -23,9 +23,12 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_servi
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
-from tests.integration.site_helpers import Site
+from tests.integration.site_helpers import HELM, Site
 from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.ansible_run import ROOT
+from tests.support.fake_cluster import node_writes
+from tests.support.fake_daemonsets import FakeDaemonSets
+from tests.support.fake_kube_api import FakeKubeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))]
@@ -228,3 +231,64 @@ def test_refusals_blackwell_proprietary_fabric_manager_mismatch_secure_boot_dkms
         assert after["boot_id"] == before[node][2]["boot_id"], node
         # refused in the driver's plan, before the node would be quiesced or the packages installed
         assert not res.task("Install the driver's packages at the pin", node), node
+
+
+@pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")
+def test_a_refused_plan_still_marks_a_node_whose_fabric_is_lost(tmp_path, rig):
+    """Issue 47, 1: an HGX H200 on a cluster under the chart, declaring the 570 its image runs, whose Fabric Manager
+    package was replaced by 580's (its daemon down: every GPU's fabric not_started). The driver step refuses the plan
+    (installing the pin would downgrade the Fabric Manager) - and the node, whose fabric is lost, is still marked out
+    of service (cordoned as the collection's, tainted, the condition set), the run naming both the refusal and the
+    findings. Nothing else on the node changes."""
+    node = "drv-fabric-lost"
+    api = FakeKubeApi(tokens=None).start()
+    fake = None
+    try:
+        kubeconfig = str(tmp_path / "kubeconfig")
+        with open(kubeconfig, "w") as handle:
+            yaml.safe_dump(api.kubeconfig(), handle)
+        api.add_node(node, internal_ip="10.0.0.41", labels={"nvidia.com/gpu.present": "true"})
+        site, args = driver_site(tmp_path, rig, {node: "driver=%s" % OLD}, machine="hgx-h200",
+                                 host_vars={node: {"driver_version": OLD}})
+        site.extra.update(gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
+                          cluster_device_plugin_chart_path=site.chart(), gpu_node_verify_timeout=60)
+        root = str(site.state / node)
+        sim = SimulatedBackend(str(site.state / ("%s.json" % node)), shape="hgx-h200", root=root,
+                               host_options="driver=%s" % OLD)
+        gpus = sim.read_all()["gpus"]
+        for gpu in gpus:
+            sim.inject_health(gpu["index"], "fabric_state", "not_started")
+        # 580's Fabric Manager package put in by hand over the node's 570 (its dependency on 580's library forced)
+        fm = [path for (name, version), path in rig.debs.items() if name == "nvidia-fabricmanager"]
+        apt_rig.run(["dpkg", "--root=%s" % root, "--force-depends"]
+                    + (["--force-not-root"] if os.geteuid() != 0 else []) + ["-i"] + fm)
+        fake = FakeDaemonSets(api, {node: (str(site.state / ("%s.json" % node)), "hgx-h200")})
+        fake.start()
+        files, kernel, calls = _node_files(site, node), _kernel_view(root), site.gpus(node)["mutating_calls"]
+
+        res = site.run(args=args)
+        assert res.rc != 0
+        said = " ".join(str(m) for host, task, m in res.failures() if host == node)
+        assert "installing the pin would downgrade it" in said and "driver_allow_downgrade" in said, said
+        assert "GPU health also keeps it out of service" in said, said
+        assert "NVLink fabric registration not completed" in said and "state not_started" in said, said
+        assert "cordoned, tainted gpuops.nvidia/gpu-unhealthy:NoSchedule" in said, said
+        # the node is out of service, marked as the health gate marks it
+        marked = api.get("", "nodes", node)
+        assert marked["spec"].get("unschedulable") is True, marked["spec"]
+        assert marked["metadata"]["annotations"].get("gpuops.nvidia/cordoned-by") == "gpuops.nvidia.gpu_node"
+        assert [t["key"] for t in marked["spec"].get("taints", [])] == ["gpuops.nvidia/gpu-unhealthy"], marked["spec"]
+        condition = [c for c in marked["status"]["conditions"] if c["type"] == "GpuopsNvidiaGpuHealthy"]
+        assert len(condition) == 1 and condition[0]["status"] == "False", marked["status"]["conditions"]
+        assert all(g["pci_bus_id"] in condition[0]["message"] for g in gpus), condition
+        # nothing else changed: the packages, the modules, the node's files and its GPUs as they were
+        assert node_writes(api.requests, node), "the node was not marked"
+        assert dict((n, v) for n, (v, s) in driver_rig.installed(apt_rig.Root(root)).items()) == {
+            "nvidia-fabricmanager": "%s-1" % NEW}
+        assert _kernel_view(root) == kernel and _node_files(site, node) == files
+        assert site.gpus(node)["mutating_calls"] == calls
+        assert not res.task("Install the driver's packages at the pin", node)
+    finally:
+        if fake is not None:
+            fake.stop()
+        api.stop()
