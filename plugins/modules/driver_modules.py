@@ -90,6 +90,25 @@ options:
     description: Seconds to wait for a daemon stopped through its pid file (SIGTERM) to exit (1 to 600).
     type: int
     default: 5
+  preflight:
+    description:
+      - Only say whether O(state=reloaded) could reload the driver now, changing nothing in any mode - the checks a
+        reload makes before it stops anything (kernel modules outside the driver that use it, processes other than
+        the daemons it stops that hold C(/dev/nvidia*), a daemon run from a pid file whose command line cannot be read,
+        which could be stopped but not started again), without comparing the module installed for the running
+        kernel with O(version). Run before the driver's packages are installed, so that a reload that would be
+        refused is refused before anything changes. Never fails for what it finds - RV(reload), RV(blockers).
+      - Needs O(state=reloaded).
+    type: bool
+    default: false
+  preflight_pods:
+    description:
+      - With O(preflight), what a process inside a Kubernetes pod counts as - V(block), a blocker like any other;
+        V(defer), listed in RV(deferred) only (the gpu_node role checks before it cordons the node and pauses its GPU
+        pods, which ends such processes, and again after).
+    type: str
+    choices: [block, defer]
+    default: block
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.node_lock
@@ -128,6 +147,18 @@ EXAMPLES = r"""
   gpuops.nvidia.driver_modules:
     state: reloaded
     version: "580.95.05"
+
+- name: Before the packages change, whether a reload could be made now (changes nothing)
+  gpuops.nvidia.driver_modules:
+    state: reloaded
+    version: "580.95.05"
+    preflight: true
+  register: reload_preflight
+
+- name: Stop before anything changes where it could not
+  ansible.builtin.fail:
+    msg: "{{ reload_preflight.msg }}"
+  when: reload_preflight.blockers | length > 0
 """
 
 RETURN = r"""
@@ -165,8 +196,24 @@ actions:
   type: list
   elements: str
 holders:
-  description: On a refusal, each process holding the device files, as a sentence.
-  returned: failure
+  description: On a refusal, each process holding the device files, as a sentence; with O(preflight), those that
+    block the reload.
+  returned: failure, or with O(preflight)
+  type: list
+  elements: str
+reload:
+  description: With O(preflight), whether the loaded driver is not O(version) (or O(flavour)), so that a reload is due.
+  returned: with O(preflight)
+  type: bool
+blockers:
+  description: With O(preflight), why the reload would be refused now (empty - it would not); C(msg) joins them.
+  returned: with O(preflight)
+  type: list
+  elements: str
+deferred:
+  description: With O(preflight) and O(preflight_pods=defer), the processes inside Kubernetes pods that hold the device
+    files (they block a reload unless the pods end first).
+  returned: with O(preflight)
   type: list
   elements: str
 """
@@ -512,17 +559,50 @@ class Run(object):
         if record is not None:
             self.remove_record()
 
+    def wrong(self, before):
+        """Whether the loaded driver is not the declared one (version, or flavour where declared)."""
+        return bool(before["modules"]) and bool(
+            (self.version and before["version"] != self.version)
+            or (self.p["flavour"] and before["flavour"] != self.p["flavour"]))
+
+    def preflight(self, modules, before):
+        """The checks a reload makes before it stops anything, made now (before the packages change): what would
+        refuse it. Changes nothing."""
+        result = {"changed": False, "previous": before, "reload": self.wrong(before), "blockers": [], "holders": [],
+                  "deferred": [], "actions": [], "msg": ""}
+        if not result["reload"]:
+            return result
+        blockers = ["%s is used by %s" % (m, ", ".join(u)) for m, u in sorted(dm.foreign_users(modules).items())]
+        running = self.running_daemons()
+        found = self.holders()
+        others = dm.not_ours(found["holders"], running)
+        deferred = [h for h in others if h.get("pod_uid")] if self.p["preflight_pods"] == "defer" else []
+        holding = [h for h in others if h not in deferred]
+        if holding or found["unreadable"]:
+            blockers.append(dm.refusal(holding, [], found["unreadable"]))
+        blockers += ["%s runs from its pid file %s and its command line cannot be read: it could be stopped, not "
+                     "started again" % (d["label"], d["pid_file"]) for d in running if not d.get("unit")
+                     and not d.get("argv")]
+        result.update(blockers=blockers, holders=[describe_holder(h) for h in holding],
+                      deferred=[describe_holder(h) for h in deferred],
+                      msg="the driver cannot be reloaded at %s now: %s" % (self.version, "; ".join(blockers))
+                      if blockers else "")
+        return result
+
     def main(self):
         self.check_tools()
         state = self.p["state"]
         modules = self.modules()
         before = self.facts(modules)
+        if self.p["preflight"]:
+            if state != "reloaded":
+                self.module.fail_json(msg="preflight checks a reload: give state=reloaded (got %s). %s"
+                                      % (state, NOTHING))
+            return self.preflight(modules, before)
         record = self.record()
         wanted = dm.wanted_modules(set(before["modules"]) | set((record or {}).get("modules", [])), self.also_load)
         result = {"previous": before}
-        wrong = bool(before["modules"]) and bool(
-            (self.version and before["version"] != self.version)
-            or (self.p["flavour"] and before["flavour"] != self.p["flavour"]))
+        wrong = self.wrong(before)
         if state == "loaded" and wrong:
             self.module.fail_json(msg="the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded "
                                       "driver; use state=reloaded. %s"
@@ -601,6 +681,8 @@ class DriverModules(ModuleRun):
         systemctl=dict(type="list", elements="str"),
         mps_unit=dict(type="str", default=dm.DEFAULT_MPS_UNIT),
         daemon_timeout=dict(type="int", default=5),
+        preflight=dict(type="bool", default=False),
+        preflight_pods=dict(type="str", choices=["block", "defer"], default="block"),
         lock_timeout=dict(type="int"),
     )
     module_options = dict(required_if=[("state", "reloaded", ("version",))])

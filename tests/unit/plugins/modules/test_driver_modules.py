@@ -341,3 +341,39 @@ def test_a_tool_that_cannot_run_is_refused_before_a_daemon_stops(node, tool):
     assert node.snapshot() == before
     assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
     assert node.active("nvidia-persistenced.service")
+
+
+def test_preflight_before_the_packages_names_what_would_refuse_the_reload_and_changes_nothing(node):
+    # issue 47, 2: the packages are not installed yet (the module on disk is still OLD): the preflight does not compare
+    # it, and names a plain process and a pod's process; with preflight_pods=defer the pod's is only listed
+    df.add_holder(node.root, 4242, ["python3", "serve.py"], cgroup="0::/user.slice/session-1.scope")
+    df.add_holder(node.root, 4343, ["python3", "train.py"], cgroup="0::/kubepods.slice/kubepods-besteffort.slice/"
+                  "kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CONTAINER))
+    before, calls = node.snapshot(), len(node.systemctl_calls())
+    for check in (False, True):
+        res = node.run(check=check, state="reloaded", version=NEW, preflight=True)
+        assert not res.get("failed") and res["changed"] is False and res["reload"] is True, res
+        assert len(res["holders"]) == 2 and res["deferred"] == [], res
+        assert "PID 4242 python3 (unit session-1.scope) holds" in res["msg"] and "PID 4343" in res["msg"], res
+        assert res["msg"].startswith("the driver cannot be reloaded at %s now: " % NEW), res["msg"]
+        assert "nvidia-persistenced" not in res["msg"]       # a daemon the reload stops and starts again
+    res = node.run(state="reloaded", version=NEW, preflight=True, preflight_pods="defer")
+    assert [h.split(" holds")[0] for h in res["holders"]] == ["PID 4242 python3 (unit session-1.scope)"], res
+    assert [h.split(" holds")[0] for h in res["deferred"]] == [
+        "PID 4343 python3 (pod UID %s, container %s)" % (POD_UID, CONTAINER[:12])], res
+    assert node.snapshot() == before and node.version() == OLD
+    assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
+    assert node.active("nvidia-persistenced.service")
+
+
+def test_preflight_finds_nothing_where_no_reload_is_due_or_nothing_holds_the_driver(node):
+    # nothing but the daemons the reload stops: no blocker (the installed module still OLD: not compared)
+    res = node.run(state="reloaded", version=NEW, preflight=True)
+    assert (res["reload"], res["blockers"], res["msg"], res["changed"]) == (True, [], "", False), res
+    # the declared driver is loaded: no reload due, whatever holds it
+    df.add_holder(node.root, 4242, ["python3", "serve.py"])
+    res = node.run(state="reloaded", version=OLD, preflight=True)
+    assert (res["reload"], res["blockers"]) == (False, []), res
+    # a preflight checks a reload only
+    res = node.run(state="loaded", version=NEW, preflight=True)
+    assert res["failed"] and "give state=reloaded" in res["msg"], res
