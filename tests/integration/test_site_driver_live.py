@@ -25,6 +25,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import Si
 
 from tests.integration.site_helpers import HELM, Site
 from tests.integration.test_site_chart_flow import PAUSED, _kill_when, _released
+from tests.integration.test_site_driver import _node_files
 from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.ansible_run import ROOT
 from tests.support.fake_cluster import FakeCluster, node_writes
@@ -196,34 +197,43 @@ def test_570_to_580_on_a_live_mig_node_reloads_without_reboot_and_brings_layout_
 
 CORDONED_BY = "gpuops.nvidia/cordoned-by"
 HOLDER_PID, HOLDER = 4242, ["/usr/bin/python3", "train.py", "--epochs", "90"]
+# the one task that fails a run whose driver reload processes would refuse (roles/gpu_node/tasks/driver_preflight.yml)
+PREFLIGHT_STOP = ("gpuops.nvidia.gpu_node : The NVIDIA driver - stop where processes hold it (its packages, modules and "
+                  "daemons unchanged)")
 
 
 def _failure(res):
     return " ".join(str(m) for host, task, m in res.failures() if host == NODE)
 
 
-def test_a_process_holding_the_gpus_is_named_the_node_stays_cordoned_and_a_reboot_allowed_then_reboots_once(live):
-    """A holder with no reboot allowed: named, the node stays cordoned and paused. The next run, the holder still
-    there, allows the reboot: exactly one reboot, then the node serves its layout and is released. (A re-run after a
-    kill, which resumes a cordoned, paused node and reloads without reboot, is the kill test below.)"""
+def test_a_process_holding_the_gpus_refuses_the_upgrade_before_anything_changes_then_a_reboot_allowed_reboots_once(
+        live):
+    """A holder with no reboot allowed (issue 47): named, and refused before anything changes - the packages, the
+    loaded modules, the daemons and the node as they were (not cordoned, its GPU pods serving); the message says to stop
+    the process and run again, or to allow the reboot. The next run, the holder still there, allows the reboot:
+    exactly one reboot, then the node serves its layout and is released. (A re-run after a kill, which resumes a
+    cordoned, paused node and reloads without reboot, is the kill test below.)"""
     # a user's process (not a pod the run pauses) keeps /dev/nvidia0 and /dev/nvidiactl open
     driver_files.add_holder(live.root, HOLDER_PID, HOLDER)
     before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+    packages, files = driver_rig.installed(apt_rig.Root(live.root)), _node_files(live.site, NODE)
+    seen, events = len(live.api.requests), len(live.fake.events)
 
     res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
     assert res.rc != 0
     said = _failure(res)
     # (the program's name, as _device_holders names a process: argv[0]'s base name)
     assert "PID %d python3 (unit session-1.scope) holds " % HOLDER_PID in said and "/dev/nvidia0" in said, said
-    assert "gpu_node_driver_allow_reboot: true" in said and "the node stays cordoned" in said, said
-    # no reboot, the old driver still loaded (its modules untouched), the node cordoned with the collection's mark and
-    # its device plugin pods still paused
+    assert "Stop the processes named" in said and "run again" in said, said
+    assert "gpu_node_driver_allow_reboot: true" in said and "the node was not cordoned" in said, said
+    failed = [task for host, task, m in res.failures() if host == NODE]
+    assert failed == [PREFLIGHT_STOP], failed
+    # nothing changed: the packages (not even downloaded into the node's files), the old driver loaded, no reboot, the
+    # node not written, its device plugin pods not touched and still serving
+    assert driver_rig.installed(apt_rig.Root(live.root)) == packages and _node_files(live.site, NODE) == files
     assert live.gpus()["boot_id"] == boot and live.loaded() == OLD
-    node = live.node()
-    assert node["spec"].get("unschedulable") is True
-    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
-    assert node["metadata"]["labels"].get(PAUSED) == "true"
-    assert not [p for p in live.fake.pods_on(NODE) if p["status"].get("phase") == "Running"]
+    assert node_writes(live.api.requests[seen:], NODE) == [] and live.fake.events[events:] == []
+    assert _released(live.node()) and live.allocatable() == serving and live.layout() == before
 
     # the process is still there; the next run allows the reboot: exactly one, then the node serves and is released
     res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=True)
@@ -235,6 +245,44 @@ def test_a_process_holding_the_gpus_is_named_the_node_stays_cordoned_and_a_reboo
     assert live.layout() == before and live.allocatable() == serving
     assert _released(live.node()), live.node()["metadata"]
     assert ".so.%s" % NEW in live.spec()
+
+
+POD_HOLDER_PID, POD_UID, CONTAINER = 4545, "5f0c3b1e-7a2d-4e9f-8c61-0d4b2a9e7f13", "c" * 64
+
+
+def test_a_pod_process_still_holding_the_gpus_after_the_quiesce_refuses_before_the_packages_change(live):
+    """Issue 47, 2: a process inside a pod that the quiesce does not end (a user's pod, not one of the paused GPU
+    DaemonSets', that keeps /dev/nvidia0 open). Before the quiesce it is left to the quiesce; after it, with the
+    packages fetched and none installed, it refuses the upgrade: the packages and the loaded driver as they were, the
+    message naming the process and the node's state (cordoned, its GPU pods paused, until a run completes). Once the
+    process is gone, the next run reloads without a reboot and releases the node."""
+    cgroup = ("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope"
+              % (POD_UID.replace("-", "_"), CONTAINER))
+    driver_files.add_holder(live.root, POD_HOLDER_PID, ["/usr/bin/python3", "infer.py"], cgroup=cgroup)
+    before, boot, serving = live.layout(), live.gpus()["boot_id"], live.allocatable()
+    packages = driver_rig.installed(apt_rig.Root(live.root))
+
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc != 0
+    said = _failure(res)
+    assert "PID %d python3 (pod UID %s, container %s) holds" % (POD_HOLDER_PID, POD_UID, CONTAINER[:12]) in said, said
+    assert "fetched its packages into the package cache (none installed)" in said, said
+    assert "cordoned the node and paused its GPU pods: it stays so until a run completes" in said, said
+    assert [task for host, task, m in res.failures() if host == NODE] == [PREFLIGHT_STOP], res.failures()
+    assert res.task("Download the driver's packages without installing them (apt)", NODE)
+    assert driver_rig.installed(apt_rig.Root(live.root)) == packages
+    assert live.loaded() == OLD and live.gpus()["boot_id"] == boot
+    node = live.node()
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get(CORDONED_BY) == "gpuops.nvidia.gpu_node"
+    assert node["metadata"]["labels"].get(PAUSED) == "true"
+
+    driver_files.remove_holder(live.root, POD_HOLDER_PID)
+    res = live.run(driver_version=NEW, gpu_node_driver_allow_reboot=False)
+    assert res.rc == 0, res
+    assert live.loaded() == NEW and live.gpus()["boot_id"] == boot            # reloaded, no reboot
+    assert live.layout() == before and live.allocatable() == serving
+    assert _released(live.node()), live.node()["metadata"]
 
 
 def test_a_refused_upgrade_on_a_live_node_leaves_it_serving_not_cordoned_nor_paused(live):
