@@ -31,7 +31,7 @@ import re
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import describe as dcgm_describe
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_bus_id
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import xid_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import bus_key, xid_events
 
 NOT_SUPPORTED = "not supported"
 
@@ -296,8 +296,9 @@ def _xid_detail(event):
 
 def findings(health):
     """Every finding of a health read: [{"kind", "gpu" (index or None for the node), "pci_bus_id", "detail", "fix",
-    "summary"}], GPUs in index order, node findings last. Xid events are deduplicated per GPU and code (the first line
-    of each is kept, with how many times it was logged)."""
+    "summary"}], in ``order_key``'s order. Xid events are deduplicated per GPU and code (the first line of each is
+    kept, with how many times it was logged); an Xid on the bus of a GPU NVML does not list is that GPU's (its bus id
+    as sysfs writes it, next to its gpu_missing finding), not a bus of no GPU."""
     out = []
     gpus = health.get("gpus") or []
     for gpu in gpus:
@@ -311,9 +312,13 @@ def findings(health):
     log = health.get("kernel_log") or {}
     if not log.get("readable"):
         out.append(_finding("kernel_log_unreadable", None, None, log.get("reason") or "kernel log not readable"))
-        return [_summarize(f) for f in out]
+        return _ordered(out)
+    unlisted = _unlisted_gpus(health)
     seen = {}
     for event in xid_events(log.get("lines") or [], gpus):
+        if event["gpu"] is None and bus_key(event["pci_bus_id"]) in unlisted:
+            # the GPU the bus shows there and NVML does not list (the one that fell off): its finding's bus id
+            event["pci_bus_id"], event["unlisted"] = unlisted[bus_key(event["pci_bus_id"])]
         key = (event["gpu"], event["pci_bus_id"], event["code"])
         if key in seen:
             seen[key]["times"] += 1
@@ -327,15 +332,51 @@ def findings(health):
         finding["xid"] = {"code": event["code"], "mnemonic": event["mnemonic"], "cause": event["cause"],
                           "action": event["action"], "recommended": event["recommended"], "line": event["line"]}
         finding["times"] = 1
-        if event["gpu"] is None:
+        if event.get("unlisted"):
+            finding["detail"] += " (%s)" % event["unlisted"]
+            finding["gpu_at_bus"] = True
+        elif event["gpu"] is None:
             finding["detail"] += " (no GPU of this node has that bus id)"
         seen[key] = finding
         out.append(finding)
     for finding in out:
         if finding.get("times", 1) > 1:
             finding["detail"] += " (logged %d times)" % finding["times"]
-    out.sort(key=lambda f: (f["gpu"] is None, f["gpu"] if f["gpu"] is not None else 0))
-    return [_summarize(f) for f in out]
+    return _ordered(out)
+
+
+def _unlisted_gpus(health):
+    """The GPUs the PCI bus shows and NVML does not list by bus id, by ``_xid.bus_key``: (their bus id as sysfs writes
+    it, what an Xid naming that bus says of its GPU). Each is a missing GPU (``missing_gpus``), or, where NVML lists
+    GPUs lost without a bus id and the bus shows no more unmatched GPUs than those, one of the lost GPUs."""
+    pci = health.get("pci")
+    if not isinstance(pci, dict) or not pci.get("readable"):
+        return {}
+    missing = set(sysfs_bus_id(g.get("bus_id")) for g in missing_gpus(health))
+    listed = set(sysfs_bus_id(g.get("pci_bus_id")) for g in health.get("gpus") or [])
+    out = {}
+    for gpu in pci.get("gpus") or []:
+        bus_id = sysfs_bus_id(gpu.get("bus_id"))
+        if bus_id is None or bus_id in listed:
+            continue
+        out[bus_key(bus_id)] = (bus_id, "the GPU at that bus, which NVML no longer lists" if bus_id in missing else
+                                "the GPU at that bus, which NVML lists only as a lost GPU without its bus id")
+    return out
+
+
+def order_key(gpu, bus_id):
+    """The one order of a node's findings, which every consumer keeps (the verdict's lists, the run's message, the Node
+    condition's reason, message and taint): a GPU's findings by its index, then the findings of a GPU NVML does not
+    list and other node findings naming a PCI address, by that address (a missing GPU's Xid beside the finding that
+    says it is missing), then those naming no address. Sorted stably: one GPU's or one address's findings stay in the
+    read's order (a missing GPU first, then its Xid lines as the kernel logged them). ``bus_id``: NVML's or sysfs's
+    form; any other text (an Xid line's bus of no GPU) names no address."""
+    bus = sysfs_bus_id(bus_id)
+    return (gpu is None, gpu if gpu is not None else 0, bus is None, bus or "")
+
+
+def _ordered(found):
+    return [_summarize(f) for f in sorted(found, key=lambda f: order_key(f["gpu"], f["pci_bus_id"]))]
 
 
 def _finding(kind, index, bus_id, detail, fix=None):
@@ -347,9 +388,10 @@ def _finding(kind, index, bus_id, detail, fix=None):
 def _summarize(finding):
     """The line a user reads: "GPU 3 (00000000:47:00.0): remapped rows pending (...) - reset the GPU or reboot; ..."."""
     index, bus_id = finding["gpu"], finding["pci_bus_id"]
+    at_gpu = finding.pop("gpu_at_bus", False) or finding["kind"] == "gpu_missing"
     who = "node" if index is None else "GPU %d (%s)" % (index, bus_id)
     if index is None and bus_id:
-        who = ("GPU (PCI %s)" if finding["kind"] == "gpu_missing" else "node (PCI %s)") % bus_id
+        who = ("GPU (PCI %s)" if at_gpu else "node (PCI %s)") % bus_id
     finding["summary"] = "%s: %s%s - %s" % (who, finding.pop("words"),
                                             (" (%s)" % finding["detail"]) if finding["detail"] else "", finding["fix"])
     return finding

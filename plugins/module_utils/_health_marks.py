@@ -27,6 +27,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import order_key
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import to_label_value
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
 
@@ -123,23 +124,31 @@ def verdict_errors(verdict):
     return errors
 
 
+def ordered(found):
+    """Findings in the health read's one order (``_gpu_health.order_key``: by GPU, then by PCI address, then the rest;
+    stable), which the gate's verdict already has: the taint, the condition's reason and message and the module's
+    result read this order, as the run's message does, whatever order a verdict from elsewhere lists them in."""
+    return sorted(found, key=lambda f: order_key(f.get("gpu"), f.get("bus_id")))
+
+
 def check_verdict(verdict):
-    """``verdict`` with warnings defaulted to []; raises VerdictError naming every problem."""
+    """``verdict`` with warnings defaulted to [] and both lists ``ordered``; raises VerdictError naming every
+    problem."""
     errors = verdict_errors(verdict)
     if errors:
         raise VerdictError(errors)
-    return dict(verdict, warnings=list(verdict.get("warnings") or []))
+    return dict(verdict, blocking=ordered(verdict["blocking"]), warnings=ordered(verdict.get("warnings") or []))
 
 
 def taint_value(blocking):
-    """The taint's value: the first blocking finding's kind made a label value."""
-    return to_label_value(blocking[0]["kind"], TAINT_FALLBACK) if blocking else TAINT_FALLBACK
+    """The taint's value: the first blocking finding's kind (``ordered``) made a label value."""
+    return to_label_value(ordered(blocking)[0]["kind"], TAINT_FALLBACK) if blocking else TAINT_FALLBACK
 
 
 def condition_reason(blocking):
-    """The condition's reason, CamelCase as Kubernetes' reasons are: the first blocking kind's words
-    (row_remap_pending -> RowRemapPending)."""
-    words = re.findall(r"[A-Za-z0-9]+", blocking[0]["kind"]) if blocking else []
+    """The condition's reason, CamelCase as Kubernetes' reasons are: the first blocking kind's words (``ordered``;
+    row_remap_pending -> RowRemapPending)."""
+    words = re.findall(r"[A-Za-z0-9]+", ordered(blocking)[0]["kind"]) if blocking else []
     reason = "".join(w[:1].upper() + w[1:] for w in words)
     if not reason or not reason[0].isalpha():
         reason = REASON_FALLBACK + reason
@@ -158,12 +167,12 @@ def _finding_text(item):
 
 
 def condition_message(blocking):
-    """The findings, ordered by GPU (findings of no one GPU last), each naming its GPU and bus id, numbered; cut at
-    MESSAGE_LIMIT characters, saying how many findings were left out."""
-    ordered = sorted(blocking, key=lambda f: (f.get("gpu") is None, f.get("gpu") or 0, f.get("bus_id") or ""))
+    """The findings, ``ordered`` (by GPU, then by PCI address, findings of neither last), each naming its GPU and bus
+    id, numbered; cut at MESSAGE_LIMIT characters, saying how many findings were left out."""
+    found = ordered(blocking)
     head = "%d GPU health finding%s block%s this node: " % (
-        len(ordered), "" if len(ordered) == 1 else "s", "s" if len(ordered) == 1 else "")
-    parts = ["[%d] %s" % (index + 1, _finding_text(item)) for index, item in enumerate(ordered)]
+        len(found), "" if len(found) == 1 else "s", "s" if len(found) == 1 else "")
+    parts = ["[%d] %s" % (index + 1, _finding_text(item)) for index, item in enumerate(found)]
     text = head + "; ".join(parts)
     if len(text) <= MESSAGE_LIMIT:
         return text

@@ -19,6 +19,9 @@ description:
     cordoned, by anyone, stays as it is), taints it C(gpuops.nvidia/gpu-unhealthy=<reason>:NoSchedule) (the reason
     is the first blocking finding's C(kind), made a valid label value), and sets the Node condition
     C(GpuopsNvidiaGpuHealthy) to C(False) with the findings per GPU in its message.
+  - The findings are taken in one order, the health read's (by GPU index, then by PCI address for findings of a GPU
+    NVML does not list, then the rest, each group as listed): the taint, the condition's reason and message and the
+    returned C(blocking) follow it, as the gate's own verdict and the run's failure message already do.
   - A healthy verdict removes that taint and that condition, and releases the cordon only when it carries the
     annotation C(gpuops.nvidia/cordoned-by=OWNER) (and O(release_cordon) is true). An administrator's cordon, any
     other taint and any other condition are never touched.
@@ -144,7 +147,7 @@ condition:
   returned: success
   type: dict
 blocking:
-  description: The verdict's blocking findings.
+  description: The verdict's blocking findings, in the health read's order (the order of the condition's message).
   returned: success
   type: list
   elements: dict

@@ -276,3 +276,61 @@ def test_a_lost_gpu_without_a_bus_id_is_not_also_missing():
     found = health.findings(data)
     assert kinds(found) == ["gpu_lost", "gpu_missing", "gpu_missing"]
     assert "a GPU the catalog does not name" in found[2]["summary"]
+
+
+FELL_OFF = "[ 9.1] NVRM: Xid (PCI:0000:47:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def test_the_xid_of_a_missing_gpu_is_that_gpus_and_comes_right_after_its_missing_finding():
+    """The GPU at 0000:47:00.0 fell off the bus: NVML lists GPUs 0 and 1 only, the bus still shows it, and the kernel
+    log has its Xid 79 (with another on a bus no GPU has). Its Xid names it (not "no GPU of this node has that bus
+    id"), carries its bus id as gpu_missing does, and follows its gpu_missing; the bus of no GPU comes last."""
+    data = read(healthy_gpu(0, "00000000:19:00.0"), _set(healthy_gpu(1, "00000000:b7:00.0"),
+                                                         ("remapped_rows", "pending"), True),
+                readable=True, source="journalctl",
+                lines=["NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus.", FELL_OFF, FELL_OFF])
+    data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", "nvidia"), ("0000:b7:00.0", "nvidia"))
+    result = health.summary(data)
+    assert [(f["kind"], f["gpu"], f["pci_bus_id"]) for f in result["findings"]] == [
+        ("row_remap_pending", 1, "00000000:b7:00.0"), ("gpu_missing", None, "0000:47:00.0"),
+        ("xid_fatal", None, "0000:47:00.0"), ("xid_fatal", None, "0000:99:00")]
+    xid = result["findings"][2]
+    assert xid["summary"].startswith("GPU (PCI 0000:47:00.0): a fatal Xid since boot (Xid 79 ROBUST_CHANNEL_GPU_HAS")
+    assert "(the GPU at that bus, which NVML no longer lists) (logged 2 times)" in xid["summary"]
+    assert "no GPU of this node" not in xid["summary"] and xid["times"] == 2
+    assert "(no GPU of this node has that bus id)" in result["findings"][3]["summary"]
+    # the gate hands node_health both findings of the GPU under its bus id, in this order
+    assert [(f["gpu"], f["bus_id"], f["kind"]) for f in result["gate"]["blocking"]] == [
+        (1, "00000000:b7:00.0", "row_remap_pending"), (None, "0000:47:00.0", "gpu_missing"),
+        (None, "0000:47:00.0", "xid_fatal"), (None, None, "xid_fatal")]
+
+
+def test_the_run_and_the_node_condition_read_the_findings_in_one_order():
+    """The run's failure message joins the gate's blocking messages (roles/gpu_node/tasks/steps.yml); node_health's
+    condition numbers them and takes its reason and taint from the first: the same order, whatever the findings."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks as hm
+    data = read(healthy_gpu(0, "00000000:19:00.0"), readable=True, source="journalctl", lines=[FELL_OFF])
+    data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", "nvidia"))
+    gate = health.summary(data)["gate"]
+    run_message = "; ".join(f["message"] for f in gate["blocking"])
+    verdict = hm.check_verdict(dict((k, gate[k]) for k in ("healthy", "blocking", "warnings")))
+    plan = hm.plan({"metadata": {"name": "n", "resourceVersion": "1"}, "spec": {}, "status": {}}, verdict, "me", "t")
+    condition = plan["status_patch"]["status"]["conditions"][0]
+    assert condition["reason"] == "GpuMissing" and plan["after"]["taints"][0]["value"] == "gpu_missing"
+    assert [f["kind"] for f in verdict["blocking"]] == ["gpu_missing", "xid_fatal"]
+    assert condition["message"] == "2 GPU health findings block this node: [1] %s; [2] %s" % tuple(
+        f["message"] for f in gate["blocking"])
+    assert run_message.index("not listed by NVML") < run_message.index("a fatal Xid")
+
+
+def test_the_xid_on_the_bus_of_a_gpu_nvml_lists_only_as_lost_says_so():
+    """NVML lists GPU 1 lost before its PCI info was read; the bus's unmatched 0000:47:00.0 is that GPU (no gpu_missing):
+    its Xid 79 is that GPU's, under its bus id, not a bus of no GPU."""
+    lost = {"index": 1, "lost": True, "error": "GPU is lost"}
+    data = read(healthy_gpu(0, "00000000:19:00.0"), lost, readable=True, source="journalctl", lines=[FELL_OFF])
+    data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", "nvidia"))
+    found = health.findings(data)
+    assert [(f["kind"], f["gpu"], f["pci_bus_id"]) for f in found] == [
+        ("gpu_lost", 1, None), ("xid_fatal", None, "0000:47:00.0")]
+    assert found[1]["summary"].startswith("GPU (PCI 0000:47:00.0): a fatal Xid")
+    assert "(the GPU at that bus, which NVML lists only as a lost GPU without its bus id)" in found[1]["summary"]

@@ -43,6 +43,31 @@ def test_message_names_gpu_and_bus_id_once_in_gpu_order():
                     "errors: 2; [2] GPU 5 (00000000:9a:00.0): NVLink 3 down; [3] fabric manager not running")
 
 
+def test_reason_taint_message_and_result_take_one_order_whatever_the_verdicts():
+    """A verdict listed out of order (from elsewhere than the gate): the taint, the reason, the message and the checked
+    verdict all start with GPU 2's finding; node findings follow by PCI address (NVML's and sysfs's forms compared as
+    one address: 0000:47 before 00000000:B7), a finding of no address last, each group in the verdict's order."""
+    verdict = hm.check_verdict({"healthy": False, "blocking": [
+        finding(None, "xid_fatal", "Xid 79 on a bus of no GPU", bus_id=None),
+        finding(None, "gpu_missing", "GPU (PCI 00000000:B7:00.0): not listed", bus_id="00000000:B7:00.0"),
+        finding(None, "gpu_missing", "GPU (PCI 0000:47:00.0): not listed", bus_id="0000:47:00.0"),
+        finding(None, "xid_fatal", "GPU (PCI 0000:47:00.0): Xid 79", bus_id="0000:47:00.0"),
+        finding(2, "nvlink_down", "link 3 down", bus_id="00000000:19:00.0")]})
+    messages = [f["message"] for f in verdict["blocking"]]
+    assert messages == ["link 3 down", "GPU (PCI 0000:47:00.0): not listed", "GPU (PCI 0000:47:00.0): Xid 79",
+                        "GPU (PCI 00000000:B7:00.0): not listed", "Xid 79 on a bus of no GPU"]
+    result = hm.plan(node(), verdict, "me", "t")
+    condition = result["status_patch"]["status"]["conditions"][0]
+    assert condition["reason"] == "NvlinkDown" and result["after"]["taints"][0]["value"] == "nvlink_down"
+    assert condition["message"] == (
+        "5 GPU health findings block this node: [1] GPU 2 (00000000:19:00.0): link 3 down; [2] GPU (PCI 0000:47:00.0): "
+        "not listed; [3] GPU (PCI 0000:47:00.0): Xid 79; [4] GPU (PCI 00000000:B7:00.0): not listed; [5] Xid 79 on a "
+        "bus of no GPU")
+    # the lists as given, unchecked: the same first finding
+    given = list(reversed(verdict["blocking"]))
+    assert hm.condition_reason(given) == "NvlinkDown" and hm.taint_value(given) == "nvlink_down"
+
+
 def test_message_is_cut_with_the_count_left_out():
     many = [finding(i, message="m" * 1000, bus_id="00000000:%02x:00.0" % i) for i in range(8)]
     text = hm.condition_message(many)
