@@ -152,6 +152,7 @@ def _inject(lab):
               "health-missing": ("missing", True), "health-pcie": ("pcie_generation", 3)}
     for node, (fault, value) in faults.items():
         lab.sims[node].inject_health(0, fault, value)
+    lab.sims["health-missing"].add_xid(0, 79, "GPU has fallen off the bus.")     # the missing GPU's own Xid
     lab.sims["health-xid"].add_xid(0, 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
                                           "framebuffer at partition 0, subpartition 0.")
     lab.sims[WARNS].inject_health(0, "ecc_volatile_corrected", 3)
@@ -221,10 +222,16 @@ def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_
         assert marks["taints"] == [{"key": TAINT, "value": kind, "effect": "NoSchedule"}], (node, marks)
         condition = marks["condition"]
         assert condition["status"] == "False" and condition["reason"] == reason, (node, condition)
-        assert condition["message"].startswith("1 GPU health finding blocks this node: [1] %s: %s" % (who, words)), \
-            (node, condition)
+        head = "2 GPU health findings block" if kind == "gpu_missing" else "1 GPU health finding blocks"
+        assert condition["message"].startswith("%s this node: [1] %s: %s" % (head, who, words)), (node, condition)
         assert CONFIG_LABEL not in lab.node(node)["metadata"]["labels"], node          # not labelled
         assert lab.mutations(node) == [], (node, lab.mutations(node))                  # the gate only read the GPUs
+    # the missing GPU's Xid 79 is that GPU's, right after its gpu_missing, in the run's message as in the condition
+    message, condition = failures["health-missing"], _marks(lab.node("health-missing"))["condition"]
+    fell_off = "GPU (PCI 0000:07:00.0): a fatal Xid since boot (Xid 79 "
+    assert "(the GPU at that bus, which NVML no longer lists)" in message and "no GPU of this node" not in message
+    assert message.index("GPU (PCI 0000:07:00.0): on the PCI bus") < message.index(fell_off), message
+    assert "; [2] %s" % fell_off in condition["message"], condition
     # the H200: every finding, per GPU, with its bus id; the administrator's cordon (left unmarked) and taint kept
     message = failures[H200]
     for index, words in ((3, "remapped rows pending"), (1, "a fatal Xid since boot (Xid 79"),
