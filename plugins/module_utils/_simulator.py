@@ -169,8 +169,10 @@ class SimulatedBackend(GpuBackend):
                     self._render_host(state)
                 self._save(state)
             state = self._load()
-            self._follow_driver_load(state)
+            # (taken before the driver's load is followed: a write lock saves what a reload did to the GPUs, even
+            # where its own call changes nothing)
             before = json.dumps(state, sort_keys=True)
+            self._follow_driver_load(state)
             keep = False
             try:
                 yield state
@@ -336,8 +338,17 @@ class SimulatedBackend(GpuBackend):
             return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
                     "pci": bus_gpus(self.root) if host.modelled(self.root) else None}
 
+    def driver_loaded(self):
+        """Test hook for the kmod stand-in, once it has loaded nvidia: what the load did to the GPUs
+        (_follow_driver_load: MIG instances, compute and persistence mode gone) is written to the state file now, so
+        that whatever reads the file sees it from the load on, not only from the next change a run makes. Nothing
+        where the load was seen already, or the host is not modelled."""
+        with self._locked():
+            pass
+
     def raw_state(self):
-        """The whole state document (for tests and the simulator's own tools)."""
+        """The whole state document (for tests and the simulator's own tools), as it is now: a driver loaded again
+        since the file was written is followed (read, not written)."""
         with self._locked(write=False) as state:
             return state
 

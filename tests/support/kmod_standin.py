@@ -12,7 +12,8 @@ placeholder module file's format and the fault hook are tests/support/driver_fil
   module's version differs from the loaded module it links against ("Invalid argument": the kernel refuses a module
   whose symbol versions disagree). A missing file: "modprobe: FATAL: Module <m> not found in directory
   /lib/modules/<kernel>". A module file of another version than the loaded user-space driver is loaded: that
-  mismatch is NVML's to report, not the kernel's.
+  mismatch is NVML's to report, not the kernel's. Once nvidia is loaded, the simulated GPUs' state file
+  (GPUOPS_SIMULATED_GPUS) is written as the load leaves them (``gpus_follow_load``).
 - ``rmmod MODULE...``: removes each in the order given; one that is used by a loaded module ("rmmod: ERROR: Module
   <m> is in use by: <users>"), that has references ("rmmod: ERROR: Module <m> is in use") or that is not loaded
   ("rmmod: ERROR: Module <m> is not currently loaded") is left, the others are still tried, and the exit status is
@@ -24,7 +25,8 @@ placeholder module file's format and the fault hook are tests/support/driver_fil
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
 
 from tests.support import driver_files as df  # noqa: E402  pylint: disable=wrong-import-position
 from tests.support.stop_points import standin_done  # noqa: E402  pylint: disable=wrong-import-position
@@ -80,6 +82,21 @@ def insert(root, module, kernel):
     return 0
 
 
+def gpus_follow_load(root):
+    """The simulated GPUs of this root (GPUOPS_SIMULATED_GPUS, where the lab names them) once nvidia is loaded: their
+    state file says at once what the load did to them (SimulatedBackend.driver_loaded), as a real GPU has lost its
+    MIG instances the moment the module is inserted; a test that stops the run right after this modprobe reads the
+    truth from the file. Nothing where nvidia is not loaded or no state file is named."""
+    state = os.environ.get("GPUOPS_SIMULATED_GPUS")
+    if not state or not os.path.isfile(state) or "nvidia" not in df.loaded(root):
+        return
+    collections = os.path.join(REPO, ".collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    SimulatedBackend(state, root=root).driver_loaded()
+
+
 def modprobe(root, args):
     names = [a for a in args if not a.startswith("-")]
     flags = [a for a in args if a.startswith("-")]
@@ -87,10 +104,13 @@ def modprobe(root, args):
         print("STAND-IN modprobe: unsupported arguments %s (supported: [-a] MODULE...)" % args, file=sys.stderr)
         return 1
     kernel = df.running_kernel(root)
-    for module in names:
-        if insert(root, module, kernel):
-            return 1
-    return 0
+    try:
+        for module in names:
+            if insert(root, module, kernel):
+                return 1
+        return 0
+    finally:
+        gpus_follow_load(root)
 
 
 def rmmod(root, args):
