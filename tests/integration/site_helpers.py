@@ -1,10 +1,10 @@
 """Shared helpers for the site.yml tests: run the repository's site.yml against the lab inventory with every
 state and scratch file under a test's tmp_path (extra vars), and read the simulated GPUs back."""
-import json
 import os
 import shutil
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT, playbook_command, run_playbook
 
@@ -48,8 +48,12 @@ class Site(object):
         return playbook_command(**self._call(False, False, args, extra))
 
     def gpus(self, node):
-        with open(str(self.state / ("%s.json" % node))) as handle:
-            return json.load(handle)
+        """The node's simulated GPUs (the simulator's whole state document), read through the simulator with the
+        node's root where its host is modelled: a driver loaded again since the state file was last written has
+        dropped what it held in the GPUs (MIG instances, compute and persistence mode) in what this returns too."""
+        root = self.state / node
+        return SimulatedBackend(str(self.state / ("%s.json" % node)),
+                                root=str(root) if root.is_dir() else None).raw_state()
 
     def files(self, node, image=False):
         """The files under the node's root, by relative path. Without ``image``, those the simulated host brought

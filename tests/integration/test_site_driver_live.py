@@ -103,7 +103,8 @@ class LiveNode(FakeCluster):
         return driver_files.read(self.root, CDI_SPEC) or ""
 
     def layout(self):
-        """What a user sees of the GPU: MIG mode, its instances (profile, placement), compute and persistence mode."""
+        """What a user sees of the GPU: MIG mode, its instances (profile, placement), compute and persistence mode, read
+        through the simulator (Site.gpus: a reload's losses whether or not the state file was written since)."""
         gpu = self.gpus()["gpus"][0]
         # persistence mode as NVML reads it: while nvidia-persistenced runs (its one owner here) the GPU reads Enabled
         read = SimulatedBackend(str(self.site.state / ("%s.json" % NODE)), shape=SHAPE, root=self.root).read_all()

@@ -205,3 +205,74 @@ def test_a_driver_reload_loses_what_the_driver_held_in_the_gpus_without_a_reboot
     with sim._locked(write=False) as state:
         assert state["gpus"][0]["compute_mode"] == "Prohibited"
         assert len([e for e in state["call_log"] if e.get("event") == "driver_loaded"]) == 1
+
+
+def _laid_out(sim):
+    """GPU 0 of an H200 with MIG on, one GPU instance, compute mode Prohibited and persistence mode on."""
+    sim.set_mig_mode(0, True)
+    profile = catalog.gi_profiles(sim.raw_state()["gpus"][0]["model"])[0]
+    sim.create_gpu_instance(0, profile["id"], profile["placements"][0]["start"])
+    sim.set_compute_mode(0, "Prohibited")
+    sim.set_persistence_mode(0, True)
+
+
+def _as_loaded_again(gpu):
+    return (gpu["mig_current"], gpu["gpu_instances"], gpu["compute_mode"], gpu["persistence_mode"])
+
+
+def test_the_kmod_stand_ins_reload_writes_what_the_gpus_lost_to_the_state_file(tmp_path):
+    """rmmod and modprobe as a run calls them (the stand-ins under tests/support/bin): once modprobe has loaded nvidia,
+    the state file itself, read with no simulator, has no MIG instance, compute mode Default, persistence mode off and
+    (Hopper) MIG mode off, before any call of a run re-applies them: a run stopped right after this modprobe leaves
+    the truth for whatever reads the file (a test's helper, the fake device plugin, the CDI stand-in)."""
+    import json
+    import subprocess
+    from tests.support import driver_files as df
+    from tests.support.ansible_run import ROOT
+    sim = _sim(tmp_path, shape="h200-x1")
+    root, path = str(tmp_path / "root"), str(tmp_path / "state.json")
+    df.install_module_files(root, SIM_DRIVER_VERSION)
+    _laid_out(sim)
+    env = dict(os.environ, GPUOPS_SIMULATED_ROOT=root, GPUOPS_SIMULATED_GPUS=path)
+
+    def run(*command):
+        proc = subprocess.run([os.path.join(ROOT, "tests", "support", "bin", command[0])] + list(command[1:]),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+
+    def stored():
+        with open(path) as handle:
+            return json.load(handle)
+
+    run("rmmod", "nvidia_uvm")
+    run("rmmod", "nvidia")
+    # unloaded: nothing is followed yet (no NVML answers while no driver is loaded)
+    assert len(stored()["gpus"][0]["gpu_instances"]) == 1
+    run("modprobe", "nvidia")
+    state = stored()
+    assert _as_loaded_again(state["gpus"][0]) == (False, [], "Default", False)
+    assert [e["event"] for e in state["call_log"] if "event" in e] == ["driver_loaded"]
+    # the simulator reads the same, and sees that load as done
+    assert sim.raw_state() == state
+
+
+def test_the_site_tests_read_a_reload_through_the_simulator_even_before_the_state_file_is_written(tmp_path):
+    """Site.gpus (the site tests' reader, LiveNode.layout's too): nvidia unloaded and loaded without the state file
+    being written since (driver_files directly, not the stand-in), what it returns has lost the MIG instance, compute
+    and persistence mode as NVML would say; the file itself still lists them."""
+    import json
+    from tests.integration.site_helpers import Site
+    from tests.support import driver_files as df
+    site = Site(tmp_path)
+    path, root = str(site.state / "n.json"), str(site.state / "n")
+    sim = SimulatedBackend(path, shape="h200-x1", root=root)
+    _laid_out(sim)
+    info = {"version": SIM_DRIVER_VERSION, "flavour": "open"}
+    for module in ("nvidia_uvm", "nvidia"):
+        df.unload_module(root, module)
+    for module in ("nvidia", "nvidia_uvm"):
+        df.load_module(root, module, info)
+    with open(path) as handle:
+        assert len(json.load(handle)["gpus"][0]["gpu_instances"]) == 1
+    assert _as_loaded_again(site.gpus("n")["gpus"][0]) == (False, [], "Default", False)
