@@ -13,6 +13,7 @@ The node at OLD, converged under the chart, is the lab variant "driver-live-old"
 converged once per session (per xdist worker at most), each test takes a fresh copy of it. The rig lives inside the
 variant's directory, so the copy's apt sources name a repository that exists wherever the copy is taken.
 """
+import json
 import os
 import pathlib
 import signal
@@ -304,10 +305,12 @@ def test_a_refused_upgrade_on_a_live_node_leaves_it_serving_not_cordoned_nor_pau
 # Where a site run is killed during the upgrade (each then re-run): at the start of the task that loads the driver
 # (580's packages installed under the loaded 570: NVML's version mismatch; the node cordoned, its pods paused), and
 # inside the reload, right after the kmod stand-in removed nvidia (no module loaded, nvidia-persistenced's unit
-# recorded, nothing loaded yet): stopped there by the stand-in (tests/support/stop_points.py, STANDIN_STOP_AT).
-# Every internal step of the reload is killed at module level (tests/reliability/test_sigkill_driver_modules.py).
+# recorded, nothing loaded yet): stopped there by the stand-in (tests/support/stop_points.py, STANDIN_STOP_AT); and
+# right after the stand-in loaded 580's nvidia, before MIG is re-applied (the GPU has lost its layout, and its state
+# file says so already). Every internal step of the reload is killed at module level
+# (tests/reliability/test_sigkill_driver_modules.py).
 SITE_KILLS = {"before-load": ("task", "Load the driver (none loaded) or reload it"),
-              "mid-reload": ("standin", "rmmod nvidia")}
+              "mid-reload": ("standin", "rmmod nvidia"), "after-load": ("standin", "modprobe nvidia")}
 # make test kills inside the reload (no module loaded: the state a run must not leave); GPUOPS_RELIABILITY=full at both
 # points.
 SAMPLED_KILLS = ("mid-reload",)
@@ -354,7 +357,12 @@ def test_a_kill_during_the_upgrade_then_a_rerun_ends_serving_released_with_the_l
     else:
         ran = _kill_at_standin(live.site, tmp_path, where, ("-i", live.inventory))
         assert ran and ran[-1] == where, ran
-        assert live.loaded() is None
+        assert live.loaded() == (NEW if point == "after-load" else None)
+    if point == "after-load":
+        # loaded again, nothing re-applied: the layout is gone, in what NVML answers and in the state file itself
+        assert live.layout() == {"mig": False, "instances": [], "compute_mode": "Default", "persistence_mode": False}
+        with open(str(live.site.state / ("%s.json" % NODE))) as handle:
+            assert json.load(handle)["gpus"][0]["gpu_instances"] == []
     # what the kill left: 580's packages, the node cordoned with the collection's mark, its device plugin paused
     assert driver_rig.installed(apt_rig.Root(live.root))["nvidia-headless-580-open"][0] == "%s-0ubuntu1" % NEW
     node = live.node()
