@@ -56,7 +56,8 @@ __metaclass__ = type
 import functools
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_pci_ids, _packages, _pci
 
 FLAVOURS = ("open", "proprietary")
 MODULE_SOURCES = ("auto", "precompiled", "dkms")
@@ -136,23 +137,35 @@ def validate(declaration):
 
 # ------------------------------------------------------------------------------------------------ the GPUs
 def flavour_refusals(flavour, devices):
-    """Messages, one per GPU that cannot run ``flavour`` (naming it and its bus id), with what to do."""
-    out = []
+    """Messages naming the GPUs that cannot run ``flavour`` (with their bus ids) and what to do: one per reason, every
+    GPU that has it in the one message (by architecture; a GPU whose ``open_modules`` is False without a pre-Turing
+    architecture is one outside NVIDIA's open-module table)."""
+    refused = []
     for dev in devices or []:
+        arch = dev.get("architecture")
         if dev.get("kind") != "gpu":
             continue
-        name = dev.get("name") or ("PCI device %04x" % dev["device"] if isinstance(dev.get("device"), int)
-                                   else "an unknown NVIDIA GPU")
-        arch = dev.get("architecture")
         if flavour == "proprietary" and arch in NO_PROPRIETARY:
-            out.append("%s at %s is a %s GPU: NVIDIA's proprietary kernel modules do not support it; declare the "
-                       "open flavour (driver_flavour: open)" % (name, dev.get("bus_id"), arch.capitalize()))
-        if flavour == "open" and (arch in PRE_TURING or dev.get("open_modules") is False):
-            why = ("a %s GPU (the open modules need Turing or later)" % arch.capitalize() if arch in PRE_TURING
-                   else "not in NVIDIA's open-module table (NVIDIA/open-gpu-kernel-modules, Compatible GPUs)")
-            out.append("%s at %s is %s; declare the proprietary flavour (driver_flavour: proprietary)"
-                       % (name, dev.get("bus_id"), why))
+            refused.append((arch, dev))
+        old = arch in PRE_TURING
+        if flavour == "open" and (old or dev.get("open_modules") is False):
+            refused.append((arch if old else None, dev))
+    out = []
+    for arch, members in _pci.grouped(refused):
+        one = len(members) == 1
+        if flavour == "proprietary":
+            out.append("%s %s: NVIDIA's proprietary kernel modules do not support %s; declare the open flavour "
+                       "(driver_flavour: open)" % (_pci.subject(members), _a_gpu(arch, one), "it" if one else "them"))
+        else:
+            why = ("%s (the open modules need Turing or later)" % _a_gpu(arch, one) if arch
+                   else "not in NVIDIA's open-module table (%s)" % _nvidia_pci_ids.OPEN_TABLE_SOURCE)
+            out.append("%s %s; declare the proprietary flavour (driver_flavour: proprietary)"
+                       % (_pci.subject(members), why))
     return out
+
+
+def _a_gpu(arch, one):
+    return ("a %s GPU" if one else "%s GPUs") % catalog.architecture_title(arch)
 
 
 # ------------------------------------------------------------------------------------------------ names

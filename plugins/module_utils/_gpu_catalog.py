@@ -474,6 +474,13 @@ def architecture_rank(architecture):
         return None
 
 
+def architecture_title(architecture):
+    """An architecture as a sentence names it: "Blackwell", and the NV1, NV3 and NV4 families in capitals."""
+    if architecture in ("nv1", "nv3", "nv4"):
+        return architecture.upper()
+    return (architecture or "unknown").capitalize()
+
+
 def open_modules_supported(architecture):
     """Whether NVIDIA's open kernel modules can run a GPU of this architecture (Turing and later), None if unknown."""
     rank = architecture_rank(architecture)

@@ -27,6 +27,7 @@ import os
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_pci_ids as pci_ids
 
 NVIDIA_VENDOR = 0x10DE
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -157,33 +158,66 @@ def bus_gpus(root="/"):
         for d in gpus(devices) if not d["virtual_function"]]}
 
 
-def _label(device):
-    return "%s %s" % (device["bus_id"], device["name"] or "(PCI id %04x:%04x, not in the catalog)" % (
-        device["vendor"], device["device"]))
+def gpu_list(devices):
+    """The devices for a sentence, each name once with its bus ids: "NVIDIA B200 at 0000:1b:00.0", "8 x NVIDIA B200 at
+    0000:07:00.0, ..., 0000:bd:00.0", several names joined by "and"; a GPU without a name by its PCI id."""
+    buses = {}
+    for device in devices:
+        label = device.get("name") or "PCI device %04x:%04x" % (device.get("vendor", NVIDIA_VENDOR), device["device"])
+        buses.setdefault(label, []).append(device.get("bus_id"))
+    return " and ".join("%s%s at %s" % ("%d x " % len(ids) if len(ids) > 1 else "", label, ", ".join(ids))
+                        for label, ids in buses.items())
+
+
+def grouped(pairs):
+    """[(key, [device, ...])] from (key, device) pairs: one entry per key, in the order the keys first come."""
+    out = {}
+    for key, device in pairs:
+        out.setdefault(key, []).append(device)
+    return list(out.items())
+
+
+def subject(devices):
+    """gpu_list's words with the verb that agrees with them ("... is", "... are")."""
+    return "%s %s" % (gpu_list(devices), "is" if len(devices) == 1 else "are")
 
 
 def flavours(devices):
     """Which kernel-module flavours can run these devices: {"open": bool, "proprietary": bool, "reasons": {"open":
-    [...], "proprietary": [...]}}, each reason a sentence naming the device that rules the flavour out.
+    [...], "proprietary": [...]}}, each reason one sentence naming every device that rules the flavour out for the same
+    reason (a node of eight B200 gets one sentence, not eight).
 
-    open: every GPU (and NVSwitch) Turing or later, in NVIDIA's open-module table; a GPU the catalog does not know
-    rules it out (it cannot be shown to be supported). proprietary: no GPU of Blackwell or later. Functions of kind
-    "other" do not count."""
-    reasons = {"open": [], "proprietary": []}
+    open: every GPU's ``open_modules`` (see the module docstring) True, and no NVSwitch of a generation the open
+    modules do not drive; a GPU whose support is unknown rules it out (it cannot be shown to be supported).
+    proprietary: no GPU of Blackwell or later. Functions of kind "other" do not count."""
+    no_open, no_proprietary = [], []
     for device in devices:
+        arch = device.get("architecture")
         if device["kind"] == "gpu":
-            arch = device["architecture"]
             if device["open_modules"] is None:
-                reasons["open"].append("%s is not in the catalog, so open-module support is unknown (%s)" % (
-                    _label(device), catalog.OPEN_TABLE_SOURCE))
+                no_open.append(("unknown", device))
             elif not device["open_modules"]:
-                reasons["open"].append("%s is %s: the open kernel modules need Turing or later" % (
-                    _label(device), arch.capitalize()))
-            if arch and catalog.proprietary_modules_supported(arch) is False:
-                reasons["proprietary"].append("%s is %s: Blackwell and later GPUs need the open kernel modules" % (
-                    _label(device), arch.capitalize()))
+                no_open.append((arch, device))
+            if catalog.proprietary_modules_supported(arch) is False:
+                no_proprietary.append((arch, device))
         elif device["kind"] == "nvswitch" and device["open_modules"] is False:
-            reasons["open"].append("%s: the open kernel modules do not drive this NVSwitch generation" % _label(device))
+            no_open.append(("nvswitch", device))
+    reasons = {"open": [], "proprietary": []}
+    for why, members in grouped(no_open):
+        if why == "unknown":
+            reasons["open"].append(
+                "%s: neither NVIDIA's open-module table (%s) nor the architectures of its PCI id database (%s) cover "
+                "the device id, so open-module support is unknown" % (
+                    gpu_list(members), pci_ids.OPEN_TABLE_SOURCE, pci_ids.PCI_IDS_SOURCE))
+        elif why == "nvswitch":
+            reasons["open"].append("%s: the open kernel modules do not drive this NVSwitch generation"
+                                   % gpu_list(members))
+        else:
+            reasons["open"].append("%s %s: the open kernel modules need Turing or later" % (
+                subject(members), catalog.architecture_title(why) if why else "older than Turing"))
+    for arch, members in grouped(no_proprietary):
+        reasons["proprietary"].append("%s %s: Blackwell and later GPUs need the open kernel modules" % (
+            subject(members), catalog.architecture_title(arch)))
     return {"open": not reasons["open"], "proprietary": not reasons["proprietary"], "reasons": reasons}
 
 

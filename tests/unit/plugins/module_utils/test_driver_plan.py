@@ -112,6 +112,22 @@ def test_refused_proprietary_on_blackwell_names_the_gpu_and_bus_id():
     assert "H200" not in msg
 
 
+def test_refused_proprietary_names_every_blackwell_gpu_in_one_message():
+    hgx = [gpu("0000:%02x:00.0" % b, "NVIDIA B200", "blackwell", device=0x2901) for b in (0x07, 0x0f, 0x47, 0x4e)]
+    mixed = hgx + [gpu("0000:b7:00.0", "NVIDIA GB300", "blackwell", device=0x31c2)]
+    res = dp.plan({"version": "580.95.05", "flavour": "proprietary"}, UBUNTU, H200 + mixed, state())
+    (refusal,) = res["refusals"]
+    assert refusal["msg"].startswith("4 x NVIDIA B200 at 0000:07:00.0, 0000:0f:00.0, 0000:47:00.0, 0000:4e:00.0 and "
+                                     "NVIDIA GB300 at 0000:b7:00.0 are Blackwell GPUs: NVIDIA's proprietary kernel "
+                                     "modules do not support them; declare the open flavour")
+    old = [gpu("0000:3b:00.0", "Tesla V100", "volta", open_modules=False, device=0x1db4),
+           gpu("0000:3c:00.0", "Tesla P40", "pascal", open_modules=False, device=0x1b38),
+           gpu("0000:3d:00.0", "Tesla V100", "volta", open_modules=False, device=0x1db4)]
+    msgs = [r["msg"] for r in dp.plan({"version": "580.95.05"}, UBUNTU, old, state())["refusals"]]
+    assert [m.split(" (")[0] for m in msgs] == ["2 x Tesla V100 at 0000:3b:00.0, 0000:3d:00.0 are Volta GPUs",
+                                                "Tesla P40 at 0000:3c:00.0 is a Pascal GPU"]
+
+
 def test_refused_open_on_a_pre_turing_gpu():
     res = dp.plan({"version": "580.95.05"}, UBUNTU, V100, state())
     assert kinds(res) == ["flavour"]
@@ -122,7 +138,7 @@ def test_refused_open_on_a_pre_turing_gpu():
 def test_refused_open_on_a_gpu_outside_nvidias_open_table():
     odd = [gpu("0000:3b:00.0", None, None, open_modules=False, device=0x1234)]
     res = dp.plan({"version": "580.95.05"}, UBUNTU, odd, state())
-    assert "PCI device 1234 at 0000:3b:00.0" in res["refusals"][0]["msg"]
+    assert "PCI device 10de:1234 at 0000:3b:00.0 is not in NVIDIA's open-module table" in res["refusals"][0]["msg"]
 
 
 def test_refused_secure_boot_with_an_unsigned_dkms_build_unless_a_mok_signs_it():

@@ -87,6 +87,25 @@ def test_flavours_blackwell_refuses_proprietary_naming_the_gpu():
     assert "B200" in reason and "Blackwell" in reason and "open kernel modules" in reason
 
 
+def test_flavours_name_every_gpu_with_one_reason_in_one_sentence(tmp_path):
+    buses = ["0000:%02x:00.0" % bus for bus in (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)]
+    for bus in buses:
+        _function(tmp_path, bus, device=0x2901, sub=(0x10DE, 0x1999))
+    result = _pci.flavours(_pci.read_nvidia_devices(str(tmp_path)))
+    assert result["reasons"] == {"open": [], "proprietary": [
+        "8 x NVIDIA B200 at %s are Blackwell: Blackwell and later GPUs need the open kernel modules"
+        % ", ".join(buses)]}
+    mixed = [_gpu("V1", "volta", False), _gpu("P4", "pascal", False), _gpu("V2", "volta", False),
+             dict(_gpu("Xx", None, None), name=None, device=0x9999), _gpu("B2", "blackwell", True)]
+    reasons = _pci.flavours(mixed)["reasons"]
+    assert reasons["open"][:2] == [
+        "V1 at 0000:V1 and V2 at 0000:V2 are Volta: the open kernel modules need Turing or later",
+        "P4 at 0000:P4 is Pascal: the open kernel modules need Turing or later"]
+    assert reasons["open"][2].startswith("PCI device 10de:9999 at 0000:Xx: neither") and len(reasons["open"]) == 3
+    assert reasons["proprietary"] == ["B2 at 0000:B2 is Blackwell: Blackwell and later GPUs need the open kernel "
+                                      "modules"]
+
+
 def test_flavours_volta_refuses_open_naming_the_gpu():
     result = _pci.flavours([_gpu("V100", "volta", False)])
     assert result["open"] is False and result["proprietary"] is True
@@ -98,7 +117,9 @@ def test_flavours_unknown_gpu_rules_out_open_and_old_nvswitch_too():
                "architecture": None, "open_modules": None}
     result = _pci.flavours([unknown])
     assert result["open"] is False and result["proprietary"] is True
-    assert "10de:9999" in result["reasons"]["open"][0] and "not in the catalog" in result["reasons"]["open"][0]
+    (reason,) = result["reasons"]["open"]
+    assert reason.startswith("PCI device 10de:9999 at 0000:01:00.0: neither NVIDIA's open-module table")
+    assert "open-module support is unknown" in reason and "580.95.05" in reason and "2025.07.11" in reason
     switch = _pci.flavours([_gpu("V100", "volta", False), _gpu("NVSwitch", None, False, kind="nvswitch")])
     assert len(switch["reasons"]["open"]) == 2
     other = _pci.flavours([_gpu("audio", None, None, kind="other")])

@@ -193,7 +193,8 @@ def test_a_node_before_its_driver_answers_with_the_pci_view(tmp_path):
     assert driver["pci"]["nvswitches"] == []
     flavours = driver["pci"]["flavours"]
     assert flavours["open"] is True and flavours["proprietary"] is False
-    assert "NVIDIA B200" in flavours["reasons"]["proprietary"][0]
+    (reason,) = flavours["reasons"]["proprietary"]          # one sentence for the eight GPUs
+    assert reason.startswith("8 x NVIDIA B200 at %s are Blackwell" % ", ".join(g["bus_id"] for g in gpus)), reason
 
 
 def test_a_version_mismatch_is_reported_not_failed(tmp_path):
