@@ -46,7 +46,8 @@ it is marked UNVERIFIED here and in docs/driver.md):
   modules for the proprietary flavour only. RHEL's own repositories do not carry NVIDIA's driver here.
 - Flavours: open modules need Turing or later; proprietary modules are not supported on Blackwell or later (NVIDIA's
   "NVIDIA Transitions Fully Towards Open-Source GPU Kernel Modules", 2024; the Driver Installation Guide's "Kernel
-  Modules" page). Which GPU supports which is the caller's (``_pci``'s ``open_modules`` and ``architecture``).
+  Modules" page), by architecture as ``_gpu_catalog`` orders them; a GPU's ``architecture`` and ``open_modules`` are the
+  caller's (``_pci.read_nvidia_devices``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -64,9 +65,6 @@ MODULE_SOURCES = ("auto", "precompiled", "dkms")
 PACKAGE_SOURCES = ("cuda_repository", "distribution", "mirror", "files")
 FABRIC_MANAGER = ("auto", "true", "false")
 DKMS_SIGNING = ("none", "mok")
-# architectures, oldest first, as the catalog names them
-PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
-NO_PROPRIETARY = ("blackwell", "rubin")
 
 VERSION_RE = re.compile(r"^([0-9]{3})\.[0-9]+(\.[0-9]+)?$")
 BRANCH_RE = re.compile(r"^[0-9]{3}$")
@@ -138,16 +136,16 @@ def validate(declaration):
 # ------------------------------------------------------------------------------------------------ the GPUs
 def flavour_refusals(flavour, devices):
     """Messages naming the GPUs that cannot run ``flavour`` (with their bus ids) and what to do: one per reason, every
-    GPU that has it in the one message (by architecture; a GPU whose ``open_modules`` is False without a pre-Turing
-    architecture is one outside NVIDIA's open-module table)."""
+    GPU that has it in the one message (the catalog's rules by architecture; a GPU whose ``open_modules`` is False
+    without a known architecture is one outside NVIDIA's open-module table)."""
     refused = []
     for dev in devices or []:
         arch = dev.get("architecture")
         if dev.get("kind") != "gpu":
             continue
-        if flavour == "proprietary" and arch in NO_PROPRIETARY:
+        if flavour == "proprietary" and catalog.proprietary_modules_supported(arch) is False:
             refused.append((arch, dev))
-        old = arch in PRE_TURING
+        old = catalog.open_modules_supported(arch) is False
         if flavour == "open" and (old or dev.get("open_modules") is False):
             refused.append((arch if old else None, dev))
     out = []

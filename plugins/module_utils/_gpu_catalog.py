@@ -390,7 +390,11 @@ def model_key_for_name(name):
 #                needs the GSP (Turing and later); Maxwell, Pascal and Volta need the proprietary flavour; Blackwell
 #                and later need the open flavour.
 # ---------------------------------------------------------------------------------------------------------------
-ARCHITECTURE_ORDER = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+# Oldest first. Before Fermi, the families as envytools names them (envytools/envytools at 0c9ea6be, docs/hw/gpu.rst):
+# the chip families of NVIDIA's PCI id database (_nvidia_pci_ids.ARCHITECTURE_RANGES) all have a place here. Rubin is
+# announced as the architecture after Blackwell (no PCI id of it is published yet).
+ARCHITECTURE_ORDER = ("nv1", "nv3", "nv4", "celsius", "kelvin", "rankine", "curie", "tesla", "fermi", "kepler",
+                      "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "rubin")
 OPEN_MODULES_FIRST_ARCHITECTURE = "turing"          # kernel modules page; open table's first sentence
 PROPRIETARY_LAST_ARCHITECTURE = "hopper"            # kernel modules page: Blackwell and later need open modules
 OPEN_TABLE_SOURCE = "NVIDIA/open-gpu-kernel-modules at 580.95.05, README.md, Compatible GPUs"

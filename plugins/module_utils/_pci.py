@@ -14,15 +14,20 @@ text such as ``0x10de``) and the ``driver`` link, whose basename is the bound dr
 A virtual function (SR-IOV: the function has a ``physfn`` link, Linux Documentation/ABI/testing/sysfs-bus-pci) is
 marked ``virtual_function``: NVML lists physical GPUs only, so the health read's comparison with NVML
 (``bus_gpus``) leaves virtual functions out.
-Flavours follow _gpu_catalog's rules (NVIDIA/open-gpu-kernel-modules at 580.95.05 README "Compatible GPUs": open
-modules on Turing and later; the Data Center driver installation guide, "Kernel Modules": Blackwell and later need
-them). ``parse_device`` and ``flavours`` are pure; ``read_nvidia_devices`` does the reads.
+A GPU is named and given its architecture by the catalog where the catalog knows its device id, else from NVIDIA's
+facts shipped in _nvidia_pci_ids: the product name of its row in the open kernel modules' "Compatible GPUs" table, and
+the architecture of its device id's range in NVIDIA's PCI id database. Its ``open_modules`` is True when the table has
+its row (the device id alone, or the device id with the board's subsystem), else what its architecture says (the
+table's rule: Turing and later; False for an older one), and None when neither source knows it. Proprietary modules
+are ruled out for Blackwell and later (the Data Center driver installation guide, "Kernel Modules"). ``parse_device``
+and ``flavours`` are pure; ``read_nvidia_devices`` does the reads.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import bisect
 import os
 import re
 
@@ -38,6 +43,18 @@ _ATTRIBUTES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_devic
 # A PCI address in either form: NVML's (8 hex digits of domain, upper case: 00000000:47:00.0) or sysfs's (4, lower
 # case: 0000:47:00.0).
 _BUS_ID = re.compile(r"^([0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$")
+
+
+def _open_table_index():
+    """{device id: {(subsystem vendor, subsystem device) or None: product name}} from the open-module table."""
+    index = {}
+    for device, sub_vendor, sub_device, name in pci_ids.OPEN_TABLE:
+        index.setdefault(device, {}).setdefault(None if sub_vendor is None else (sub_vendor, sub_device), name)
+    return index
+
+
+_OPEN_TABLE = _open_table_index()
+_RANGE_STARTS = [first for first, _last, _arch in pci_ids.ARCHITECTURE_RANGES]
 
 
 class PciReadError(Exception):
@@ -73,6 +90,36 @@ def classify(pci_class, device):
     return "other"
 
 
+def open_table_row(device, subsystem_vendor=None, subsystem_device=None):
+    """The product name of the open-module table's row for this board (its device id with its subsystem, else its
+    device id alone), or None when the table has no row for it."""
+    rows = _OPEN_TABLE.get(device, {})
+    return rows.get((subsystem_vendor, subsystem_device)) or rows.get(None)
+
+
+def architecture_by_id(device):
+    """The architecture of an NVIDIA GPU's PCI device id from the ranges of NVIDIA's PCI id database, or None."""
+    at = bisect.bisect_right(_RANGE_STARTS, device) - 1
+    if at >= 0 and device <= pci_ids.ARCHITECTURE_RANGES[at][1]:
+        return pci_ids.ARCHITECTURE_RANGES[at][2]
+    return None
+
+
+def gpu_facts(device, subsystem_vendor=None, subsystem_device=None):
+    """(name, architecture, open_modules) of a GPU by its PCI ids (see the module docstring): the catalog's name and
+    architecture where it knows the id, else the open-module table's name (the board's row, or the one name all the
+    device id's rows share) and the architecture of the id's range; None for what neither says."""
+    known = catalog.gpu_by_pci(device, subsystem_vendor, subsystem_device)
+    row = open_table_row(device, subsystem_vendor, subsystem_device)
+    if known:
+        name, architecture = known["name"], known["architecture"]
+    else:
+        names = set(_OPEN_TABLE.get(device, {}).values())
+        name = row or (names.pop() if len(names) == 1 else None)
+        architecture = architecture_by_id(device)
+    return name, architecture, True if row else catalog.open_modules_supported(architecture)
+
+
 def parse_device(bus_id, attributes, bound_driver, virtual_function=False):
     """One function's record (the contract's shape) from its attribute numbers, bound driver (None: unbound) and
     whether it is an SR-IOV virtual function."""
@@ -80,9 +127,8 @@ def parse_device(bus_id, attributes, bound_driver, virtual_function=False):
     kind = classify(attributes["class"], device)
     name = architecture = open_modules = None
     if kind == "gpu":
-        known = catalog.gpu_by_pci(device, attributes["subsystem_vendor"], attributes["subsystem_device"])
-        if known:
-            name, architecture, open_modules = known["name"], known["architecture"], known["open_modules"]
+        name, architecture, open_modules = gpu_facts(device, attributes["subsystem_vendor"],
+                                                     attributes["subsystem_device"])
     elif kind == "nvswitch":
         generation = catalog.NVSWITCH_GENERATIONS[catalog.nvswitch_generation(device)]
         name, open_modules = generation["name"], generation["open_modules"]

@@ -302,6 +302,9 @@ driver:
         - Only when NVML could not start. C(gpus) and C(nvswitches) read from PCI sysfs (bus_id, device, subsystem,
           name, architecture, open_modules, bound_driver, virtual_function (an SR-IOV VF); ids as hex strings) and
           C(flavours), the kernel-module flavours that can run them (C(open), C(proprietary), C(reasons)).
+        - A GPU's name and architecture are the collection's catalog's, else from NVIDIA's open-module table and PCI
+          id database (shipped with the collection); C(open_modules) is true for every GPU of that table, false for
+          one older than Turing, null when neither source knows its device id.
       type: dict
       returned: when NVML could not start
 ansible_facts:

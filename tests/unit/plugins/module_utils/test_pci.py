@@ -50,10 +50,19 @@ def test_other_vendors_are_skipped_and_nvswitches_and_other_functions_classified
 
 
 def test_vga_class_gpus_count_and_unknown_gpus_have_no_name(tmp_path):
-    _function(tmp_path, "0000:01:00.0", device=0x2684, pci_class=0x030000, sub=(0x1043, 0x88E2), driver="nouveau")
+    # 0x1E00: between the last Volta id (0x1DF6) and the first Turing id (0x1E02) of NVIDIA's PCI id database, and in
+    # no row of the open-module table
+    _function(tmp_path, "0000:01:00.0", device=0x1E00, pci_class=0x030000, sub=(0x1043, 0x88E2), driver="nouveau")
     (dev,) = _pci.read_nvidia_devices(str(tmp_path))
     assert dev["kind"] == "gpu" and dev["bound_driver"] == "nouveau"
     assert (dev["name"], dev["architecture"], dev["open_modules"]) == (None, None, None)
+
+
+def test_a_gpu_the_catalog_does_not_know_is_named_from_nvidias_tables(tmp_path):
+    # an ASUS RTX 4090: its board is not a row of the open-module table, the device id's bare row is
+    _function(tmp_path, "0000:01:00.0", device=0x2684, pci_class=0x030000, sub=(0x1043, 0x88E2))
+    (dev,) = _pci.read_nvidia_devices(str(tmp_path))
+    assert (dev["name"], dev["architecture"], dev["open_modules"]) == ("NVIDIA GeForce RTX 4090", "ada", True)
 
 
 @pytest.mark.parametrize("device,expected", [
