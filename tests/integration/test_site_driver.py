@@ -217,6 +217,8 @@ def test_refusals_blackwell_proprietary_fabric_manager_mismatch_secure_boot_dkms
     said = dict((n, " ".join(str(m) for host, task, m in res.failures() if host == n)) for n in nodes)
     # each message names what is wrong and what to do
     assert "proprietary" in said["drv-bw"] and "NVIDIA B200" in said["drv-bw"] and "open" in said["drv-bw"], said
+    # the eight GPUs in one sentence, not eight sentences (issue 47)
+    assert said["drv-bw"].count("Blackwell GPU") == 1 and "8 x NVIDIA B200 at 0000:07:00.0, " in said["drv-bw"], said
     assert "580.82.07" in said["drv-fm"] and NEW in said["drv-fm"] and "Pin both at one version" in said["drv-fm"], said
     assert "Secure Boot" in said["drv-sb"] and "DKMS" in said["drv-sb"] and "precompiled" in said["drv-sb"], said
     for node in nodes:
