@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import decimal as _decimal
 import re as _re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _sharing
@@ -58,7 +59,7 @@ class DraError(ValueError):
 def gpu_config(sharing="none", interval=None, active_thread_percentage=None, pinned_memory_limit=None,
                per_device_pinned_memory_limit=None):
     """The GpuConfig for a claim: exclusive (``none``), TimeSlicing with its interval, or MPS with its limits.
-    Limits are already valid (``mps_limits``): the thread percentage an int, memory as quantities (``<n>Mi``)."""
+    Limits are already valid (``mps_limits``): the thread percentage an int, memory as Kubernetes quantities."""
     config = {"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND}
     if sharing == "time-slicing":
         config["sharing"] = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval or "Default"}}
@@ -74,29 +75,94 @@ def gpu_config(sharing="none", interval=None, active_thread_percentage=None, pin
     return config
 
 
-def mib_quantity(nbytes):
-    """Bytes -> a Kubernetes quantity in whole MiB, rounded down (the driver hands the daemon whole megabytes)."""
-    return "%dMi" % (nbytes // _sharing.MIB)
+# ---- memory limits: Kubernetes quantities ---------------------------------------------------------------------------
+# GpuConfig's pinned memory limits are resource.Quantity values (api/nvidia.com/resource/v1beta1/sharing.go), so they
+# take Kubernetes' grammar and meaning (kubernetes/apimachinery v0.36.3, pkg/api/resource/quantity.go and suffix.go): a
+# signed decimal number, then no suffix (bytes), a binary suffix (Ki = 2**10 ... Ei = 2**60), a decimal one (n u m k M
+# G T P E: 10**-9 ... 10**18) or an exponent (e9, E+9). Not CUDA's notation of the host MPS path (_sharing.py), where M
+# and G are MiB and GiB: here 1G is 10**9 bytes. kubernetes.utils.parse_quantity computes the value, but it takes more
+# than Kubernetes does (spaces, '_', NaN, Infinity, 1K, 1e3Mi), so the form is checked against the grammar first.
+_QUANTITY = _re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?\Z")
+QUANTITY_FORMS = ("a Kubernetes quantity: a number followed by a binary suffix Ki, Mi, Gi, Ti, Pi, Ei (powers of "
+                  "1024), a decimal suffix k, M, G, T, P, E (powers of 1000), an exponent (1e9) or nothing (bytes), "
+                  "e.g. 8Gi, 512Mi, 10G")
+# NVIDIA's driver starts the MPS daemon with Value()/1024/1024 "M" and refuses a claim whose limit comes to 0M
+# (sharing.go limit.Megabyte; tests/fixtures/dra/gpuconfig-verdicts-v25.8.1.json, mps-pinned-1ki). The ceiling is the
+# host path's (_sharing.parse_mem_amount): no GPU has 1Pi of memory.
+MIN_LIMIT_BYTES = _sharing.MIB
+MAX_LIMIT_BYTES = 1 << 50
+
+
+def _quantity_value(text, where):
+    """The exact value of ``text`` (already in Kubernetes' grammar) as a Decimal, by the Kubernetes client."""
+    try:
+        # imported here: the client costs over half a second to import, and most callers of this file never get here
+        from kubernetes.utils import parse_quantity
+    except ImportError:
+        raise DraError("%s: reading a memory limit needs the kubernetes Python client on the controller (the "
+                       "collection's requirements.txt)" % where)
+    with _decimal.localcontext() as ctx:
+        ctx.prec = len(text) + 40  # exact: the number's digits times a suffix of at most 19 digits
+        ctx.traps[_decimal.Inexact] = True
+        try:
+            return parse_quantity(text)
+        except (ValueError, ArithmeticError):
+            raise DraError("%s %.80r has an exponent out of any range: give %s" % (where, text, QUANTITY_FORMS))
+
+
+def quantity_bytes(value, where="pinned_memory_limit"):
+    """A memory limit of a GpuConfig -> (bytes, the text to write). The text is the user's own (an int: its digits),
+    so Kubernetes reads exactly the bytes checked here. Refused, naming ``where``: anything outside Kubernetes'
+    grammar, a value that is not a whole number of bytes, below 1Mi or from 1Pi on."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DraError("%s must be %s; got %s %.80r%s" % (where, QUANTITY_FORMS, type(value).__name__, value,
+                                                          " (quote it)" if isinstance(value, float) else ""))
+    if isinstance(value, str):
+        if not _QUANTITY.match(value):
+            hint = ""
+            if _re.match(r"^[+-]?[0-9.]+[KMGTPEkmgtpe]?i?[Bb]\Z", value):
+                hint = " (Kubernetes writes no B: 8G is 8 * 10**9 bytes, 8Gi is 8 * 2**30)"
+            elif value.strip() != value or " " in value:
+                hint = " (no spaces)"
+            raise DraError("%s %.80r is not %s%s" % (where, value, QUANTITY_FORMS, hint))
+        amount = _quantity_value(value, where)
+    else:
+        amount = value
+    # an int's digits only where it is small: str() refuses ints of over 4300 digits
+    what = "%s %.80r" % (where, value) if isinstance(value, str) or abs(value) < MAX_LIMIT_BYTES else where
+    if amount <= 0:
+        raise DraError("%s is %s: give a limit of at least 1Mi" % (what, "zero" if amount == 0 else "negative"))
+    if amount >= MAX_LIMIT_BYTES:
+        raise DraError("%s is larger than any GPU: a limit must be below 1Pi (2**50 bytes)" % what)
+    if amount != int(amount):
+        shown = "%s" % amount
+        raise DraError("%s is %snot a whole number of bytes (Kubernetes would round it up): give whole bytes, e.g. in "
+                       "Mi or Gi" % (what, "%s bytes, " % shown if len(shown) <= 24 else ""))
+    if amount < MIN_LIMIT_BYTES:
+        raise DraError("%s is %d bytes, below 1Mi: NVIDIA's DRA driver hands the MPS daemon the limit in whole MiB "
+                       "(Value()/1024/1024) and refuses a claim whose limit comes to 0" % (what, amount))
+    return int(amount), value if isinstance(value, str) else str(value)
 
 
 def mps_limits(active_thread_percentage=None, pinned_memory_limit=None, per_device_pinned_memory_limit=None,
                where="mps", count=1):
-    """Validate a workload's MPS limits the way mps_control's are (plugins/module_utils/_sharing.py: a garbage limit
-    is refused, never passed on to silently lift the cap) and return them as GpuConfig wants them:
-    (thread percentage or None, memory quantity or None, {device: quantity})."""
+    """Validate a workload's MPS limits and return them as GpuConfig wants them: (thread percentage or None, memory
+    quantity or None, {device: quantity}). The percentage is read as mps_control reads it
+    (plugins/module_utils/_sharing.py), the memory limits as Kubernetes quantities (quantity_bytes). A garbage limit
+    is refused, never passed on to silently lift the cap; each message names its place once."""
     pct = memory = None
     per_device = {}
-    try:
-        if active_thread_percentage is not None:
+    if active_thread_percentage is not None:
+        try:
             pct = _sharing.parse_thread_percentage(active_thread_percentage)
-        if pinned_memory_limit is not None:
-            memory = mib_quantity(_sharing.parse_mem_amount(pinned_memory_limit, where=where + ".pinned_memory_limit"))
-    except _sharing.ShareError as exc:
-        raise DraError("%s: %s" % (where, str(exc).replace(_sharing.ENV_THREADS, "active_thread_percentage")))
+        except _sharing.ShareError as exc:
+            raise DraError("%s.%s" % (where, str(exc).replace(_sharing.ENV_THREADS, "active_thread_percentage", 1)))
+    if pinned_memory_limit is not None:
+        memory = quantity_bytes(pinned_memory_limit, where + ".pinned_memory_limit")[1]
     if per_device_pinned_memory_limit is not None:
         if not isinstance(per_device_pinned_memory_limit, dict) or not per_device_pinned_memory_limit:
             raise DraError("%s.per_device_pinned_memory_limit must be a non-empty mapping of a device of the claim (its "
-                           "index in the claim, 0, 1, ..., or a GPU/MIG UUID) to a limit such as 8G, got %r"
+                           "index in the claim, 0, 1, ..., or a GPU/MIG UUID) to a limit such as 8Gi, got %.80r"
                            % (where, per_device_pinned_memory_limit))
         for key, value in sorted(per_device_pinned_memory_limit.items(), key=lambda kv: str(kv[0])):
             text = str(key)
@@ -110,11 +176,7 @@ def mps_limits(active_thread_percentage=None, pinned_memory_limit=None, per_devi
                 raise DraError("%s.per_device_pinned_memory_limit: device index %s is not one of the claim's %d "
                                "device(s) (0..%d): NVIDIA's driver refuses it when it prepares the claim"
                                % (where, text, count, count - 1))
-            try:
-                per_device[text] = mib_quantity(_sharing.parse_mem_amount(
-                    value, where="%s.per_device_pinned_memory_limit[%s]" % (where, text)))
-            except _sharing.ShareError as exc:
-                raise DraError(str(exc))
+            per_device[text] = quantity_bytes(value, "%s.per_device_pinned_memory_limit[%s]" % (where, text))[1]
     return pct, memory, per_device
 
 

@@ -6,6 +6,7 @@ run the checker again (docs/readings/dra-driver-facts.md) and record its verdict
 
 import json
 import os
+import re
 
 import pytest
 
@@ -63,3 +64,41 @@ def test_time_slicing_always_names_its_interval():
     for t in _dra.fleet_templates([{"name": "ts-2", "sharing": "time-slicing", "replicas": 2}]):
         if t["config"]:
             assert t["config"]["sharing"]["timeSlicingConfig"]["interval"] in _dra.INTERVALS
+
+
+def _pinned(verdict):
+    mps = ((verdict["input"].get("sharing") or {}).get("mpsConfig") or {})
+    return mps.get("defaultPinnedDeviceMemoryLimit"), mps.get("defaultPerDevicePinnedMemoryLimit")
+
+
+def test_limits_nvidias_driver_took_reach_its_daemon_as_it_computed_them():
+    # every recorded config with pinned memory limits that the driver accepted: the same limits declared as an explicit
+    # template are written unchanged, and the bytes the collection reads in them, in whole MiB, are the "<n>M" the
+    # driver started the MPS daemon with for each device (MpsPerDevicePinnedMemoryLimit.Normalize)
+    checked = 0
+    for verdict in _verdicts():
+        default, per_device = _pinned(verdict)
+        if not verdict["accepted"] or (default is None and per_device is None):
+            continue
+        count = verdict["devices"]
+        item = {"name": "w", "sharing": "mps", "count": count}
+        if default is not None:
+            item["pinned_memory_limit"] = default
+        if per_device is not None:
+            item["per_device_pinned_memory_limit"] = per_device
+        mps = _dra.explicit_templates([item])[0]["config"]["sharing"]["mpsConfig"]
+        assert mps.get("defaultPinnedDeviceMemoryLimit") == default
+        assert mps.get("defaultPerDevicePinnedMemoryLimit") == per_device
+        limits = (per_device or {}).values() if per_device and len(per_device) == count else [default] * count
+        ours = sorted("%dM" % (_dra.quantity_bytes(q)[0] // 2 ** 20) for q in limits)
+        assert ours == sorted(verdict["mps_limits"][str(count)]["limits"].values()), verdict["name"]
+        checked += 1
+    assert checked >= 12
+
+
+def test_limits_nvidias_driver_refused_are_refused_before_anything_is_published():
+    refused = [v for v in _verdicts() if not v["accepted"] and _pinned(v)[0] is not None]
+    assert sorted(_pinned(v)[0] for v in refused) == ["-1Gi", "1Ki", "ten"]
+    for verdict in refused:
+        with pytest.raises(_dra.DraError, match=re.escape("pinned_memory_limit '%s'" % _pinned(verdict)[0])):
+            _dra.explicit_templates([{"name": "w", "sharing": "mps", "pinned_memory_limit": _pinned(verdict)[0]}])

@@ -100,7 +100,9 @@ def test_consistent_cdi_declarations_pass(values):
     ({"provider": "dra", "compute_mode": "Exclusive_Process"}, "sets the compute mode itself"),
     ({"provider": "dra", "mig_owner": "gpu_operator"}, "no GPU Operator MIG manager"),
     ({"provider": "dra", "dra_claim_templates": [{"name": "w", "sharing": "mps", "active_thread_percentage": "25%"}]},
-     "gpuops_dra_claim_templates[0]: active_thread_percentage"),
+     "gpuops_dra_claim_templates[0].active_thread_percentage must be a whole number from 1 to 100"),
+    ({"provider": "dra", "dra_claim_templates": [{"name": "w", "sharing": "mps", "pinned_memory_limit": "8GB"}]},
+     "gpuops_dra_claim_templates[0].pinned_memory_limit '8GB' is not a Kubernetes quantity"),
     ({"provider": "dra", "dra_claim_templates": "train"}, "must be a list of templates"),
 ])
 def test_dra_declarations_that_cannot_work_are_refused(values, words):

@@ -63,12 +63,13 @@ def test_fleet_templates_strip_the_device_list_suffix_and_keep_the_interval():
 
 
 def test_explicit_templates_per_workload_mps_limits():
+    # the limits are Kubernetes quantities, written as given (tests/unit/plugins/module_utils/test_dra_quantities.py)
     out = _dra.explicit_templates([{"name": "train-small", "sharing": "mps", "active_thread_percentage": 20,
-                                    "pinned_memory_limit": "16G", "per_device_pinned_memory_limit": {0: "8G"},
+                                    "pinned_memory_limit": "16Gi", "per_device_pinned_memory_limit": {0: "8G"},
                                     "product": "NVIDIA H200"}])
     assert out[0]["config"]["sharing"]["mpsConfig"] == {
-        "defaultActiveThreadPercentage": 20, "defaultPinnedDeviceMemoryLimit": "16384Mi",
-        "defaultPerDevicePinnedMemoryLimit": {"0": "8192Mi"}}
+        "defaultActiveThreadPercentage": 20, "defaultPinnedDeviceMemoryLimit": "16Gi",
+        "defaultPerDevicePinnedMemoryLimit": {"0": "8G"}}
     assert out[0]["selectors"] == ["device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H200'"]
 
 
@@ -77,8 +78,8 @@ def test_explicit_templates_per_workload_mps_limits():
     ({"name": "a", "sharing": "mps", "active_thread_percentage": 0}, "from 1 to 100"),
     ({"name": "a", "sharing": "mps", "active_thread_percentage": 101}, "from 1 to 100"),
     ({"name": "a", "sharing": "mps", "pinned_memory_limit": "8 G"}, "spaces"),
-    ({"name": "a", "sharing": "mps", "pinned_memory_limit": "8GiB"}, "unit"),
-    ({"name": "a", "sharing": "mps", "pinned_memory_limit": 8}, "no unit"),
+    ({"name": "a", "sharing": "mps", "pinned_memory_limit": "8GiB"}, "not a Kubernetes quantity"),
+    ({"name": "a", "sharing": "mps", "pinned_memory_limit": 8}, "8 is 8 bytes, below 1Mi"),
     ({"name": "a", "sharing": "mps", "per_device_pinned_memory_limit": {"gpu0": "8G"}}, "neither an index"),
     ({"name": "a", "sharing": "mps", "per_device_pinned_memory_limit": {}}, "non-empty mapping"),
     ({"name": "a", "sharing": "mps", "per_device_pinned_memory_limit": {"1": "8G"}}, "not one of the claim's 1"),
