@@ -180,6 +180,29 @@ def mps_limits(active_thread_percentage=None, pinned_memory_limit=None, per_devi
     return pct, memory, per_device
 
 
+def config_limit_errors(config, where="config"):
+    """What is wrong with the memory limits of a GpuConfig, one sentence each: every pinned memory limit must be one
+    quantity_bytes takes (for a config built by hand, which no filter has checked)."""
+    mps = (config.get("sharing") or {}) if isinstance(config, dict) else {}
+    mps = (mps.get("mpsConfig") or {}) if isinstance(mps, dict) else {}
+    if not isinstance(mps, dict):
+        return []
+    at = where + ".sharing.mpsConfig."
+    limits = []
+    if mps.get("defaultPinnedDeviceMemoryLimit") is not None:
+        limits.append((at + "defaultPinnedDeviceMemoryLimit", mps["defaultPinnedDeviceMemoryLimit"]))
+    per_device = mps.get("defaultPerDevicePinnedMemoryLimit")
+    for key, value in sorted(per_device.items(), key=lambda kv: str(kv[0])) if isinstance(per_device, dict) else ():
+        limits.append(("%sdefaultPerDevicePinnedMemoryLimit[%s]" % (at, key), value))
+    errors = []
+    for name, value in limits:
+        try:
+            quantity_bytes(value, name)
+        except DraError as exc:
+            errors.append(str(exc))
+    return errors
+
+
 # ---- names and selectors -------------------------------------------------------------------------------------------
 def slug(text):
     """A product or MIG profile name as part of a Kubernetes name: 'NVIDIA H200' -> 'h200', '1g.10gb+me' ->

@@ -52,7 +52,10 @@ options:
         elements: str
         default: []
       config:
-        description: The opaque C(GpuConfig) for driver C(gpu.nvidia.com); none for the driver's default.
+        description:
+          - The opaque C(GpuConfig) for driver C(gpu.nvidia.com); none for the driver's default.
+          - Its MPS pinned memory limits must be Kubernetes quantities of whole bytes from C(1Mi) to below C(1Pi)
+            (C(8Gi), C(512Mi), C(1G) = 10**9 bytes; not C(8GB)), or the run fails before anything is written.
         type: dict
       count:
         description: How many devices one claim gets.
@@ -185,6 +188,7 @@ def param_errors(p):
             errors.append("%s.config must be a GpuConfig (apiVersion %s, kind %s), got apiVersion %r kind %r"
                           % (where, _dra.CONFIG_API_VERSION, _dra.CONFIG_KIND, config.get("apiVersion"),
                              config.get("kind")))
+        errors.extend(_dra.config_limit_errors(config, where + ".config"))
     return errors
 
 

@@ -97,6 +97,16 @@ def test_an_explicit_templates_error_names_its_place_once(item, words):
     assert message.startswith(words) and message.count(WHERE) == 1, message
 
 
+def test_a_hand_built_gpu_configs_limits_are_checked_too():
+    config = _dra.gpu_config("mps", pinned_memory_limit="8GB", per_device_pinned_memory_limit={"0": "4Gi", "1": "-1"})
+    errors = _dra.config_limit_errors(config, "templates[0].config")
+    assert [e.split(" ", 1)[0] for e in errors] == [
+        "templates[0].config.sharing.mpsConfig.defaultPinnedDeviceMemoryLimit",
+        "templates[0].config.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[1]"]
+    assert _dra.config_limit_errors(_dra.gpu_config("mps", pinned_memory_limit="35942Mi")) == []
+    assert _dra.config_limit_errors({"sharing": "MPS"}) == _dra.config_limit_errors(None) == []
+
+
 # ---- properties ----------------------------------------------------------------------------------------------------
 SUFFIXES = dict([("", 1), ("k", 10 ** 3), ("M", 10 ** 6), ("G", 10 ** 9), ("T", 10 ** 12), ("Ki", KI), ("Mi", MI),
                  ("Gi", GI), ("Ti", TI)] + [("e%d" % n, 10 ** n) for n in range(0, 15)] + [("E+6", 10 ** 6)])

@@ -131,6 +131,11 @@ def test_foreign_templates_and_missing_namespaces_are_refused_before_any_write(a
 @pytest.mark.parametrize("kw, words", [
     (dict(templates=[{"name": "Bad"}]), "not a Kubernetes object name"),
     (dict(templates=[{"name": "a", "config": {"kind": "MpsConfig"}}]), "must be a GpuConfig"),
+    # a GpuConfig built by hand: its limits are Kubernetes quantities, not CUDA's notation
+    (dict(templates=[{"name": "a", "config": _dra.gpu_config("mps", pinned_memory_limit="8GB")}]),
+     "templates[0].config.sharing.mpsConfig.defaultPinnedDeviceMemoryLimit '8GB' is not a Kubernetes quantity"),
+    (dict(templates=[{"name": "a", "config": _dra.gpu_config("mps", per_device_pinned_memory_limit={"0": "1Ki"})}]),
+     "templates[0].config.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[0] '1Ki' is 1024 bytes, below 1Mi"),
     (dict(templates=[{"name": "a", "count": 0}]), "count must be from 1 to 16"),
     (dict(templates=[{"name": "a"}, {"name": "a"}]), "declared twice"),
     (dict(namespaces=["Bad Ns"]), "namespaces"),
