@@ -97,6 +97,22 @@ _LIMITS = st.one_of(
                     st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), strings(),
                               st.sampled_from(HUGE_INTS)), max_size=4),
     hostile())
+# The DRA templates' pinned memory limits, Kubernetes quantities (plugins/module_utils/_dra.py quantity_bytes): its
+# valid forms, CUDA's notation and other near misses it must refuse, and values past any range or precision.
+_QUANTITIES = st.one_of(
+    st.sampled_from(["10Gi", "512Mi", "2Gi", "1G", "1000M", "1e9", "1E+9", "1.5Gi", "+1Gi", ".5Gi", "1.Gi", "1048576",
+                     1073741824, "8GB", "512MB", "8GiB", "8 Gi", "8Gi\n", "1K", "1mi", "1e3Mi", "1_000Mi", "NaN",
+                     "Infinity", "1.5", "1m", "0", "-1Gi", "1Ki", "1Pi", "1E", "1e99999999999999999999",
+                     "1e-99999999999999999999", "9" * 5000 + "Gi", "0." + "0" * 5000 + "1Gi", "\uff18Gi",
+                     "1.0000000000000000000000000001Gi"]),
+    strings(), st.sampled_from(HUGE_INTS + ODD_FLOATS))
+_PER_DEVICE_QUANTITIES = st.one_of(st.dictionaries(st.sampled_from(
+    [0, "0", "1", "01", "GPU-0a1b2c3d-0000-1111-2222-333344445555"]), _QUANTITIES, max_size=2), hostile())
+# a GpuConfig built by hand (dra_claim_templates' templates[].config)
+_MPS_CONFIGS = st.builds(lambda limit, per_device: {
+    "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {
+        "defaultPinnedDeviceMemoryLimit": limit, "defaultPerDevicePinnedMemoryLimit": per_device}}},
+    _QUANTITIES, _PER_DEVICE_QUANTITIES)
 _PERCENT = st.one_of(st.integers(-2, 120), st.sampled_from(HUGE_INTS + ODD_FLOATS),
                      st.sampled_from(["50", "50%", "\uff15\uff10", "\u00b2", "50\n", "05", "100.0"]), hostile())
 
@@ -358,7 +374,8 @@ MODULES = {
         "templates": [{"name": "gpu"}, {"name": "gpu-ts-2", "config": {
             "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
             "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}}}]},
-        hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]), max_size=2), hostile())),
+        hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]), max_size=2), hostile()),
+                   **{"templates[].config": st.one_of(_MPS_CONFIGS, _ANY)}),
         files=KUBE_FILES),
     "dra_node_verify": dict(rig="dra_api", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
                                                  "interval": 0.05},
@@ -488,12 +505,21 @@ _PLAN = st.one_of(st.fixed_dictionaries({"nodes": st.one_of(st.dictionaries(
     st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(st.sampled_from(["default", "mps-4"]), _ANY), max_size=4),
     _ANY)}), _ANY)
 
-_DECLARATION = st.one_of(st.fixed_dictionaries({}, optional=dict((k, st.one_of(st.sampled_from(good), _ANY)) for k, good in (
+# gpuops_dra_claim_templates (the dra_templates filter's explicit, node_declaration_errors' dra_claim_templates)
+_EXPLICIT_TEMPLATES = st.one_of(st.lists(st.fixed_dictionaries({"name": st.one_of(st.just("train"), _ANY)}, optional={
+    "sharing": st.one_of(st.sampled_from(["mps", "time-slicing", "none"]), _ANY),
+    "active_thread_percentage": _ANY, "pinned_memory_limit": st.one_of(_QUANTITIES, _ANY),
+    "per_device_pinned_memory_limit": st.one_of(_PER_DEVICE_QUANTITIES, _ANY), "interval": _ANY, "product": _ANY,
+    "device_class": _ANY, "mig_profile": _ANY, "count": _ANY}), max_size=2), _ANY)
+_DECLARED = (
     ("sharing", ["mig", "mps", "time-slicing", "none"]), ("replicas", [2, "4", None]), ("mig_layout", [[]]),
     ("mig_config_name", ["all-balanced", "", None]), ("mig_strategy", ["single", "mixed"]),
     ("compute_mode", ["Default", "Prohibited"]), ("mig_owner", ["", "gpu_operator"]), ("provider", ["chart", "dra"]),
     ("provider_var", ["gpuops_device_plugin_provider"]), ("containerd_owner", ["auto"]),
-    ("operator_poll_interval", [5.0, "0.05", 3600])))), _ANY)
+    ("operator_poll_interval", [5.0, "0.05", 3600]))
+_DECLARATION = st.one_of(st.fixed_dictionaries({}, optional=dict(
+    [(k, st.one_of(st.sampled_from(good), _ANY)) for k, good in _DECLARED]
+    + [("dra_claim_templates", _EXPLICIT_TEMPLATES)])), _ANY)
 _ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
 _UNIT_GPU = st.fixed_dictionaries({
@@ -516,12 +542,7 @@ FILTERS = {
                     "gpus": _facts(), "replicas": _REPLICAS, "mode": _MODE, "warn": st.just(False)}},
     "gpu_summary": {"gpu_summary": {"facts": _facts()}},
     "dra": {"dra_templates": {"profiles": st.one_of(st.just(OPERATOR_PROFILES), _ANY),
-                              "explicit": st.one_of(st.lists(st.fixed_dictionaries({"name": st.one_of(
-                                  st.just("train"), _ANY)}, optional={
-                                  "sharing": st.one_of(st.sampled_from(["mps", "time-slicing", "none"]), _ANY),
-                                  "active_thread_percentage": _ANY, "pinned_memory_limit": _ANY,
-                                  "per_device_pinned_memory_limit": _ANY, "interval": _ANY, "product": _ANY,
-                                  "device_class": _ANY, "mig_profile": _ANY, "count": _ANY}), max_size=2), _ANY),
+                              "explicit": _EXPLICIT_TEMPLATES,
                               "interval": st.one_of(st.sampled_from(["Default", "Long"]), _ANY)},
             "dra_node_templates": {"gpus": _facts(), "profile": st.one_of(st.sampled_from(OPERATOR_PROFILES), _ANY),
                                    "node_name": st.one_of(st.just("n1"), _ANY), "per_gpu": _ANY,
