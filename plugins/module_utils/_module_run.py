@@ -166,8 +166,9 @@ def run_module(run_class):
     module = AnsibleModule(argument_spec=copy.deepcopy(run_class.argument_spec), supports_check_mode=True,
                            **copy.deepcopy(run_class.module_options))
     run = run_class(module)
+    caught = (Refusal,) + tuple(run.errors)
     try:
         result = run.run()
-    except tuple(run.errors) + (Refusal,) as exc:  # pylint: disable=catching-non-exception
+    except caught as exc:  # pylint: disable=catching-non-exception
         module.fail_json(**failure(exc, run.result))
     module.exit_json(**result)

@@ -20,7 +20,7 @@ description:
     is the first blocking finding's C(kind), made a valid label value), and sets the Node condition
     C(GpuopsNvidiaGpuHealthy) to C(False) with the findings per GPU in its message.
   - The findings are taken in one order, the health read's (by GPU index, then by PCI address for findings of a GPU
-    NVML does not list, then the rest, each group as listed): the taint, the condition's reason and message and the
+    NVML does not list, then the rest, each group as listed). The taint, the condition's reason and message and the
     returned C(blocking) follow it, as the gate's own verdict and the run's failure message already do.
   - A healthy verdict removes that taint and that condition, and releases the cordon only when it carries the
     annotation C(gpuops.nvidia/cordoned-by=OWNER) (and O(release_cordon) is true). An administrator's cordon, any

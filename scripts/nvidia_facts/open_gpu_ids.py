@@ -173,7 +173,7 @@ def _read(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--readme", required=True, help="NVIDIA/open-gpu-kernel-modules' README.md at --readme-tag")
     parser.add_argument("--readme-tag", required=True, help="the tag the README was taken at (e.g. 580.95.05)")
     parser.add_argument("--pci-ids", required=True, help="NVIDIA/go-nvlib's pkg/pciids/default_pci.ids")
