@@ -13,6 +13,9 @@ if COLLECTIONS not in sys.path:
 # The tests' compile cache (tests/support/compile_cache/sitecustomize.py) for every ansible command of the session,
 # those of the benches that tests run included (tests/support/ansible_run.py, with_compile_cache).
 os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+# Each test's CPU seconds, wall seconds and ansible runs, merged per file into build/test-logs/test-costs.md at the
+# end of the run (issue 49; off with -p no:tests.support.cost_table).
+pytest_plugins = ("tests.support.cost_table",)
 
 
 # The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:
