@@ -175,9 +175,11 @@ def _fmt(value, digits=1):
 
 
 def _secs(value):
-    """Seconds as the budget line prints them: whole ones from 100 on, tenths below."""
+    """Seconds as the budget line prints them: whole ones from 100 on (and wall times, whole), tenths below."""
     if value is None:
         return "?"
+    if isinstance(value, int):
+        return str(value)
     return "%.0f" % value if value >= 100 else "%.1f" % value
 
 

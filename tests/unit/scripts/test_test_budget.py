@@ -170,5 +170,5 @@ def test_an_interrupted_run_has_the_budget_measured_so_far(tmp_path):
     doc = budget.budget(str(tmp_path), 1000.0, 1010.0, None, None, None, ["check"], True, now=1100.0)
     assert doc["wall_s"] == 100 and doc["pytest"]["wall_s"] == 90 and doc["pytest"]["cpu_s"] is None
     first, second = budget.budget_lines(doc)
-    assert first.startswith("test: budget (interrupted): wall 100 s (pytest 90.0 s), CPU: pytest ? s")
+    assert first.startswith("test: budget (interrupted): wall 100 s (pytest 90 s), CPU: pytest ? s")
     assert "CPU probe ? s before, none after" in second
