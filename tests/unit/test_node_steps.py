@@ -103,7 +103,8 @@ def registry_vs_role(steps, main, plan_inputs, documented):
 def _role():
     # main.yml plans and gates (plan.yml, which it imports; driver.yml includes it again after a driver change);
     # steps.yml (included by main.yml where something has work) includes each step's file
-    main = _tasks("main.yml") + _tasks("plan.yml") + _tasks("steps.yml")
+    # (the tasks inside blocks too: plan.yml's plan task sits in a block whose rescue marks an unhealthy node)
+    main = list(_flat(_tasks("main.yml") + _tasks("plan.yml") + _tasks("steps.yml")))
     inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
     documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
     return main, inputs, documented
