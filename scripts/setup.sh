@@ -8,7 +8,8 @@
 # a `# alongside: yes` line only fetches from a registry into a directory of its own (no apt or dpkg lock, nothing
 # another piece reads): it starts in the background as soon as .venv exists, logging to tools/setup-logs/<piece>.log
 # (printed when it ends), while .venv's requirements and the other pieces install in order. The installs mostly wait
-# on the registries, so side by side they take about as long as the slowest one (docs/readings/test-time-session5.md).
+# on the registries, so side by side they take about as long as the slowest one (in git history:
+# docs/readings/test-time-session5.md at 413884d).
 # Needs only the package registries (PyPI, Debian, npm). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."

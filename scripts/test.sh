@@ -5,7 +5,8 @@
 # The three are independent: the gates and compat write under build/ (ignored by git, the sanity copies and the
 # collection build), compat's lab and molecule runs have HOMEs of their own, and ansible-test's cache in HOME is kept
 # per ansible-core and Python. On CI's 2 cores pytest alone leaves CPU time unused (its site tests wait on polls and
-# fake pods; docs/readings/test-time-session8.md): beside it, the gates use that time instead of adding their own.
+# fake pods; in git history: docs/readings/test-time-session8.md at 87479e5): beside it, the gates use that time
+# instead of adding their own.
 # pytest's output streams as before; each gate's output goes to build/test-logs/<gate>.log, and after pytest's summary
 # one line per gate says whether it passed (a failed gate's log tail is printed). The exit status is 1 when pytest or
 # any gate failed. Arguments are pytest's (`make test ARGS=...`).

@@ -19,8 +19,9 @@ pytest_plugins = ("tests.support.cost_table",)
 
 
 # The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:
-# docs/readings/test-time-session8.md), run first: pytest-xdist hands out the collection in order, and one of them
-# started last keeps one worker busy for minutes after the other has finished. Their own order is kept.
+# in git history: docs/readings/test-time-session8.md at 87479e5), run first: pytest-xdist hands out the collection
+# in order, and one of them started last keeps one worker busy for minutes after the other has finished. Their own
+# order is kept.
 LONGEST_FIRST = ("tests/integration/test_site_health.py", "tests/integration/test_bench_driver_flow.py",
                  "tests/integration/test_site_kube.py", "tests/integration/test_site_molecule.py",
                  "tests/integration/test_site_lab.py", "tests/integration/test_site_operator.py")

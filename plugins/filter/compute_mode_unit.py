@@ -57,7 +57,8 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 # The planners are imported where a filter runs, not when this file loads: ansible-core loads every filter file of
 # the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles the
-# collection's Python from source each time (issue 36: docs/readings/fleet-compare-issue36-2cores.md).
+# collection's Python from source each time (issue 36; in git history:
+# docs/readings/fleet-compare-issue36-2cores.md at dd40865).
 
 
 # What may stand in a unit's ExecStart line: a UUID as NVML reports it (GPU-<hex and dashes>), an absolute path

@@ -3,13 +3,14 @@ code that ``compile()`` makes from a source is kept on disk, keyed by the source
 process compiles the same source. Tests only: tests/support/ansible_run.py puts this directory first on PYTHONPATH
 of the ansible commands it runs, so Python imports this file at start-up (site.py's ``sitecustomize``).
 
-Why: the suite is bound by the CPU it needs (docs/readings/test-time-session9.md), and a large part of it is the same
-sources compiled again in thousands of short-lived processes that keep no bytecode: ansible-core's own module_utils
-compiled twice by zipimport in every module run, the collection's plugins and module_utils compiled by ansible-core's
-collection loader in every forked worker, Jinja's generated template code in every worker. The code a cache entry
-gives back is what ``compile()`` would return for that source (the same bytecode, constants and line numbers; the
-file name is set to the caller's), so what a test checks is unchanged. A bench of bench/ uses it only where its
-environment names it (as the tests that run a bench do): started by hand, its figures are a node's real cost.
+Why: the suite is bound by the CPU it needs (in git history: docs/readings/test-time-session9.md at d903693), and a
+large part of it is the same sources compiled again in thousands of short-lived processes that keep no bytecode:
+ansible-core's own module_utils compiled twice by zipimport in every module run, the collection's plugins and
+module_utils compiled by ansible-core's collection loader in every forked worker, Jinja's generated template code in
+every worker. The code a cache entry gives back is what ``compile()`` would return for that source (the same bytecode,
+constants and line numbers; the file name is set to the caller's), so what a test checks is unchanged. A bench of
+bench/ uses it only where its environment names it (as the tests that run a bench do): started by hand, its figures
+are a node's real cost.
 
 What is cached: ``compile(source, filename, "exec", ...)`` of a str or bytes source of at least ``MIN_SIZE`` bytes.
 ASTs (``ast.parse``), ``eval``/``single`` mode and other calls go to the real ``compile()`` untouched. The key is the
