@@ -9,6 +9,7 @@ the table: (PCI device id, subsystem vendor id, subsystem device id, product nam
 alone has None for both subsystem ids and covers every board of that id.
 ARCHITECTURE_RANGES: (first device id, last device id, architecture), sorted and disjoint, from the chip name
 of every NVIDIA device of the PCI id database; ids between two ids of one architecture have it too.
+Both are kept below as text (hexadecimal ids, - for none) and read once when the module is imported.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,901 +19,911 @@ __metaclass__ = type
 OPEN_TABLE_SOURCE = 'NVIDIA/open-gpu-kernel-modules at 580.95.05, README.md, Compatible GPUs'
 PCI_IDS_SOURCE = 'NVIDIA/go-nvlib at v0.7.4, pkg/pciids/default_pci.ids (pci.ids version 2025.07.11)'
 
-OPEN_TABLE = (
-    (0x1E02, None, None, 'NVIDIA TITAN RTX'),
-    (0x1E04, None, None, 'NVIDIA GeForce RTX 2080 Ti'),
-    (0x1E07, None, None, 'NVIDIA GeForce RTX 2080 Ti'),
-    (0x1E09, None, None, 'NVIDIA CMP 50HX'),
-    (0x1E30, None, None, 'Quadro RTX 6000'),
-    (0x1E30, 0x1028, 0x129E, 'Quadro RTX 8000'),
-    (0x1E30, 0x103C, 0x129E, 'Quadro RTX 8000'),
-    (0x1E30, 0x10DE, 0x129E, 'Quadro RTX 8000'),
-    (0x1E36, None, None, 'Quadro RTX 6000'),
-    (0x1E78, 0x10DE, 0x13D8, 'Quadro RTX 8000'),
-    (0x1E78, 0x10DE, 0x13D9, 'Quadro RTX 6000'),
-    (0x1E81, None, None, 'NVIDIA GeForce RTX 2080 SUPER'),
-    (0x1E82, None, None, 'NVIDIA GeForce RTX 2080'),
-    (0x1E84, None, None, 'NVIDIA GeForce RTX 2070 SUPER'),
-    (0x1E87, None, None, 'NVIDIA GeForce RTX 2080'),
-    (0x1E89, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1E90, None, None, 'NVIDIA GeForce RTX 2080'),
-    (0x1E90, 0x1025, 0x1375, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08A1, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08A2, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08EA, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08EB, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08EC, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08ED, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08EE, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x08EF, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x093B, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1028, 0x093C, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x8572, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x8573, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x8602, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x8606, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x86C6, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x86C7, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x87A6, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x103C, 0x87A7, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1043, 0x131F, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1043, 0x137F, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1043, 0x141F, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1043, 0x1751, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x1660, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x1661, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x1662, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x75A6, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x75A7, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x86A6, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1458, 0x86A7, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1462, 0x1274, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1462, 0x1277, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x152D, 0x1220, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1558, 0x95E1, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1558, 0x97E1, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1A58, 0x2002, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1A58, 0x2005, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1A58, 0x2007, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1A58, 0x3000, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1A58, 0x3001, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E90, 0x1D05, 0x1069, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1E91, None, None, 'NVIDIA GeForce RTX 2070 Super'),
-    (0x1E91, 0x103C, 0x8607, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x103C, 0x8736, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x103C, 0x8738, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x103C, 0x8772, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x103C, 0x878A, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x103C, 0x878B, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1043, 0x1E61, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x1511, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x75B3, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x75B4, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x76B2, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x76B3, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x78A2, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x78A3, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x86B2, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1458, 0x86B3, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1462, 0x12AE, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1462, 0x12B0, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1462, 0x12C6, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x17AA, 0x22C3, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x17AA, 0x22C5, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1A58, 0x2009, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1A58, 0x200A, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x1A58, 0x3002, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E91, 0x8086, 0x3012, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1E93, None, None, 'NVIDIA GeForce RTX 2080 Super'),
-    (0x1E93, 0x1025, 0x1401, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1025, 0x149C, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1028, 0x09D2, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x8607, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x86C7, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x8736, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x8738, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x8772, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x87A6, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x103C, 0x87A7, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x75B1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x75B2, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x76B0, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x76B1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x78A0, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x78A1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x86B0, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1458, 0x86B1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1462, 0x12AE, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1462, 0x12B0, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1462, 0x12B4, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1462, 0x12C6, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1558, 0x50D3, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1558, 0x70D1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x17AA, 0x22C3, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x17AA, 0x22C5, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1A58, 0x2009, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1A58, 0x200A, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1A58, 0x3002, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1E93, 0x1D05, 0x1089, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1EB0, None, None, 'Quadro RTX 5000'),
-    (0x1EB1, None, None, 'Quadro RTX 4000'),
-    (0x1EB5, None, None, 'Quadro RTX 5000'),
-    (0x1EB5, 0x1025, 0x1375, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1025, 0x1401, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1025, 0x149C, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1028, 0x09C3, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8736, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8738, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8772, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8780, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8782, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8783, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x103C, 0x8785, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1043, 0x1DD1, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1462, 0x1274, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1462, 0x12B0, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1462, 0x12C6, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x17AA, 0x22B8, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x17AA, 0x22BA, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1A58, 0x2005, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1A58, 0x2007, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1A58, 0x2008, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB5, 0x1A58, 0x200A, 'Quadro RTX 5000 with Max-Q Design'),
-    (0x1EB6, None, None, 'Quadro RTX 4000'),
-    (0x1EB6, 0x1028, 0x09C3, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8736, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8738, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8772, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8780, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8782, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8783, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x103C, 0x8785, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x1462, 0x1274, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x1462, 0x1277, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x1462, 0x12B0, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x1462, 0x12C6, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x17AA, 0x22B8, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB6, 0x17AA, 0x22BA, 'Quadro RTX 4000 with Max-Q Design'),
-    (0x1EB8, 0x10DE, 0x12A2, 'Tesla T4'),
-    (0x1EC2, None, None, 'NVIDIA GeForce RTX 2070 SUPER'),
-    (0x1EC7, None, None, 'NVIDIA GeForce RTX 2070 SUPER'),
-    (0x1ED0, None, None, 'NVIDIA GeForce RTX 2080'),
-    (0x1ED0, 0x1025, 0x132D, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x1028, 0x08ED, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x1028, 0x08EE, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x1028, 0x08EF, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x103C, 0x8572, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x103C, 0x8573, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x103C, 0x8600, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x103C, 0x8605, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x1043, 0x138F, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x1043, 0x15C1, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x17AA, 0x3FEE, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED0, 0x17AA, 0x3FFE, 'NVIDIA GeForce RTX 2080 with Max-Q Design'),
-    (0x1ED1, None, None, 'NVIDIA GeForce RTX 2070 Super'),
-    (0x1ED1, 0x1025, 0x1432, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x103C, 0x8746, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x103C, 0x878A, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x1043, 0x165F, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x144D, 0xC192, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x17AA, 0x3FCE, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x17AA, 0x3FCF, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED1, 0x17AA, 0x3FD0, 'NVIDIA GeForce RTX 2070 Super with Max-Q Design'),
-    (0x1ED3, None, None, 'NVIDIA GeForce RTX 2080 Super'),
-    (0x1ED3, 0x1025, 0x1432, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x1028, 0x09D1, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x103C, 0x8746, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x103C, 0x878A, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x1043, 0x1D61, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x1043, 0x1E51, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x1043, 0x1F01, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x17AA, 0x3FCE, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x17AA, 0x3FCF, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1ED3, 0x17AA, 0x3FD0, 'NVIDIA GeForce RTX 2080 Super with Max-Q Design'),
-    (0x1EF5, None, None, 'Quadro RTX 5000'),
-    (0x1F02, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F03, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F06, None, None, 'NVIDIA GeForce RTX 2060 SUPER'),
-    (0x1F07, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F08, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F0A, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F0B, None, None, 'NVIDIA CMP 40HX'),
-    (0x1F10, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F10, 0x1025, 0x132D, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1025, 0x1342, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08A1, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08A2, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08EA, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08EB, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08EC, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08ED, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08EE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x08EF, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x093B, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1028, 0x093C, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x103C, 0x8572, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x103C, 0x8573, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x103C, 0x8602, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x103C, 0x8606, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1043, 0x132F, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1043, 0x136F, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1043, 0x1881, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1043, 0x1E6E, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x1658, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x1663, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x1664, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x75A4, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x75A5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x86A4, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1458, 0x86A5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1462, 0x1274, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1462, 0x1277, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1558, 0x95E1, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1558, 0x97E1, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1A58, 0x2002, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1A58, 0x2005, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1A58, 0x2007, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1A58, 0x3000, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1A58, 0x3001, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1D05, 0x105E, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1D05, 0x1070, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x1D05, 0x2087, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F10, 0x8086, 0x2087, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F11, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F12, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F12, 0x1028, 0x098F, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x103C, 0x8741, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x103C, 0x8744, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x103C, 0x878E, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x103C, 0x880E, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x1043, 0x1E11, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x1043, 0x1F11, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x1462, 0x12D9, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x17AA, 0x3801, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x17AA, 0x3802, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F12, 0x17AA, 0x3803, 'NVIDIA GeForce RTX 2060 with Max-Q Design'),
-    (0x1F14, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F14, 0x1025, 0x1401, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1025, 0x1432, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1025, 0x1442, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1025, 0x1446, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1025, 0x147D, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1028, 0x09E2, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1028, 0x09F3, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x8607, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x86C6, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x86C7, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x8736, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x8738, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x8746, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x8772, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x878A, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x878B, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x87A6, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x103C, 0x87A7, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1043, 0x174F, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x1512, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x75B5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x75B6, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x76B4, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x76B5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x78A4, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x78A5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x86B4, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1458, 0x86B5, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1462, 0x12AE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1462, 0x12B0, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1462, 0x12C6, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1558, 0x50D3, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1558, 0x70D1, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1A58, 0x200C, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1A58, 0x2011, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F14, 0x1A58, 0x3002, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F15, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F36, None, None, 'Quadro RTX 3000'),
-    (0x1F36, 0x1028, 0x0990, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F36, 0x103C, 0x8736, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F36, 0x103C, 0x8738, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F36, 0x103C, 0x8772, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F36, 0x1043, 0x13CF, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F36, 0x1414, 0x0032, 'Quadro RTX 3000 with Max-Q Design'),
-    (0x1F42, None, None, 'NVIDIA GeForce RTX 2060 SUPER'),
-    (0x1F47, None, None, 'NVIDIA GeForce RTX 2060 SUPER'),
-    (0x1F50, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F50, 0x1028, 0x08ED, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x1028, 0x08EE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x1028, 0x08EF, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x103C, 0x8572, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x103C, 0x8573, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x103C, 0x8574, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x103C, 0x8600, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x103C, 0x8605, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x17AA, 0x3FEE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F50, 0x17AA, 0x3FFE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F51, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F54, None, None, 'NVIDIA GeForce RTX 2070'),
-    (0x1F54, 0x103C, 0x878A, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F54, 0x17AA, 0x3FCE, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F54, 0x17AA, 0x3FCF, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F54, 0x17AA, 0x3FD0, 'NVIDIA GeForce RTX 2070 with Max-Q Design'),
-    (0x1F55, None, None, 'NVIDIA GeForce RTX 2060'),
-    (0x1F76, None, None, 'Quadro RTX 3000'),
-    (0x1F76, 0x102B, 0x2800, 'Matrox D-Series D2450'),
-    (0x1F76, 0x102B, 0x2900, 'Matrox D-Series D2480'),
-    (0x1F82, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F83, None, None, 'NVIDIA GeForce GTX 1630'),
-    (0x1F91, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F91, 0x103C, 0x863E, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x103C, 0x86E7, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x103C, 0x86E8, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1043, 0x12CF, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1043, 0x156F, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1414, 0x0032, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x144D, 0xC822, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1462, 0x127E, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1462, 0x1281, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1462, 0x1284, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1462, 0x1285, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1462, 0x129C, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x17AA, 0x229F, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x17AA, 0x3802, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x17AA, 0x3806, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x17AA, 0x3F1A, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F91, 0x1A58, 0x1001, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F95, None, None, 'NVIDIA GeForce GTX 1650 Ti'),
-    (0x1F95, 0x1025, 0x1479, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1025, 0x147A, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1025, 0x147B, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1025, 0x147C, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x103C, 0x86E7, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x103C, 0x86E8, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x103C, 0x8815, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1043, 0x1DFF, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1043, 0x1E1F, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x144D, 0xC838, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1462, 0x12BD, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1462, 0x12C5, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1462, 0x12D2, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x17AA, 0x22C0, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x17AA, 0x22C1, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x17AA, 0x3837, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x17AA, 0x3F95, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1A58, 0x1003, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1A58, 0x1006, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1A58, 0x1007, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F95, 0x1E83, 0x3E30, 'NVIDIA GeForce GTX 1650 Ti with Max-Q Design'),
-    (0x1F96, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F96, 0x1462, 0x1297, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F97, None, None, 'NVIDIA GeForce MX450'),
-    (0x1F98, None, None, 'NVIDIA GeForce MX450'),
-    (0x1F99, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F99, 0x1025, 0x1479, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1025, 0x147A, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1025, 0x147B, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1025, 0x147C, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x103C, 0x8815, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1043, 0x13B2, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1043, 0x1402, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1043, 0x1902, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1462, 0x12BD, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1462, 0x12C5, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1462, 0x12D2, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x17AA, 0x22DA, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x17AA, 0x3F93, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F99, 0x1E83, 0x3E30, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9C, None, None, 'NVIDIA GeForce MX450'),
-    (0x1F9D, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1F9D, 0x1043, 0x128D, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1043, 0x130D, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1043, 0x149C, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1043, 0x185C, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1043, 0x189C, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x12F4, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x1302, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x131B, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x1326, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x132A, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9D, 0x1462, 0x132E, 'NVIDIA GeForce GTX 1650 with Max-Q Design'),
-    (0x1F9F, None, None, 'NVIDIA GeForce MX550'),
-    (0x1FA0, None, None, 'NVIDIA GeForce MX550'),
-    (0x1FB0, 0x1028, 0x12DB, 'NVIDIA T1000'),
-    (0x1FB0, 0x103C, 0x12DB, 'NVIDIA T1000'),
-    (0x1FB0, 0x103C, 0x8A80, 'NVIDIA T1000'),
-    (0x1FB0, 0x10DE, 0x12DB, 'NVIDIA T1000'),
-    (0x1FB0, 0x10DE, 0x1485, 'NVIDIA DGX Display'),
-    (0x1FB0, 0x17AA, 0x12DB, 'NVIDIA T1000'),
-    (0x1FB1, 0x1028, 0x1488, 'NVIDIA T600'),
-    (0x1FB1, 0x103C, 0x1488, 'NVIDIA T600'),
-    (0x1FB1, 0x103C, 0x8A80, 'NVIDIA T600'),
-    (0x1FB1, 0x10DE, 0x1488, 'NVIDIA T600'),
-    (0x1FB1, 0x17AA, 0x1488, 'NVIDIA T600'),
-    (0x1FB2, 0x1028, 0x1489, 'NVIDIA T400'),
-    (0x1FB2, 0x103C, 0x1489, 'NVIDIA T400'),
-    (0x1FB2, 0x103C, 0x8A80, 'NVIDIA T400'),
-    (0x1FB2, 0x10DE, 0x1489, 'NVIDIA T400'),
-    (0x1FB2, 0x17AA, 0x1489, 'NVIDIA T400'),
-    (0x1FB6, None, None, 'NVIDIA T600 Laptop GPU'),
-    (0x1FB7, None, None, 'NVIDIA T550 Laptop GPU'),
-    (0x1FB8, None, None, 'Quadro T2000'),
-    (0x1FB8, 0x1028, 0x097E, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8736, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8738, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8772, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8780, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8782, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8783, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x8785, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x103C, 0x87F0, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x1462, 0x1281, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x1462, 0x12BD, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x17AA, 0x22C0, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB8, 0x17AA, 0x22C1, 'Quadro T2000 with Max-Q Design'),
-    (0x1FB9, None, None, 'Quadro T1000'),
-    (0x1FB9, 0x1025, 0x1479, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x1025, 0x147A, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x1025, 0x147B, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x1025, 0x147C, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8736, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8738, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8772, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8780, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8782, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8783, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x8785, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x103C, 0x87F0, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x1462, 0x12BD, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x17AA, 0x22C0, 'Quadro T1000 with Max-Q Design'),
-    (0x1FB9, 0x17AA, 0x22C1, 'Quadro T1000 with Max-Q Design'),
-    (0x1FBA, None, None, 'NVIDIA T600 Laptop GPU'),
-    (0x1FBB, None, None, 'NVIDIA T500'),
-    (0x1FBC, None, None, 'NVIDIA T1200 Laptop GPU'),
-    (0x1FDD, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x1FF0, 0x1028, 0x1612, 'NVIDIA T1000 8GB'),
-    (0x1FF0, 0x103C, 0x1612, 'NVIDIA T1000 8GB'),
-    (0x1FF0, 0x103C, 0x8A80, 'NVIDIA T1000 8GB'),
-    (0x1FF0, 0x10DE, 0x1612, 'NVIDIA T1000 8GB'),
-    (0x1FF0, 0x17AA, 0x1612, 'NVIDIA T1000 8GB'),
-    (0x1FF2, 0x1028, 0x1613, 'NVIDIA T400 4GB'),
-    (0x1FF2, 0x103C, 0x1613, 'NVIDIA T400 4GB'),
-    (0x1FF2, 0x103C, 0x18FF, 'NVIDIA T400E'),
-    (0x1FF2, 0x103C, 0x8A80, 'NVIDIA T400 4GB'),
-    (0x1FF2, 0x10DE, 0x1613, 'NVIDIA T400 4GB'),
-    (0x1FF2, 0x10DE, 0x18FF, 'NVIDIA T400E'),
-    (0x1FF2, 0x17AA, 0x1613, 'NVIDIA T400 4GB'),
-    (0x1FF2, 0x17AA, 0x18FF, 'NVIDIA T400E'),
-    (0x1FF9, None, None, 'Quadro T1000'),
-    (0x20B0, None, None, 'NVIDIA A100-SXM4-40GB'),
-    (0x20B0, 0x10DE, 0x1450, 'NVIDIA A100-PG509-200'),
-    (0x20B2, 0x10DE, 0x1463, 'NVIDIA A100-SXM4-80GB'),
-    (0x20B2, 0x10DE, 0x147F, 'NVIDIA A100-SXM4-80GB'),
-    (0x20B2, 0x10DE, 0x1622, 'NVIDIA A100-SXM4-80GB'),
-    (0x20B2, 0x10DE, 0x1623, 'NVIDIA A100-SXM4-80GB'),
-    (0x20B2, 0x10DE, 0x1625, 'NVIDIA PG509-210'),
-    (0x20B3, 0x10DE, 0x14A7, 'NVIDIA A100-SXM-64GB'),
-    (0x20B3, 0x10DE, 0x14A8, 'NVIDIA A100-SXM-64GB'),
-    (0x20B5, 0x10DE, 0x1533, 'NVIDIA A100 80GB PCIe'),
-    (0x20B5, 0x10DE, 0x1642, 'NVIDIA A100 80GB PCIe'),
-    (0x20B6, 0x10DE, 0x1492, 'NVIDIA PG506-232'),
-    (0x20B7, 0x10DE, 0x1532, 'NVIDIA A30'),
-    (0x20B7, 0x10DE, 0x1804, 'NVIDIA A30'),
-    (0x20B7, 0x10DE, 0x1852, 'NVIDIA A30'),
-    (0x20BD, 0x10DE, 0x17F4, 'NVIDIA A800-SXM4-40GB'),
-    (0x20F1, 0x10DE, 0x145F, 'NVIDIA A100-PCIE-40GB'),
-    (0x20F3, 0x10DE, 0x179B, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x179C, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x179D, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x179E, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x179F, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x17A0, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x17A1, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F3, 0x10DE, 0x17A2, 'NVIDIA A800-SXM4-80GB'),
-    (0x20F5, 0x10DE, 0x1799, 'NVIDIA A800 80GB PCIe'),
-    (0x20F5, 0x10DE, 0x179A, 'NVIDIA A800 80GB PCIe LC'),
-    (0x20F6, 0x1028, 0x180A, 'NVIDIA A800 40GB Active'),
-    (0x20F6, 0x103C, 0x180A, 'NVIDIA A800 40GB Active'),
-    (0x20F6, 0x10DE, 0x180A, 'NVIDIA A800 40GB Active'),
-    (0x20F6, 0x17AA, 0x180A, 'NVIDIA A800 40GB Active'),
-    (0x20FD, 0x10DE, 0x17F8, 'NVIDIA AX800'),
-    (0x2182, None, None, 'NVIDIA GeForce GTX 1660 Ti'),
-    (0x2184, None, None, 'NVIDIA GeForce GTX 1660'),
-    (0x2187, None, None, 'NVIDIA GeForce GTX 1650 SUPER'),
-    (0x2188, None, None, 'NVIDIA GeForce GTX 1650'),
-    (0x2189, None, None, 'NVIDIA CMP 30HX'),
-    (0x2191, None, None, 'NVIDIA GeForce GTX 1660 Ti'),
-    (0x2191, 0x1028, 0x0949, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x85FB, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x85FE, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x86D6, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x8741, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x8744, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x878D, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x87AF, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x103C, 0x87B3, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1043, 0x171F, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1043, 0x17EF, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1043, 0x18D1, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1414, 0x0032, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x128A, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x128B, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x12C6, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x12CB, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x12CC, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x1462, 0x12D9, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x17AA, 0x380C, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x17AA, 0x381D, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2191, 0x17AA, 0x381E, 'NVIDIA GeForce GTX 1660 Ti with Max-Q Design'),
-    (0x2192, None, None, 'NVIDIA GeForce GTX 1650 Ti'),
-    (0x21C4, None, None, 'NVIDIA GeForce GTX 1660 SUPER'),
-    (0x21D1, None, None, 'NVIDIA GeForce GTX 1660 Ti'),
-    (0x2203, None, None, 'NVIDIA GeForce RTX 3090 Ti'),
-    (0x2204, None, None, 'NVIDIA GeForce RTX 3090'),
-    (0x2206, None, None, 'NVIDIA GeForce RTX 3080'),
-    (0x2207, None, None, 'NVIDIA GeForce RTX 3070 Ti'),
-    (0x2208, None, None, 'NVIDIA GeForce RTX 3080 Ti'),
-    (0x220A, None, None, 'NVIDIA GeForce RTX 3080'),
-    (0x220D, None, None, 'NVIDIA CMP 90HX'),
-    (0x2216, None, None, 'NVIDIA GeForce RTX 3080'),
-    (0x2230, 0x1028, 0x1459, 'NVIDIA RTX A6000'),
-    (0x2230, 0x103C, 0x1459, 'NVIDIA RTX A6000'),
-    (0x2230, 0x10DE, 0x1459, 'NVIDIA RTX A6000'),
-    (0x2230, 0x17AA, 0x1459, 'NVIDIA RTX A6000'),
-    (0x2231, 0x1028, 0x147E, 'NVIDIA RTX A5000'),
-    (0x2231, 0x103C, 0x147E, 'NVIDIA RTX A5000'),
-    (0x2231, 0x10DE, 0x147E, 'NVIDIA RTX A5000'),
-    (0x2231, 0x17AA, 0x147E, 'NVIDIA RTX A5000'),
-    (0x2232, 0x1028, 0x163C, 'NVIDIA RTX A4500'),
-    (0x2232, 0x103C, 0x163C, 'NVIDIA RTX A4500'),
-    (0x2232, 0x10DE, 0x163C, 'NVIDIA RTX A4500'),
-    (0x2232, 0x17AA, 0x163C, 'NVIDIA RTX A4500'),
-    (0x2233, 0x1028, 0x165A, 'NVIDIA RTX A5500'),
-    (0x2233, 0x103C, 0x165A, 'NVIDIA RTX A5500'),
-    (0x2233, 0x10DE, 0x165A, 'NVIDIA RTX A5500'),
-    (0x2233, 0x17AA, 0x165A, 'NVIDIA RTX A5500'),
-    (0x2235, 0x10DE, 0x145A, 'NVIDIA A40'),
-    (0x2236, 0x10DE, 0x1482, 'NVIDIA A10'),
-    (0x2237, 0x10DE, 0x152F, 'NVIDIA A10G'),
-    (0x2238, 0x10DE, 0x1677, 'NVIDIA A10M'),
-    (0x230E, 0x10DE, 0x20DF, 'NVIDIA H20 NVL16'),
-    (0x2321, 0x10DE, 0x1839, 'NVIDIA H100 NVL'),
-    (0x2322, 0x10DE, 0x17A4, 'NVIDIA H800 PCIe'),
-    (0x2324, 0x10DE, 0x17A6, 'NVIDIA H800'),
-    (0x2324, 0x10DE, 0x17A8, 'NVIDIA H800'),
-    (0x2329, 0x10DE, 0x198B, 'NVIDIA H20'),
-    (0x2329, 0x10DE, 0x198C, 'NVIDIA H20'),
-    (0x232C, 0x10DE, 0x2063, 'NVIDIA H20-3e'),
-    (0x2330, 0x10DE, 0x16C0, 'NVIDIA H100 80GB HBM3'),
-    (0x2330, 0x10DE, 0x16C1, 'NVIDIA H100 80GB HBM3'),
-    (0x2331, 0x10DE, 0x1626, 'NVIDIA H100 PCIe'),
-    (0x2335, 0x10DE, 0x18BE, 'NVIDIA H200'),
-    (0x2335, 0x10DE, 0x18BF, 'NVIDIA H200'),
-    (0x2339, 0x10DE, 0x17FC, 'NVIDIA H100'),
-    (0x233A, 0x10DE, 0x183A, 'NVIDIA H800 NVL'),
-    (0x233B, 0x10DE, 0x1996, 'NVIDIA H200 NVL'),
-    (0x2342, 0x10DE, 0x16EB, 'NVIDIA GH200 120GB'),
-    (0x2342, 0x10DE, 0x1805, 'NVIDIA GH200 120GB'),
-    (0x2342, 0x10DE, 0x1809, 'NVIDIA GH200 480GB'),
-    (0x2348, 0x10DE, 0x18D2, 'NVIDIA GH200 144G HBM3e'),
-    (0x2414, None, None, 'NVIDIA GeForce RTX 3060 Ti'),
-    (0x2420, None, None, 'NVIDIA GeForce RTX 3080 Ti Laptop GPU'),
-    (0x2438, None, None, 'NVIDIA RTX A5500 Laptop GPU'),
-    (0x2460, None, None, 'NVIDIA GeForce RTX 3080 Ti Laptop GPU'),
-    (0x2482, None, None, 'NVIDIA GeForce RTX 3070 Ti'),
-    (0x2484, None, None, 'NVIDIA GeForce RTX 3070'),
-    (0x2486, None, None, 'NVIDIA GeForce RTX 3060 Ti'),
-    (0x2487, None, None, 'NVIDIA GeForce RTX 3060'),
-    (0x2488, None, None, 'NVIDIA GeForce RTX 3070'),
-    (0x2489, None, None, 'NVIDIA GeForce RTX 3060 Ti'),
-    (0x248A, None, None, 'NVIDIA CMP 70HX'),
-    (0x249C, None, None, 'NVIDIA GeForce RTX 3080 Laptop GPU'),
-    (0x249C, 0x1D05, 0x1194, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x249D, None, None, 'NVIDIA GeForce RTX 3070 Laptop GPU'),
-    (0x24A0, None, None, 'NVIDIA GeForce RTX 3070 Ti Laptop GPU'),
-    (0x24A0, 0x1D05, 0x1192, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x24B0, 0x1028, 0x14AD, 'NVIDIA RTX A4000'),
-    (0x24B0, 0x103C, 0x14AD, 'NVIDIA RTX A4000'),
-    (0x24B0, 0x10DE, 0x14AD, 'NVIDIA RTX A4000'),
-    (0x24B0, 0x17AA, 0x14AD, 'NVIDIA RTX A4000'),
-    (0x24B1, 0x10DE, 0x1658, 'NVIDIA RTX A4000H'),
-    (0x24B6, None, None, 'NVIDIA RTX A5000 Laptop GPU'),
-    (0x24B7, None, None, 'NVIDIA RTX A4000 Laptop GPU'),
-    (0x24B8, None, None, 'NVIDIA RTX A3000 Laptop GPU'),
-    (0x24B9, None, None, 'NVIDIA RTX A3000 12GB Laptop GPU'),
-    (0x24BA, None, None, 'NVIDIA RTX A4500 Laptop GPU'),
-    (0x24BB, None, None, 'NVIDIA RTX A3000 12GB Laptop GPU'),
-    (0x24C7, None, None, 'NVIDIA GeForce RTX 3060'),
-    (0x24C9, None, None, 'NVIDIA GeForce RTX 3060 Ti'),
-    (0x24DC, None, None, 'NVIDIA GeForce RTX 3080 Laptop GPU'),
-    (0x24DD, None, None, 'NVIDIA GeForce RTX 3070 Laptop GPU'),
-    (0x24E0, None, None, 'NVIDIA GeForce RTX 3070 Ti Laptop GPU'),
-    (0x24FA, None, None, 'NVIDIA RTX A4500 Embedded GPU'),
-    (0x2503, None, None, 'NVIDIA GeForce RTX 3060'),
-    (0x2504, None, None, 'NVIDIA GeForce RTX 3060'),
-    (0x2507, None, None, 'NVIDIA GeForce RTX 3050'),
-    (0x2508, None, None, 'NVIDIA GeForce RTX 3050 OEM'),
-    (0x2520, None, None, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x2521, None, None, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x2523, None, None, 'NVIDIA GeForce RTX 3050 Ti Laptop GPU'),
-    (0x2531, 0x1028, 0x151D, 'NVIDIA RTX A2000'),
-    (0x2531, 0x103C, 0x151D, 'NVIDIA RTX A2000'),
-    (0x2531, 0x10DE, 0x151D, 'NVIDIA RTX A2000'),
-    (0x2531, 0x17AA, 0x151D, 'NVIDIA RTX A2000'),
-    (0x2544, None, None, 'NVIDIA GeForce RTX 3060'),
-    (0x2560, None, None, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x2563, None, None, 'NVIDIA GeForce RTX 3050 Ti Laptop GPU'),
-    (0x2571, 0x1028, 0x1611, 'NVIDIA RTX A2000 12GB'),
-    (0x2571, 0x103C, 0x1611, 'NVIDIA RTX A2000 12GB'),
-    (0x2571, 0x10DE, 0x1611, 'NVIDIA RTX A2000 12GB'),
-    (0x2571, 0x17AA, 0x1611, 'NVIDIA RTX A2000 12GB'),
-    (0x2582, None, None, 'NVIDIA GeForce RTX 3050'),
-    (0x2584, None, None, 'NVIDIA GeForce RTX 3050'),
-    (0x25A0, None, None, 'NVIDIA GeForce RTX 3050 Ti Laptop GPU'),
-    (0x25A0, 0x103C, 0x8928, 'NVIDIA GeForce RTX 3050Ti Laptop GPU'),
-    (0x25A0, 0x103C, 0x89F9, 'NVIDIA GeForce RTX 3050Ti Laptop GPU'),
-    (0x25A0, 0x1D05, 0x1196, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x25A2, None, None, 'NVIDIA GeForce RTX 3050 Laptop GPU'),
-    (0x25A2, 0x1028, 0x0BAF, 'NVIDIA GeForce RTX 3050 Ti Laptop GPU'),
-    (0x25A2, 0x1D05, 0x1195, 'NVIDIA GeForce RTX 3060 Laptop GPU'),
-    (0x25A5, None, None, 'NVIDIA GeForce RTX 3050 Laptop GPU'),
-    (0x25A6, None, None, 'NVIDIA GeForce MX570'),
-    (0x25A7, None, None, 'NVIDIA GeForce RTX 2050'),
-    (0x25A9, None, None, 'NVIDIA GeForce RTX 2050'),
-    (0x25AA, None, None, 'NVIDIA GeForce MX570 A'),
-    (0x25AB, None, None, 'NVIDIA GeForce RTX 3050 4GB Laptop GPU'),
-    (0x25AC, None, None, 'NVIDIA GeForce RTX 3050 6GB Laptop GPU'),
-    (0x25AD, None, None, 'NVIDIA GeForce RTX 2050'),
-    (0x25B0, 0x1028, 0x1878, 'NVIDIA RTX A1000'),
-    (0x25B0, 0x103C, 0x1878, 'NVIDIA RTX A1000'),
-    (0x25B0, 0x103C, 0x8D96, 'NVIDIA RTX A1000'),
-    (0x25B0, 0x10DE, 0x1878, 'NVIDIA RTX A1000'),
-    (0x25B0, 0x17AA, 0x1878, 'NVIDIA RTX A1000'),
-    (0x25B2, 0x1028, 0x1879, 'NVIDIA RTX A400'),
-    (0x25B2, 0x103C, 0x1879, 'NVIDIA RTX A400'),
-    (0x25B2, 0x103C, 0x8D95, 'NVIDIA RTX A400'),
-    (0x25B2, 0x10DE, 0x1879, 'NVIDIA RTX A400'),
-    (0x25B2, 0x17AA, 0x1879, 'NVIDIA RTX A400'),
-    (0x25B6, 0x10DE, 0x14A9, 'NVIDIA A16'),
-    (0x25B6, 0x10DE, 0x157E, 'NVIDIA A2'),
-    (0x25B8, None, None, 'NVIDIA RTX A2000 Laptop GPU'),
-    (0x25B9, None, None, 'NVIDIA RTX A1000 Laptop GPU'),
-    (0x25BA, None, None, 'NVIDIA RTX A2000 8GB Laptop GPU'),
-    (0x25BB, None, None, 'NVIDIA RTX A500 Laptop GPU'),
-    (0x25BC, None, None, 'NVIDIA RTX A1000 6GB Laptop GPU'),
-    (0x25BD, None, None, 'NVIDIA RTX A500 Laptop GPU'),
-    (0x25E0, None, None, 'NVIDIA GeForce RTX 3050 Ti Laptop GPU'),
-    (0x25E2, None, None, 'NVIDIA GeForce RTX 3050 Laptop GPU'),
-    (0x25E5, None, None, 'NVIDIA GeForce RTX 3050 Laptop GPU'),
-    (0x25EC, None, None, 'NVIDIA GeForce RTX 3050 6GB Laptop GPU'),
-    (0x25ED, None, None, 'NVIDIA GeForce RTX 2050'),
-    (0x25F9, None, None, 'NVIDIA RTX A1000 Embedded GPU'),
-    (0x25FA, None, None, 'NVIDIA RTX A2000 Embedded GPU'),
-    (0x25FB, None, None, 'NVIDIA RTX A500 Embedded GPU'),
-    (0x2684, None, None, 'NVIDIA GeForce RTX 4090'),
-    (0x2685, None, None, 'NVIDIA GeForce RTX 4090 D'),
-    (0x2689, None, None, 'NVIDIA GeForce RTX 4070 Ti SUPER'),
-    (0x26B1, 0x1028, 0x16A1, 'NVIDIA RTX 6000 Ada Generation'),
-    (0x26B1, 0x103C, 0x16A1, 'NVIDIA RTX 6000 Ada Generation'),
-    (0x26B1, 0x10DE, 0x16A1, 'NVIDIA RTX 6000 Ada Generation'),
-    (0x26B1, 0x17AA, 0x16A1, 'NVIDIA RTX 6000 Ada Generation'),
-    (0x26B2, 0x1028, 0x17FA, 'NVIDIA RTX 5000 Ada Generation'),
-    (0x26B2, 0x103C, 0x17FA, 'NVIDIA RTX 5000 Ada Generation'),
-    (0x26B2, 0x10DE, 0x17FA, 'NVIDIA RTX 5000 Ada Generation'),
-    (0x26B2, 0x17AA, 0x17FA, 'NVIDIA RTX 5000 Ada Generation'),
-    (0x26B3, 0x1028, 0x1934, 'NVIDIA RTX 5880 Ada Generation'),
-    (0x26B3, 0x103C, 0x1934, 'NVIDIA RTX 5880 Ada Generation'),
-    (0x26B3, 0x10DE, 0x1934, 'NVIDIA RTX 5880 Ada Generation'),
-    (0x26B3, 0x17AA, 0x1934, 'NVIDIA RTX 5880 Ada Generation'),
-    (0x26B5, 0x10DE, 0x169D, 'NVIDIA L40'),
-    (0x26B5, 0x10DE, 0x17DA, 'NVIDIA L40'),
-    (0x26B9, 0x10DE, 0x1851, 'NVIDIA L40S'),
-    (0x26B9, 0x10DE, 0x18CF, 'NVIDIA L40S'),
-    (0x26BA, 0x10DE, 0x1957, 'NVIDIA L20'),
-    (0x26BA, 0x10DE, 0x1990, 'NVIDIA L20'),
-    (0x2702, None, None, 'NVIDIA GeForce RTX 4080 SUPER'),
-    (0x2704, None, None, 'NVIDIA GeForce RTX 4080'),
-    (0x2705, None, None, 'NVIDIA GeForce RTX 4070 Ti SUPER'),
-    (0x2709, None, None, 'NVIDIA GeForce RTX 4070'),
-    (0x2717, None, None, 'NVIDIA GeForce RTX 4090 Laptop GPU'),
-    (0x2730, None, None, 'NVIDIA RTX 5000 Ada Generation Laptop GPU'),
-    (0x2757, None, None, 'NVIDIA GeForce RTX 4090 Laptop GPU'),
-    (0x2770, None, None, 'NVIDIA RTX 5000 Ada Generation Embedded GPU'),
-    (0x2782, None, None, 'NVIDIA GeForce RTX 4070 Ti'),
-    (0x2783, None, None, 'NVIDIA GeForce RTX 4070 SUPER'),
-    (0x2786, None, None, 'NVIDIA GeForce RTX 4070'),
-    (0x2788, None, None, 'NVIDIA GeForce RTX 4060 Ti'),
-    (0x27A0, None, None, 'NVIDIA GeForce RTX 4080 Laptop GPU'),
-    (0x27B0, 0x1028, 0x16FA, 'NVIDIA RTX 4000 SFF Ada Generation'),
-    (0x27B0, 0x103C, 0x16FA, 'NVIDIA RTX 4000 SFF Ada Generation'),
-    (0x27B0, 0x10DE, 0x16FA, 'NVIDIA RTX 4000 SFF Ada Generation'),
-    (0x27B0, 0x17AA, 0x16FA, 'NVIDIA RTX 4000 SFF Ada Generation'),
-    (0x27B1, 0x1028, 0x180C, 'NVIDIA RTX 4500 Ada Generation'),
-    (0x27B1, 0x103C, 0x180C, 'NVIDIA RTX 4500 Ada Generation'),
-    (0x27B1, 0x10DE, 0x180C, 'NVIDIA RTX 4500 Ada Generation'),
-    (0x27B1, 0x17AA, 0x180C, 'NVIDIA RTX 4500 Ada Generation'),
-    (0x27B2, 0x1028, 0x181B, 'NVIDIA RTX 4000 Ada Generation'),
-    (0x27B2, 0x103C, 0x181B, 'NVIDIA RTX 4000 Ada Generation'),
-    (0x27B2, 0x10DE, 0x181B, 'NVIDIA RTX 4000 Ada Generation'),
-    (0x27B2, 0x17AA, 0x181B, 'NVIDIA RTX 4000 Ada Generation'),
-    (0x27B6, 0x10DE, 0x1933, 'NVIDIA L2'),
-    (0x27B8, 0x10DE, 0x16CA, 'NVIDIA L4'),
-    (0x27B8, 0x10DE, 0x16EE, 'NVIDIA L4'),
-    (0x27BA, None, None, 'NVIDIA RTX 4000 Ada Generation Laptop GPU'),
-    (0x27BB, None, None, 'NVIDIA RTX 3500 Ada Generation Laptop GPU'),
-    (0x27E0, None, None, 'NVIDIA GeForce RTX 4080 Laptop GPU'),
-    (0x27FB, None, None, 'NVIDIA RTX 3500 Ada Generation Embedded GPU'),
-    (0x2803, None, None, 'NVIDIA GeForce RTX 4060 Ti'),
-    (0x2805, None, None, 'NVIDIA GeForce RTX 4060 Ti'),
-    (0x2808, None, None, 'NVIDIA GeForce RTX 4060'),
-    (0x2820, None, None, 'NVIDIA GeForce RTX 4070 Laptop GPU'),
-    (0x2822, None, None, 'NVIDIA GeForce RTX 3050 A Laptop GPU'),
-    (0x2838, None, None, 'NVIDIA RTX 3000 Ada Generation Laptop GPU'),
-    (0x2860, None, None, 'NVIDIA GeForce RTX 4070 Laptop GPU'),
-    (0x2882, None, None, 'NVIDIA GeForce RTX 4060'),
-    (0x28A0, None, None, 'NVIDIA GeForce RTX 4060 Laptop GPU'),
-    (0x28A1, None, None, 'NVIDIA GeForce RTX 4050 Laptop GPU'),
-    (0x28A3, None, None, 'NVIDIA GeForce RTX 3050 A Laptop GPU'),
-    (0x28B0, 0x1028, 0x1870, 'NVIDIA RTX 2000 Ada Generation'),
-    (0x28B0, 0x103C, 0x1870, 'NVIDIA RTX 2000 Ada Generation'),
-    (0x28B0, 0x103C, 0x1871, 'NVIDIA RTX 2000E Ada Generation'),
-    (0x28B0, 0x10DE, 0x1870, 'NVIDIA RTX 2000 Ada Generation'),
-    (0x28B0, 0x10DE, 0x1871, 'NVIDIA RTX 2000E Ada Generation'),
-    (0x28B0, 0x17AA, 0x1870, 'NVIDIA RTX 2000 Ada Generation'),
-    (0x28B0, 0x17AA, 0x1871, 'NVIDIA RTX 2000E Ada Generation'),
-    (0x28B8, None, None, 'NVIDIA RTX 2000 Ada Generation Laptop GPU'),
-    (0x28B9, None, None, 'NVIDIA RTX 1000 Ada Generation Laptop GPU'),
-    (0x28BA, None, None, 'NVIDIA RTX 500 Ada Generation Laptop GPU'),
-    (0x28BB, None, None, 'NVIDIA RTX 500 Ada Generation Laptop GPU'),
-    (0x28E0, None, None, 'NVIDIA GeForce RTX 4060 Laptop GPU'),
-    (0x28E1, None, None, 'NVIDIA GeForce RTX 4050 Laptop GPU'),
-    (0x28E3, None, None, 'NVIDIA GeForce RTX 3050 A Laptop GPU'),
-    (0x28F8, None, None, 'NVIDIA RTX 2000 Ada Generation Embedded GPU'),
-    (0x2901, 0x10DE, 0x1999, 'NVIDIA B200'),
-    (0x2901, 0x10DE, 0x199B, 'NVIDIA B200'),
-    (0x2901, 0x10DE, 0x20DA, 'NVIDIA B200'),
-    (0x2941, 0x10DE, 0x2046, 'NVIDIA GB200'),
-    (0x2941, 0x10DE, 0x20CA, 'NVIDIA GB200'),
-    (0x2941, 0x10DE, 0x20D5, 'NVIDIA GB200'),
-    (0x2941, 0x10DE, 0x21C9, 'NVIDIA GB200'),
-    (0x2941, 0x10DE, 0x21CA, 'NVIDIA GB200'),
-    (0x29BB, 0x10DE, 0x207C, 'NVIDIA DRIVE P2021'),
-    (0x2B85, None, None, 'NVIDIA GeForce RTX 5090'),
-    (0x2B87, None, None, 'NVIDIA GeForce RTX 5090 D'),
-    (0x2B8C, None, None, 'NVIDIA GeForce RTX 5090 D v2'),
-    (0x2BB1, 0x1028, 0x204B, 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'),
-    (0x2BB1, 0x103C, 0x204B, 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'),
-    (0x2BB1, 0x10DE, 0x204B, 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'),
-    (0x2BB1, 0x17AA, 0x204B, 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'),
-    (0x2BB2, 0x1028, 0x2218, 'NVIDIA RTX PRO 6000D Blackwell Workstation Edition'),
-    (0x2BB2, 0x103C, 0x2218, 'NVIDIA RTX PRO 6000D Blackwell Workstation Edition'),
-    (0x2BB2, 0x10DE, 0x2218, 'NVIDIA RTX PRO 6000D Blackwell Workstation Edition'),
-    (0x2BB2, 0x17AA, 0x2218, 'NVIDIA RTX PRO 6000D Blackwell Workstation Edition'),
-    (0x2BB3, 0x1028, 0x204D, 'NVIDIA RTX PRO 5000 Blackwell'),
-    (0x2BB3, 0x103C, 0x204D, 'NVIDIA RTX PRO 5000 Blackwell'),
-    (0x2BB3, 0x10DE, 0x204D, 'NVIDIA RTX PRO 5000 Blackwell'),
-    (0x2BB3, 0x17AA, 0x204D, 'NVIDIA RTX PRO 5000 Blackwell'),
-    (0x2BB4, 0x1028, 0x204C, 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
-    (0x2BB4, 0x103C, 0x204C, 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
-    (0x2BB4, 0x10DE, 0x204C, 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
-    (0x2BB4, 0x17AA, 0x204C, 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition'),
-    (0x2BB5, 0x10DE, 0x204E, 'NVIDIA RTX PRO 6000 Blackwell Server Edition'),
-    (0x2BB9, 0x10DE, 0x2091, 'NVIDIA RTX 6000D'),
-    (0x2BBC, 0x1028, 0x2219, 'NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition'),
-    (0x2BBC, 0x103C, 0x2219, 'NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition'),
-    (0x2BBC, 0x10DE, 0x2219, 'NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition'),
-    (0x2BBC, 0x17AA, 0x2219, 'NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition'),
-    (0x2C02, None, None, 'NVIDIA GeForce RTX 5080'),
-    (0x2C05, None, None, 'NVIDIA GeForce RTX 5070 Ti'),
-    (0x2C18, None, None, 'NVIDIA GeForce RTX 5090 Laptop GPU'),
-    (0x2C19, None, None, 'NVIDIA GeForce RTX 5080 Laptop GPU'),
-    (0x2C31, 0x1028, 0x2051, 'NVIDIA RTX PRO 4500 Blackwell'),
-    (0x2C31, 0x103C, 0x2051, 'NVIDIA RTX PRO 4500 Blackwell'),
-    (0x2C31, 0x10DE, 0x2051, 'NVIDIA RTX PRO 4500 Blackwell'),
-    (0x2C31, 0x17AA, 0x2051, 'NVIDIA RTX PRO 4500 Blackwell'),
-    (0x2C33, 0x1028, 0x2053, 'NVIDIA RTX PRO 4000 Blackwell SFF Edition'),
-    (0x2C33, 0x103C, 0x2053, 'NVIDIA RTX PRO 4000 Blackwell SFF Edition'),
-    (0x2C33, 0x10DE, 0x2053, 'NVIDIA RTX PRO 4000 Blackwell SFF Edition'),
-    (0x2C33, 0x17AA, 0x2053, 'NVIDIA RTX PRO 4000 Blackwell SFF Edition'),
-    (0x2C34, 0x1028, 0x2052, 'NVIDIA RTX PRO 4000 Blackwell'),
-    (0x2C34, 0x103C, 0x2052, 'NVIDIA RTX PRO 4000 Blackwell'),
-    (0x2C34, 0x10DE, 0x2052, 'NVIDIA RTX PRO 4000 Blackwell'),
-    (0x2C34, 0x17AA, 0x2052, 'NVIDIA RTX PRO 4000 Blackwell'),
-    (0x2C38, None, None, 'NVIDIA RTX PRO 5000 Blackwell Generation Laptop GPU'),
-    (0x2C39, None, None, 'NVIDIA RTX PRO 4000 Blackwell Generation Laptop GPU'),
-    (0x2C58, None, None, 'NVIDIA GeForce RTX 5090 Laptop GPU'),
-    (0x2C59, None, None, 'NVIDIA GeForce RTX 5080 Laptop GPU'),
-    (0x2D04, None, None, 'NVIDIA GeForce RTX 5060 Ti'),
-    (0x2D05, None, None, 'NVIDIA GeForce RTX 5060'),
-    (0x2D18, None, None, 'NVIDIA GeForce RTX 5070 Laptop GPU'),
-    (0x2D19, None, None, 'NVIDIA GeForce RTX 5060 Laptop GPU'),
-    (0x2D30, 0x1028, 0x2054, 'NVIDIA RTX PRO 2000 Blackwell'),
-    (0x2D30, 0x103C, 0x2054, 'NVIDIA RTX PRO 2000 Blackwell'),
-    (0x2D30, 0x10DE, 0x2054, 'NVIDIA RTX PRO 2000 Blackwell'),
-    (0x2D30, 0x17AA, 0x2054, 'NVIDIA RTX PRO 2000 Blackwell'),
-    (0x2D39, None, None, 'NVIDIA RTX PRO 2000 Blackwell Generation Laptop GPU'),
-    (0x2D58, None, None, 'NVIDIA GeForce RTX 5070 Laptop GPU'),
-    (0x2D59, None, None, 'NVIDIA GeForce RTX 5060 Laptop GPU'),
-    (0x2D83, None, None, 'NVIDIA GeForce RTX 5050'),
-    (0x2D98, None, None, 'NVIDIA GeForce RTX 5050 Laptop GPU'),
-    (0x2DB8, None, None, 'NVIDIA RTX PRO 1000 Blackwell Generation Laptop GPU'),
-    (0x2DB9, None, None, 'NVIDIA RTX PRO 500 Blackwell Generation Laptop GPU'),
-    (0x2DD8, None, None, 'NVIDIA GeForce RTX 5050 Laptop GPU'),
-    (0x2F04, None, None, 'NVIDIA GeForce RTX 5070'),
-    (0x2F18, None, None, 'NVIDIA GeForce RTX 5070 Ti Laptop GPU'),
-    (0x2F38, None, None, 'NVIDIA RTX PRO 3000 Blackwell Generation Laptop GPU'),
-    (0x2F58, None, None, 'NVIDIA GeForce RTX 5070 Ti Laptop GPU'),
-    (0x3182, 0x10DE, 0x20E6, 'NVIDIA B300 SXM6 AC'),
-    (0x31C2, 0x10DE, 0x21F1, 'NVIDIA GB300'),
-)
+_OPEN_TABLE = """\
+1E02 - - NVIDIA TITAN RTX
+1E04 - - NVIDIA GeForce RTX 2080 Ti
+1E07 - - NVIDIA GeForce RTX 2080 Ti
+1E09 - - NVIDIA CMP 50HX
+1E30 - - Quadro RTX 6000
+1E30 1028 129E Quadro RTX 8000
+1E30 103C 129E Quadro RTX 8000
+1E30 10DE 129E Quadro RTX 8000
+1E36 - - Quadro RTX 6000
+1E78 10DE 13D8 Quadro RTX 8000
+1E78 10DE 13D9 Quadro RTX 6000
+1E81 - - NVIDIA GeForce RTX 2080 SUPER
+1E82 - - NVIDIA GeForce RTX 2080
+1E84 - - NVIDIA GeForce RTX 2070 SUPER
+1E87 - - NVIDIA GeForce RTX 2080
+1E89 - - NVIDIA GeForce RTX 2060
+1E90 - - NVIDIA GeForce RTX 2080
+1E90 1025 1375 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08A1 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08A2 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08EA NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08EB NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08EC NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08ED NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08EE NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 08EF NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 093B NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1028 093C NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 8572 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 8573 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 8602 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 8606 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 86C6 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 86C7 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 87A6 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 103C 87A7 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1043 131F NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1043 137F NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1043 141F NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1043 1751 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 1660 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 1661 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 1662 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 75A6 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 75A7 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 86A6 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1458 86A7 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1462 1274 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1462 1277 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 152D 1220 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1558 95E1 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1558 97E1 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1A58 2002 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1A58 2005 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1A58 2007 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1A58 3000 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1A58 3001 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E90 1D05 1069 NVIDIA GeForce RTX 2080 with Max-Q Design
+1E91 - - NVIDIA GeForce RTX 2070 Super
+1E91 103C 8607 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 103C 8736 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 103C 8738 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 103C 8772 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 103C 878A NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 103C 878B NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1043 1E61 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 1511 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 75B3 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 75B4 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 76B2 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 76B3 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 78A2 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 78A3 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 86B2 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1458 86B3 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1462 12AE NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1462 12B0 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1462 12C6 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 17AA 22C3 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 17AA 22C5 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1A58 2009 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1A58 200A NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 1A58 3002 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E91 8086 3012 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1E93 - - NVIDIA GeForce RTX 2080 Super
+1E93 1025 1401 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1025 149C NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1028 09D2 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 8607 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 86C7 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 8736 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 8738 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 8772 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 87A6 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 103C 87A7 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 75B1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 75B2 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 76B0 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 76B1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 78A0 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 78A1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 86B0 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1458 86B1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1462 12AE NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1462 12B0 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1462 12B4 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1462 12C6 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1558 50D3 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1558 70D1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 17AA 22C3 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 17AA 22C5 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1A58 2009 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1A58 200A NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1A58 3002 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1E93 1D05 1089 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1EB0 - - Quadro RTX 5000
+1EB1 - - Quadro RTX 4000
+1EB5 - - Quadro RTX 5000
+1EB5 1025 1375 Quadro RTX 5000 with Max-Q Design
+1EB5 1025 1401 Quadro RTX 5000 with Max-Q Design
+1EB5 1025 149C Quadro RTX 5000 with Max-Q Design
+1EB5 1028 09C3 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8736 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8738 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8772 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8780 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8782 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8783 Quadro RTX 5000 with Max-Q Design
+1EB5 103C 8785 Quadro RTX 5000 with Max-Q Design
+1EB5 1043 1DD1 Quadro RTX 5000 with Max-Q Design
+1EB5 1462 1274 Quadro RTX 5000 with Max-Q Design
+1EB5 1462 12B0 Quadro RTX 5000 with Max-Q Design
+1EB5 1462 12C6 Quadro RTX 5000 with Max-Q Design
+1EB5 17AA 22B8 Quadro RTX 5000 with Max-Q Design
+1EB5 17AA 22BA Quadro RTX 5000 with Max-Q Design
+1EB5 1A58 2005 Quadro RTX 5000 with Max-Q Design
+1EB5 1A58 2007 Quadro RTX 5000 with Max-Q Design
+1EB5 1A58 2008 Quadro RTX 5000 with Max-Q Design
+1EB5 1A58 200A Quadro RTX 5000 with Max-Q Design
+1EB6 - - Quadro RTX 4000
+1EB6 1028 09C3 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8736 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8738 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8772 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8780 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8782 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8783 Quadro RTX 4000 with Max-Q Design
+1EB6 103C 8785 Quadro RTX 4000 with Max-Q Design
+1EB6 1462 1274 Quadro RTX 4000 with Max-Q Design
+1EB6 1462 1277 Quadro RTX 4000 with Max-Q Design
+1EB6 1462 12B0 Quadro RTX 4000 with Max-Q Design
+1EB6 1462 12C6 Quadro RTX 4000 with Max-Q Design
+1EB6 17AA 22B8 Quadro RTX 4000 with Max-Q Design
+1EB6 17AA 22BA Quadro RTX 4000 with Max-Q Design
+1EB8 10DE 12A2 Tesla T4
+1EC2 - - NVIDIA GeForce RTX 2070 SUPER
+1EC7 - - NVIDIA GeForce RTX 2070 SUPER
+1ED0 - - NVIDIA GeForce RTX 2080
+1ED0 1025 132D NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 1028 08ED NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 1028 08EE NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 1028 08EF NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 103C 8572 NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 103C 8573 NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 103C 8600 NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 103C 8605 NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 1043 138F NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 1043 15C1 NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 17AA 3FEE NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED0 17AA 3FFE NVIDIA GeForce RTX 2080 with Max-Q Design
+1ED1 - - NVIDIA GeForce RTX 2070 Super
+1ED1 1025 1432 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 103C 8746 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 103C 878A NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 1043 165F NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 144D C192 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 17AA 3FCE NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 17AA 3FCF NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED1 17AA 3FD0 NVIDIA GeForce RTX 2070 Super with Max-Q Design
+1ED3 - - NVIDIA GeForce RTX 2080 Super
+1ED3 1025 1432 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 1028 09D1 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 103C 8746 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 103C 878A NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 1043 1D61 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 1043 1E51 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 1043 1F01 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 17AA 3FCE NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 17AA 3FCF NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1ED3 17AA 3FD0 NVIDIA GeForce RTX 2080 Super with Max-Q Design
+1EF5 - - Quadro RTX 5000
+1F02 - - NVIDIA GeForce RTX 2070
+1F03 - - NVIDIA GeForce RTX 2060
+1F06 - - NVIDIA GeForce RTX 2060 SUPER
+1F07 - - NVIDIA GeForce RTX 2070
+1F08 - - NVIDIA GeForce RTX 2060
+1F0A - - NVIDIA GeForce GTX 1650
+1F0B - - NVIDIA CMP 40HX
+1F10 - - NVIDIA GeForce RTX 2070
+1F10 1025 132D NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1025 1342 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08A1 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08A2 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08EA NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08EB NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08EC NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08ED NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08EE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 08EF NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 093B NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1028 093C NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 103C 8572 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 103C 8573 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 103C 8602 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 103C 8606 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1043 132F NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1043 136F NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1043 1881 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1043 1E6E NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 1658 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 1663 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 1664 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 75A4 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 75A5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 86A4 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1458 86A5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1462 1274 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1462 1277 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1558 95E1 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1558 97E1 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1A58 2002 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1A58 2005 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1A58 2007 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1A58 3000 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1A58 3001 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1D05 105E NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1D05 1070 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 1D05 2087 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F10 8086 2087 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F11 - - NVIDIA GeForce RTX 2060
+1F12 - - NVIDIA GeForce RTX 2060
+1F12 1028 098F NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 103C 8741 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 103C 8744 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 103C 878E NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 103C 880E NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 1043 1E11 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 1043 1F11 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 1462 12D9 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 17AA 3801 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 17AA 3802 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F12 17AA 3803 NVIDIA GeForce RTX 2060 with Max-Q Design
+1F14 - - NVIDIA GeForce RTX 2070
+1F14 1025 1401 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1025 1432 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1025 1442 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1025 1446 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1025 147D NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1028 09E2 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1028 09F3 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 8607 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 86C6 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 86C7 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 8736 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 8738 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 8746 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 8772 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 878A NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 878B NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 87A6 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 103C 87A7 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1043 174F NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 1512 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 75B5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 75B6 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 76B4 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 76B5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 78A4 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 78A5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 86B4 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1458 86B5 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1462 12AE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1462 12B0 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1462 12C6 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1558 50D3 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1558 70D1 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1A58 200C NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1A58 2011 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F14 1A58 3002 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F15 - - NVIDIA GeForce RTX 2060
+1F36 - - Quadro RTX 3000
+1F36 1028 0990 Quadro RTX 3000 with Max-Q Design
+1F36 103C 8736 Quadro RTX 3000 with Max-Q Design
+1F36 103C 8738 Quadro RTX 3000 with Max-Q Design
+1F36 103C 8772 Quadro RTX 3000 with Max-Q Design
+1F36 1043 13CF Quadro RTX 3000 with Max-Q Design
+1F36 1414 0032 Quadro RTX 3000 with Max-Q Design
+1F42 - - NVIDIA GeForce RTX 2060 SUPER
+1F47 - - NVIDIA GeForce RTX 2060 SUPER
+1F50 - - NVIDIA GeForce RTX 2070
+1F50 1028 08ED NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 1028 08EE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 1028 08EF NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 103C 8572 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 103C 8573 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 103C 8574 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 103C 8600 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 103C 8605 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 17AA 3FEE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F50 17AA 3FFE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F51 - - NVIDIA GeForce RTX 2060
+1F54 - - NVIDIA GeForce RTX 2070
+1F54 103C 878A NVIDIA GeForce RTX 2070 with Max-Q Design
+1F54 17AA 3FCE NVIDIA GeForce RTX 2070 with Max-Q Design
+1F54 17AA 3FCF NVIDIA GeForce RTX 2070 with Max-Q Design
+1F54 17AA 3FD0 NVIDIA GeForce RTX 2070 with Max-Q Design
+1F55 - - NVIDIA GeForce RTX 2060
+1F76 - - Quadro RTX 3000
+1F76 102B 2800 Matrox D-Series D2450
+1F76 102B 2900 Matrox D-Series D2480
+1F82 - - NVIDIA GeForce GTX 1650
+1F83 - - NVIDIA GeForce GTX 1630
+1F91 - - NVIDIA GeForce GTX 1650
+1F91 103C 863E NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 103C 86E7 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 103C 86E8 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1043 12CF NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1043 156F NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1414 0032 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 144D C822 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1462 127E NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1462 1281 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1462 1284 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1462 1285 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1462 129C NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 17AA 229F NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 17AA 3802 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 17AA 3806 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 17AA 3F1A NVIDIA GeForce GTX 1650 with Max-Q Design
+1F91 1A58 1001 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F95 - - NVIDIA GeForce GTX 1650 Ti
+1F95 1025 1479 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1025 147A NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1025 147B NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1025 147C NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 103C 86E7 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 103C 86E8 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 103C 8815 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1043 1DFF NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1043 1E1F NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 144D C838 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1462 12BD NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1462 12C5 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1462 12D2 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 17AA 22C0 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 17AA 22C1 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 17AA 3837 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 17AA 3F95 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1A58 1003 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1A58 1006 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1A58 1007 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F95 1E83 3E30 NVIDIA GeForce GTX 1650 Ti with Max-Q Design
+1F96 - - NVIDIA GeForce GTX 1650
+1F96 1462 1297 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F97 - - NVIDIA GeForce MX450
+1F98 - - NVIDIA GeForce MX450
+1F99 - - NVIDIA GeForce GTX 1650
+1F99 1025 1479 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1025 147A NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1025 147B NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1025 147C NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 103C 8815 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1043 13B2 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1043 1402 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1043 1902 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1462 12BD NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1462 12C5 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1462 12D2 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 17AA 22DA NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 17AA 3F93 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F99 1E83 3E30 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9C - - NVIDIA GeForce MX450
+1F9D - - NVIDIA GeForce GTX 1650
+1F9D 1043 128D NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1043 130D NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1043 149C NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1043 185C NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1043 189C NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 12F4 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 1302 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 131B NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 1326 NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 132A NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9D 1462 132E NVIDIA GeForce GTX 1650 with Max-Q Design
+1F9F - - NVIDIA GeForce MX550
+1FA0 - - NVIDIA GeForce MX550
+1FB0 1028 12DB NVIDIA T1000
+1FB0 103C 12DB NVIDIA T1000
+1FB0 103C 8A80 NVIDIA T1000
+1FB0 10DE 12DB NVIDIA T1000
+1FB0 10DE 1485 NVIDIA DGX Display
+1FB0 17AA 12DB NVIDIA T1000
+1FB1 1028 1488 NVIDIA T600
+1FB1 103C 1488 NVIDIA T600
+1FB1 103C 8A80 NVIDIA T600
+1FB1 10DE 1488 NVIDIA T600
+1FB1 17AA 1488 NVIDIA T600
+1FB2 1028 1489 NVIDIA T400
+1FB2 103C 1489 NVIDIA T400
+1FB2 103C 8A80 NVIDIA T400
+1FB2 10DE 1489 NVIDIA T400
+1FB2 17AA 1489 NVIDIA T400
+1FB6 - - NVIDIA T600 Laptop GPU
+1FB7 - - NVIDIA T550 Laptop GPU
+1FB8 - - Quadro T2000
+1FB8 1028 097E Quadro T2000 with Max-Q Design
+1FB8 103C 8736 Quadro T2000 with Max-Q Design
+1FB8 103C 8738 Quadro T2000 with Max-Q Design
+1FB8 103C 8772 Quadro T2000 with Max-Q Design
+1FB8 103C 8780 Quadro T2000 with Max-Q Design
+1FB8 103C 8782 Quadro T2000 with Max-Q Design
+1FB8 103C 8783 Quadro T2000 with Max-Q Design
+1FB8 103C 8785 Quadro T2000 with Max-Q Design
+1FB8 103C 87F0 Quadro T2000 with Max-Q Design
+1FB8 1462 1281 Quadro T2000 with Max-Q Design
+1FB8 1462 12BD Quadro T2000 with Max-Q Design
+1FB8 17AA 22C0 Quadro T2000 with Max-Q Design
+1FB8 17AA 22C1 Quadro T2000 with Max-Q Design
+1FB9 - - Quadro T1000
+1FB9 1025 1479 Quadro T1000 with Max-Q Design
+1FB9 1025 147A Quadro T1000 with Max-Q Design
+1FB9 1025 147B Quadro T1000 with Max-Q Design
+1FB9 1025 147C Quadro T1000 with Max-Q Design
+1FB9 103C 8736 Quadro T1000 with Max-Q Design
+1FB9 103C 8738 Quadro T1000 with Max-Q Design
+1FB9 103C 8772 Quadro T1000 with Max-Q Design
+1FB9 103C 8780 Quadro T1000 with Max-Q Design
+1FB9 103C 8782 Quadro T1000 with Max-Q Design
+1FB9 103C 8783 Quadro T1000 with Max-Q Design
+1FB9 103C 8785 Quadro T1000 with Max-Q Design
+1FB9 103C 87F0 Quadro T1000 with Max-Q Design
+1FB9 1462 12BD Quadro T1000 with Max-Q Design
+1FB9 17AA 22C0 Quadro T1000 with Max-Q Design
+1FB9 17AA 22C1 Quadro T1000 with Max-Q Design
+1FBA - - NVIDIA T600 Laptop GPU
+1FBB - - NVIDIA T500
+1FBC - - NVIDIA T1200 Laptop GPU
+1FDD - - NVIDIA GeForce GTX 1650
+1FF0 1028 1612 NVIDIA T1000 8GB
+1FF0 103C 1612 NVIDIA T1000 8GB
+1FF0 103C 8A80 NVIDIA T1000 8GB
+1FF0 10DE 1612 NVIDIA T1000 8GB
+1FF0 17AA 1612 NVIDIA T1000 8GB
+1FF2 1028 1613 NVIDIA T400 4GB
+1FF2 103C 1613 NVIDIA T400 4GB
+1FF2 103C 18FF NVIDIA T400E
+1FF2 103C 8A80 NVIDIA T400 4GB
+1FF2 10DE 1613 NVIDIA T400 4GB
+1FF2 10DE 18FF NVIDIA T400E
+1FF2 17AA 1613 NVIDIA T400 4GB
+1FF2 17AA 18FF NVIDIA T400E
+1FF9 - - Quadro T1000
+20B0 - - NVIDIA A100-SXM4-40GB
+20B0 10DE 1450 NVIDIA A100-PG509-200
+20B2 10DE 1463 NVIDIA A100-SXM4-80GB
+20B2 10DE 147F NVIDIA A100-SXM4-80GB
+20B2 10DE 1622 NVIDIA A100-SXM4-80GB
+20B2 10DE 1623 NVIDIA A100-SXM4-80GB
+20B2 10DE 1625 NVIDIA PG509-210
+20B3 10DE 14A7 NVIDIA A100-SXM-64GB
+20B3 10DE 14A8 NVIDIA A100-SXM-64GB
+20B5 10DE 1533 NVIDIA A100 80GB PCIe
+20B5 10DE 1642 NVIDIA A100 80GB PCIe
+20B6 10DE 1492 NVIDIA PG506-232
+20B7 10DE 1532 NVIDIA A30
+20B7 10DE 1804 NVIDIA A30
+20B7 10DE 1852 NVIDIA A30
+20BD 10DE 17F4 NVIDIA A800-SXM4-40GB
+20F1 10DE 145F NVIDIA A100-PCIE-40GB
+20F3 10DE 179B NVIDIA A800-SXM4-80GB
+20F3 10DE 179C NVIDIA A800-SXM4-80GB
+20F3 10DE 179D NVIDIA A800-SXM4-80GB
+20F3 10DE 179E NVIDIA A800-SXM4-80GB
+20F3 10DE 179F NVIDIA A800-SXM4-80GB
+20F3 10DE 17A0 NVIDIA A800-SXM4-80GB
+20F3 10DE 17A1 NVIDIA A800-SXM4-80GB
+20F3 10DE 17A2 NVIDIA A800-SXM4-80GB
+20F5 10DE 1799 NVIDIA A800 80GB PCIe
+20F5 10DE 179A NVIDIA A800 80GB PCIe LC
+20F6 1028 180A NVIDIA A800 40GB Active
+20F6 103C 180A NVIDIA A800 40GB Active
+20F6 10DE 180A NVIDIA A800 40GB Active
+20F6 17AA 180A NVIDIA A800 40GB Active
+20FD 10DE 17F8 NVIDIA AX800
+2182 - - NVIDIA GeForce GTX 1660 Ti
+2184 - - NVIDIA GeForce GTX 1660
+2187 - - NVIDIA GeForce GTX 1650 SUPER
+2188 - - NVIDIA GeForce GTX 1650
+2189 - - NVIDIA CMP 30HX
+2191 - - NVIDIA GeForce GTX 1660 Ti
+2191 1028 0949 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 85FB NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 85FE NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 86D6 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 8741 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 8744 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 878D NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 87AF NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 103C 87B3 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1043 171F NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1043 17EF NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1043 18D1 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1414 0032 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 128A NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 128B NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 12C6 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 12CB NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 12CC NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 1462 12D9 NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 17AA 380C NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 17AA 381D NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2191 17AA 381E NVIDIA GeForce GTX 1660 Ti with Max-Q Design
+2192 - - NVIDIA GeForce GTX 1650 Ti
+21C4 - - NVIDIA GeForce GTX 1660 SUPER
+21D1 - - NVIDIA GeForce GTX 1660 Ti
+2203 - - NVIDIA GeForce RTX 3090 Ti
+2204 - - NVIDIA GeForce RTX 3090
+2206 - - NVIDIA GeForce RTX 3080
+2207 - - NVIDIA GeForce RTX 3070 Ti
+2208 - - NVIDIA GeForce RTX 3080 Ti
+220A - - NVIDIA GeForce RTX 3080
+220D - - NVIDIA CMP 90HX
+2216 - - NVIDIA GeForce RTX 3080
+2230 1028 1459 NVIDIA RTX A6000
+2230 103C 1459 NVIDIA RTX A6000
+2230 10DE 1459 NVIDIA RTX A6000
+2230 17AA 1459 NVIDIA RTX A6000
+2231 1028 147E NVIDIA RTX A5000
+2231 103C 147E NVIDIA RTX A5000
+2231 10DE 147E NVIDIA RTX A5000
+2231 17AA 147E NVIDIA RTX A5000
+2232 1028 163C NVIDIA RTX A4500
+2232 103C 163C NVIDIA RTX A4500
+2232 10DE 163C NVIDIA RTX A4500
+2232 17AA 163C NVIDIA RTX A4500
+2233 1028 165A NVIDIA RTX A5500
+2233 103C 165A NVIDIA RTX A5500
+2233 10DE 165A NVIDIA RTX A5500
+2233 17AA 165A NVIDIA RTX A5500
+2235 10DE 145A NVIDIA A40
+2236 10DE 1482 NVIDIA A10
+2237 10DE 152F NVIDIA A10G
+2238 10DE 1677 NVIDIA A10M
+230E 10DE 20DF NVIDIA H20 NVL16
+2321 10DE 1839 NVIDIA H100 NVL
+2322 10DE 17A4 NVIDIA H800 PCIe
+2324 10DE 17A6 NVIDIA H800
+2324 10DE 17A8 NVIDIA H800
+2329 10DE 198B NVIDIA H20
+2329 10DE 198C NVIDIA H20
+232C 10DE 2063 NVIDIA H20-3e
+2330 10DE 16C0 NVIDIA H100 80GB HBM3
+2330 10DE 16C1 NVIDIA H100 80GB HBM3
+2331 10DE 1626 NVIDIA H100 PCIe
+2335 10DE 18BE NVIDIA H200
+2335 10DE 18BF NVIDIA H200
+2339 10DE 17FC NVIDIA H100
+233A 10DE 183A NVIDIA H800 NVL
+233B 10DE 1996 NVIDIA H200 NVL
+2342 10DE 16EB NVIDIA GH200 120GB
+2342 10DE 1805 NVIDIA GH200 120GB
+2342 10DE 1809 NVIDIA GH200 480GB
+2348 10DE 18D2 NVIDIA GH200 144G HBM3e
+2414 - - NVIDIA GeForce RTX 3060 Ti
+2420 - - NVIDIA GeForce RTX 3080 Ti Laptop GPU
+2438 - - NVIDIA RTX A5500 Laptop GPU
+2460 - - NVIDIA GeForce RTX 3080 Ti Laptop GPU
+2482 - - NVIDIA GeForce RTX 3070 Ti
+2484 - - NVIDIA GeForce RTX 3070
+2486 - - NVIDIA GeForce RTX 3060 Ti
+2487 - - NVIDIA GeForce RTX 3060
+2488 - - NVIDIA GeForce RTX 3070
+2489 - - NVIDIA GeForce RTX 3060 Ti
+248A - - NVIDIA CMP 70HX
+249C - - NVIDIA GeForce RTX 3080 Laptop GPU
+249C 1D05 1194 NVIDIA GeForce RTX 3060 Laptop GPU
+249D - - NVIDIA GeForce RTX 3070 Laptop GPU
+24A0 - - NVIDIA GeForce RTX 3070 Ti Laptop GPU
+24A0 1D05 1192 NVIDIA GeForce RTX 3060 Laptop GPU
+24B0 1028 14AD NVIDIA RTX A4000
+24B0 103C 14AD NVIDIA RTX A4000
+24B0 10DE 14AD NVIDIA RTX A4000
+24B0 17AA 14AD NVIDIA RTX A4000
+24B1 10DE 1658 NVIDIA RTX A4000H
+24B6 - - NVIDIA RTX A5000 Laptop GPU
+24B7 - - NVIDIA RTX A4000 Laptop GPU
+24B8 - - NVIDIA RTX A3000 Laptop GPU
+24B9 - - NVIDIA RTX A3000 12GB Laptop GPU
+24BA - - NVIDIA RTX A4500 Laptop GPU
+24BB - - NVIDIA RTX A3000 12GB Laptop GPU
+24C7 - - NVIDIA GeForce RTX 3060
+24C9 - - NVIDIA GeForce RTX 3060 Ti
+24DC - - NVIDIA GeForce RTX 3080 Laptop GPU
+24DD - - NVIDIA GeForce RTX 3070 Laptop GPU
+24E0 - - NVIDIA GeForce RTX 3070 Ti Laptop GPU
+24FA - - NVIDIA RTX A4500 Embedded GPU
+2503 - - NVIDIA GeForce RTX 3060
+2504 - - NVIDIA GeForce RTX 3060
+2507 - - NVIDIA GeForce RTX 3050
+2508 - - NVIDIA GeForce RTX 3050 OEM
+2520 - - NVIDIA GeForce RTX 3060 Laptop GPU
+2521 - - NVIDIA GeForce RTX 3060 Laptop GPU
+2523 - - NVIDIA GeForce RTX 3050 Ti Laptop GPU
+2531 1028 151D NVIDIA RTX A2000
+2531 103C 151D NVIDIA RTX A2000
+2531 10DE 151D NVIDIA RTX A2000
+2531 17AA 151D NVIDIA RTX A2000
+2544 - - NVIDIA GeForce RTX 3060
+2560 - - NVIDIA GeForce RTX 3060 Laptop GPU
+2563 - - NVIDIA GeForce RTX 3050 Ti Laptop GPU
+2571 1028 1611 NVIDIA RTX A2000 12GB
+2571 103C 1611 NVIDIA RTX A2000 12GB
+2571 10DE 1611 NVIDIA RTX A2000 12GB
+2571 17AA 1611 NVIDIA RTX A2000 12GB
+2582 - - NVIDIA GeForce RTX 3050
+2584 - - NVIDIA GeForce RTX 3050
+25A0 - - NVIDIA GeForce RTX 3050 Ti Laptop GPU
+25A0 103C 8928 NVIDIA GeForce RTX 3050Ti Laptop GPU
+25A0 103C 89F9 NVIDIA GeForce RTX 3050Ti Laptop GPU
+25A0 1D05 1196 NVIDIA GeForce RTX 3060 Laptop GPU
+25A2 - - NVIDIA GeForce RTX 3050 Laptop GPU
+25A2 1028 0BAF NVIDIA GeForce RTX 3050 Ti Laptop GPU
+25A2 1D05 1195 NVIDIA GeForce RTX 3060 Laptop GPU
+25A5 - - NVIDIA GeForce RTX 3050 Laptop GPU
+25A6 - - NVIDIA GeForce MX570
+25A7 - - NVIDIA GeForce RTX 2050
+25A9 - - NVIDIA GeForce RTX 2050
+25AA - - NVIDIA GeForce MX570 A
+25AB - - NVIDIA GeForce RTX 3050 4GB Laptop GPU
+25AC - - NVIDIA GeForce RTX 3050 6GB Laptop GPU
+25AD - - NVIDIA GeForce RTX 2050
+25B0 1028 1878 NVIDIA RTX A1000
+25B0 103C 1878 NVIDIA RTX A1000
+25B0 103C 8D96 NVIDIA RTX A1000
+25B0 10DE 1878 NVIDIA RTX A1000
+25B0 17AA 1878 NVIDIA RTX A1000
+25B2 1028 1879 NVIDIA RTX A400
+25B2 103C 1879 NVIDIA RTX A400
+25B2 103C 8D95 NVIDIA RTX A400
+25B2 10DE 1879 NVIDIA RTX A400
+25B2 17AA 1879 NVIDIA RTX A400
+25B6 10DE 14A9 NVIDIA A16
+25B6 10DE 157E NVIDIA A2
+25B8 - - NVIDIA RTX A2000 Laptop GPU
+25B9 - - NVIDIA RTX A1000 Laptop GPU
+25BA - - NVIDIA RTX A2000 8GB Laptop GPU
+25BB - - NVIDIA RTX A500 Laptop GPU
+25BC - - NVIDIA RTX A1000 6GB Laptop GPU
+25BD - - NVIDIA RTX A500 Laptop GPU
+25E0 - - NVIDIA GeForce RTX 3050 Ti Laptop GPU
+25E2 - - NVIDIA GeForce RTX 3050 Laptop GPU
+25E5 - - NVIDIA GeForce RTX 3050 Laptop GPU
+25EC - - NVIDIA GeForce RTX 3050 6GB Laptop GPU
+25ED - - NVIDIA GeForce RTX 2050
+25F9 - - NVIDIA RTX A1000 Embedded GPU
+25FA - - NVIDIA RTX A2000 Embedded GPU
+25FB - - NVIDIA RTX A500 Embedded GPU
+2684 - - NVIDIA GeForce RTX 4090
+2685 - - NVIDIA GeForce RTX 4090 D
+2689 - - NVIDIA GeForce RTX 4070 Ti SUPER
+26B1 1028 16A1 NVIDIA RTX 6000 Ada Generation
+26B1 103C 16A1 NVIDIA RTX 6000 Ada Generation
+26B1 10DE 16A1 NVIDIA RTX 6000 Ada Generation
+26B1 17AA 16A1 NVIDIA RTX 6000 Ada Generation
+26B2 1028 17FA NVIDIA RTX 5000 Ada Generation
+26B2 103C 17FA NVIDIA RTX 5000 Ada Generation
+26B2 10DE 17FA NVIDIA RTX 5000 Ada Generation
+26B2 17AA 17FA NVIDIA RTX 5000 Ada Generation
+26B3 1028 1934 NVIDIA RTX 5880 Ada Generation
+26B3 103C 1934 NVIDIA RTX 5880 Ada Generation
+26B3 10DE 1934 NVIDIA RTX 5880 Ada Generation
+26B3 17AA 1934 NVIDIA RTX 5880 Ada Generation
+26B5 10DE 169D NVIDIA L40
+26B5 10DE 17DA NVIDIA L40
+26B9 10DE 1851 NVIDIA L40S
+26B9 10DE 18CF NVIDIA L40S
+26BA 10DE 1957 NVIDIA L20
+26BA 10DE 1990 NVIDIA L20
+2702 - - NVIDIA GeForce RTX 4080 SUPER
+2704 - - NVIDIA GeForce RTX 4080
+2705 - - NVIDIA GeForce RTX 4070 Ti SUPER
+2709 - - NVIDIA GeForce RTX 4070
+2717 - - NVIDIA GeForce RTX 4090 Laptop GPU
+2730 - - NVIDIA RTX 5000 Ada Generation Laptop GPU
+2757 - - NVIDIA GeForce RTX 4090 Laptop GPU
+2770 - - NVIDIA RTX 5000 Ada Generation Embedded GPU
+2782 - - NVIDIA GeForce RTX 4070 Ti
+2783 - - NVIDIA GeForce RTX 4070 SUPER
+2786 - - NVIDIA GeForce RTX 4070
+2788 - - NVIDIA GeForce RTX 4060 Ti
+27A0 - - NVIDIA GeForce RTX 4080 Laptop GPU
+27B0 1028 16FA NVIDIA RTX 4000 SFF Ada Generation
+27B0 103C 16FA NVIDIA RTX 4000 SFF Ada Generation
+27B0 10DE 16FA NVIDIA RTX 4000 SFF Ada Generation
+27B0 17AA 16FA NVIDIA RTX 4000 SFF Ada Generation
+27B1 1028 180C NVIDIA RTX 4500 Ada Generation
+27B1 103C 180C NVIDIA RTX 4500 Ada Generation
+27B1 10DE 180C NVIDIA RTX 4500 Ada Generation
+27B1 17AA 180C NVIDIA RTX 4500 Ada Generation
+27B2 1028 181B NVIDIA RTX 4000 Ada Generation
+27B2 103C 181B NVIDIA RTX 4000 Ada Generation
+27B2 10DE 181B NVIDIA RTX 4000 Ada Generation
+27B2 17AA 181B NVIDIA RTX 4000 Ada Generation
+27B6 10DE 1933 NVIDIA L2
+27B8 10DE 16CA NVIDIA L4
+27B8 10DE 16EE NVIDIA L4
+27BA - - NVIDIA RTX 4000 Ada Generation Laptop GPU
+27BB - - NVIDIA RTX 3500 Ada Generation Laptop GPU
+27E0 - - NVIDIA GeForce RTX 4080 Laptop GPU
+27FB - - NVIDIA RTX 3500 Ada Generation Embedded GPU
+2803 - - NVIDIA GeForce RTX 4060 Ti
+2805 - - NVIDIA GeForce RTX 4060 Ti
+2808 - - NVIDIA GeForce RTX 4060
+2820 - - NVIDIA GeForce RTX 4070 Laptop GPU
+2822 - - NVIDIA GeForce RTX 3050 A Laptop GPU
+2838 - - NVIDIA RTX 3000 Ada Generation Laptop GPU
+2860 - - NVIDIA GeForce RTX 4070 Laptop GPU
+2882 - - NVIDIA GeForce RTX 4060
+28A0 - - NVIDIA GeForce RTX 4060 Laptop GPU
+28A1 - - NVIDIA GeForce RTX 4050 Laptop GPU
+28A3 - - NVIDIA GeForce RTX 3050 A Laptop GPU
+28B0 1028 1870 NVIDIA RTX 2000 Ada Generation
+28B0 103C 1870 NVIDIA RTX 2000 Ada Generation
+28B0 103C 1871 NVIDIA RTX 2000E Ada Generation
+28B0 10DE 1870 NVIDIA RTX 2000 Ada Generation
+28B0 10DE 1871 NVIDIA RTX 2000E Ada Generation
+28B0 17AA 1870 NVIDIA RTX 2000 Ada Generation
+28B0 17AA 1871 NVIDIA RTX 2000E Ada Generation
+28B8 - - NVIDIA RTX 2000 Ada Generation Laptop GPU
+28B9 - - NVIDIA RTX 1000 Ada Generation Laptop GPU
+28BA - - NVIDIA RTX 500 Ada Generation Laptop GPU
+28BB - - NVIDIA RTX 500 Ada Generation Laptop GPU
+28E0 - - NVIDIA GeForce RTX 4060 Laptop GPU
+28E1 - - NVIDIA GeForce RTX 4050 Laptop GPU
+28E3 - - NVIDIA GeForce RTX 3050 A Laptop GPU
+28F8 - - NVIDIA RTX 2000 Ada Generation Embedded GPU
+2901 10DE 1999 NVIDIA B200
+2901 10DE 199B NVIDIA B200
+2901 10DE 20DA NVIDIA B200
+2941 10DE 2046 NVIDIA GB200
+2941 10DE 20CA NVIDIA GB200
+2941 10DE 20D5 NVIDIA GB200
+2941 10DE 21C9 NVIDIA GB200
+2941 10DE 21CA NVIDIA GB200
+29BB 10DE 207C NVIDIA DRIVE P2021
+2B85 - - NVIDIA GeForce RTX 5090
+2B87 - - NVIDIA GeForce RTX 5090 D
+2B8C - - NVIDIA GeForce RTX 5090 D v2
+2BB1 1028 204B NVIDIA RTX PRO 6000 Blackwell Workstation Edition
+2BB1 103C 204B NVIDIA RTX PRO 6000 Blackwell Workstation Edition
+2BB1 10DE 204B NVIDIA RTX PRO 6000 Blackwell Workstation Edition
+2BB1 17AA 204B NVIDIA RTX PRO 6000 Blackwell Workstation Edition
+2BB2 1028 2218 NVIDIA RTX PRO 6000D Blackwell Workstation Edition
+2BB2 103C 2218 NVIDIA RTX PRO 6000D Blackwell Workstation Edition
+2BB2 10DE 2218 NVIDIA RTX PRO 6000D Blackwell Workstation Edition
+2BB2 17AA 2218 NVIDIA RTX PRO 6000D Blackwell Workstation Edition
+2BB3 1028 204D NVIDIA RTX PRO 5000 Blackwell
+2BB3 103C 204D NVIDIA RTX PRO 5000 Blackwell
+2BB3 10DE 204D NVIDIA RTX PRO 5000 Blackwell
+2BB3 17AA 204D NVIDIA RTX PRO 5000 Blackwell
+2BB4 1028 204C NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition
+2BB4 103C 204C NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition
+2BB4 10DE 204C NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition
+2BB4 17AA 204C NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition
+2BB5 10DE 204E NVIDIA RTX PRO 6000 Blackwell Server Edition
+2BB9 10DE 2091 NVIDIA RTX 6000D
+2BBC 1028 2219 NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition
+2BBC 103C 2219 NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition
+2BBC 10DE 2219 NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition
+2BBC 17AA 2219 NVIDIA RTX PRO 6000D Blackwell Max-Q Workstation Edition
+2C02 - - NVIDIA GeForce RTX 5080
+2C05 - - NVIDIA GeForce RTX 5070 Ti
+2C18 - - NVIDIA GeForce RTX 5090 Laptop GPU
+2C19 - - NVIDIA GeForce RTX 5080 Laptop GPU
+2C31 1028 2051 NVIDIA RTX PRO 4500 Blackwell
+2C31 103C 2051 NVIDIA RTX PRO 4500 Blackwell
+2C31 10DE 2051 NVIDIA RTX PRO 4500 Blackwell
+2C31 17AA 2051 NVIDIA RTX PRO 4500 Blackwell
+2C33 1028 2053 NVIDIA RTX PRO 4000 Blackwell SFF Edition
+2C33 103C 2053 NVIDIA RTX PRO 4000 Blackwell SFF Edition
+2C33 10DE 2053 NVIDIA RTX PRO 4000 Blackwell SFF Edition
+2C33 17AA 2053 NVIDIA RTX PRO 4000 Blackwell SFF Edition
+2C34 1028 2052 NVIDIA RTX PRO 4000 Blackwell
+2C34 103C 2052 NVIDIA RTX PRO 4000 Blackwell
+2C34 10DE 2052 NVIDIA RTX PRO 4000 Blackwell
+2C34 17AA 2052 NVIDIA RTX PRO 4000 Blackwell
+2C38 - - NVIDIA RTX PRO 5000 Blackwell Generation Laptop GPU
+2C39 - - NVIDIA RTX PRO 4000 Blackwell Generation Laptop GPU
+2C58 - - NVIDIA GeForce RTX 5090 Laptop GPU
+2C59 - - NVIDIA GeForce RTX 5080 Laptop GPU
+2D04 - - NVIDIA GeForce RTX 5060 Ti
+2D05 - - NVIDIA GeForce RTX 5060
+2D18 - - NVIDIA GeForce RTX 5070 Laptop GPU
+2D19 - - NVIDIA GeForce RTX 5060 Laptop GPU
+2D30 1028 2054 NVIDIA RTX PRO 2000 Blackwell
+2D30 103C 2054 NVIDIA RTX PRO 2000 Blackwell
+2D30 10DE 2054 NVIDIA RTX PRO 2000 Blackwell
+2D30 17AA 2054 NVIDIA RTX PRO 2000 Blackwell
+2D39 - - NVIDIA RTX PRO 2000 Blackwell Generation Laptop GPU
+2D58 - - NVIDIA GeForce RTX 5070 Laptop GPU
+2D59 - - NVIDIA GeForce RTX 5060 Laptop GPU
+2D83 - - NVIDIA GeForce RTX 5050
+2D98 - - NVIDIA GeForce RTX 5050 Laptop GPU
+2DB8 - - NVIDIA RTX PRO 1000 Blackwell Generation Laptop GPU
+2DB9 - - NVIDIA RTX PRO 500 Blackwell Generation Laptop GPU
+2DD8 - - NVIDIA GeForce RTX 5050 Laptop GPU
+2F04 - - NVIDIA GeForce RTX 5070
+2F18 - - NVIDIA GeForce RTX 5070 Ti Laptop GPU
+2F38 - - NVIDIA RTX PRO 3000 Blackwell Generation Laptop GPU
+2F58 - - NVIDIA GeForce RTX 5070 Ti Laptop GPU
+3182 10DE 20E6 NVIDIA B300 SXM6 AC
+31C2 10DE 21F1 NVIDIA GB300
+"""
 
-ARCHITECTURE_RANGES = (
-    (0x0008, 0x0009, 'nv1'),
-    (0x0018, 0x0019, 'nv3'),
-    (0x0020, 0x002D, 'nv4'),
-    (0x0040, 0x009D, 'curie'),
-    (0x00A0, 0x00A0, 'nv4'),
-    (0x00C0, 0x00F9, 'curie'),
-    (0x00FA, 0x00FE, 'rankine'),
-    (0x00FF, 0x0113, 'celsius'),
-    (0x0140, 0x014F, 'curie'),
-    (0x0150, 0x0153, 'celsius'),
-    (0x0160, 0x016F, 'curie'),
-    (0x0170, 0x018D, 'celsius'),
-    (0x0190, 0x019E, 'tesla'),
-    (0x01D0, 0x01DF, 'curie'),
-    (0x01F0, 0x01F0, 'celsius'),
-    (0x0200, 0x0203, 'kelvin'),
-    (0x0211, 0x024F, 'curie'),
-    (0x0250, 0x025B, 'kelvin'),
-    (0x027E, 0x027F, 'curie'),
-    (0x0280, 0x028C, 'kelvin'),
-    (0x0290, 0x029F, 'curie'),
-    (0x02A0, 0x02A0, 'kelvin'),
-    (0x02E0, 0x02FF, 'curie'),
-    (0x0300, 0x034E, 'rankine'),
-    (0x038B, 0x03D6, 'curie'),
-    (0x0400, 0x042F, 'tesla'),
-    (0x0531, 0x053E, 'curie'),
-    (0x0568, 0x065F, 'tesla'),
-    (0x06C0, 0x06DF, 'fermi'),
-    (0x06E0, 0x077E, 'tesla'),
-    (0x07E0, 0x07E5, 'curie'),
-    (0x0840, 0x0BE2, 'tesla'),
-    (0x0BE5, 0x0BEE, 'fermi'),
-    (0x0CA0, 0x0D9D, 'tesla'),
-    (0x0DC0, 0x0E09, 'fermi'),
-    (0x0E0A, 0x0E0B, 'kepler'),
-    (0x0E0C, 0x0E0C, 'fermi'),
-    (0x0E0F, 0x0E1B, 'kepler'),
-    (0x0E22, 0x0F06, 'fermi'),
-    (0x0FA0, 0x0FA7, 'kepler'),
-    (0x0FB0, 0x0FB0, 'maxwell'),
-    (0x0FB8, 0x0FB9, 'pascal'),
-    (0x0FBA, 0x0FBC, 'maxwell'),
-    (0x0FC0, 0x103F, 'kepler'),
-    (0x1040, 0x109B, 'fermi'),
-    (0x10C0, 0x10D8, 'tesla'),
-    (0x10EF, 0x10F1, 'pascal'),
-    (0x10F7, 0x10F9, 'turing'),
-    (0x1140, 0x1140, 'fermi'),
-    (0x1180, 0x11FF, 'kepler'),
-    (0x1200, 0x1251, 'fermi'),
-    (0x1280, 0x130B, 'kepler'),
-    (0x1340, 0x1436, 'maxwell'),
-    (0x15C2, 0x15FF, 'pascal'),
-    (0x1617, 0x1667, 'maxwell'),
-    (0x1725, 0x172F, 'pascal'),
-    (0x174D, 0x17FD, 'maxwell'),
-    (0x1AD6, 0x1AED, 'turing'),
-    (0x1AEF, 0x1AF1, 'ampere'),
-    (0x1B00, 0x1D56, 'pascal'),
-    (0x1D81, 0x1DF6, 'volta'),
-    (0x1E02, 0x1FF9, 'turing'),
-    (0x2080, 0x20FF, 'ampere'),
-    (0x2182, 0x21D1, 'turing'),
-    (0x2200, 0x2291, 'ampere'),
-    (0x22A3, 0x22A3, 'hopper'),
-    (0x22BA, 0x22BE, 'ada'),
-    (0x2302, 0x23F0, 'hopper'),
-    (0x2414, 0x25FB, 'ampere'),
-    (0x2681, 0x28F8, 'ada'),
-    (0x2900, 0x3340, 'blackwell'),
-)
+_ARCHITECTURE_RANGES = """\
+0008 0009 nv1
+0018 0019 nv3
+0020 002D nv4
+0040 009D curie
+00A0 00A0 nv4
+00C0 00F9 curie
+00FA 00FE rankine
+00FF 0113 celsius
+0140 014F curie
+0150 0153 celsius
+0160 016F curie
+0170 018D celsius
+0190 019E tesla
+01D0 01DF curie
+01F0 01F0 celsius
+0200 0203 kelvin
+0211 024F curie
+0250 025B kelvin
+027E 027F curie
+0280 028C kelvin
+0290 029F curie
+02A0 02A0 kelvin
+02E0 02FF curie
+0300 034E rankine
+038B 03D6 curie
+0400 042F tesla
+0531 053E curie
+0568 065F tesla
+06C0 06DF fermi
+06E0 077E tesla
+07E0 07E5 curie
+0840 0BE2 tesla
+0BE5 0BEE fermi
+0CA0 0D9D tesla
+0DC0 0E09 fermi
+0E0A 0E0B kepler
+0E0C 0E0C fermi
+0E0F 0E1B kepler
+0E22 0F06 fermi
+0FA0 0FA7 kepler
+0FB0 0FB0 maxwell
+0FB8 0FB9 pascal
+0FBA 0FBC maxwell
+0FC0 103F kepler
+1040 109B fermi
+10C0 10D8 tesla
+10EF 10F1 pascal
+10F7 10F9 turing
+1140 1140 fermi
+1180 11FF kepler
+1200 1251 fermi
+1280 130B kepler
+1340 1436 maxwell
+15C2 15FF pascal
+1617 1667 maxwell
+1725 172F pascal
+174D 17FD maxwell
+1AD6 1AED turing
+1AEF 1AF1 ampere
+1B00 1D56 pascal
+1D81 1DF6 volta
+1E02 1FF9 turing
+2080 20FF ampere
+2182 21D1 turing
+2200 2291 ampere
+22A3 22A3 hopper
+22BA 22BE ada
+2302 23F0 hopper
+2414 25FB ampere
+2681 28F8 ada
+2900 3340 blackwell
+"""
+
+
+def _id(text):
+    return None if text == "-" else int(text, 16)
+
+
+OPEN_TABLE = tuple((_id(d), _id(v), _id(s), name) for d, v, s, name in
+                   (line.split(" ", 3) for line in _OPEN_TABLE.splitlines()))
+ARCHITECTURE_RANGES = tuple((int(first, 16), int(last, 16), arch) for first, last, arch in
+                            (line.split() for line in _ARCHITECTURE_RANGES.splitlines()))

@@ -138,3 +138,9 @@ def test_files_that_are_not_nvidias_are_refused_naming_the_line(tmp_path, capsys
     assert open_gpu_ids.main(["--readme", str(tmp_path / "README.md"), "--readme-tag", "x", "--pci-ids",
                               str(tmp_path / "pci.ids"), "--pci-ids-tag", "y"]) == 2
     assert "line 15" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ['NVIDIA "X"', "back\\slash", " padded", ""])
+def test_a_name_the_text_table_cannot_hold_is_refused(name):
+    with pytest.raises(open_gpu_ids.SourceError, match="cannot be written as one line"):
+        open_gpu_ids.render([(0x2330, None, None, name)], [], "readme", "pci.ids")
