@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes writes that are read, planned and written again when another writer came first (PRIVATE to
+gpuops.nvidia).
+
+A write that carries the resourceVersion it read (a PUT, a merge patch with ``metadata.resourceVersion``, a delete
+with preconditions), or a create of a name that exists meanwhile, is answered 409 Conflict by the API server when
+someone else wrote in between (optimistic concurrency). The answer is always the same: read again, plan again on what
+is there now, write again, a bounded number of times. ``retry_on_conflict`` is that loop, once for the collection
+(kubernetes.core keeps its writes and their retry in one place too, plugins/module_utils/k8s/service.py); its callers
+pass their own read -> plan -> write as one function and keep only what differs: how many tries, what a failed try
+leaves to undo, and what the last conflict means (an error of theirs, or, for a Lease's compare-and-swap, a normal
+answer: another run took it). The 409 itself is mapped to a KubeError with ``status`` 409 by _kube.api_error.
+Target-side code: Python 3.9+.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+
+CONFLICT = 409
+
+
+def retry_on_conflict(attempt, tries=3, between=None, exhausted=None):
+    """Call ``attempt()`` (one read -> plan -> write) and return what it returns; where it raises the API's 409
+    Conflict, call it again, ``tries`` calls in all. Any other error passes through at once.
+
+    ``between(conflict)``: called after each conflict that another try follows (to undo what the failed try reported,
+    or to wait a little). ``exhausted(conflict)``: called with the last conflict when every try ended in one; what it
+    returns is the answer, what it raises is raised. Without it the last conflict (the KubeError) is raised."""
+    if tries < 1:
+        raise ValueError("tries must be 1 or more, got %r" % (tries,))
+    for dummy in range(tries - 1):
+        try:
+            return attempt()
+        except KubeError as exc:
+            if exc.status != CONFLICT:
+                raise
+            if between is not None:
+                between(exc)
+    try:
+        return attempt()
+    except KubeError as exc:
+        if exc.status != CONFLICT or exhausted is None:
+            raise
+        return exhausted(exc)
