@@ -133,6 +133,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 TEMPLATE_OPTIONS = dict(
@@ -219,7 +220,7 @@ def ours(obj, template_set):
 class ClaimTemplates(ModuleRun):
     """validate -> read the namespaces' templates -> plan the actions -> apply them (in check mode the API server's
     dry run) -> after: the templates of the set. A shared set (``user``) whose template another publisher wrote
-    between the read and the write (409) is read and planned again."""
+    between the read and the write (a conflict) is read and planned again."""
 
     argument_spec = ARGUMENT_SPEC
     errors = (KubeError,)
@@ -329,16 +330,15 @@ class ClaimTemplates(ModuleRun):
     def converge(self):
         _kube.mask_kubeconfig_secrets(self.module)
         self.kube = _kube.Kube.from_params(self.p)
-        for attempt in range(TRIES):
-            try:
-                return super(ClaimTemplates, self).converge()
-            except KubeError as exc:
-                # a shared set: another publisher wrote between our read and our write (409: a changed
-                # resourceVersion, or a create that found the template already there) - read again
-                if not (self.p["user"] and exc.status == 409 and attempt < TRIES - 1):
-                    raise
-                self.result["changes"] = []
-                self.diff = {"before": {}, "after": {}}
+        # a shared set: another publisher wrote between our read and our write (a conflict: a changed
+        # resourceVersion, or a create that found the template already there) - read again
+        return retry_on_conflict(super(ClaimTemplates, self).converge, tries=TRIES if self.p["user"] else 1,
+                                 between=self.forget_changes)
+
+    def forget_changes(self, dummy_conflict):
+        """What a try that ended in a conflict reported is not the run's answer: the next try reports its own."""
+        self.result["changes"] = []
+        self.diff = {"before": {}, "after": {}}
 
     def after(self, current, changes):
         for ns in self.p["namespaces"]:

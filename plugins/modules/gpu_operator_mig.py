@@ -151,6 +151,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
@@ -172,10 +173,11 @@ def _gpus(raw):
 
 def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
     """Add config ``config`` to the MIG ConfigMap (read, change, write guarded by resourceVersion; a concurrent
-    writer - another node of the batch - makes the write fail 409, and it is read and done again). Returns
-    (published, answer)."""
+    writer - another node of the batch - makes the write fail with a conflict, and it is read and done again,
+    ``attempts`` tries in all). Returns (published, answer)."""
     path = _kube.configmap_path(namespace, name)
-    for attempt in range(attempts):
+
+    def attempt():
         current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, name), path)
         text = ((current or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
         doc = _gpu_operator.parse_config_text(text, yaml)
@@ -184,11 +186,8 @@ def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
         data = dict((current or {}).get("data") or {})
         data[_gpu_operator.MIG_CONFIG_KEY] = _gpu_operator.dump_config(
             _gpu_operator.with_config(doc, config, entries), yaml)
-        try:
-            return True, _kube.write_configmap(kube, namespace, name, data, current, dry_run=dry_run)
-        except KubeError as exc:
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
+        return True, _kube.write_configmap(kube, namespace, name, data, current, dry_run=dry_run)
+    return retry_on_conflict(attempt, tries=attempts)
 
 
 def wait_state(kube, node, timeout, interval, sleep=time.sleep):

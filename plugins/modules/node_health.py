@@ -168,9 +168,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
-# A node changed between our read and our taint write (409): read and plan again this many times in all.
+# A node changed between our read and our taint write (a conflict): read and plan again, this many tries in all.
 ATTEMPTS = 3
 
 
@@ -224,24 +225,22 @@ class NodeHealthMarks(ModuleRun):
     def marks(self):
         _kube.mask_kubeconfig_secrets(self.module)
         kube = _kube.Kube.from_params(self.params)
+        # a conflict: the node changed meanwhile (a taint added); read it and plan on what is there now
+        return retry_on_conflict(lambda: self.write_marks(kube), tries=ATTEMPTS)
+
+    def write_marks(self, kube):
+        """Read the node, then plan and write until the plan has no work (check mode: plan only)."""
         name = self.params["node_name"]
         node = self.read(kube)
-        conflicts = 0
         while True:
             plan = _health_marks.plan(node, self.verdict, self.params["owner"], _now(),
                                       release_cordon=self.params["release_cordon"])
             self.report(name, plan)
             if self.module.check_mode or not plan["changes"]:
                 return self.result
-            try:
-                # one write, then plan again on the node it answers: the next write carries that node's
-                # resourceVersion, and what the first wrote is not written again
-                node = self.apply_one(kube, name, plan)
-            except KubeError as exc:
-                conflicts += 1
-                if exc.status != 409 or conflicts >= ATTEMPTS:
-                    raise
-                node = self.read(kube)          # changed meanwhile (a taint added): plan on what is there now
+            # one write, then plan again on the node it answers: the next write carries that node's
+            # resourceVersion, and what the first wrote is not written again
+            node = self.apply_one(kube, name, plan)
 
     def report(self, name, plan):
         self.first = self.first or plan

@@ -178,6 +178,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -288,13 +289,8 @@ class NodeLabels(ModuleRun):
     def converge(self):
         _kube.mask_kubeconfig_secrets(self.module)
         self.kube, self.name = _kube.Kube.from_params(self.params), None
-        for attempt in range(3):
-            try:
-                return super(NodeLabels, self).converge()
-            except KubeError as exc:
-                if exc.status != 409 or attempt == 2:
-                    raise
-                # Someone else changed the node between our read and our patch: read again and plan again.
+        # someone else changed the node between our read and our patch: read again and plan again
+        return retry_on_conflict(super(NodeLabels, self).converge, tries=3)
 
     def read(self):
         if self.name is None:
