@@ -34,7 +34,8 @@ import random
 import re
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, read_or_none
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import read_or_none
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 
 DEFAULT_PROFILE = "default"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -167,7 +168,7 @@ def from_data(data, what):
 
 
 class RecordStore(object):
-    """Read-merge-write of the record ConfigMap, retried on 409 Conflict (another slice wrote in between)."""
+    """Read-merge-write of the record ConfigMap, retried on a conflict (another slice wrote in between)."""
 
     def __init__(self, kube, namespace, name, sleep=time.sleep):
         self.kube, self.namespace, self.name, self.sleep = kube, namespace, name, sleep
@@ -187,7 +188,8 @@ class RecordStore(object):
     def update(self, nodes, profiles, prune=False, dry_run=False):
         """Merge and store. Returns (record before, record after, changes, changed); a record that did not exist
         is seeded from the cluster's labelled Nodes first (changes["seeded_nodes"])."""
-        for dummy in range(CONFLICT_RETRIES):
+
+        def attempt():
             obj = self.read()
             before = from_data((obj or {}).get("data"), self.what) if obj else {"nodes": {}, "profiles": {}}
             seeded = self.seed() if obj is None and not prune else {"nodes": {}, "profiles": {}}
@@ -198,19 +200,19 @@ class RecordStore(object):
                 return before, after, changes, False
             body = {"apiVersion": "v1", "kind": "ConfigMap", "data": to_data(after),
                     "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(MANAGED_BY)}}
-            try:
-                if obj is None:
-                    self.kube.create("create " + self.what, self.collection, body, dry_run=dry_run)
-                else:
-                    meta = obj.get("metadata") or {}
-                    body["metadata"].update(resourceVersion=meta.get("resourceVersion"),
-                                            labels=dict(meta.get("labels") or {}, **MANAGED_BY))
-                    if meta.get("annotations"):
-                        body["metadata"]["annotations"] = meta["annotations"]
-                    self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run)
-                return before, after, changes, True
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
-            self.sleep(random.uniform(0.05, 0.3))
-        raise RecordError("could not update %s: %d conflicting writes in a row" % (self.what, CONFLICT_RETRIES))
+            if obj is None:
+                self.kube.create("create " + self.what, self.collection, body, dry_run=dry_run)
+            else:
+                meta = obj.get("metadata") or {}
+                body["metadata"].update(resourceVersion=meta.get("resourceVersion"),
+                                        labels=dict(meta.get("labels") or {}, **MANAGED_BY))
+                if meta.get("annotations"):
+                    body["metadata"]["annotations"] = meta["annotations"]
+                self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run)
+            return before, after, changes, True
+
+        def gave_up(dummy_conflict):
+            raise RecordError("could not update %s: %d conflicting writes in a row" % (self.what, CONFLICT_RETRIES))
+        # between tries a short random wait, so that slices which wrote at once do not write at once again
+        return retry_on_conflict(attempt, tries=CONFLICT_RETRIES, exhausted=gave_up,
+                                 between=lambda dummy_conflict: self.sleep(random.uniform(0.05, 0.3)))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.filter.device_plugin_profiles import device_plugin_profiles
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_profiles
 from tests.support.modrun import run_main
@@ -131,6 +132,23 @@ def test_a_write_that_lost_the_race_is_merged_again(kube_api):
     res = run_main(cluster_profiles.main, _args(kube_api, ["n2"]))
     assert res["changed"] and _stored(kube_api)["nodes"] == {"n1": "mig-mixed", "n2": "mps-4"}
     assert [r["code"] for r in kube_api.requests if r["method"] == "PUT"] == [409, 200]
+
+
+def test_a_record_that_keeps_losing_the_race_gives_up_after_its_tries(kube_api):
+    run_main(cluster_profiles.main, _args(kube_api, ["n1"]))
+    kube_api.inject_failure("PUT", "/configmaps/gpuops-nvidia-profiles$", code=409, reason="Conflict",
+                            times=record.CONFLICT_RETRIES)
+    sleeps = []
+    store = record.RecordStore(_kube.Kube.from_params(dict(kubeconfig=kube_api.kubeconfig_path)),
+                               "nvidia-device-plugin", "gpuops-nvidia-profiles", sleep=sleeps.append)
+    p = plan(["n2"])
+    with pytest.raises(record.RecordError) as exc:
+        store.update(p["nodes"], p["profiles"])
+    assert str(exc.value) == ("could not update ConfigMap nvidia-device-plugin/gpuops-nvidia-profiles: %d conflicting "
+                              "writes in a row" % record.CONFLICT_RETRIES)
+    assert [r["code"] for r in kube_api.requests if r["method"] == "PUT"] == [409] * record.CONFLICT_RETRIES
+    assert len(sleeps) == record.CONFLICT_RETRIES - 1 and all(0.05 <= s <= 0.3 for s in sleeps)   # between tries
+    assert _stored(kube_api)["nodes"] == {"n1": "mig-mixed"}
 
 
 def test_the_first_record_keeps_what_labelled_nodes_select(kube_api):
