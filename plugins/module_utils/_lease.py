@@ -9,7 +9,8 @@ acquisition:
 
 - the holder writes ``spec.holderIdentity``, ``leaseDurationSeconds``, ``acquireTime``, ``renewTime`` and counts
   ``leaseTransitions`` when the holder changes; every write is a PUT carrying the ``resourceVersion`` it read, so
-  of two runs that saw the same free lease exactly one wins and the other gets 409 Conflict and looks again;
+  of two runs that saw the same free lease exactly one wins and the other gets a conflict and looks again (the
+  protocol's normal answer, not an error: every write here goes through _kube_service.retry_on_conflict);
 - a lease is free when it has no holder (released), or when it expired: its record (holder, renewTime) has not
   changed for ``leaseDurationSeconds`` as measured on the waiting run's own monotonic clock since it first saw
   that record (client-go's ``observedTime``: immune to clock skew between controllers), or its renewTime is more
@@ -48,6 +49,7 @@ import time
 from urllib.parse import quote
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, Kube, read_or_none
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 API_VERSION = "coordination.k8s.io/v1"
@@ -58,7 +60,8 @@ CONVERGED_ANNOTATION = "gpuops.nvidia/converged"
 ARRIVALS_ANNOTATION = "gpuops.nvidia/arrivals"
 KEEP_RUNS = 8           # runs whose arrivals the lease remembers
 POLL_S = 1.0            # how often a waiting run looks at the lease (jittered by +-50 %)
-CONFLICT_RETRIES = 50   # 409 answers in a row before giving up (each one means another run just wrote)
+CONFLICT_RETRIES = 50   # conflicts in a row before giving up (each one means another run just wrote)
+TAKE_RETRIES = 100000   # the same for taking the lease: every conflict there is another run's acquisition
 MARKER_ENV = "GPUOPS_CLUSTER_RUN"   # carried by the run's cluster tasks (site.yml sets it); see marker_alive
 
 _MICROTIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
@@ -348,17 +351,19 @@ class ClusterLease(object):
         return {"apiVersion": API_VERSION, "kind": "Lease", "metadata": meta, "spec": spec}
 
     def write(self, obj, spec, annotations=None, dry_run=False, field_manager=FIELD_MANAGER):
-        """Create (obj None) or replace at obj's resourceVersion. Returns the stored object, or None on 409."""
+        """The compare-and-swap: create (obj None) or replace at obj's resourceVersion. Returns the stored object;
+        where another run wrote since ``obj`` was read, the API's conflict (a KubeError) is raised, and the caller's
+        retry_on_conflict reads the lease again."""
         body = self._body(obj, spec, annotations)
-        try:
-            if obj is None:
-                return self.kube.create("create " + self.what, lease_path(self.namespace), body, dry_run=dry_run)
-            return self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run,
-                                     field_manager=field_manager)
-        except KubeError as exc:
-            if exc.status == 409:
-                return None
-            raise
+        if obj is None:
+            return self.kube.create("create " + self.what, lease_path(self.namespace), body, dry_run=dry_run)
+        return self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run, field_manager=field_manager)
+
+    def _gave_up(self, doing, tries):
+        """retry_on_conflict's ``exhausted``: every one of ``tries`` writes met another run's."""
+        def gave_up(dummy_conflict):
+            raise LeaseError("could not %s %s: %d conflicting writes in a row" % (doing, self.what, tries))
+        return gave_up
 
     def _pause(self):
         self.sleep(POLL_S * random.uniform(0.5, 1.5))
@@ -368,16 +373,15 @@ class ClusterLease(object):
         """Add this slice to the run's arrivals, then wait until ``expected`` slices of the run arrived or
         ``timeout`` seconds passed. Returns {run, slices, expected, complete, waited}."""
         start = self.monotonic()
-        for dummy in range(CONFLICT_RETRIES):
+
+        def add():
             obj = self.read()
             lease = view(obj)
             arrivals = add_arrival(lease["arrivals"] if lease else [], run_id, slice_id)
             spec = (obj or {}).get("spec") or {"leaseDurationSeconds": duration}
-            if self.write(obj, spec, {ARRIVALS_ANNOTATION: json.dumps(arrivals, separators=(",", ":"))}) is not None:
-                break
-        else:
-            raise LeaseError("could not record this slice's arrival on %s: %d conflicting writes in a row"
-                             % (self.what, CONFLICT_RETRIES))
+            return self.write(obj, spec, {ARRIVALS_ANNOTATION: json.dumps(arrivals, separators=(",", ":"))})
+        retry_on_conflict(add, tries=CONFLICT_RETRIES,
+                          exhausted=self._gave_up("record this slice's arrival on", CONFLICT_RETRIES))
         # the shared wait (_poll); each slice reads at its own jittered interval, so slices do not read in step
         polled = poll(lambda: arrived((view(self.read()) or {}).get("arrivals"), run_id),
                       lambda slices: len(slices) >= expected, max(0.0, timeout - (self.monotonic() - start)),
@@ -392,7 +396,25 @@ class ClusterLease(object):
         nothing is stored or awaited: the write it would make is sent as a dry run (RBAC and validation)."""
         start = self.monotonic()
         observer = Observer()
-        for dummy in range(100000):
+
+        def take():
+            obj, lease, plan, gone, wall = self._until_free(identity, start, wait_timeout, observer, check)
+            if plan == "wait":
+                return {"changed": True, "how": "would wait", "previous": lease["holder"], "waited": 0,
+                        "lease": lease, "before": lease}
+            stored = self.write(obj, held_spec(lease, identity, duration, wall), dry_run=check)
+            how = {"create": "created", "hold": "held", "take": "taken" if gone else "free"}[plan]
+            return {"changed": plan != "hold", "how": how,
+                    "previous": lease["holder"] if lease and plan == "take" else "",
+                    "waited": round(self.monotonic() - start, 1), "lease": view(stored), "before": lease}
+        # a conflict: another run wrote first; look again (and wait again, where it took the lease)
+        return retry_on_conflict(take, tries=TAKE_RETRIES, exhausted=self._gave_up("take", TAKE_RETRIES))
+
+    def _until_free(self, identity, start, wait_timeout, observer, check):
+        """Read the lease until ``identity`` may write it (its plan is not "wait"), pausing between reads; in check
+        mode the first read answers. Returns (object, view, plan, expired, wall clock of the read); LeaseBusy when
+        another run held it for ``wait_timeout`` s since ``start``."""
+        while True:
             obj = self.read()
             lease = view(obj)
             mono, wall = self.monotonic(), self.clock()
@@ -400,8 +422,7 @@ class ClusterLease(object):
             plan = plan_acquire(lease, identity, gone)
             if plan == "wait":
                 if check:
-                    return {"changed": True, "how": "would wait", "previous": lease["holder"], "waited": 0,
-                            "lease": lease, "before": lease}
+                    return obj, lease, plan, gone, wall
                 if mono - start >= wait_timeout:
                     raise LeaseBusy("the cluster lock (%s) is %s; waited %d s (wait_timeout). Another run (an AWX "
                                     "job slice, another controller) is doing the once-per-cluster work. Nothing was "
@@ -412,21 +433,14 @@ class ClusterLease(object):
                                        lease["lease_duration"] or 0))
                 self._pause()
                 continue
-            spec = held_spec(lease, identity, duration, wall)
-            stored = self.write(obj, spec, dry_run=check)
-            if stored is None:
-                continue        # 409: another run wrote first; look again
-            how = {"create": "created", "hold": "held", "take": "taken" if gone else "free"}[plan]
-            return {"changed": plan != "hold", "how": how,
-                    "previous": lease["holder"] if lease and plan == "take" else "",
-                    "waited": round(self.monotonic() - start, 1), "lease": view(stored), "before": lease}
-        raise LeaseError("could not take %s" % self.what)  # pragma: no cover - 100000 conflicts
+            return obj, lease, plan, gone, wall
 
     def release(self, identity, converged=None, check=False):
         """Clear the holder if it is ``identity``, recording ``converged`` (a dict with digest and run; an older record
         of the same digest and run is kept as it is) or, without it, removing an older record.
         Returns {changed, released, holder (who holds it now), lease, before}."""
-        for dummy in range(CONFLICT_RETRIES):
+        def clear():
+            nonlocal converged
             obj = self.read()
             lease = view(obj)
             if lease is None or lease["holder"] != identity:
@@ -440,21 +454,21 @@ class ClusterLease(object):
                 converged = old         # the same work, found done: keep who converged it and when
             note = json.dumps(converged, sort_keys=True, separators=(",", ":")) if converged else None
             stored = self.write(obj, spec, {CONVERGED_ANNOTATION: note}, dry_run=check)
-            if stored is not None:
-                return {"changed": True, "released": True, "holder": "", "lease": view(stored), "before": lease}
-        raise LeaseError("could not release %s: %d conflicting writes in a row" % (self.what, CONFLICT_RETRIES))
+            return {"changed": True, "released": True, "holder": "", "lease": view(stored), "before": lease}
+        return retry_on_conflict(clear, tries=CONFLICT_RETRIES, exhausted=self._gave_up("release", CONFLICT_RETRIES))
 
     def renew(self, identity):
-        """One renewal: "renewed", or "lost" when the lease is no longer held by ``identity``."""
-        for dummy in range(3):
+        """One renewal: "renewed", "lost" when the lease is no longer held by ``identity``, or "conflict" when three
+        writes in a row met another writer's (the renewer tries again soon)."""
+        def renewal():
             obj = self.read()
             lease = view(obj)
             if lease is None or lease["holder"] != identity:
                 return "lost"
-            spec = dict(obj["spec"], renewTime=format_time(self.clock()))
-            if self.write(obj, spec, field_manager=RENEWER_FIELD_MANAGER) is not None:
-                return "renewed"
-        return "conflict"
+            self.write(obj, dict(obj["spec"], renewTime=format_time(self.clock())),
+                       field_manager=RENEWER_FIELD_MANAGER)
+            return "renewed"
+        return retry_on_conflict(renewal, tries=3, exhausted=lambda dummy_conflict: "conflict")
 
 
 def renew_loop(lease, identity, duration, interval, alive, poll=1.0):

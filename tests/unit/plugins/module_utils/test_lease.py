@@ -161,6 +161,29 @@ def _answers(api):
     return [r for r in api.requests if r["method"] in ("POST", "PUT") and "/leases" in r["path"]]
 
 
+def test_conflicts_in_a_row_are_a_renewals_answer_and_a_releases_error(lease_env):
+    api, clock, make = lease_env
+    lock = make()
+    lock.acquire("run-a", 10, 0)
+    # another writer wins each of the renewer's three tries: "conflict" (it tries again soon), not an error
+    api.inject_failure("PUT", "/leases/lock$", code=409, reason="Conflict", times=3)
+    seen = len(_answers(api))
+    assert lock.renew("run-a") == "conflict"
+    assert [r["code"] for r in _answers(api)[seen:]] == [409, 409, 409]
+    assert lock.renew("run-a") == "renewed"                        # the fourth write goes through
+    api.inject_failure("PUT", "/leases/lock$", code=409, reason="Conflict", times=L.CONFLICT_RETRIES)
+    with pytest.raises(L.LeaseError) as exc:
+        lock.release("run-a")
+    assert str(exc.value) == "could not release Lease ns/lock: %d conflicting writes in a row" % L.CONFLICT_RETRIES
+    assert _stored(api)["spec"]["holderIdentity"] == "run-a"
+    # any other answer is an error at once
+    api.inject_failure("PUT", "/leases/lock$", code=500)
+    seen = len(_answers(api))
+    with pytest.raises(_kube.KubeError) as exc:
+        lock.release("run-a")
+    assert exc.value.status == 500 and len(_answers(api)[seen:]) == 1
+
+
 def test_release_records_what_was_converged_and_a_failed_holder_clears_it(lease_env):
     api, clock, make = lease_env
     lock = make()
