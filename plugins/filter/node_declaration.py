@@ -13,7 +13,7 @@ version_added: 0.3.0
 description:
   - The checks gpuops.nvidia.gpu_node makes first, before every variable's type (roles/gpu_node/tasks/validate.yml),
     in one filter so that one task makes them all (one task per node instead of six). Each message says what
-    is wrong and what is valid, starts with the node's name and ends with C(Nothing was changed.).
+    is wrong and what is valid, starts with the node's name and ends with C(; nothing changed).
   - The input holds the variables as the role sees them, defaults applied (see validate.yml); C(provider_var) names the
     variable the provider came from.
 positional: _input, node
@@ -76,7 +76,6 @@ CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 # filter file of the collection, in each worker that looks up any gpuops.nvidia filter (issue 36 item 7)
 _WHOLE = r"^[0-9]+$"
 _SECONDS = r"^[0-9]{1,6}([.][0-9]{1,6})?$"
-_DONE = "Nothing was changed."
 LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
 
 
@@ -88,11 +87,11 @@ def node_declaration_errors(declared, node):
     head = "node %s:" % _text(node)
     errors = []
     if sharing not in SHARING:
-        errors.append("%s gpu_node_sharing=%s is not a sharing strategy; valid: %s. %s"
-                      % (head, _json(sharing), ", ".join(SHARING), _DONE))
+        errors.append("%s gpu_node_sharing=%s is not a sharing strategy; valid: %s"
+                      % (head, _json(sharing), ", ".join(SHARING)))
     if sharing in ("mps", "time-slicing") and not _replicas_ok(declared.get("replicas")):
-        errors.append("%s gpu_node_sharing=%s needs gpu_node_replicas, a whole number of 2 or more; got %s. %s"
-                      % (head, sharing, _json(declared.get("replicas")), _DONE))
+        errors.append("%s gpu_node_sharing=%s needs gpu_node_replicas, a whole number of 2 or more; got %s"
+                      % (head, sharing, _json(declared.get("replicas"))))
     if sharing == "mig":
         config_name = declared.get("mig_config_name")
         config_or_default = "all-balanced" if config_name is None else config_name
@@ -101,47 +100,50 @@ def node_declaration_errors(declared, node):
         if not (named and strategy in ("single", "mixed")):
             errors.append("%s sharing=mig needs gpu_node_mig_config_name (a named layout such as all-balanced) or "
                           "gpu_node_mig_layout, and gpu_node_mig_strategy single or mixed; got config_name=%s, "
-                          "strategy=%s. %s" % (head, _json("" if config_name is None else config_name),
-                                               _json(strategy), _DONE))
+                          "strategy=%s" % (head, _json("" if config_name is None else config_name), _json(strategy)))
     mode, owner = declared.get("compute_mode", "Default"), declared.get("mig_owner", "")
     if not (mode in COMPUTE_MODES and owner in MIG_OWNERS
             and (sharing not in ("mps", "time-slicing") or mode == "Default")):
         errors.append("%s gpu_node_compute_mode=%s (valid: %s; mps and time-slicing need Default), "
-                      "gpu_node_mig_owner=%s (valid: '', collection, gpu_operator). %s"
-                      % (head, _json(mode), ", ".join(COMPUTE_MODES), _json(owner), _DONE))
+                      "gpu_node_mig_owner=%s (valid: '', collection, gpu_operator)"
+                      % (head, _json(mode), ", ".join(COMPUTE_MODES), _json(owner)))
     provider, containerd = declared.get("provider", "chart"), declared.get("containerd_owner", "auto")
     if not (provider in PROVIDERS and containerd in CONTAINERD_OWNERS):
-        errors.append("%s %s=%s (valid: %s), gpu_node_containerd_owner=%s (valid: %s). %s"
+        errors.append("%s %s=%s (valid: %s), gpu_node_containerd_owner=%s (valid: %s)"
                       % (head, declared.get("provider_var", "gpuops_device_plugin_provider"), _json(provider),
-                         ", ".join(PROVIDERS), _json(containerd), ", ".join(CONTAINERD_OWNERS), _DONE))
+                         ", ".join(PROVIDERS), _json(containerd), ", ".join(CONTAINERD_OWNERS)))
     if provider == "dra" and mode != "Default":
         errors.append("%s gpu_node_compute_mode=%s with %s=dra: NVIDIA's DRA driver sets the compute mode itself for "
                       "each claim (EXCLUSIVE_PROCESS for MPS, DEFAULT for time-slicing), so the collection leaves it "
-                      "alone there; remove gpu_node_compute_mode (Default). %s"
-                      % (head, _json(mode), declared.get("provider_var", "gpuops_device_plugin_provider"), _DONE))
+                      "alone there; remove gpu_node_compute_mode (Default)"
+                      % (head, _json(mode), declared.get("provider_var", "gpuops_device_plugin_provider")))
     if provider == "dra" and owner == "gpu_operator":
         errors.append("%s gpu_node_mig_owner=gpu_operator with %s=dra: there is no GPU Operator MIG manager on a DRA "
-                      "cluster run by this collection; leave gpu_node_mig_owner empty (the collection applies MIG). %s"
-                      % (head, declared.get("provider_var", "gpuops_device_plugin_provider"), _DONE))
+                      "cluster run by this collection; leave gpu_node_mig_owner empty (the collection applies MIG)"
+                      % (head, declared.get("provider_var", "gpuops_device_plugin_provider")))
     if provider == "dra":
-        errors.extend("%s %s %s" % (head, e, _DONE) for e in _dra_errors(declared.get("dra_claim_templates")))
+        errors.extend("%s %s" % (head, e) for e in _dra_errors(declared.get("dra_claim_templates")))
     interval = declared.get("operator_poll_interval", 5.0)
     if not _seconds_ok(interval):
-        errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600. %s"
-                      % (head, _json(_truncate(_text(interval), 40)), _DONE))
+        errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600"
+                      % (head, _json(_truncate(_text(interval), 40))))
     errors.extend(_cdi_errors(declared, head, provider))
     errors.extend(_health_errors(declared.get("health_policy", {}), head))
     if _bool(declared.get("health_reset", False)) and _bool(declared.get("health_gate", True)) is False:
         errors.append("%s gpu_node_health_reset=true with gpu_node_health_gate=false: the reset is the gate's "
                       "remediation, decided from the health the gate reads; set gpu_node_health_gate=true, or "
-                      "gpu_node_health_reset=false. %s" % (head, _DONE))
+                      "gpu_node_health_reset=false" % head)
     if (declared.get("connection") in LOCAL_CONNECTIONS and _bool(declared.get("mig_allow_reboot", False))
             and not _bool(declared.get("simulated", False))):
         errors.append("%s mig_allow_reboot=true with ansible_connection=local: a reboot to activate a MIG mode change "
                       "would reboot the machine that runs Ansible (this run), not a remote node. Run from a controller "
                       "over ssh, or set mig_allow_reboot: false (a change that needs a reboot then stops and says so; "
-                      "reboot the host yourself). %s" % (head, _DONE))
-    return errors
+                      "reboot the host yourself)" % head)
+    if not errors:
+        return errors
+    # imported here, where an error is written (see the note above SHARING): the modules' one wording
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import nothing_changed
+    return [nothing_changed(e) for e in errors]
 
 
 def _cdi_errors(declared, head, provider):
@@ -151,32 +153,32 @@ def _cdi_errors(declared, head, provider):
     out = []
     if cdi is None or mode not in RUNTIME_MODES or strategy not in DEVICE_LIST_STRATEGIES:
         return ["%s gpu_node_cdi=%s (valid: true, false), gpu_node_runtime_mode=%s (valid: %s), "
-                "gpu_node_device_list_strategy=%s (valid: %s). %s"
+                "gpu_node_device_list_strategy=%s (valid: %s)"
                 % (head, _json(declared.get("cdi")), _json(mode), ", ".join(RUNTIME_MODES), _json(strategy),
-                   ", ".join(DEVICE_LIST_STRATEGIES), _DONE)]
+                   ", ".join(DEVICE_LIST_STRATEGIES))]
     if provider == "gpu_operator" and (cdi or mode != "auto" or strategy != "envvar"):
         out.append("%s gpu_node_cdi=%s, gpu_node_runtime_mode=%s, gpu_node_device_list_strategy=%s with the GPU "
                    "Operator: its container toolkit writes the node's CDI spec and runtime config and sets the device "
                    "list strategy (ClusterPolicy cdi.enabled, cdi.default); this collection does not write them on "
-                   "its nodes. Leave the three at their defaults (false, auto, envvar). %s"
-                   % (head, _json(cdi), mode, strategy, _DONE))
+                   "its nodes. Leave the three at their defaults (false, auto, envvar)"
+                   % (head, _json(cdi), mode, strategy))
         return out
     if not cdi and mode == "cdi":
         out.append("%s gpu_node_runtime_mode=cdi with gpu_node_cdi=false: in cdi mode nvidia-container-runtime injects "
                    "devices only from the node's CDI spec, which nothing would keep true. Set gpu_node_cdi=true, or "
-                   "gpu_node_runtime_mode=auto. %s" % (head, _DONE))
+                   "gpu_node_runtime_mode=auto" % head)
     if not cdi and strategy in CDI_STRATEGIES:
         out.append("%s gpu_node_device_list_strategy=%s with gpu_node_cdi=false: the device plugin would hand out CDI "
                    "device names that no spec on the node resolves. Set gpu_node_cdi=true, or "
-                   "gpu_node_device_list_strategy=envvar. %s" % (head, strategy, _DONE))
+                   "gpu_node_device_list_strategy=envvar" % (head, strategy))
     if mode == "legacy" and strategy in CDI_STRATEGIES:
         out.append("%s gpu_node_runtime_mode=legacy with gpu_node_device_list_strategy=%s: the device plugin passes "
                    "devices only as CDI names, which the runtime in legacy mode ignores. Set gpu_node_runtime_mode to "
-                   "auto or cdi, or gpu_node_device_list_strategy=envvar. %s" % (head, strategy, _DONE))
+                   "auto or cdi, or gpu_node_device_list_strategy=envvar" % (head, strategy))
     if cdi and _bool(declared.get("manage_containerd", True)) and _bool(declared.get("containerd_cdi_enabled", True)) is False:
         out.append("%s gpu_node_cdi=true with containerd_runtime_cdi_enabled=false: containerd injects CDI devices "
                    "only with enable_cdi. Set containerd_runtime_cdi_enabled=true (its default follows gpu_node_cdi), or "
-                   "gpu_node_cdi=false. %s" % (head, _DONE))
+                   "gpu_node_cdi=false" % head)
     return out
 
 
@@ -187,7 +189,7 @@ def _health_errors(policy, head):
     try:
         validate_policy(policy if policy not in (None, "") else None)
     except HealthPolicyError as exc:
-        return ["%s gpu_node_health_policy: %s. %s" % (head, _truncate(str(exc), 2000), _DONE)]
+        return ["%s gpu_node_health_policy: %s" % (head, _truncate(str(exc), 2000))]
     return []
 
 

@@ -29,8 +29,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     binary_identity, file_digest, read_live, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
 
-NOTHING_CHANGED = "Nothing was changed."
-
 
 class CdiSpecRun(object):
     """One run of cdi_spec on the node: ``run()`` returns the module's result (or fails the module)."""
@@ -45,14 +43,19 @@ class CdiSpecRun(object):
     def fail(self, msg, **extra):
         self.module.fail_json(msg=msg, changed=False, spec_path=self.path, **extra)
 
+    def refuse(self, msg, **extra):
+        """Fail before any change, in _module_run's wording (not imported: the MIG boot script runs this file without
+        ansible-core): "<msg>; nothing changed"."""
+        self.fail("%s; nothing changed" % msg.rstrip().rstrip(".;"), **extra)
+
     # -- read ---------------------------------------------------------------------------------------
     def read_gpus(self):
         try:
             return read_facts()
         except GpuBackendError as exc:
-            self.fail("%s. %s" % (exc, NOTHING_CHANGED))
+            self.refuse(str(exc))
         except NvmlError as exc:
-            self.fail("NVML error %s while reading GPUs: %s. %s" % (exc.name, exc, NOTHING_CHANGED))
+            self.refuse("NVML error %s while reading GPUs: %s" % (exc.name, exc))
 
     def foreign_specs(self):
         """Other spec files of kind nvidia.com/gpu in the spec directories (they shadow ours, or conflict with it)."""
@@ -85,20 +88,19 @@ class CdiSpecRun(object):
             if rc != 0:
                 if is_empty_spec_error(err or out) and device_count(expected) == 0:
                     return None, []
-                self.fail("`nvidia-ctk cdi generate` failed (exit %s): %s. %s"
-                          % (rc, (err or out).strip(), NOTHING_CHANGED))
+                self.refuse("`nvidia-ctk cdi generate` failed (exit %s): %s" % (rc, (err or out).strip()))
             if not os.path.isfile(output):
-                self.fail("`nvidia-ctk cdi generate` exited 0 but wrote no %s. %s" % (name, NOTHING_CHANGED))
+                self.refuse("`nvidia-ctk cdi generate` exited 0 but wrote no %s" % name)
             text = read_text(output, "generated CDI spec")
             rc, out, err = self.runner.command("cdi", "list", "--spec-dir=%s" % tmp)
             names, problems = parse_list(out, err)
             if rc != 0 or problems:
-                self.fail("the generated CDI spec does not load (`nvidia-ctk cdi list` exit %s): %s. %s"
-                          % (rc, "; ".join(problems) or (err or out).strip(), NOTHING_CHANGED))
+                self.refuse("the generated CDI spec does not load (`nvidia-ctk cdi list` exit %s): %s"
+                            % (rc, "; ".join(problems) or (err or out).strip()))
             wrong = listing_problems(names, expected)
             if wrong:
-                self.fail("the generated CDI spec does not list the GPUs' devices as they are now: %s. %s"
-                          % ("; ".join(wrong), NOTHING_CHANGED), devices=names)
+                self.refuse("the generated CDI spec does not list the GPUs' devices as they are now: %s"
+                            % "; ".join(wrong), devices=names)
             return text, names
 
     # -- the node's view after a write ------------------------------------------------------------
@@ -127,13 +129,13 @@ class CdiSpecRun(object):
         if present:
             others = self.foreign_specs()
             if others:
-                self.fail("other CDI specs of kind nvidia.com/gpu are in the spec directories: %s. Two specs of one"
-                          " kind conflict (the same device in one directory is dropped from both; in two directories"
-                          " the later one wins), so the spec at %s would not be what containers get. If the file is"
-                          " /var/run/cdi/nvidia.yaml, NVIDIA's nvidia-cdi-refresh service (toolkit 1.18+) writes it:"
-                          " set spec_path to it (this module then keeps it true after MIG changes), or disable the"
-                          " service (systemctl disable --now nvidia-cdi-refresh.path nvidia-cdi-refresh.service). %s"
-                          % (", ".join(others), path, NOTHING_CHANGED))
+                self.refuse("other CDI specs of kind nvidia.com/gpu are in the spec directories: %s. Two specs of one"
+                            " kind conflict (the same device in one directory is dropped from both; in two directories"
+                            " the later one wins), so the spec at %s would not be what containers get. If the file is"
+                            " /var/run/cdi/nvidia.yaml, NVIDIA's nvidia-cdi-refresh service (toolkit 1.18+) writes it:"
+                            " set spec_path to it (this module then keeps it true after MIG changes), or disable the"
+                            " service (systemctl disable --now nvidia-cdi-refresh.path nvidia-cdi-refresh.service)"
+                            % (", ".join(others), path))
             desired, names = self.candidate(expected)
             if desired is None:
                 warnings.append("no GPU device to describe (every GPU is in MIG mode with no MIG device): nvidia-ctk"

@@ -81,7 +81,7 @@ def plan_settings(gpus, settings, persistence_mode=None):
     if mig:
         raise ComputeModeError(
             "Exclusive_Process is not supported on a MIG-enabled GPU (NVML refuses it), and GPU(s) %s have MIG "
-            "enabled; nothing was changed. Select only GPUs without MIG, or use Default (MPS runs in Default "
+            "enabled; nothing changed. Select only GPUs without MIG, or use Default (MPS runs in Default "
             "mode, one daemon per MIG device)" % describe(mig))
     warnings = []
     changes = []

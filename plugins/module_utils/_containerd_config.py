@@ -53,7 +53,7 @@ K3S_RKE2_MARKERS = ("/var/lib/rancher/k3s/", "/var/lib/rancher/rke2/")
 
 
 class ContainerdConfigError(Exception):
-    """Something the user must fix; the message says what is wrong and what is valid. Nothing was changed."""
+    """Something the user must fix; the message says what is wrong and what is valid; nothing changed."""
 
 
 class TomlLibraryMissing(ContainerdConfigError):
@@ -247,7 +247,7 @@ def version_1_drop_in_error(path, drop_in_path, ctk_version_text):
             " and adds no import for it, so neither the runtime nor enable_cdi would take effect"
             " (NVIDIA/nvidia-container-toolkit#1430). Convert it to a version 2 config (`version = 2`, plugin"
             " `io.containerd.grpc.v1.cri`; `containerd config default` on 1.6/1.7 shows the layout) that keeps your"
-            " settings, then run again. Nothing was changed." % (path, ctk_version_text, drop_in_path))
+            " settings, then run again; nothing changed" % (path, ctk_version_text, drop_in_path))
 
 
 # nvidia-ctk's EnableCDI for a version 1 config sets plugins.cri.containerd.enable_cdi (ConfigV1.EnableCDI,
@@ -260,18 +260,18 @@ _CRI_V1_HEADER = re.compile(r"^([ \t]*)\[[ \t]*plugins[ \t]*\.[ \t]*(?:cri|\"cri
 def set_cri_v1_enable_cdi(text, path):
     """``text`` (a version 1 config as nvidia-ctk wrote it) with ``enable_cdi = true`` as the first key of its
     ``[plugins.cri]`` table, where containerd's CRI plugin reads it. Raises ContainerdConfigError when the file has
-    no such table header or the result does not parse with that setting (nothing is changed then)."""
+    no such table header or the result does not parse with that setting (nothing changed then)."""
     match = _CRI_V1_HEADER.search(text)
     if match is None:
         raise ContainerdConfigError("nvidia-ctk's version 1 output for %s has no [plugins.cri] table to set"
                                     " enable_cdi = true in (containerd's CRI plugin does not read the enable_cdi"
-                                    " nvidia-ctk sets under [plugins.cri.containerd]); nothing was changed. Convert"
+                                    " nvidia-ctk sets under [plugins.cri.containerd]); nothing changed. Convert"
                                     " the config to version 2 (`version = 2`)." % path)
     line = "\n%s  enable_cdi = true" % match.group(1)
     out = text[:match.end()] + line + text[match.end():]
     if get_in(parse_toml(out, "%s with [plugins.cri] enable_cdi = true" % path), ["plugins", "cri", "enable_cdi"]) \
             is not True:
-        raise ContainerdConfigError("could not set enable_cdi = true under [plugins.cri] in %s; nothing was changed."
+        raise ContainerdConfigError("could not set enable_cdi = true under [plugins.cri] in %s; nothing changed."
                                     " Convert the config to version 2 (`version = 2`)." % path)
     return out
 

@@ -83,7 +83,7 @@ def read_current(module, runner, p, ctk_version):
     version, errors, source_warnings = analyse_source(source, config_path, config_exists)
     warnings += source_warnings
     if errors:
-        raise ContainerdConfigError(" ".join(errors) + " Nothing was changed.")
+        raise ContainerdConfigError(" ".join(errors).rstrip(".") + "; nothing changed")
     if config_exists and version == 1 and mode == "drop_in":
         raise ContainerdConfigError(version_1_drop_in_error(config_path, drop_in_path, version_string(ctk_version)))
     wrong = wrong_drop_in_1180(drop_in_path) if mode == "drop_in" else None
@@ -97,7 +97,7 @@ def read_current(module, runner, p, ctk_version):
                         " dump` (set containerd_path)")
     elif config_exists:
         before_dump = runner.dump_tree(config_path, "the current config %s (refusing to overwrite a config containerd"
-                                                    " cannot load today; nothing was changed)" % config_path)
+                                                    " cannot load today; nothing changed)" % config_path)
     return Current(mode, live, source, version, before_dump, warnings)
 
 
@@ -111,24 +111,24 @@ def plan(runner, p, current, ctk_version, containerd_version):
     candidate = runner.compute(config_path, drop_in_path, mode, p["runtime_name"], p["runtime_path"],
                                p["set_as_default"], p["cdi_enabled"], live)
     if candidate.stray:
-        raise ContainerdConfigError("nvidia-ctk wrote files other than the ones asked for: %s%s. Nothing was changed."
+        raise ContainerdConfigError("nvidia-ctk wrote files other than the ones asked for: %s%s; nothing changed"
                                     % (", ".join(candidate.stray),
                                        " (nvidia-ctk 1.18.0's wrong drop-in directory, #1404)"
                                        if any("/config.d/" in s for s in candidate.stray) else ""))
     if candidate.files.get(config_path) is None and mode == "in_place":
-        raise ContainerdConfigError("nvidia-ctk left no %s; nothing was changed" % config_path)
+        raise ContainerdConfigError("nvidia-ctk left no %s; nothing changed" % config_path)
     lost = lost_imports(source, candidate.trees.get(config_path, {}))
     if lost:
         raise ContainerdConfigError("nvidia-ctk %s would drop existing imports %s from %s (the 1.18.0 bug, PR"
-                                    " #1382, fixed in 1.18.1); nothing was changed. Upgrade %s."
+                                    " #1382, fixed in 1.18.1); nothing changed. Upgrade %s."
                                     % (version_string(ctk_version), lost, config_path, CTK_PACKAGE))
     if mode == "drop_in" and candidate.files.get(drop_in_path) is None:
-        raise ContainerdConfigError("nvidia-ctk %s did not write the drop-in %s; nothing was changed"
+        raise ContainerdConfigError("nvidia-ctk %s did not write the drop-in %s; nothing changed"
                                     % (version_string(ctk_version), drop_in_path))
     files_view = effective_cri_tree(candidate.trees.get(config_path), candidate.trees.get(drop_in_path), version)
     if p["cdi_enabled"] and get_in(files_view, ["plugins", cri_key(version), "enable_cdi"]) is not True:
         raise ContainerdConfigError("nvidia-ctk %s's result does not set enable_cdi = true in [plugins.%s], the table"
-                                    " containerd's CRI plugin reads it from, so CDI would stay off; nothing was"
+                                    " containerd's CRI plugin reads it from, so CDI would stay off; nothing"
                                     " changed.%s" % (version_string(ctk_version), _toml_key(cri_key(version)),
                                                      " Convert the config to version 2 (`version = 2`)."
                                                      if version == 1 else ""))
@@ -145,8 +145,8 @@ def plan(runner, p, current, ctk_version, containerd_version):
         problems, dump_warnings = check_candidate_dump(candidate.dump, p["runtime_name"], p["runtime_path"],
                                                        p["set_as_default"], p["cdi_enabled"], containerd_version)
         if problems:
-            raise ContainerdConfigError("containerd %s would not run this candidate, so it was refused and nothing"
-                                        " was changed: %s (the candidate built from config_path %s%s)"
+            raise ContainerdConfigError("containerd %s would not run this candidate, so it was refused,"
+                                        " nothing changed: %s (the candidate built from config_path %s%s)"
                                         % (containerd_version, "; ".join(problems), config_path,
                                            "" if config_exists else ", which does not exist: from an empty config"))
         warnings += dump_warnings
@@ -157,13 +157,13 @@ def plan(runner, p, current, ctk_version, containerd_version):
                                          if live.get(drop_in_path) else None, version)
         view_version = before_version = version
         if not isinstance(runtimes_of(after_view, version).get(p["runtime_name"]), dict):
-            raise ContainerdConfigError("nvidia-ctk's result defines no runtime %r; nothing was changed"
+            raise ContainerdConfigError("nvidia-ctk's result defines no runtime %r; nothing changed"
                                         % p["runtime_name"])
     sc_errors, sc_warnings = systemd_cgroup_findings(before_view if before_version == view_version else None,
                                                      after_view, view_version, p["runtime_name"],
                                                      source_runtime_name(source, version))
     if sc_errors:
-        raise ContainerdConfigError(" ".join(sc_errors) + " Nothing was changed.")
+        raise ContainerdConfigError(" ".join(sc_errors).rstrip(".") + "; nothing changed")
     warnings += sc_warnings
     changes = []
     if candidate.dump is not None and before_view is not None:
@@ -196,7 +196,7 @@ class ContainerdRun(object):
 
     def __init__(self, module):
         """Validate the parameters, a TOML reader and both tools before anything is read or run; a problem fails
-        the module (TomlLibraryMissing is the module's to report) and nothing is changed."""
+        the module (TomlLibraryMissing is the module's to report) and nothing changes."""
         self.module = module
         self.params = p = module.params
         try:

@@ -132,7 +132,7 @@ def find_holders(proc_root=PROC_ROOT, patterns=None):
     """Every process under ``proc_root`` with a file descriptor open on a file that ``patterns`` (globs, default
     the NVIDIA device files under /dev) match. Returns {"holders": [holder_record...] by PID, "unreadable": [PIDs
     whose descriptors could not be read], "files": [the device files matched]}. Processes that end while they are
-    read are left out; nothing is changed."""
+    read are left out; it only reads."""
     files = device_files(device_patterns() if patterns is None else patterns)
     holders, unreadable = [], []
     if not files:

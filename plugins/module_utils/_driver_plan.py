@@ -431,7 +431,7 @@ def plan(declaration, node, devices, state=None, installed=None, available=None,
 
 def refusal_text(result):
     """One message for every refusal of a plan, ending in what changed (nothing)."""
-    return "; ".join(r["msg"] for r in result["refusals"]) + "; nothing changed."
+    return "; ".join(r["msg"] for r in result["refusals"]) + "; nothing changed"
 
 
 def declared_packages(declaration, node, hold=True):

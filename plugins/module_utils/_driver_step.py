@@ -28,7 +28,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal, nothing_changed
 
 # The NVML start errors that mean "the driver is not there yet" (the GPU steps then wait for the driver step).
 WAITING_ERRORS = ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH")
@@ -202,12 +202,12 @@ def validate(module, params):
     fm_version = p.get("fabric_manager_version") or ""
     if fm_version and version and fm_version != version:
         # _driver_plan's rule, before anything is read
-        raise Refusal("driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's Fabric Manager "
-                      "runs only at exactly the driver's version. Pin both at one version (or leave "
-                      "driver_fabric_manager_version empty); nothing changed" % (fm_version, version))
+        raise Refusal(nothing_changed("driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's "
+                                      "Fabric Manager runs only at exactly the driver's version. Pin both at one "
+                                      "version (or leave driver_fabric_manager_version empty)" % (fm_version, version)))
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
     try:
         ds.check_setting(p.get("fabric_manager") or "auto")
         ds.check_timeout(p.get("fabric_timeout", 300), "fabric_timeout (gpu_node_driver_fabric_timeout)")
     except ds.DriverServicesError as exc:
-        raise Refusal("driver: %s; nothing changed" % exc)
+        raise Refusal(nothing_changed("driver: %s" % exc))

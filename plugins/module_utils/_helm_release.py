@@ -24,7 +24,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, ModuleRun, nothing_changed)
 
 try:
     import yaml
@@ -169,18 +170,18 @@ class HelmRelease(ModuleRun):
                                          self.repo_url, yaml_module=yaml)
         except _helm.HelmError as exc:
             if not p["chart_path"]:
-                self.module.fail_json(msg="cannot read chart %s version %s from chart_repo_url %s: %s. Check "
-                                          "chart_version, chart_repo_url and the network path to the repository (or "
-                                          "give chart_path). Nothing was changed."
-                                          % (p["chart_ref"], p["chart_version"], self.repo_url, exc.msg),
-                                      commands=helm.commands)
-            self.module.fail_json(msg="chart_path %s is not a helm chart (a chart directory or .tgz archive) that helm "
-                                      "can read: %s. Nothing was changed." % (p["chart_path"], exc.msg),
+                self.module.fail_json(msg=nothing_changed(
+                    "cannot read chart %s version %s from chart_repo_url %s: %s. Check chart_version, chart_repo_url "
+                    "and the network path to the repository (or give chart_path)"
+                    % (p["chart_ref"], p["chart_version"], self.repo_url, exc.msg)), commands=helm.commands)
+            self.module.fail_json(msg=nothing_changed("chart_path %s is not a helm chart (a chart directory or .tgz "
+                                                      "archive) that helm can read: %s" % (p["chart_path"], exc.msg)),
                                   commands=helm.commands)
         chart_version = str(chart_meta.get("version") or "")
         if p["chart_path"] and p["chart_version"] and p["chart_version"] != chart_version:
-            self.module.fail_json(msg="chart_version %s was given but the chart at %s is version %s; nothing changed"
-                                      % (p["chart_version"], p["chart_path"], chart_version), commands=helm.commands)
+            self.module.fail_json(msg=nothing_changed("chart_version %s was given but the chart at %s is version %s"
+                                                      % (p["chart_version"], p["chart_path"], chart_version)),
+                                  commands=helm.commands)
         return chart_version, chart_meta.get("name") or p["chart_ref"]
 
     def desired(self, chart_version):
@@ -346,13 +347,13 @@ class HelmRelease(ModuleRun):
         seen = record.probe()
         if seen == "running":
             module.fail_json(msg="release %s/%s is %s and a helm operation on it is running now from this controller "
-                             "(%s); nothing changed. Let it finish." % (namespace, name, status, record.describe()))
+                             "(%s); %s. Let it finish." % (namespace, name, status, record.describe(), NOTHING_CHANGED))
         if seen != "died" and (age is None or age < p["pending_timeout"]):
             module.fail_json(msg="release %s/%s is %s (updated %s, %s s ago): another helm operation may still be "
-                             "running on it, so it is not touched and nothing changed. If nothing is running, it is "
+                             "running on it, so it is not touched; %s. If nothing is running, it is "
                              "recovered (rolled back, or uninstalled if it never deployed) by a run after "
                              "pending_timeout=%d s, or lower pending_timeout." % (
-                                 namespace, name, status, current.get("updated"),
+                                 namespace, name, status, current.get("updated"), NOTHING_CHANGED,
                                  "?" if age is None else int(age), p["pending_timeout"]))
         action, revision = _helm.pending_recovery(helm.history(name, namespace))
         why = "its helm operation died (%s)" % record.describe() if seen == "died" else "pending for %d s" % age

@@ -462,7 +462,7 @@ def ensure_namespace(kube, namespace, dry_run=False, create=True):
         return "present"
     if not create:
         raise KubeError("namespace %s does not exist and create_namespace=false: create it, or let the module create "
-                        "it (create_namespace=true). Nothing was changed." % namespace)
+                        "it (create_namespace=true); nothing changed" % namespace)
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     try:
         kube.create("create namespace %s" % namespace, namespace_path(), body, dry_run=dry_run)

@@ -131,7 +131,7 @@ def lookup_node(kube, node_name=None, hostnames=None, internal_ips=None, method=
     """Find this host's Node through the API: a direct GET by name first, then a list for hostname/IP matches."""
     if node_name and dns_subdomain_errors(node_name):
         raise KubeError("node_name %s is not a Kubernetes node name (a lowercase RFC 1123 subdomain of 1 to 253 "
-                        "characters); nothing was changed" % repr(node_name)[:120])
+                        "characters); nothing changed" % repr(node_name)[:120])
     if node_name and method in ("auto", "name"):
         try:
             return kube.get("read node %s" % node_name, node_path(node_name)), "name"

@@ -425,8 +425,8 @@ class ClusterLease(object):
                     return obj, lease, plan, gone, wall
                 if mono - start >= wait_timeout:
                     raise LeaseBusy("the cluster lock (%s) is %s; waited %d s (wait_timeout). Another run (an AWX "
-                                    "job slice, another controller) is doing the once-per-cluster work. Nothing was "
-                                    "changed by this run's cluster part. If that run died, its lease expires "
+                                    "job slice, another controller) is doing the once-per-cluster work; nothing "
+                                    "changed in this run's cluster part. If that run died, its lease expires "
                                     "%d s after its last renewal and the next run takes over; raise wait_timeout "
                                     "if its work legitimately takes longer."
                                     % (self.what, describe(lease, wall), wait_timeout,

@@ -28,7 +28,7 @@ def read_live(module, path, what):
     try:
         return read_text(path, what)
     except InputFileError as exc:
-        module.fail_json(msg="%s; it is left untouched and nothing was changed" % exc)
+        module.fail_json(msg="%s; it is left untouched, nothing changed" % exc)
 
 
 def write_atomic(module, path, text):

@@ -169,7 +169,7 @@ def mode_problems(by_index, want, allow_reset):
     one message, or None. Checked for every GPU before the first change."""
     problems = [p for p in (busy_clear_problem(by_index[i], mode_step(by_index[i], want[i], allow_reset))
                             for i in sorted(want)) if p]
-    return "; ".join(problems) + ". Nothing was changed." if problems else None
+    return "; ".join(problems) + "; nothing changed" if problems else None
 
 
 def mode_result(results, skipped):

@@ -260,7 +260,7 @@ def plan_gpu(gpu, spec, force=False):
                          "processes": [{"pid": p.get("pid"), "name": p.get("name")} for p in gi["gi_procs"]]})
     if busy and not force:
         raise MigBusyError(
-            "%s: reaching %s needs to destroy instance(s) in use; nothing was changed. %s. Stop those processes "
+            "%s: reaching %s needs to destroy instance(s) in use; nothing changed. %s. Stop those processes "
             "or set force: true to destroy them." % (label, _fmt_devices(desired), "; ".join(
                 "%s (GI %s at %d:%d%s%s) used by %s" % (
                     b["profile"], b["gi_id"], b["placement"]["start"], b["placement"]["size"],

@@ -108,8 +108,8 @@ class NodeLock(object):
                 os.makedirs(directory, 0o755, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise NodeLockError("cannot open the node lock file %s: %s (set %s to a writable path). Nothing was "
-                                "changed." % (self.path, exc.strerror or exc, ENV_LOCK))
+            raise NodeLockError("cannot open the node lock file %s: %s (set %s to a writable path); nothing "
+                                "changed" % (self.path, exc.strerror or exc, ENV_LOCK))
 
         def try_lock():
             try:
@@ -118,7 +118,7 @@ class NodeLock(object):
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     os.close(fd)
-                    raise NodeLockError("cannot lock %s: %s. Nothing was changed." % (self.path, exc))
+                    raise NodeLockError("cannot lock %s: %s; nothing changed" % (self.path, exc))
                 return False
 
         polled = poll(try_lock, bool, self.timeout, POLL_S)      # the last try at the deadline

@@ -36,7 +36,7 @@ import os
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal, nothing_changed
 
 
 class Step(object):
@@ -295,7 +295,7 @@ def _health_validate(module, params):
     try:
         validate_policy(params["health"]["policy"] or None)
     except HealthPolicyError as exc:
-        raise Refusal("health.policy: %s; nothing changed" % exc)
+        raise Refusal(nothing_changed("health.policy: %s" % exc))
 
 
 def _health(module, facts, params):

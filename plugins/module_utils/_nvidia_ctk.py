@@ -236,7 +236,7 @@ class NvidiaCtkRunner(object):
         candidate = Candidate()
         candidate.ctk_stdout, candidate.ctk_stderr = out, err
         if rc != 0:
-            raise ContainerdConfigError("nvidia-ctk failed on a private copy (exit %s), nothing was changed: %s"
+            raise ContainerdConfigError("nvidia-ctk failed on a private copy (exit %s), nothing changed: %s"
                                         % (rc, (err or out).strip()))
         if cdi_enabled and mode == "in_place":
             candidate.cri_v1_cdi_set = self._cri_v1_cdi(args, mirror(config_path), config_path)
@@ -273,10 +273,10 @@ class NvidiaCtkRunner(object):
         rc, out, err = self.run_command(args)
         if rc != 0:
             raise ContainerdConfigError("nvidia-ctk failed on a private copy with [plugins.cri] enable_cdi = true"
-                                        " (exit %s), nothing was changed: %s" % (rc, (err or out).strip()))
+                                        " (exit %s), nothing changed: %s" % (rc, (err or out).strip()))
         again = parse_toml(_read_optional(private_config) or "", "nvidia-ctk's output for %s" % config_path)
         if get_in(again, ["plugins", "cri", "enable_cdi"]) is not True:
-            raise ContainerdConfigError("nvidia-ctk dropped [plugins.cri] enable_cdi = true from %s; nothing was"
+            raise ContainerdConfigError("nvidia-ctk dropped [plugins.cri] enable_cdi = true from %s; nothing"
                                         " changed. Convert the config to version 2 (`version = 2`)." % config_path)
         return True
 

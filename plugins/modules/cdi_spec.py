@@ -131,7 +131,7 @@ nvidia_ctk:
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, param_problems
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import NOTHING_CHANGED, CdiSpecRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, require_tool
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
@@ -140,8 +140,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import mo
 
 class CdiSpec(ModuleRun):
     """validate -> (node lock) read (the GPUs, nvidia-ctk's candidate, the live spec) -> plan (the action) -> apply,
-    verify the node's view and record (_cdi_run's runner, shared with the MIG boot script). Its failures keep the
-    wording "Nothing was changed." that tests/unit/plugins/modules/test_cdi_spec.py asserts."""
+    verify the node's view and record (_cdi_run's runner, shared with the MIG boot script)."""
 
     argument_spec = dict(ARGUMENT_SPEC, lock_timeout=dict(type="int"))
 
@@ -149,7 +148,7 @@ class CdiSpec(ModuleRun):
         p = self.params
         problems = param_problems(p["spec_path"], p["spec_dirs"], p["device_name_strategy"])
         if problems:
-            self.fail("; ".join(problems) + ". " + NOTHING_CHANGED)
+            self.refuse("; ".join(problems))
         return []
 
     def lock(self):
@@ -159,7 +158,7 @@ class CdiSpec(ModuleRun):
         try:
             ctk = require_tool(self.module.get_bin_path, self.params, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
         except ToolNotFound as exc:
-            self.fail("%s. %s" % (exc, NOTHING_CHANGED))
+            self.refuse(str(exc))
         self.cdi = CdiSpecRun(self.module, ctk)
         return self.cdi.read()
 

@@ -152,7 +152,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import
     ComputeModeError, plan_settings, planned_state, report, state_view)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
@@ -247,7 +247,7 @@ class ComputeMode(ModuleRun):
                 except NvmlError as exc2:
                     failed.append("GPU %d %s: %s" % (index, what, exc2))
             self.module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
-                exc.name, exc, ", ".join(undone) or "nothing was changed before",
+                exc.name, exc, ", ".join(undone) or "none (%s before the error)" % NOTHING_CHANGED,
                 (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes, calls=calls)
         try:
             after = backend.read_all()

@@ -238,13 +238,13 @@ class DraDriverRelease(_helm_release.HelmRelease):
         server = _kube.server_git_version(kube)
         self.result["resource_api"] = dict(versions=versions, server_version=server)
         if _kube.DRA_VERSION not in versions:
-            self.module.fail_json(
-                msg="the Kubernetes API server (gitVersion %s) does not serve %s: it serves %s. gpuops.nvidia "
-                    "writes its DRA objects (DeviceClass, ResourceClaimTemplate) at %s, which "
-                    "Kubernetes 1.34 and later serve (DRA is GA there); upgrade the cluster. Nothing was changed."
-                    % (server or "unknown", _kube.DRA_API_VERSION,
-                       ", ".join("%s/%s" % (_kube.DRA_GROUP, v) for v in versions)
-                       or "no %s version" % _kube.DRA_GROUP, _kube.DRA_API_VERSION), **self.result)
+            self.refuse(
+                "the Kubernetes API server (gitVersion %s) does not serve %s: it serves %s. gpuops.nvidia "
+                "writes its DRA objects (DeviceClass, ResourceClaimTemplate) at %s, which "
+                "Kubernetes 1.34 and later serve (DRA is GA there); upgrade the cluster"
+                % (server or "unknown", _kube.DRA_API_VERSION,
+                   ", ".join("%s/%s" % (_kube.DRA_GROUP, v) for v in versions)
+                   or "no %s version" % _kube.DRA_GROUP, _kube.DRA_API_VERSION))
         if p["conflict_check"] and p["nodes"]:
             self.check_conflicts(kube)
 
@@ -268,12 +268,11 @@ class DraDriverRelease(_helm_release.HelmRelease):
                 conflicts[node] = found
         if conflicts:
             self.result["conflicts"] = conflicts
-            self.module.fail_json(
-                msg="refusing to install NVIDIA's DRA driver: %s. A device plugin and the DRA driver on one node "
-                    "would both allocate the same GPUs. Remove the device plugin from these nodes first (or set "
-                    "conflict_check=false if you know better). Nothing was changed."
-                    % "; ".join("node %s: %s" % (node, ", ".join(found)) for node, found in sorted(conflicts.items())),
-                **self.result)
+            self.refuse(
+                "refusing to install NVIDIA's DRA driver: %s. A device plugin and the DRA driver on one node "
+                "would both allocate the same GPUs. Remove the device plugin from these nodes first (or set "
+                "conflict_check=false if you know better)"
+                % "; ".join("node %s: %s" % (node, ", ".join(found)) for node, found in sorted(conflicts.items())))
 
     def after_apply(self, context):
         """The chart's DeviceClasses exist (pods claim GPUs through them)."""

@@ -144,7 +144,8 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _driver_plan, _driver_state, _package_repo, _packages, _pci)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, ModuleRun, nothing_changed, run_module)
 
 
 # A driver package is tens to a few hundred MiB (the DKMS source, the userspace libraries); larger is not a package.
@@ -229,7 +230,7 @@ class DriverPlan(ModuleRun):
                 available.setdefault(found[0], []).append(found[1])
                 self.result["files"][found[0]] = path
             if errors:
-                self.fail_kind("files", "package_files: %s; nothing changed." % "; ".join(errors))
+                self.fail_kind("files", nothing_changed("package_files: %s" % "; ".join(errors)))
             return available
         if p["repository"] is not None:
             repo = p["repository"]
@@ -241,8 +242,9 @@ class DriverPlan(ModuleRun):
                                      "the key that signs it",
                         "unreachable": "it does not answer: check the URL and the node's network or proxy",
                         "other": "the package manager refused it"}[exc.kind]
-                self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
-                               % (what, "apt-get" if p["manager"] == "apt" else "dnf", exc), output=exc.output)
+                self.fail_kind(exc.kind, "the repository cannot be used, %s; %s. %s said: %s"
+                               % (what, NOTHING_CHANGED, "apt-get" if p["manager"] == "apt" else "dnf", exc),
+                               output=exc.output)
         if decl.get("package_source") == "distribution" and p["manager"] == "apt":
             # the node's own, configured sources (the Ubuntu archive), as its apt lists have them
             rc, out, err = self.module.run_command([self.module.get_bin_path("apt-cache", required=True), "madison"]
@@ -278,7 +280,7 @@ class DriverPlan(ModuleRun):
         try:
             _driver_plan.validate(self.p["declaration"])
         except _driver_plan.DriverPlanError as exc:
-            self.fail_kind("input", "invalid driver declaration, nothing changed: %s" % exc)
+            self.fail_kind("input", "invalid driver declaration, %s: %s" % (NOTHING_CHANGED, exc))
         return []
 
     def read(self):
@@ -304,7 +306,7 @@ class DriverPlan(ModuleRun):
                                      installed=current["installed"], available=current["available"],
                                      installed_driver=current["installed_driver"])
         except _driver_plan.DriverPlanError as exc:
-            self.fail_kind("input", "the driver cannot be planned for this node, nothing changed: %s" % exc)
+            self.fail_kind("input", "the driver cannot be planned for this node, %s: %s" % (NOTHING_CHANGED, exc))
         self.result["plan"] = plan
         if plan["refusals"]:
             self.fail_kind(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))

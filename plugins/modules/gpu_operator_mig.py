@@ -264,8 +264,8 @@ class OperatorMigLayout(ModuleRun):
                                                                   config_name_hint=p["config_name"])
             return config, entries, _gpu_operator.gpus_differ(gpus, resolved)
         except MigLayoutError as exc:
-            self.module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them). Nothing was "
-                                      "changed." % (self.node, name_source(p, str(exc)).rstrip(". ")))
+            self.module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them); nothing "
+                                      "changed" % (self.node, name_source(p, str(exc)).rstrip(". ")))
 
     def config_map(self):
         """(namespace, name) of the MIG ConfigMap: as given, else the one the ClusterPolicy names, which must be
@@ -326,8 +326,7 @@ class OperatorMigLayout(ModuleRun):
         try:
             return self.converge_layout()
         except _gpu_operator.OperatorError as exc:
-            # "Nothing was changed.": the wording tests/unit/plugins/modules/test_gpu_operator_modules.py asserts
-            self.fail("; ".join(exc.errors) + ". Nothing was changed.")
+            self.refuse("; ".join(exc.errors))
 
     def converge_layout(self):
         p, node, gpus = self.params, self.node, self.gpus

@@ -26,7 +26,7 @@ description:
     (C(1c.2g.48gb+gfx)) are accepted wherever the GPU offers them.
   - Validates everything before the first change - unknown profile names (the message lists the valid names on
     that GPU), counts that cannot fit (and why), selectors that match nothing, MIG mode off where the layout needs
-    it on, GPUs without MIG. Errors on several GPUs are reported together; nothing is changed.
+    it on, GPUs without MIG. Errors on several GPUs are reported together; nothing changes.
   - Reconciles with least disruption, unlike mig-parted (which destroys every instance of a GPU whose layout
     differs in any way). It keeps every existing GPU instance and compute instance that the declared layout also
     contains whenever some valid placement of the whole layout keeps it (an exhaustive search over what to keep
@@ -241,9 +241,7 @@ class MigLayout(ModuleRun):
     def validate(self):
         error = seconds_error("force_timeout", self.params["force_timeout"])
         if error:
-            # "Nothing was changed.": the wording tests/reliability/bad_input_corpus.yml asserts for this refusal
-            self.module.fail_json(msg="%s: the wait between SIGTERM and SIGKILL for processes ended with force=true "
-                                      "(>= 0). Nothing was changed." % error)
+            self.refuse("%s: the wait between SIGTERM and SIGKILL for processes ended with force=true (>= 0)" % error)
         return []
 
     def lock(self):

@@ -26,7 +26,7 @@ description:
     brings them back before clients connect. The daemon itself forgets them when it stops.
   - Never stops or restarts a daemon with connected clients unless O(force=true), because that would break running
     workloads. When the unit would need a restart (other directories or executable) while clients are
-    connected, nothing is changed and RV(restart_pending) is true; a later run restarts it once the clients are
+    connected, nothing changes and RV(restart_pending) is true; a later run restarts it once the clients are
     gone. A restart stops the daemon with the unit that started it, then starts it with the new one.
   - MPS runs in the C(Default) compute mode; this module does not change compute mode, MIG mode or
     persistence mode.
@@ -180,8 +180,8 @@ actions:
   type: list
   elements: str
 restart_pending:
-  description: The unit needs a restart (other directories or executable) that was not done, and nothing was
-    changed, because clients are connected.
+  description: The unit needs a restart (other directories or executable) that was not done (nothing changed)
+    because clients are connected.
   returned: always
   type: bool
 unit_path:
@@ -197,7 +197,7 @@ import os
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
@@ -403,8 +403,8 @@ def run(module):
             # Change nothing: the unit keeps describing the daemon in force, and the next run restarts it.
             result["restart_pending"] = True
             warnings.append("%s needs a restart (its directories or executable change) but %d client process(es) "
-                            "are connected (PIDs %s); nothing was changed. Run again when they are done, or with "
-                            "force=true" % (unit, len(clients), ", ".join(map(str, clients))))
+                            "are connected (PIDs %s); %s. Run again when they are done, or with force=true"
+                            % (unit, len(clients), ", ".join(map(str, clients)), NOTHING_CHANGED))
         else:
             write = systemd and old_unit != new_unit
             if write:

@@ -20,7 +20,7 @@ description:
     had a pod there) in the same change, then waits until no pod of the O(daemonsets) is left on the node. Each of
     those DaemonSets must keep its pods off such a node; every term of its required node affinity holds the
     expression C(key=gpuops.nvidia/gpu-pods-paused operator=NotIn values=[true]) (the device plugin release of
-    M(gpuops.nvidia.device_plugin) has it). One that does not is named, and nothing is changed. The DaemonSet
+    M(gpuops.nvidia.device_plugin) has it). One that does not is named, and nothing changes. The DaemonSet
     controller removes the pods, so nothing races it.
   - O(state=running) removes the label and annotations, only where the annotation says O(owner) paused the node, and
     waits until each DaemonSet recorded at the pause has a Ready pod on the node again. A node paused by anyone else
@@ -241,8 +241,7 @@ class NodeGpuPods(ModuleRun):
         if p["state"] == "paused":
             problems = _gpu_pods.not_pausable(daemonsets)
             if problems:
-                self.module.fail_json(msg="node %s: %s. Nothing changed." % (p["node_name"], "; ".join(problems)),
-                                      problems=problems)
+                self.refuse("node %s: %s" % (p["node_name"], "; ".join(problems)), problems=problems)
             return _gpu_pods.pause_patch(node, p["owner"], holding), True
         if p["state"] == "running":
             patch = _gpu_pods.resume_patch(node, p["owner"])

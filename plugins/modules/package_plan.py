@@ -160,7 +160,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cac
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _package_repo, _packages
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, invalid_input, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, ModuleRun, invalid_input, nothing_changed, run_module)
 
 
 class PackagePlan(ModuleRun):
@@ -235,11 +236,12 @@ class PackagePlan(ModuleRun):
                                                          e["action"]) for e in entries if e["action"] != "none"]
         down = [e for e in entries if e["action"] == "downgrade"]
         if down and not self.p["allow_downgrade"]:
-            self.fail_kind("downgrade", "refusing to downgrade %s: installed %s is newer than the pinned %s. Pin the "
+            self.fail_kind("downgrade", nothing_changed(
+                           "refusing to downgrade %s: installed %s is newer than the pinned %s. Pin the "
                            "installed version, or allow the downgrade (allow_downgrade; the role's "
-                           "container_toolkit_allow_downgrade=true); nothing changed."
+                           "container_toolkit_allow_downgrade=true)"
                            % (", ".join(e["name"] for e in down), ", ".join(sorted(set(e["installed"] for e in down))),
-                              self.p["version"]))
+                              self.p["version"])))
         return [e for e in entries if e["action"] != "none"]
 
     def check_repository(self, todo):
@@ -256,16 +258,18 @@ class PackagePlan(ModuleRun):
                                  "the key that signs it",
                     "unreachable": "it does not answer: check the URL and the node's network or proxy",
                     "other": "the package manager refused it"}[exc.kind]
-            self.fail_kind(exc.kind, "the repository cannot be used, %s; nothing changed. %s said: %s"
-                           % (what, "apt-get" if self.p["manager"] == "apt" else "dnf", exc), output=exc.output)
+            self.fail_kind(exc.kind, "the repository cannot be used, %s; %s. %s said: %s"
+                           % (what, NOTHING_CHANGED, "apt-get" if self.p["manager"] == "apt" else "dnf", exc),
+                           output=exc.output)
         out.update(checked=True, available=available)
         missing = [n for n in self.p["packages"]
                    if not any(_packages.compare(self.p["manager"], v, self.p["version"]) == 0 for v in available[n])]
         if missing:
             have = sorted(set(v for n in missing for v in available[n]),
                           key=_sort_key(self.p["manager"]), reverse=True)
-            self.fail_kind("version", "the repository has no %s at version %s; it has %s. Pin one of those; nothing "
-                           "changed." % (", ".join(missing), self.p["version"], ", ".join(have) or "none of them"))
+            self.fail_kind("version", nothing_changed("the repository has no %s at version %s; it has %s. Pin one of "
+                                                      "those" % (", ".join(missing), self.p["version"],
+                                                                 ", ".join(have) or "none of them")))
 
     def check_files(self):
         manager = self.p["manager"]
@@ -296,8 +300,7 @@ class PackagePlan(ModuleRun):
                 files[found[0]] = path
         self.result["files"] = files
         if errors:
-            self.fail_kind("files", "package_files: not the pinned packages: %s; nothing changed."
-                           % "; ".join(errors))
+            self.fail_kind("files", nothing_changed("package_files: not the pinned packages: %s" % "; ".join(errors)))
 
 
 def _differs(path, text):

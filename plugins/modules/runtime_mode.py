@@ -90,9 +90,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import N
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
     ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
 
-# The wording tests/unit/plugins/modules/test_runtime_mode.py asserts for a config that is not TOML.
-NOTHING_CHANGED = "Nothing was changed."
-
 
 class RuntimeMode(ModuleRun):
     """validate (the path, nvidia-ctk) -> read (the live config's mode) -> plan (the mode differs: nvidia-ctk's edit
@@ -114,7 +111,7 @@ class RuntimeMode(ModuleRun):
         try:
             before = current_mode(live, p["config_path"])
         except RuntimeModeError as exc:
-            self.fail("%s. %s" % (exc, NOTHING_CHANGED))
+            self.refuse(str(exc))
         self.result.update(mode=p["mode"], previous_mode=before, config_path=p["config_path"])
         return live, before
 

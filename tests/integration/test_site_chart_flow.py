@@ -361,7 +361,7 @@ def test_a_daemonset_that_cannot_be_paused_is_refused_before_the_node_is_cordone
         assert failed, res
         msg = failed[-1][2]
         assert "DaemonSet monitoring/gpu-exporter does not keep its pods off a paused node" in msg, msg
-        assert '"key": "%s"' % PAUSED in msg and '"operator": "NotIn"' in msg and "Nothing changed." in msg, msg
+        assert '"key": "%s"' % PAUSED in msg and '"operator": "NotIn"' in msg and "; nothing changed" in msg, msg
         # The refusal came before the cordon: nothing was written to a node, no pod left one or was evicted, and the
         # GPUs were not touched.
         assert res.task("Cordon the node", A100) == [], res.task("Cordon the node", A100)

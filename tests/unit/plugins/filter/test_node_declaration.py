@@ -43,7 +43,7 @@ def test_every_failed_check_is_reported_in_order():
                                                "gpu_node_operator_poll_interval": "never"}), "n1")
     assert [e.split(" ")[2].split("=")[0] for e in errors] == [
         "gpu_node_sharing", "gpu_node_compute_mode", "gpu_node_operator_poll_interval"], errors
-    assert all(e.startswith("node n1: ") and e.endswith("Nothing was changed.") for e in errors)
+    assert all(e.startswith("node n1: ") and e.endswith("; nothing changed") for e in errors)
 
 
 def test_the_fleet_wide_variable_is_named_when_the_node_one_is_not_set():
@@ -81,7 +81,7 @@ def _cdi(**values):
 ])
 def test_contradictory_cdi_declarations_are_refused_naming_both_settings(values, names):
     errors = node_declaration_errors(_cdi(**values), "n1")
-    assert len(errors) == 1 and errors[0].endswith("Nothing was changed."), errors
+    assert len(errors) == 1 and errors[0].endswith("; nothing changed"), errors
     for name in names:
         assert name in errors[0], (name, errors[0])
 
@@ -107,7 +107,7 @@ def test_consistent_cdi_declarations_pass(values):
 ])
 def test_dra_declarations_that_cannot_work_are_refused(values, words):
     errors = node_declaration_errors(_cdi(**values), "n1")
-    assert len(errors) == 1 and words in errors[0] and errors[0].endswith("Nothing was changed."), errors
+    assert len(errors) == 1 and words in errors[0] and errors[0].endswith("; nothing changed"), errors
 
 
 def test_dra_claim_templates_are_checked_only_with_dra():
@@ -127,7 +127,7 @@ def test_a_reboot_over_a_local_connection_is_refused_before_anything_changes(con
     assert len(errors) == 1, errors
     assert "mig_allow_reboot=true" in errors[0] and "ansible_connection=local" in errors[0], errors
     assert "reboot the machine that runs Ansible" in errors[0] and "mig_allow_reboot: false" in errors[0], errors
-    assert errors[0].endswith("Nothing was changed."), errors
+    assert errors[0].endswith("; nothing changed"), errors
 
 
 @pytest.mark.parametrize("values", [
@@ -150,7 +150,7 @@ def test_reboots_elsewhere_or_not_allowed_pass(values):
 ])
 def test_a_bad_health_policy_is_refused_naming_the_key_and_the_valid_ones(policy, words):
     (error,) = node_declaration_errors(dict(declared({}), health_policy=policy), "n1")
-    assert error.startswith("node n1: gpu_node_health_policy: ") and error.endswith("Nothing was changed.")
+    assert error.startswith("node n1: gpu_node_health_policy: ") and error.endswith("; nothing changed")
     assert len(error) < 2200
     for word in words:
         assert word in error, error
@@ -164,6 +164,6 @@ def test_a_valid_health_policy_passes(policy):
 def test_the_health_reset_needs_the_gate():
     (error,) = node_declaration_errors(dict(declared({}), health_reset=True, health_gate=False), "n1")
     assert error.startswith("node n1: gpu_node_health_reset=true with gpu_node_health_gate=false") \
-        and error.endswith("Nothing was changed.")
+        and error.endswith("; nothing changed")
     for reset, gate in ((True, True), (False, False), ("yes", "true")):
         assert node_declaration_errors(dict(declared({}), health_reset=reset, health_gate=gate), "n1") == []

@@ -40,7 +40,7 @@ def test_exclusive_process_on_a_mig_gpu_is_refused_for_the_whole_declaration():
     with pytest.raises(ComputeModeError) as err:
         plan(gpus, ["all"], "Exclusive_Process")
     msg = str(err.value)
-    assert "not supported on a MIG-enabled GPU" in msg and "1 (NVIDIA H200" in msg and "nothing was changed" in msg
+    assert "not supported on a MIG-enabled GPU" in msg and "1 (NVIDIA H200" in msg and "nothing changed" in msg
     assert "0 (NVIDIA" not in msg
     # selecting only the GPU without MIG is fine
     assert [c["index"] for c in plan(gpus, ["0"], "Exclusive_Process")["changes"]] == [0]

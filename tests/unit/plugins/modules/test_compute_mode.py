@@ -65,7 +65,7 @@ def test_exclusive_process_on_mig_is_refused_before_any_change(tmp_path):
     assert backend.read_gpu(0)["mig_mode_current"] == "Enabled"
     r, _proc = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
     assert r["failed"] is True
-    assert "not supported on a MIG-enabled GPU" in r["msg"] and "nothing was changed" in r["msg"]
+    assert "not supported on a MIG-enabled GPU" in r["msg"] and "nothing changed" in r["msg"]
     assert calls(env) == []  # not even the GPUs without MIG were touched
     assert modes(backend) == ["Default"] * 5
     # Default and Prohibited are fine there

@@ -101,7 +101,7 @@ def test_old_operator_missing_policy_and_conflicts_change_nothing(kube_api, oper
     policy["spec"]["mig"] = {"strategy": "mixed"}
     kube_api.put(policy)
     res = run_main(gpu_operator.main, cluster_args(kube_api))
-    assert res["failed"] and "node h200 uses MPS" in res["msg"] and "Nothing was changed" in res["msg"], res
+    assert res["failed"] and "node h200 uses MPS" in res["msg"] and "nothing changed" in res["msg"], res
 
     policy["spec"]["mig"] = {}
     kube_api.put(policy)
@@ -169,7 +169,7 @@ def test_mig_bad_layout_is_refused_before_any_write(kube_api, operator, tmp_path
     args = mig_args(kube_api, tmp_path, layout=[{"devices": "all", "mig_devices": {"2g.10gb": 4}}])
     del args["config_name"]
     res = run_main(gpu_operator_mig.main, args)
-    assert res["failed"] and "node a100" in res["msg"] and "Nothing was changed" in res["msg"], res
+    assert res["failed"] and "node a100" in res["msg"] and "nothing changed" in res["msg"], res
     assert len(kube_api.writes()) == writes
     res = run_main(gpu_operator_mig.main, mig_args(kube_api, tmp_path, config_map="default-mig-parted-config"))
     assert res["failed"] and "refused" in res["msg"]

@@ -127,7 +127,7 @@ def test_disable_destroys_idle_instances_but_refuses_busy_ones(tmp_path, inproc)
     sim.add_process(1, 4242, "train", gi_id=gi, ci_id=ci)
     before = _digest(sim)
     result = inproc(env, {"config_name": "all-disabled", "gpus": ["0", "1"]})
-    assert result["failed"] and "pid 4242 (train)" in result["msg"] and "Nothing was changed" in result["msg"]
+    assert result["failed"] and "pid 4242 (train)" in result["msg"] and "nothing changed" in result["msg"]
     assert _digest(sim) == before
     result = inproc(env, {"config_name": "all-disabled", "gpus": ["0"]}, diff=True)
     gpu = result["gpus"][0]

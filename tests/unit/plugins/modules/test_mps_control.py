@@ -236,7 +236,7 @@ def test_systemd_path_change_restarts_only_when_idle(host, tmp_path):
     other_log = str(tmp_path / "log2")
     r = host.run(log_directory=other_log, **LIMITS)
     # busy: nothing changes, the unit keeps describing the daemon in force, the restart stays pending
-    assert r["restart_pending"] is True and r["changed"] is False and "nothing was changed" in r["_stderr"]
+    assert r["restart_pending"] is True and r["changed"] is False and "nothing changed" in r["_stderr"]
     with open(unit_file) as f:
         assert f.read() == first
     assert host.state()["call_log"].count("-d") == 1

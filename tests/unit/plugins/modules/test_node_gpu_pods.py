@@ -116,7 +116,7 @@ def test_a_daemonset_that_would_stay_is_named_and_nothing_changes(cluster):
     res = run_main(node_gpu_pods.main, args(cluster, state="paused", daemonsets=[
         {"namespace": NS, "selector": "app.kubernetes.io/instance=nvdp"}, {"namespace": NS, "name": "dcgm-exporter"}]))
     assert res["failed"] and "DaemonSet %s/dcgm-exporter does not keep its pods off a paused node" % NS in res["msg"]
-    assert "NotIn" in res["msg"] and "Nothing changed" in res["msg"]
+    assert "NotIn" in res["msg"] and "nothing changed" in res["msg"]
     assert cluster.writes() == []
 
 

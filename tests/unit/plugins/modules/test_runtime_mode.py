@@ -51,5 +51,5 @@ def test_a_config_that_is_not_toml_is_refused_and_left_alone(tmp_path):
     with open(path, "w") as handle:
         handle.write("[nvidia-container-runtime\nmode = cdi\n")
     res = run_module(MODULE, {"config_path": path, "nvidia_ctk_path": CTK, "mode": "cdi"}, env={})[0]
-    assert res.get("failed") and "left untouched" in res["msg"] and "Nothing was changed" in res["msg"], res
+    assert res.get("failed") and "left untouched" in res["msg"] and "nothing changed" in res["msg"], res
     assert _read(path) == "[nvidia-container-runtime\nmode = cdi\n"
