@@ -18,7 +18,8 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import is_dns_subdomain
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import (
+    LABEL_VALUE_RULE, is_dns_subdomain, is_label_value)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError, replica_shares
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -91,7 +92,6 @@ def mig_resource_name(profile):
 
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
 class DevicePluginConfigError(ValueError):
@@ -199,10 +199,9 @@ def profile_errors(p, chart_version):
     if not isinstance(name, str) or not name:
         errs.append("every profile needs a name (it becomes a config.map key and the value of the node label %s)"
                     % CONFIG_LABEL)
-    elif len(name) > 63 or not _LABEL_VALUE.match(name) or not _CONFIGMAP_KEY.match(name):
-        errs.append("%s: the name must be a valid label value and ConfigMap key (at most 63 characters: "
-                    "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric), because nodes select "
-                    "it with the label %s=<name>" % (where, CONFIG_LABEL))
+    elif not is_label_value(name) or not _CONFIGMAP_KEY.match(name):
+        errs.append("%s: the name must be a valid label value and ConfigMap key (%s), because nodes select it with "
+                    "the label %s=<name>" % (where, LABEL_VALUE_RULE, CONFIG_LABEL))
     sharing = p["sharing"]
     if sharing not in SHARING_CHOICES:
         errs.append("%s: sharing must be one of %s, got %r" % (where, ", ".join(SHARING_CHOICES), sharing))

@@ -31,6 +31,8 @@ PREFIX_RULE = ("prefix part a lowercase RFC 1123 subdomain must consist of lower
 VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
               "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', regex "
               "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
+# is_label_value's rule, in the words of a message about a name the collection turns into a label value
+LABEL_VALUE_RULE = "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 
 
 def is_dns_subdomain(value):
@@ -94,6 +96,12 @@ def label_value_errors(key, value):
     if value and not _QUALIFIED_NAME.match(value):
         errs.append("label %r: value %r: %s" % (key, value, VALUE_RULE))
     return errs
+
+
+def is_label_value(value):
+    """Whether ``value`` is a label value that is not empty (IsValidLabelValue): the test of a name the collection
+    writes as a label value (a device plugin profile, a DRA claim template set or profile); LABEL_VALUE_RULE says it."""
+    return isinstance(value, str) and 0 < len(value) <= 63 and bool(_QUALIFIED_NAME.match(value))
 
 
 def to_label_value(text, fallback):

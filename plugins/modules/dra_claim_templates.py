@@ -166,9 +166,9 @@ def param_errors(p):
         errors.extend(_kube_names.dns_label_errors(ns, "namespaces"))
     if not p["namespaces"]:
         errors.append("namespaces must list at least one namespace")
-    if not p["template_set"] or _kube_names.validate_labels({_dra.SET_LABEL: p["template_set"]}):
-        errors.append("template_set %.80r is not a label value (at most 63 letters, digits, '-', '_' or '.', starting "
-                      "and ending with a letter or digit)" % (p["template_set"],))
+    if not _kube_names.is_label_value(p["template_set"]):
+        errors.append("template_set %.80r is not a label value (%s)"
+                      % (p["template_set"], _kube_names.LABEL_VALUE_RULE))
     seen = set()
     for n, t in enumerate(p["templates"]):
         where = "templates[%d]" % n
@@ -176,9 +176,9 @@ def param_errors(p):
         if t["name"] in seen:
             errors.append("%s.name %r is declared twice" % (where, t["name"]))
         seen.add(t["name"])
-        if not t["profile"] or _kube_names.validate_labels({_dra.PROFILE_LABEL: t["profile"]}):
-            errors.append("%s.profile %.80r is not a label value (at most 63 letters, digits, '-', '_' or '.', "
-                          "starting and ending with a letter or digit)" % (where, t["profile"]))
+        if not _kube_names.is_label_value(t["profile"]):
+            errors.append("%s.profile %.80r is not a label value (%s)"
+                          % (where, t["profile"], _kube_names.LABEL_VALUE_RULE))
         if not 1 <= t["count"] <= 16:
             errors.append("%s.count must be from 1 to 16, got %d" % (where, t["count"]))
         if any(not isinstance(s, str) or not s.strip() or len(s) > 10240 for s in t["selectors"]):
