@@ -34,9 +34,6 @@ DEVICE_CLASSES = {"gpu": "gpu.nvidia.com", "mig": "mig.nvidia.com"}
 CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
 CONFIG_KIND = "GpuConfig"
 INTERVALS = ("Default", "Short", "Medium", "Long")
-# _kube.DRA_API_VERSION, written here too because this file stays free of the Kubernetes client (the controller's
-# filters load it); tests/unit/plugins/module_utils/test_kube.py fails when the two differ.
-RESOURCE_API = "resource.k8s.io/v1"
 REQUEST = "gpu"
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuops.nvidia")
@@ -243,9 +240,12 @@ def declaration(name, profile, device_class="gpu", selectors=(), config=None, co
 
 
 def template_object(decl, namespace, template_set):
-    """The ResourceClaimTemplate (resource.k8s.io/v1) for one declaration, with the labels that mark it the
+    """The ResourceClaimTemplate (at _kube.DRA_API_VERSION) for one declaration, with the labels that mark it the
     collection's. Defaults the API server would add (allocationMode, count) are written out, so that what is read
     back compares equal."""
+    # imported here: this file stays free of the Kubernetes client where the controller's filters load it, and only
+    # the modules, which import _kube anyway, build the object
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import DRA_API_VERSION
     exactly = {"deviceClassName": DEVICE_CLASSES[decl["device_class"]], "allocationMode": "ExactCount",
                "count": int(decl.get("count") or 1)}
     if decl.get("selectors"):
@@ -253,7 +253,7 @@ def template_object(decl, namespace, template_set):
     devices = {"requests": [{"name": REQUEST, "exactly": exactly}]}
     if decl.get("config"):
         devices["config"] = [{"requests": [REQUEST], "opaque": {"driver": DRIVER, "parameters": decl["config"]}}]
-    return {"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+    return {"apiVersion": DRA_API_VERSION, "kind": "ResourceClaimTemplate",
             "metadata": {"name": decl["name"], "namespace": namespace,
                          "labels": {MANAGED_BY[0]: MANAGED_BY[1], SET_LABEL: template_set,
                                     PROFILE_LABEL: decl.get("profile") or "explicit"}},

@@ -158,4 +158,5 @@ def test_dra_paths_are_built_in_one_place():
 
 def test_claim_templates_are_written_at_the_api_the_paths_name():
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
-    assert _dra.RESOURCE_API == _kube.DRA_API_VERSION == "%s/%s" % (_kube.DRA_GROUP, _kube.DRA_VERSION)
+    obj = _dra.template_object({"name": "gpu-1", "device_class": "gpu"}, "ml", "fleet")
+    assert obj["apiVersion"] == _kube.DRA_API_VERSION == "%s/%s" % (_kube.DRA_GROUP, _kube.DRA_VERSION)
