@@ -80,6 +80,10 @@ def binary_identity(path):
 
 # Where a tool not named by its option is looked for, besides PATH.
 TOOL_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
+# The package that provides each system tool the driver's modules and services and the MPS unit run (one name on apt
+# and dnf), for require_tool's message.
+SYSTEM_TOOL_PACKAGES = {"modprobe": "kmod", "rmmod": "kmod", "modinfo": "kmod", "systemctl": "systemd",
+                        "mkdir": "coreutils", "sh": "bash (or dash)"}
 
 
 class ToolNotFound(Exception):
@@ -91,27 +95,29 @@ class ToolNotFound(Exception):
         self.reason = reason
 
 
-def find_tool(get_bin_path, params, option, name):
+def find_tool(get_bin_path, params, option, name, opt_dirs=None):
     """The path ``params[option]`` names (ToolNotFound unless it is an executable file), else what ``get_bin_path``
-    (AnsibleModule.get_bin_path) finds in PATH or TOOL_DIRS, else None. The steps and gpu_node_plan find a tool
-    this one way, so that the plan checks the very binary the step would run."""
-    given = params[option]
+    (AnsibleModule.get_bin_path) finds in PATH or ``opt_dirs`` (TOOL_DIRS by default), else None; ``option`` None:
+    no parameter names the tool. The steps and gpu_node_plan find a tool this one way, so that the plan checks the
+    very binary the step would run."""
+    given = params[option] if option else None
     if not given:
-        return get_bin_path(name, opt_dirs=TOOL_DIRS)
+        return get_bin_path(name, opt_dirs=TOOL_DIRS if opt_dirs is None else opt_dirs)
     if not (os.path.isfile(given) and os.access(given, os.X_OK)):
         raise ToolNotFound("%s %s does not exist or is not executable (give the path of the %s program)"
                            % (option, given, name), "%s %s is not executable" % (name, given))
     return given
 
 
-def require_tool(get_bin_path, params, option, name, package):
+def require_tool(get_bin_path, params, option, name, package, opt_dirs=None):
     """``find_tool`` for a tool the step cannot do without: a tool not found is ToolNotFound too, whose message
-    names every place searched (``option``, PATH and TOOL_DIRS) and the ``package`` that provides it, and whose
-    ``reason`` is ``"<name> not found"``."""
-    path = find_tool(get_bin_path, params, option, name)
+    names every place searched (``option`` where one names the tool, PATH and ``opt_dirs``) and the ``package`` that
+    provides it, and whose ``reason`` is ``"<name> not found"``."""
+    path = find_tool(get_bin_path, params, option, name, opt_dirs)
     if path is None:
-        raise ToolNotFound("%s was not found (looked in PATH, %s): install the %s package, which provides it, or set %s"
-                           % (name, ", ".join(TOOL_DIRS), package, option), "%s not found" % name)
+        raise ToolNotFound("%s was not found (looked in %s): install the %s package, which provides it%s"
+                           % (name, ", ".join(["PATH"] + list(TOOL_DIRS if opt_dirs is None else opt_dirs)), package,
+                              ", or set %s" % option if option else ""), "%s not found" % name)
     return path
 
 

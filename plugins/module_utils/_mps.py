@@ -33,6 +33,8 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,100}$")
 
 UNIT_MARKER = "# Managed by gpuops.nvidia.mps_control: edits here are overwritten."
 WAIT_TRIES = 50  # ExecStartPost waits up to 50 x 0.2 s for the daemon to answer
+# The driver's packages that hold nvidia-cuda-mps-control (docs/driver.md: NVIDIA's repositories, the distribution)
+CONTROL_PACKAGE = "nvidia-compute-utils-<branch> (apt) or nvidia-driver-cuda (dnf)"
 
 
 class MpsError(ValueError):

@@ -232,7 +232,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders impo
     describe_holder, device_patterns, find_holders)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
     InputFileError, check_shape, read_text as read_input_text)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program, write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
@@ -293,11 +294,13 @@ class Run(object):
             if given:
                 self._tools[name] = list(given)
             else:
-                found = self.module.get_bin_path(name, required=False, opt_dirs=["/usr/sbin", "/sbin"])
-                if not found and required:
-                    self.module.fail_json(msg="%s not found in PATH, /usr/sbin or /sbin; install kmod/systemd or give "
-                                              "the %s option. %s" % (name, name, NOTHING))
-                self._tools[name] = [found] if found else None
+                try:
+                    self._tools[name] = [require_tool(self.module.get_bin_path, self.p, name, name,
+                                                      SYSTEM_TOOL_PACKAGES[name], opt_dirs=["/usr/sbin", "/sbin"])]
+                except ToolNotFound as exc:
+                    if required:
+                        self.module.fail_json(msg="%s. %s" % (exc, NOTHING))
+                    self._tools[name] = None
         return self._tools[name]
 
     def check_tools(self):

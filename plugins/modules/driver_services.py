@@ -146,7 +146,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_servi
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import command_program, write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
@@ -200,9 +201,11 @@ class DriverServices(ModuleRun):
     def tool(self, name):
         if self.params[name]:
             return list(self.params[name])
-        found = self.module.get_bin_path(name, required=False, opt_dirs=["/usr/sbin", "/sbin", "/usr/bin"])
-        if not found:
-            self.refuse("%s not found in PATH, /usr/sbin or /sbin; install it or give the %s option" % (name, name))
+        try:
+            found = require_tool(self.module.get_bin_path, self.params, name, name, SYSTEM_TOOL_PACKAGES[name],
+                                 opt_dirs=["/usr/sbin", "/sbin", "/usr/bin"])
+        except ToolNotFound as exc:
+            self.refuse(str(exc))
         return [found]
 
     # ---- read ---------------------------------------------------------------------------------------------------

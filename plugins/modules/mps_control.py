@@ -199,10 +199,12 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+    SYSTEM_TOOL_PACKAGES, ToolNotFound, require_tool)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
-    MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
+    CONTROL_PACKAGE, MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
     parse_mem_answer, parse_percentage_answer, parse_pid_list, plan_defaults, render_unit, restart_relevant,
     unit_setting)
 
@@ -311,6 +313,13 @@ def busy_clients(servers):
     return sorted(c for s in servers for c in s["clients"])
 
 
+def tool(module, name, option=None, package=None):
+    """A program the unit runs: the path ``option`` gives, else the one in PATH (only there: a unit keeps the paths it
+    was written with); not found: ToolNotFound, naming the package, which the module's base turns into the failure."""
+    return require_tool(module.get_bin_path, module.params, option, name, package or SYSTEM_TOOL_PACKAGES[name],
+                        opt_dirs=())
+
+
 def run(module):
     p = module.params
     try:
@@ -325,11 +334,8 @@ def run(module):
         error = seconds_error("timeout", p["timeout"], minimum=1)
         if error:
             raise MpsError(error)
-        executable = p["executable"] or module.get_bin_path("nvidia-cuda-mps-control", required=True)
+        executable = tool(module, "nvidia-cuda-mps-control", "executable", CONTROL_PACKAGE)
         check_path("executable", executable)
-        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
-            raise MpsError("executable %s is not an executable file (give the path of nvidia-cuda-mps-control)"
-                           % executable)
     except MpsError as e:
         module.fail_json(msg=str(e))
     systemd = p["service_manager"] == "systemd"
@@ -344,7 +350,7 @@ def run(module):
     unit_path = old_unit = new_unit = systemctl = unit = None
     active = enabled = False
     if systemd:
-        systemctl = module.get_bin_path("systemctl", required=True)
+        systemctl = tool(module, "systemctl")
         unit = name + ".service"
         unit_path = os.path.join(p["unit_directory"], unit)
         result["unit_path"] = unit_path
@@ -352,8 +358,7 @@ def run(module):
         active = module.run_command([systemctl, "is-active", unit])[1].strip() == "active"
         enabled = module.run_command([systemctl, "is-enabled", unit])[1].strip() == "enabled"
         new_unit = render_unit(executable, pipe_dir, log_dir, pct, limits,
-                               mkdir=module.get_bin_path("mkdir", required=True),
-                               sh=module.get_bin_path("sh", required=True))
+                               mkdir=tool(module, "mkdir"), sh=tool(module, "sh"))
         old_pipe = unit_setting(old_unit, "CUDA_MPS_PIPE_DIRECTORY")
         if active and old_pipe and old_pipe != pipe_dir:
             live = Daemon(module, unit_setting(old_unit, "ExecStart") or executable, old_pipe,
@@ -556,6 +561,7 @@ class MpsControl(ModuleRun):
         force=dict(type="bool", default=False),
         timeout=dict(type="int", default=30),
     )
+    errors = (ToolNotFound,)
 
     def lock(self):
         return module_lock(self.module, "mps_control")

@@ -36,6 +36,19 @@ def test_not_found_names_every_place_searched_and_the_package():
     assert calls and set(calls[0][1]) == set(["/usr/bin", "/usr/local/bin", "/usr/sbin"])
 
 
+def test_own_search_dirs_and_a_tool_no_option_names():
+    # driver_modules' /usr/sbin and /sbin, and mps_control's PATH only for the programs its unit runs
+    get_bin_path, calls = _searching(None)
+    with pytest.raises(ToolNotFound) as err:
+        require_tool(get_bin_path, {"modprobe": []}, "modprobe", "modprobe", "kmod", opt_dirs=["/usr/sbin", "/sbin"])
+    assert str(err.value) == ("modprobe was not found (looked in PATH, /usr/sbin, /sbin): install the kmod package, "
+                              "which provides it, or set modprobe")
+    with pytest.raises(ToolNotFound) as err:
+        require_tool(get_bin_path, {}, None, "systemctl", "systemd", opt_dirs=())
+    assert str(err.value) == "systemctl was not found (looked in PATH): install the systemd package, which provides it"
+    assert calls == [("modprobe", ["/usr/sbin", "/sbin"]), ("systemctl", [])]
+
+
 def test_a_named_path_is_used_without_searching(tmp_path):
     tool = tmp_path / "nvidia-ctk"
     tool.write_text("#!/bin/sh\n")
