@@ -169,7 +169,11 @@ class Version(object):
                                   universal_newlines=True, timeout=STEP_TIMEOUT, check=False)
             status, output = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as exc:
-            status, output = -1, (exc.output or "") + "\n(killed after %d s)\n" % STEP_TIMEOUT
+            # (on POSIX what was read before the kill comes back as bytes, universal_newlines or not)
+            partial = exc.output or ""
+            if isinstance(partial, bytes):
+                partial = partial.decode("utf-8", "replace")
+            status, output = -1, partial + "\n(killed after %d s)\n" % STEP_TIMEOUT
         with open(log, "a") as handle:
             handle.write("$ %s\n%s\n" % (" ".join(argv), output))
         return status, output

@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import os
 import re
+import sys
 
 import yaml
 
@@ -135,3 +136,17 @@ def test_the_playbook_steps_run_with_the_tests_compile_cache_and_sanity_without(
     assert env["GPUOPS_TEST_COMPILE_CACHE"] == ansible_run.COMPILE_CACHE
     assert os.path.isfile(os.path.join(ansible_run.COMPILE_CACHE_PATH, "sitecustomize.py"))
     assert "GPUOPS_TEST_COMPILE_CACHE" not in version.env() and version.env()["PYTHONPATH"] == "/elsewhere"
+
+
+def test_a_step_past_its_timeout_is_reported_killed_not_a_crash(monkeypatch, tmp_path):
+    # what subprocess.run read before the kill comes back as bytes on POSIX, even with universal_newlines: the step
+    # is a failure that says so, not a TypeError that ends compat (as it did in a clean-clone make test at 1800 s)
+    monkeypatch.setattr(compat, "BUILD", str(tmp_path))
+    monkeypatch.setattr(compat, "STEP_TIMEOUT", 1)
+    version = compat.Version("2.16")
+    log = str(tmp_path / "step.log")
+    status, output = version.call(log, [sys.executable, "-c", "import sys, time\nprint('started', flush=True)\n"
+                                        "time.sleep(30)"], env=dict(os.environ))
+    assert status == -1 and "started" in output and "(killed after 1 s)" in output, output
+    with open(log) as handle:
+        assert "(killed after 1 s)" in handle.read()
