@@ -5,7 +5,6 @@ a step's input check still returning the real health verdict. Nothing is stopped
 the preflight returns before any action, check mode is on for every module, NVML's read-only guard is on. Prints
 JSON lines; exits 1 when a reading disagrees with what the collection says or the GPUs' settings moved."""
 import json
-import os
 import subprocess
 import sys
 import time
