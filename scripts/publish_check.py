@@ -6,6 +6,9 @@
 1. importer: `ansible-galaxy collection build`, then galaxy-importer (the checker Galaxy and Automation Hub run on
    every upload) on the artifact. Fails on an import error, and on any ERROR or WARNING line, since each names a
    problem in our content (a missing role README, an ansible-lint finding, a sanity ignore file, ...).
+   The importer's ansible-lint step runs here as a step of its own (`lint_as_importer`), the same command on the same
+   layout, without the importer's fixed 180 s limit: beside pytest on CI's 2 cores it ran past that limit and the
+   importer reported a timeout, not a finding (CI of f2109d8).
 2. docs lint: `antsibull-docs lint-collection-docs --plugin-docs`: every plugin's and role's documentation validates
    against the schemas a docs site build uses, and every cross-reference (M(), R(), O(), ...) points at something.
 3. docs site: antsibull-docs writes the RST of every module, filter and role entry point; Sphinx builds it with
@@ -14,10 +17,13 @@
 The tools live in their own virtualenv, tools/publish/ (requirements-publish.txt, installed by `make setup`).
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = os.path.join(ROOT, "tools", "publish", "bin")
@@ -60,6 +66,54 @@ def run(argv, env, cwd=ROOT, capture=False):
     return proc
 
 
+# galaxy-importer 0.4.44, galaxy_importer/loaders/collection.py, CollectionLoader._lint_collection: the arguments
+# it gives ansible-lint (requirements-publish.txt pins that version; compare them when it moves)
+IMPORTER_LINT_ARGS = ["--profile", "production", "--exclude", "tests/integration/", "--exclude", "tests/unit/",
+                      "--format=pep8", "--nocolor", "-x",
+                      "yaml,var-naming,avoid-dot-notation,import-task-no-when,single-entry-point,use-loop",
+                      "--offline"]
+
+
+def lint_problems(stdout, stderr):
+    """What the importer makes of ansible-lint's output: every stdout line is a WARNING, a stderr line starting with
+    CRITICAL or ERROR too (galaxy_importer.constants.ANSIBLE_LINT_ERROR_PREFIXES), and a traceback an ERROR."""
+    problems = ["WARNING: %s" % line.strip() for line in stdout.splitlines() if line.strip()]
+    problems += ["WARNING: %s" % line.rstrip() for line in stderr.splitlines() if line.startswith(("CRITICAL", "ERROR"))]
+    if "Traceback (most recent call last):" in stderr:
+        problems.append("ERROR: ansible-lint crashed:\n%s" % stderr)
+    return problems
+
+
+def lint_as_importer(artifact, env):
+    """galaxy-importer's ansible-lint step, run as the importer runs it: the artifact extracted under
+    ansible_collections/<namespace>/<name> of its MANIFEST.json (where the importer has moved it by then), that
+    ansible_collections folder as the collections path, a fresh cache, --offline (the importer's default), the same
+    rules left out; no time limit."""
+    # a temporary folder as the importer's, outside this checkout: ansible-lint looks upwards for the project's root
+    # (a .git) and would otherwise lint the artifact as part of this repository
+    with tempfile.TemporaryDirectory(prefix="gpuops-publish-lint-") as work:
+        # the data filter where this Python has it (3.8.17+, 3.11.4+), as the importer extracts
+        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        with tarfile.open(artifact) as tar:
+            info = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
+            extract_dir = os.path.join(work, "ansible_collections", info["namespace"], info["name"])
+            os.makedirs(extract_dir)
+            tar.extractall(extract_dir, **kwargs)
+        tmp = os.path.join(work, "tmp")
+        os.makedirs(tmp)
+        lint_env = dict(env, ANSIBLE_COLLECTIONS_PATH=os.path.join(work, "ansible_collections"),
+                        ANSIBLE_LOCAL_TEMP=tmp, XDG_CACHE_HOME=tmp)
+        argv = [os.path.join(TOOLS, "ansible-lint")] + IMPORTER_LINT_ARGS
+        print("publish-check: %s (in the importer's layout)" % " ".join(argv), flush=True)
+        proc = subprocess.run(argv, env=lint_env, cwd=extract_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+    problems = lint_problems(proc.stdout, proc.stderr)
+    if problems:
+        raise CheckFailed("galaxy-importer's ansible-lint step on %s:\n  %s"
+                          % (os.path.basename(artifact), "\n  ".join(problems)))
+    print("publish-check: galaxy-importer's ansible-lint step: no findings")
+
+
 def check_importer(env):
     out_dir = os.path.join(BUILD, "publish")
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -69,13 +123,15 @@ def check_importer(env):
     if built.returncode != 0:
         raise CheckFailed("ansible-galaxy collection build failed (status %d)" % built.returncode)
     artifact = glob.glob(os.path.join(out_dir, "*.tar.gz"))[0]
-    proc = run([os.path.join(TOOLS, "python"), "-m", "galaxy_importer.main", artifact], env, cwd=out_dir,
-               capture=True)
+    # its own ansible-lint call has a fixed 180 s limit: lint_as_importer below runs that step instead
+    proc = run([os.path.join(TOOLS, "python"), "-m", "galaxy_importer.main", artifact],
+               dict(env, GALAXY_IMPORTER_RUN_ANSIBLE_LINT="false"), cwd=out_dir, capture=True)
     problems = importer_problems(proc.stdout, proc.returncode)
     if problems:
         sys.stdout.write(proc.stdout)
         raise CheckFailed("galaxy-importer on %s:\n  %s" % (os.path.basename(artifact), "\n  ".join(problems)))
     print("publish-check: galaxy-importer: %s, no ERROR or WARNING" % IMPORT_DONE)
+    lint_as_importer(artifact, env)
 
 
 def check_docs_lint(env):

@@ -72,3 +72,15 @@ def test_every_role_has_a_readme_that_points_at_its_argument_specs():
 def test_usage():
     assert publish_check.main([]) == 2
     assert publish_check.main(["publish"]) == 2
+
+
+def test_the_importers_lint_step_fails_on_what_the_importer_would_warn_about():
+    # the importer logs every line ansible-lint prints on stdout as a WARNING, an error line of stderr too
+    stdout = "roles/mig/tasks/main.yml:3: name[casing]: All names should start with an uppercase letter.\n\n"
+    stderr = "WARNING  Listing 1 violation(s)\nERROR    Failed to find gpuops.nvidia.site playbook.\n"
+    assert publish_check.lint_problems(stdout, stderr) == [
+        "WARNING: roles/mig/tasks/main.yml:3: name[casing]: All names should start with an uppercase letter.",
+        "WARNING: ERROR    Failed to find gpuops.nvidia.site playbook."]
+    crash = "Traceback (most recent call last):\n  File x\nKeyError: 'y'\n"
+    assert publish_check.lint_problems("", crash)[-1].startswith("ERROR: ansible-lint crashed:")
+    assert publish_check.lint_problems("", "INFO     Identified /x as project root\n") == []
