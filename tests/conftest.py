@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from tests.support.ansible_run import COMPILE_CACHE
+from tests.support.converged_lab import session_root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(ROOT, ".collections")
@@ -16,6 +17,15 @@ os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
 # Each test's CPU seconds, wall seconds and ansible runs, merged per file into build/test-logs/test-costs.md at the
 # end of the run (issue 49; off with -p no:tests.support.cost_table).
 pytest_plugins = ("tests.support.cost_table",)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ansiballz_cache(tmp_path_factory):
+    """One AnsiballZ cache for the session's ansible runs against this checkout's collection
+    (tests/support/compile_cache/gpuops_shared_ansiballz.py): new in each session, shared by its xdist workers."""
+    os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_CACHE", str(session_root(tmp_path_factory) / "ansiballz-cache"))
+    os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_COLLECTIONS", COLLECTIONS)
+    yield
 
 
 # The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:
