@@ -43,7 +43,9 @@ class _AfterImport(object):
         spec = None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
             if spec is not None:
                 break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
