@@ -131,8 +131,9 @@ def _start(environ):
     if chosen and chosen.lower() != "off":
         install(chosen)
     if environ.get("GPUOPS_TEST_ANSIBALLZ_CACHE"):
-        # the session's shared AnsiballZ cache (this directory's gpuops_shared_ansiballz.py), imported only where
-        # asked for: a module process (most of the processes the tests start) does not need it
+        # the session's shared AnsiballZ cache (this directory's gpuops_shared_ansiballz.py), imported only where the
+        # environment names it; a module process inherits that environment too, and its hook never fires there
+        # (a module imports no ansible.constants)
         import gpuops_shared_ansiballz   # pylint: disable=import-outside-toplevel
         gpuops_shared_ansiballz.install(environ)
     _run_shadowed_sitecustomize()
