@@ -74,7 +74,8 @@ docs: setup-dev
 # The other ansible-core versions of meta/runtime.yml's requires_ansible (requirements-compat-<version>.txt: 2.16, the
 # oldest, and 2.21, the newest), each from its own virtualenv tools/compat/<version>/: ansible-test sanity, the lab's
 # converge and re-run (changed=0 on every node), the molecule default scenario (scripts/compat.py). The two versions
-# run side by side: about 7 minutes on 2 cores from a clean HOME, 5 with ansible-test's sanity venvs cached.
+# run side by side: about 7 minutes on 2 cores from a clean HOME, 5 with ansible-test's sanity venvs cached (beside
+# pytest, niced, they take as long as pytest leaves them CPU: one deadline for the run, --deadline, guards a hang).
 # One version or some steps: make compat COMPAT_ARGS='2.16 --steps lab,molecule'
 compat: setup-dev
 	$(BIN)/python scripts/compat.py $(COMPAT_ARGS)

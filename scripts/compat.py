@@ -16,12 +16,19 @@ The versions run side by side (one thread each: on 2 cores the wall time is abou
 version the steps run in order, and every step runs even after one failed. Each step's output is kept in
 build/compat/<version>/<step>.log; the lab's simulated state lives in build/compat/<version>/lab-state, never in the
 checkout's lab-state/. Exit status 1 when any step of any version failed.
+
+Time limit: one deadline for the whole run (--deadline, 80 minutes from its start), not one per step. It is there for
+a hang, to report the step and its log before CI's own 90-minute limit stops everything unreported. A step's wall
+time says little about a hang: `make test` runs compat niced beside pytest, where ansible-test sanity of 2.16, 156
+CPU s alone, ran past the 1800 s per-step limit this file used to have (CI's run of a8fd8cf). A step past the
+deadline is stopped with its whole process group (SIGTERM, then SIGKILL), ansible-test's and molecule's children too.
 """
 import argparse
 import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +42,8 @@ from tests.support.ansible_run import COMPILE_CACHE, with_compile_cache  # noqa:
 
 BUILD = os.path.join(ROOT, "build", "compat")
 STEPS = ("sanity", "lab", "molecule")
-STEP_TIMEOUT = 1800
+DEADLINE = 4800      # seconds from compat's start (see above)
+STOP_GRACE = 10      # seconds between a stopped step's SIGTERM and its SIGKILL
 # The PLAY RECAP line of a host, as every ansible-core since 2.9 prints it with the default callback.
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 MOLECULE_RECAP = re.compile(r"^default\s*:\s*actions=(\d+)\s+successful=(\d+)\s.*failed=(\d+)", re.M)
@@ -131,8 +139,9 @@ def molecule_problems(output, returncode):
 class Version(object):
     """One ansible-core version's runs: its virtualenv, its scratch directory, the environment of its commands."""
 
-    def __init__(self, version):
+    def __init__(self, version, deadline=None):
         self.version = version
+        self.deadline = deadline if deadline is not None else time.monotonic() + DEADLINE  # (time.monotonic())
         self.venv = os.path.join(ROOT, "tools", "compat", version)
         self.dir = os.path.join(BUILD, version)
         self.results = []   # (step, seconds, problems, summary)
@@ -162,21 +171,50 @@ class Version(object):
         return with_compile_cache(self.env(), default=COMPILE_CACHE)
 
     def call(self, log, argv, cwd=ROOT, env=None):
-        """Run ``argv``, its output (stdout and stderr) appended to ``log``; (status, output)."""
+        """Run ``argv`` in a process group of its own, its output (stdout and stderr) appended to ``log``; (status,
+        output). Past the deadline the whole group is stopped: status -1, the output says so."""
         env = env or self.env()
-        try:
-            proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True, timeout=STEP_TIMEOUT, check=False)
-            status, output = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            # (on POSIX what was read before the kill comes back as bytes, universal_newlines or not)
-            partial = exc.output or ""
-            if isinstance(partial, bytes):
-                partial = partial.decode("utf-8", "replace")
-            status, output = -1, partial + "\n(killed after %d s)\n" % STEP_TIMEOUT
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True, start_new_session=True)
+        killed = None
+        while True:
+            # in slices of at most 5 s, so that a deadline moved while the step runs is seen (the unit test moves it);
+            # communicate() may be called again after its timeout without losing output
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                killed = self._stop(proc)
+                output = proc.communicate()[0]
+                break
+            try:
+                output = proc.communicate(timeout=min(left, 5.0))[0]
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        status = proc.returncode
+        if killed:
+            status = -1
+            output += "\n(stopped with %s: compat's deadline passed; a hang, or a machine too busy)\n" % killed
         with open(log, "a") as handle:
             handle.write("$ %s\n%s\n" % (" ".join(argv), output))
         return status, output
+
+    @staticmethod
+    def _stop(proc):
+        """SIGTERM to the step's whole process group (sanity.sh's EXIT trap removes its scratch copy), SIGKILL to
+        whatever of it is left after STOP_GRACE seconds; the signal that ended the step's own process."""
+        how = "SIGTERM"
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=STOP_GRACE)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            how = "SIGKILL"
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return how
 
     def about(self):
         """'ansible-core X on Python Y' of its virtualenv."""
@@ -240,6 +278,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("versions", nargs="*", help="ansible-core versions (default: every requirements-compat-*.txt)")
     parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated, of %s" % ", ".join(STEPS))
+    parser.add_argument("--deadline", type=int, default=DEADLINE, metavar="SECONDS",
+                        help="stop what still runs this long after the start (default %(default)s: a hang guard)")
     args = parser.parse_args(argv)
     known = versions()
     wanted = args.versions or sorted(known)
@@ -256,7 +296,10 @@ def main(argv=None):
     if failed:
         print("compat: FAILED\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
-    runs = [Version(v) for v in wanted]
+    if args.deadline <= 0:
+        parser.error("--deadline must be a positive number of seconds, not %d" % args.deadline)
+    deadline = time.monotonic() + args.deadline
+    runs = [Version(v, deadline) for v in wanted]
     start = time.time()
     threads = [threading.Thread(target=r.run, args=(steps,)) for r in runs]
     for thread in threads:

@@ -4,7 +4,12 @@ import glob
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
+import time
+
+import pytest
 
 import yaml
 
@@ -138,15 +143,73 @@ def test_the_playbook_steps_run_with_the_tests_compile_cache_and_sanity_without(
     assert "GPUOPS_TEST_COMPILE_CACHE" not in version.env() and version.env()["PYTHONPATH"] == "/elsewhere"
 
 
-def test_a_step_past_its_timeout_is_reported_killed_not_a_crash(monkeypatch, tmp_path):
-    # what subprocess.run read before the kill comes back as bytes on POSIX, even with universal_newlines: the step
-    # is a failure that says so, not a TypeError that ends compat (as it did in a clean-clone make test at 1800 s)
+def _gone(pid):
+    """The process is gone (or a zombie waiting for its reaper)."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _wait_for(predicate, what):
+    """Until ``predicate()`` holds: a condition the test waits on, its verdict not a matter of time (120 s only so
+    that a broken run ends)."""
+    limit = time.monotonic() + 120
+    while not predicate():
+        assert time.monotonic() < limit, "never happened: " + what
+        time.sleep(0.05)
+
+
+def test_a_step_past_the_deadline_is_stopped_with_its_whole_process_group(monkeypatch, tmp_path):
+    """The stop is placed where the test chooses: once the step's child has started a grandchild (as sanity.sh starts
+    ansible-test, and it pylint), the deadline is moved into the past. Both are stopped, the step reports status -1
+    and keeps what it printed (a TimeoutExpired's partial output is bytes on POSIX: it once ended compat with a
+    TypeError), and its log says why."""
     monkeypatch.setattr(compat, "BUILD", str(tmp_path))
-    monkeypatch.setattr(compat, "STEP_TIMEOUT", 1)
+    version = compat.Version("2.16", deadline=time.monotonic() + 3600)
+    log, pidfile = str(tmp_path / "step.log"), tmp_path / "grandchild.pid"
+    child = ("import subprocess, sys\n"
+             "g = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(60)'])\n"
+             "open(%r, 'w').write(str(g.pid))\n"
+             "print('started', flush=True)\n"
+             "g.wait()\n" % str(pidfile))
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(
+        out=version.call(log, [sys.executable, "-c", child], env=dict(os.environ))), daemon=True)
+    runner.start()
+    grandchild = None
+    try:
+        _wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the step's grandchild started")
+        grandchild = int(pidfile.read_text())
+        assert not _gone(grandchild)
+        version.deadline = time.monotonic() - 1
+        runner.join(120)
+        assert not runner.is_alive(), "the step was not stopped"
+        status, output = result["out"]
+        assert status == -1 and "started" in output, output
+        assert "(stopped with SIGTERM: compat's deadline passed" in output, output
+        _wait_for(lambda: _gone(grandchild), "the grandchild stopped with its group")
+        with open(log) as handle:
+            assert "compat's deadline passed" in handle.read()
+    finally:
+        # a failed run must not leave the grandchild behind, nor a thread that holds pytest at its exit
+        version.deadline = time.monotonic() - 1
+        if grandchild and not _gone(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+        runner.join(10)
+
+
+def test_a_step_that_ends_in_time_keeps_its_status_and_output(monkeypatch, tmp_path):
+    monkeypatch.setattr(compat, "BUILD", str(tmp_path))
     version = compat.Version("2.16")
-    log = str(tmp_path / "step.log")
-    status, output = version.call(log, [sys.executable, "-c", "import sys, time\nprint('started', flush=True)\n"
-                                        "time.sleep(30)"], env=dict(os.environ))
-    assert status == -1 and "started" in output and "(killed after 1 s)" in output, output
-    with open(log) as handle:
-        assert "(killed after 1 s)" in handle.read()
+    status, output = version.call(str(tmp_path / "step.log"), [sys.executable, "-c", "print('done'); raise SystemExit(3)"],
+                                  env=dict(os.environ))
+    assert (status, output) == (3, "done\n")
+
+
+def test_a_deadline_that_is_not_positive_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        compat.main(["2.16", "--deadline", "0"])
+    assert exc.value.code == 2
+    assert "--deadline must be a positive number of seconds, not 0" in capsys.readouterr().err
