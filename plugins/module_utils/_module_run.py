@@ -51,16 +51,21 @@ def invalid_input(errors):
     return "invalid input, %s: %s" % (NOTHING_CHANGED, "; ".join(errors))
 
 
-class Refusal(Exception):
-    """A refusal raised to the module's base instead of failing the module where it is found (a check of
-    gpu_node_plan's step registry, say): ``msg`` says what is wrong and what is valid, ``fields`` are more keys of the
-    failure (``busy``, the step's report). Its caller decides what else the result carries (the node plan still
-    reads the GPUs' health, so that a refused plan does not hide a blocking finding)."""
+class Failure(Exception):
+    """A failure raised to the module's base instead of calling ``fail_json`` where it is found: ``run_module`` ends
+    the run with ``msg``, the result so far and ``fields``, more keys of the failure (``busy``, ``changes``, the
+    step's report; they win over the result's). Raise it from a hook, a check or a helper the hooks call."""
 
     def __init__(self, msg, **fields):
-        super(Refusal, self).__init__(msg)
+        super(Failure, self).__init__(msg)
         self.msg = msg
         self.fields = fields
+
+
+class Refusal(Failure):
+    """A Failure before any change (a check of gpu_node_plan's step registry, say): ``msg`` says what is wrong and what
+    is valid. Its caller decides what else the result carries (the node plan still reads the GPUs' health, so that a
+    refused plan does not hide a blocking finding)."""
 
 
 def failure(exc, result=None):
@@ -166,7 +171,7 @@ def run_module(run_class):
     module = AnsibleModule(argument_spec=copy.deepcopy(run_class.argument_spec), supports_check_mode=True,
                            **copy.deepcopy(run_class.module_options))
     run = run_class(module)
-    caught = (Refusal,) + tuple(run.errors)
+    caught = (Failure,) + tuple(run.errors)
     try:
         result = run.run()
     except caught as exc:  # pylint: disable=catching-non-exception

@@ -16,7 +16,8 @@ STORE = {}      # the "device" the test module manages: one value
 
 
 class Value(ModuleRun):
-    argument_spec = dict(value=dict(type="str", required=True), fail_read=dict(type="bool", default=False))
+    argument_spec = dict(value=dict(type="str", required=True), fail_read=dict(type="bool", default=False),
+                         fail_apply=dict(type="bool", default=False))
     errors = (KubeError,)
 
     def validate(self):
@@ -37,6 +38,9 @@ class Value(ModuleRun):
 
     def apply(self, current, changes):
         STORE["value"] = changes[0][1]
+        if self.params["fail_apply"]:
+            self.result["applied"] = changes
+            raise _module_run.Failure("the value was set but reads back wrong", changes=len(changes), changed=True)
 
 
 def run(capsys, args, check=False, diff=False):
@@ -76,6 +80,16 @@ def test_a_collection_error_fails_with_its_fields_and_the_result_so_far(capsys):
     assert res["failed"] and res["msg"] == "the API server said no"
     assert res["status"] == 403 and res["reason"] == "Forbidden" and res["before"] == "off"
     assert STORE["value"] == "off"
+
+
+def test_a_failure_raised_from_a_hook_ends_the_run_with_the_result_and_its_fields(capsys):
+    """A module fails by raising to the base (issue 48: no fail_json of its own): the result so far, the failure's
+    fields winning over it."""
+    res = run(capsys, {"value": "on", "fail_apply": True})
+    assert res["failed"] and res["msg"] == "the value was set but reads back wrong"
+    assert res["changed"] is True and res["changes"] == 1 and res["applied"] == [["set", "on"]]
+    assert STORE["value"] == "on"
+    assert issubclass(_module_run.Refusal, _module_run.Failure)
 
 
 def test_one_wording_for_a_failure_before_any_change():
