@@ -3,10 +3,15 @@
 ansible-core's patch_module_args hands the module its arguments; the module's exit_json/fail_json output is taken
 from stdout. Real-ansible runs (tests.support.ansible_run) remain the end-to-end check."""
 import contextlib
+import importlib
 import io
 import json
+import os
 
+from ansible.module_utils.common import warnings as _warnings
 from ansible.module_utils.testing import patch_module_args
+
+from tests.support.ansible_run import ansible_env
 
 
 def run_main(main, args, check_mode=False, diff=False, **internal):
@@ -29,3 +34,37 @@ def run_main_ok(main, args):
     if res.get("failed"):
         raise RuntimeError(res["msg"])
     return res
+
+
+@contextlib.contextmanager
+def _environment(env):
+    """os.environ is ``env`` while the block runs, as it was after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_here(module, args, env=None, check=False, diff=False):
+    """The result of module ``module`` (gpuops.nvidia.<name>) for ``args``, from its main() in this process, for a
+    test about the module's logic rather than Ansible's process model (issue 49: an ad-hoc ``ansible`` run costs about
+    2 CPU s, most of it Ansible's start-up). The module sees the environment a real run gives it
+    (ansible_run.ansible_env(env)) while it runs; the warnings AnsibleModule collects per process are emptied first,
+    as a new module process starts without them. Each test file keeps its check/apply/re-run through real ansible
+    (ansible_run.run_module)."""
+    prefix = "gpuops.nvidia."
+    if not module.startswith(prefix):
+        raise ValueError("run_here runs this collection's modules (%s<name>), not %r" % (prefix, module))
+    main = importlib.import_module("ansible_collections.gpuops.nvidia.plugins.modules." + module[len(prefix):]).main
+    _warnings._global_warnings.clear()        # pylint: disable=protected-access  # (a list or a dict by version)
+    _warnings._global_deprecations.clear()    # pylint: disable=protected-access
+    with _environment(ansible_env(env)):
+        result = run_main(main, args, check_mode=check, diff=diff)
+    if result.get("warnings"):
+        # as the controller hands them on: each warning's message (ansible-core 2.19 writes a WarningSummary object)
+        result["warnings"] = [w["event"]["msg"] if isinstance(w, dict) else w for w in result["warnings"]]
+    return result

@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from tests.support.ansible_run import BIN, ROOT, ansible_env, run_module
+from tests.support.modrun import run_here
 
 MODULE = "gpuops.nvidia.cdi_spec"
 CTK = os.path.join(ROOT, "tests", "support", "bin", "nvidia-ctk")
@@ -35,7 +36,7 @@ def _enable_mig(sim, indexes):
 
 
 def _layout(env, config_name):
-    res = run_module("gpuops.nvidia.mig_layout", {"config_name": config_name}, env=env)[0]
+    res = run_here("gpuops.nvidia.mig_layout", {"config_name": config_name}, env=env)
     assert not res.get("failed"), res
     return res
 
@@ -77,12 +78,12 @@ def test_check_then_apply_then_rerun_on_an_a100_node_lists_every_gpu(tmp_path):
 def test_a_layout_change_regenerates_exactly_the_new_mig_devices(tmp_path):
     sim, env, args = _node(tmp_path)
     spec = args["spec_path"]
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     full = set(_listed(os.path.dirname(spec)))
 
     _enable_mig(sim, range(8))
     _layout(env, "all-balanced")
-    res = run_module(MODULE, args, env=env, diff=True)[0]
+    res = run_here(MODULE, args, env=env, diff=True)
     assert res["changed"] is True and res["action"] == "replace", res
     migs = [(g["index"], m["uuid"]) for g in sim.read_all()["gpus"] for m in g["mig_devices"]]
     listed = set(_listed(os.path.dirname(spec)))
@@ -95,22 +96,22 @@ def test_a_layout_change_regenerates_exactly_the_new_mig_devices(tmp_path):
     assert len(listed) == 2 * len(migs) + 1
 
     _layout(env, "all-1g.5gb")
-    res = run_module(MODULE, args, env=env)[0]
+    res = run_here(MODULE, args, env=env)
     assert res["changed"] is True and res["action"] == "replace"
     new = {m["uuid"] for g in sim.read_all()["gpus"] for m in g["mig_devices"]}
     listed = set(_listed(os.path.dirname(spec)))
     assert new <= listed and not ({uuid for _i, uuid in migs} - new) & listed, "old MIG devices left in the spec"
-    assert run_module(MODULE, args, env=env)[0]["changed"] is False
+    assert run_here(MODULE, args, env=env)["changed"] is False
 
 
 def test_a_hand_edited_spec_is_restored_with_a_backup(tmp_path):
     sim, env, args = _node(tmp_path)
     spec = args["spec_path"]
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     good = _read(spec)
     with open(spec, "w") as handle:
         handle.write(good.replace('name: "0"', 'name: "9"'))
-    res = run_module(MODULE, dict(args, backup=True), env=env, diff=True)[0]
+    res = run_here(MODULE, dict(args, backup=True), env=env, diff=True)
     assert res["changed"] is True and res["action"] == "replace"
     assert _read(spec) == good
     assert res["backup_file"].endswith("~") and 'name: "9"' in _read(res["backup_file"])
@@ -122,20 +123,20 @@ def test_a_hand_edited_spec_is_restored_with_a_backup(tmp_path):
 def test_mig_enabled_with_no_devices_removes_the_stale_spec_and_warns(tmp_path):
     sim, env, args = _node(tmp_path, "h200-x1")
     spec = args["spec_path"]
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     assert os.path.exists(spec)
     _enable_mig(sim, [0])
-    res = run_module(MODULE, args, env=env)[0]
+    res = run_here(MODULE, args, env=env)
     assert res["changed"] is True and res["action"] == "remove" and res["device_count"] == 0, res
     assert not os.path.exists(spec)
     assert any("no GPU device to describe" in w for w in res.get("warnings", [])), res
-    assert run_module(MODULE, args, env=env)[0]["changed"] is False
+    assert run_here(MODULE, args, env=env)["changed"] is False
 
 
 def test_a_run_killed_between_generate_and_replace_leaves_the_old_spec_whole(tmp_path):
     sim, env, args = _node(tmp_path)
     spec = args["spec_path"]
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     old = _read(spec)
     _enable_mig(sim, range(8))
     _layout(env, "all-balanced")
@@ -162,19 +163,19 @@ def test_a_run_killed_between_generate_and_replace_leaves_the_old_spec_whole(tmp
         proc.wait()
     assert _read(spec) == old
     assert sorted(os.listdir(os.path.dirname(spec))) == [".nvidia.yaml.gpuops-verified", "nvidia.yaml"]
-    res = run_module(MODULE, args, env=env)[0]
+    res = run_here(MODULE, args, env=env)
     assert res["changed"] is True and res["action"] == "replace"
 
 
 def test_another_spec_of_the_same_kind_is_refused_and_nothing_changes(tmp_path):
     sim, env, args = _node(tmp_path)
     etc, run = args["spec_dirs"]
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     spec = _read(args["spec_path"])
     # what NVIDIA's nvidia-cdi-refresh would have written, with ours moved to /etc/cdi
     with open(os.path.join(etc, "nvidia.yaml"), "w") as handle:
         handle.write(spec)
-    res = run_module(MODULE, dict(args, spec_path=os.path.join(run, "gpus.yaml")), env=env)[0]
+    res = run_here(MODULE, dict(args, spec_path=os.path.join(run, "gpus.yaml")), env=env)
     assert res.get("failed") and "nvidia-cdi-refresh" in res["msg"] and os.path.join(etc, "nvidia.yaml") in res["msg"]
     assert not os.path.exists(os.path.join(run, "gpus.yaml"))
 
@@ -189,16 +190,16 @@ def test_bad_parameters_are_refused_before_anything_is_read(tmp_path, args, word
     sim, env, base = _node(tmp_path)
     if "spec_path" in args and args["spec_path"].startswith("/x/"):
         args = dict(args, spec_path=os.path.join(base["spec_dirs"][1], "nvidia.toml"))
-    res = run_module(MODULE, dict(base, **args), env=env)[0]
+    res = run_here(MODULE, dict(base, **args), env=env)
     assert res.get("failed") and words in res["msg"] and "nothing changed" in res["msg"], res
     assert os.listdir(base["spec_dirs"][1]) == []
 
 
 def test_state_absent_removes_the_spec_and_its_record(tmp_path):
     sim, env, args = _node(tmp_path)
-    run_module(MODULE, args, env=env)
-    check = run_module(MODULE, dict(args, state="absent"), env=env, check=True)[0]
+    run_here(MODULE, args, env=env)
+    check = run_here(MODULE, dict(args, state="absent"), env=env, check=True)
     assert check["changed"] is True and os.path.exists(args["spec_path"])
-    res = run_module(MODULE, dict(args, state="absent"), env=env)[0]
+    res = run_here(MODULE, dict(args, state="absent"), env=env)
     assert res["changed"] is True and os.listdir(args["spec_dirs"][1]) == []
-    assert run_module(MODULE, dict(args, state="absent"), env=env)[0]["changed"] is False
+    assert run_here(MODULE, dict(args, state="absent"), env=env)["changed"] is False
