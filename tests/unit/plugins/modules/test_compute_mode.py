@@ -1,11 +1,13 @@
-"""compute_mode end to end through real ansible on simulated GPUs: every rule, and proof from the simulator's
-call_log that check mode and a declared-equal state make no mutating call."""
+"""compute_mode on simulated GPUs: every rule, and proof from the simulator's call_log that check mode and a
+declared-equal state make no mutating call. Check, apply and again, and the busy GPU's warning, run through real
+ansible; the other rules run the module in this process (tests.support.modrun.run_here)."""
 import json
 
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from tests.support.ansible_run import run_module
+from tests.support.modrun import run_here
 
 MODULE = "gpuops.nvidia.compute_mode"
 pytestmark = pytest.mark.slow
@@ -52,7 +54,7 @@ def test_check_apply_again(tmp_path):
 @pytest.mark.parametrize("check", [False, True])
 def test_declared_equal_state_makes_no_call(tmp_path, check):
     backend, env = sim(tmp_path, "hgx-h200")
-    r, _proc = run_module(MODULE, {"mode": "default", "persistence_mode": True}, env=env, check=check)
+    r = run_here(MODULE, {"mode": "default", "persistence_mode": True}, env=env, check=check)
     assert r["changed"] is False and r["mode"] == "Default" and len(r["gpus"]) == 8
     assert calls(env) == []
 
@@ -63,13 +65,13 @@ def test_exclusive_process_on_mig_is_refused_before_any_change(tmp_path):
     backend.reset_gpu(0)
     backend.clear_call_log()
     assert backend.read_gpu(0)["mig_mode_current"] == "Enabled"
-    r, _proc = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
+    r = run_here(MODULE, {"mode": "Exclusive_Process"}, env=env)
     assert r["failed"] is True
     assert "not supported on a MIG-enabled GPU" in r["msg"] and "nothing changed" in r["msg"]
     assert calls(env) == []  # not even the GPUs without MIG were touched
     assert modes(backend) == ["Default"] * 5
     # Default and Prohibited are fine there
-    r, _proc = run_module(MODULE, {"gpus": ["0"], "mode": "Prohibited"}, env=env)
+    r = run_here(MODULE, {"gpus": ["0"], "mode": "Prohibited"}, env=env)
     assert r["changed"] is True and modes(backend)[0] == "Prohibited"
 
 
@@ -78,7 +80,7 @@ def test_exclusive_process_on_mig_is_refused_before_any_change(tmp_path):
                                            ("3", "not nvidia-smi's number")])
 def test_unknown_mode_names_are_refused(tmp_path, mode, fragment):
     backend, env = sim(tmp_path, "l40s-x2")
-    r, _proc = run_module(MODULE, {"mode": mode}, env=env)
+    r = run_here(MODULE, {"mode": mode}, env=env)
     assert r["failed"] is True and fragment in r["msg"]
     assert "valid: Default, Exclusive_Process, Prohibited" in r["msg"]
     assert calls(env) == []
@@ -88,7 +90,7 @@ def test_unknown_mode_names_are_refused(tmp_path, mode, fragment):
                                                (["A100-SXM4-80GB", "4"], [0, 1, 4])])
 def test_selectors(tmp_path, selector, expected):
     backend, env = sim(tmp_path)
-    r, _proc = run_module(MODULE, {"gpus": selector, "mode": "Prohibited"}, env=env)
+    r = run_here(MODULE, {"gpus": selector, "mode": "Prohibited"}, env=env)
     assert [g["index"] for g in r["gpus"]] == expected
     assert [c["args"]["index"] for c in calls(env)] == expected
 
@@ -96,21 +98,21 @@ def test_selectors(tmp_path, selector, expected):
 def test_selecting_by_uuid_and_no_match(tmp_path):
     backend, env = sim(tmp_path)
     uuid = backend.read_gpu(3)["uuid"]
-    r, _proc = run_module(MODULE, {"gpus": [uuid], "mode": "Exclusive_Process"}, env=env)
+    r = run_here(MODULE, {"gpus": [uuid], "mode": "Exclusive_Process"}, env=env)
     assert [g["index"] for g in r["gpus"]] == [3] and r["changed"]
-    r, _proc = run_module(MODULE, {"gpus": ["B200"], "mode": "Default"}, env=env)
+    r = run_here(MODULE, {"gpus": ["B200"], "mode": "Default"}, env=env)
     assert r["failed"] and "matches no GPU" in r["msg"]
 
 
 def test_reboot_resets_and_the_next_run_reapplies_with_persistence(tmp_path):
     backend, env = sim(tmp_path, "hgx-h100-80gb")
     args = {"mode": "Exclusive_Process", "persistence_mode": True}
-    run_module(MODULE, args, env=env)
+    run_here(MODULE, args, env=env)
     backend.reboot()
     gpus = backend.read_all()["gpus"]
     assert {g["compute_mode"] for g in gpus} == {"Default"} and {g["persistence_mode"] for g in gpus} == {False}
     before = len(calls(env))
-    r, _proc = run_module(MODULE, args, env=env)
+    r = run_here(MODULE, args, env=env)
     assert r["changed"] is True
     assert r["changes"][0]["persistence_mode"] == [False, True]
     new = [c["call"] for c in calls(env)[before:]]
@@ -121,7 +123,7 @@ def test_reboot_resets_and_the_next_run_reapplies_with_persistence(tmp_path):
 def test_failure_midway_rolls_back_what_was_changed(tmp_path):
     backend, env = sim(tmp_path, "a30-x4")
     backend.inject_fault(3, "NO_PERMISSION", call="set_compute_mode")
-    r, _proc = run_module(MODULE, {"mode": "Exclusive_Process"}, env=env)
+    r = run_here(MODULE, {"mode": "Exclusive_Process"}, env=env)
     assert r["failed"] is True
     assert "NO_PERMISSION" in r["msg"] and "Rolled back: GPU 1 compute_mode back to Default" in r["msg"]
     assert modes(backend) == ["Default"] * 4  # not half-configured
@@ -138,9 +140,9 @@ def test_busy_gpu_gives_a_warning(tmp_path):
 def test_settings_resolve_overlaps_in_one_declaration(tmp_path):
     backend, env = sim(tmp_path)
     args = {"settings": [{"gpus": ["all"], "mode": "Default"}, {"gpus": ["2", "3"], "mode": "Exclusive_Process"}]}
-    r, _proc = run_module(MODULE, args, env=env)
+    r = run_here(MODULE, args, env=env)
     assert r["changed"] and r["mode"] is None and r["modes"]["2"] == "Exclusive_Process"
-    r, _proc = run_module(MODULE, args, env=env)
+    r = run_here(MODULE, args, env=env)
     assert r["changed"] is False
     assert [c["args"] for c in calls(env)] == [{"index": 2, "mode": "Exclusive_Process"},
                                                {"index": 3, "mode": "Exclusive_Process"}]
@@ -148,9 +150,9 @@ def test_settings_resolve_overlaps_in_one_declaration(tmp_path):
 
 def test_settings_and_mode_are_exclusive(tmp_path):
     backend, env = sim(tmp_path, "l40s-x2")
-    r, _proc = run_module(MODULE, {"settings": [{"mode": "Default"}], "mode": "Default"}, env=env)
+    r = run_here(MODULE, {"settings": [{"mode": "Default"}], "mode": "Default"}, env=env)
     assert r["failed"] and "mutually exclusive" in r["msg"]
-    r, _proc = run_module(MODULE, {"gpus": ["0"]}, env=env)
+    r = run_here(MODULE, {"gpus": ["0"]}, env=env)
     assert r["failed"] and "one of the following is required: settings, mode" in r["msg"]
     assert calls(env) == []
 
@@ -160,13 +162,13 @@ def test_where_nvidia_persistenced_owns_persistence_mode_no_persistence_call_is_
     backend.set_persistence_mode(0, False)
     backend.clear_call_log()
     args = {"mode": "Prohibited", "persistence_owner": "nvidia-persistenced"}
-    r, _proc = run_module(MODULE, args, env=env)
+    r = run_here(MODULE, args, env=env)
     assert r["changed"] is True and r["calls"] == ["set_compute_mode(0, Prohibited)"], r
     assert r["persistence"]["owner"] == "nvidia-persistenced" and "no NVML persistence call" in r["persistence"]["note"]
     assert [c["call"] for c in calls(env)] == ["set_compute_mode"]
     assert [g["persistence_mode"] for g in backend.read_all()["gpus"]] == [False]      # left alone
 
     # the two owners at once: refused before any change
-    r, _proc = run_module(MODULE, dict(args, mode="Default", persistence_mode=True), env=env)
+    r = run_here(MODULE, dict(args, mode="Default", persistence_mode=True), env=env)
     assert r["failed"] and "persistence_mode is owned by nvidia-persistenced" in r["msg"], r
     assert "nothing changed" in r["msg"] and [c["call"] for c in calls(env)] == ["set_compute_mode"]
