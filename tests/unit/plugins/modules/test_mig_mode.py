@@ -1,4 +1,5 @@
-"""mig_mode end to end through real ansible on simulated nodes (and in-process where noted)."""
+"""mig_mode on simulated nodes: check mode through real ansible, the other cases in this process (run_here, or the
+``inproc`` fixture)."""
 import hashlib
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_mode
 from tests.support.ansible_run import run_module
-from tests.support.modrun import run_main
+from tests.support.modrun import run_here, run_main
 
 MODULE = "gpuops.nvidia.mig_mode"
 
@@ -49,21 +50,21 @@ def test_check_mode_reports_and_touches_nothing(tmp_path):
 
 def test_ampere_without_allow_reset_stays_pending_and_says_why(tmp_path):
     sim, env = _node(tmp_path, "a30-x4")
-    result = run_module(MODULE, {"enabled": True, "gpus": ["0"]}, env=env)[0]
+    result = run_here(MODULE, {"enabled": True, "gpus": ["0"]}, env=env)
     gpu = result["gpus"][0]
     assert result["changed"] is True and result["pending"] == [0] and result["reset_required"] == [0]
     assert gpu["after"] == {"current": "Disabled", "pending": "Enabled"}
     assert "allow_reset is false" in gpu["reason"]
     assert _calls(sim) == [("set_mig_mode", 0)]
     # the second run with the reset allowed activates it, resetting only GPU 0
-    result = run_module(MODULE, {"enabled": True, "gpus": ["0"], "allow_reset": True}, env=env)[0]
+    result = run_here(MODULE, {"enabled": True, "gpus": ["0"], "allow_reset": True}, env=env)
     assert result["gpus"][0]["actions"] == ["reset_gpu"] and result["pending"] == []
     assert _calls(sim)[-1] == ("reset_gpu", 0)
 
 
 def test_mixed_node_resets_only_ampere_and_is_idempotent(tmp_path):
     sim, env = _node(tmp_path, "mixed")
-    result = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)[0]
+    result = run_here(MODULE, {"enabled": True, "allow_reset": True}, env=env)
     assert result["changed"] is True and result["pending"] == []
     assert result["skipped_gpus"] == [{"index": 4, "reason": "GPU does not support MIG"}]
     resets = sorted(i for c, i in _calls(sim) if c == "reset_gpu")
@@ -71,7 +72,7 @@ def test_mixed_node_resets_only_ampere_and_is_idempotent(tmp_path):
     by_index = {g["index"]: g for g in result["gpus"]}
     assert by_index[2]["actions"] == ["set_mig_mode"] and by_index[2]["architecture"] == "hopper"
     sim.clear_call_log()
-    again = run_module(MODULE, {"enabled": True, "allow_reset": True}, env=env)[0]
+    again = run_here(MODULE, {"enabled": True, "allow_reset": True}, env=env)
     assert again["changed"] is False and _calls(sim) == []
 
 
@@ -109,11 +110,11 @@ def test_hopper_busy_gpu_waits_and_hopper_idle_applies_without_reset(tmp_path, i
 def test_bad_input_changes_nothing(tmp_path):
     sim, env = _node(tmp_path, "mixed")
     before = _digest(sim)
-    result = run_module(MODULE, {"enabled": True, "gpus": ["9"]}, env=env)[0]
+    result = run_here(MODULE, {"enabled": True, "gpus": ["9"]}, env=env)
     assert result["failed"] and "matches no GPU" in result["msg"] and "0 (NVIDIA A100-SXM4-80GB" in result["msg"]
-    result = run_module(MODULE, {"enabled": True, "gpus": ["4"]}, env=env)[0]
+    result = run_here(MODULE, {"enabled": True, "gpus": ["4"]}, env=env)
     assert result["failed"] and "does not support MIG" in result["msg"]
-    result = run_module(MODULE, {"config_name": "all-nonsense"}, env=env)[0]
+    result = run_here(MODULE, {"config_name": "all-nonsense"}, env=env)
     assert result["failed"] and "all-balanced" in result["msg"]
     assert _digest(sim) == before
 

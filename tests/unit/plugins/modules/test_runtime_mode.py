@@ -1,9 +1,11 @@
-"""runtime_mode through real ansible with the nvidia-ctk stand-in (its `config --set` held to the real tool's recorded
-output: tests/unit/test_nvidia_ctk_config_standin.py): check mode, apply, re-run; an unchanged mode never rewrites
-the file (nvidia-ctk would drop its comments); a config that is not TOML is refused with nothing changed."""
+"""runtime_mode with the nvidia-ctk stand-in (its `config --set` held to the real tool's recorded output:
+tests/unit/test_nvidia_ctk_config_standin.py): check mode, apply, re-run through real ansible; in this process
+(run_here), an unchanged mode never rewrites the file (nvidia-ctk would drop its comments) and a config that is not
+TOML is refused with nothing changed."""
 import os
 
 from tests.support.ansible_run import ROOT, run_module
+from tests.support.modrun import run_here
 
 MODULE = "gpuops.nvidia.runtime_mode"
 CTK = os.path.join(ROOT, "tests", "support", "bin", "nvidia-ctk")
@@ -38,9 +40,9 @@ def test_an_unchanged_mode_keeps_the_file_and_its_comments_and_a_change_is_backe
     with open(path, "w") as handle:
         handle.write(original)
     args = {"config_path": path, "nvidia_ctk_path": CTK}
-    assert run_module(MODULE, dict(args, mode="legacy"), env={})[0]["changed"] is False
+    assert run_here(MODULE, dict(args, mode="legacy"), env={})["changed"] is False
     assert _read(path) == original
-    res = run_module(MODULE, dict(args, mode="cdi", backup=True), env={})[0]
+    res = run_here(MODULE, dict(args, mode="cdi", backup=True), env={})
     assert res["changed"] is True and res["previous_mode"] == "legacy"
     assert _read(path) == _read(os.path.join(FIXTURES, "config-minimal-mode-cdi.toml"))
     assert _read(res["backup_file"]) == original
@@ -50,6 +52,6 @@ def test_a_config_that_is_not_toml_is_refused_and_left_alone(tmp_path):
     path = str(tmp_path / "config.toml")
     with open(path, "w") as handle:
         handle.write("[nvidia-container-runtime\nmode = cdi\n")
-    res = run_module(MODULE, {"config_path": path, "nvidia_ctk_path": CTK, "mode": "cdi"}, env={})[0]
+    res = run_here(MODULE, {"config_path": path, "nvidia_ctk_path": CTK, "mode": "cdi"}, env={})
     assert res.get("failed") and "left untouched" in res["msg"] and "nothing changed" in res["msg"], res
     assert _read(path) == "[nvidia-container-runtime\nmode = cdi\n"
