@@ -49,7 +49,7 @@ def _environment(env):
         os.environ.update(saved)
 
 
-def run_here(module, args, env=None, check=False, diff=False):
+def run_here(module, args=None, env=None, check=False, diff=False):
     """The result of module ``module`` (gpuops.nvidia.<name>) for ``args``, from its main() in this process, for a
     test about the module's logic rather than Ansible's process model (issue 49: an ad-hoc ``ansible`` run costs about
     2 CPU s, most of it Ansible's start-up). The module sees the environment a real run gives it
@@ -63,7 +63,7 @@ def run_here(module, args, env=None, check=False, diff=False):
     _warnings._global_warnings.clear()        # pylint: disable=protected-access  # (a list or a dict by version)
     _warnings._global_deprecations.clear()    # pylint: disable=protected-access
     with _environment(ansible_env(env)):
-        result = run_main(main, args, check_mode=check, diff=diff)
+        result = run_main(main, args or {}, check_mode=check, diff=diff)
     if result.get("warnings"):
         # as the controller hands them on: each warning's message (ansible-core 2.19 writes a WarningSummary object)
         result["warnings"] = [w["event"]["msg"] if isinstance(w, dict) else w for w in result["warnings"]]

@@ -9,6 +9,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_ho
 from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT, run_module
+from tests.support.modrun import run_here
 
 MODULE = "gpuops.nvidia.gpu_info"
 
@@ -47,7 +48,7 @@ def test_reports_instances_mig_devices_and_processes(tmp_path):
     ci = sim.create_compute_instance(1, gi, 2)
     sim.add_process(1, 4321, "vllm", used_memory_mib=30000, gi_id=gi, ci_id=ci)
     sim.add_process(0, 1234, "python", used_memory_mib=100)
-    result = run_module(MODULE, {"gpus": ["0", "1"]}, env=env)[0]
+    result = run_here(MODULE, {"gpus": ["0", "1"]}, env=env)
     g0, g1 = result["gpus"]
     assert g0["processes"] == [{"pid": 1234, "name": "python", "used_memory_mib": 100, "gi_id": None, "ci_id": None}]
     assert g1["gpu_instances"][0]["profile"] == "3g.71gb"
@@ -72,25 +73,25 @@ def test_check_mode_changes_nothing(tmp_path):
     (["NVIDIA H100 80GB HBM3", "4"], [2, 3, 4]),
 ])
 def test_selectors(tmp_path, selector, expected):
-    result = run_module(MODULE, {"gpus": selector}, env=_sim_env(tmp_path, "mixed"))[0]
+    result = run_here(MODULE, {"gpus": selector}, env=_sim_env(tmp_path, "mixed"))
     assert [g["index"] for g in result["gpus"]] == expected
 
 
 def test_selector_matching_nothing_is_an_error(tmp_path):
-    result = run_module(MODULE, {"gpus": ["B200"]}, env=_sim_env(tmp_path, "l40s-x2"))[0]
+    result = run_here(MODULE, {"gpus": ["B200"]}, env=_sim_env(tmp_path, "l40s-x2"))
     assert result["failed"] is True
     assert "matches no GPU" in result["msg"] and "NVIDIA L40S" in result["msg"]
 
 
 def test_selecting_by_uuid(tmp_path):
     env = _sim_env(tmp_path, "a30-x4")
-    uuid = run_module(MODULE, env=env)[0]["gpus"][2]["uuid"]
-    result = run_module(MODULE, {"gpus": [uuid]}, env=env)[0]
+    uuid = run_here(MODULE, env=env)["gpus"][2]["uuid"]
+    result = run_here(MODULE, {"gpus": [uuid]}, env=env)
     assert [g["index"] for g in result["gpus"]] == [2]
 
 
 def test_unknown_shape_fails_clearly(tmp_path):
-    result = run_module(MODULE, env=_sim_env(tmp_path, "dgx-z"))[0]
+    result = run_here(MODULE, env=_sim_env(tmp_path, "dgx-z"))
     assert result["failed"] is True
     assert "unknown simulated machine shape 'dgx-z'" in result["msg"] and "hgx-h200" in result["msg"]
     assert not os.path.exists(str(tmp_path / "state.json"))
@@ -99,7 +100,7 @@ def test_unknown_shape_fails_clearly(tmp_path):
 def test_corrupt_state_fails_clearly_and_is_kept(tmp_path):
     path = tmp_path / "state.json"
     path.write_text("not json")
-    result = run_module(MODULE, env=_sim_env(tmp_path))[0]
+    result = run_here(MODULE, env=_sim_env(tmp_path))
     assert result["failed"] is True and "is not valid JSON" in result["msg"]
     assert path.read_text() == "not json"
 
@@ -137,8 +138,8 @@ def _host_env(tmp_path, shape="hgx-h200", options=""):
 
 
 def test_driver_section_of_a_node_whose_image_brings_the_driver(tmp_path):
-    result, proc = run_module(MODULE, env=_host_env(tmp_path))
-    assert not result.get("failed"), proc.stdout
+    result = run_here(MODULE, env=_host_env(tmp_path))
+    assert not result.get("failed"), result
     driver = result["driver"]
     assert driver["nvml_driver_version"] == driver["loaded_version"] == result["driver_version"] == "580.159.04"
     assert (driver["flavour"], driver["nvml_error"], driver["read_error"]) == ("open", None, None)
@@ -160,8 +161,8 @@ def test_the_fabric_manager_and_each_gpus_fabric_are_reported(tmp_path):
     backend = SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="hgx-h200", root=env["GPUOPS_SIMULATED_ROOT"],
                                host_options="")
     backend.inject_health(3, "fabric_state", "in_progress")
-    result, proc = run_module(MODULE, env=env)
-    assert not result.get("failed"), proc.stdout
+    result = run_here(MODULE, env=env)
+    assert not result.get("failed"), result
     fm = result["driver"]["fabric_manager"]
     assert fm["installed"] == [{"name": "nvidia-fabricmanager", "version": "580.159.04-1"}], fm
     assert fm["running"] is True and fm["running_version"] == "580.159.04", fm     # the image's, at its driver
@@ -172,7 +173,7 @@ def test_the_fabric_manager_and_each_gpus_fabric_are_reported(tmp_path):
 
     _simulator_host.stop_fabric_manager(env["GPUOPS_SIMULATED_ROOT"])
     (admindir / "status").write_text("")
-    result, proc = run_module(MODULE, {"health": False}, env=env)
+    result = run_here(MODULE, {"health": False}, env=env)
     fm = result["driver"]["fabric_manager"]
     assert fm["installed"] == [] and fm["running"] is False and fm["running_version"] is None, fm
     assert "fabric" not in result["driver"]
@@ -180,8 +181,8 @@ def test_the_fabric_manager_and_each_gpus_fabric_are_reported(tmp_path):
 
 def test_a_node_before_its_driver_answers_with_the_pci_view(tmp_path):
     env = _host_env(tmp_path, "hgx-b200", "driver=none,nouveau,secure-boot=on")
-    result, proc = run_module(MODULE, env=env, check=True)
-    assert not result.get("failed") and result["changed"] is False, proc.stdout
+    result = run_here(MODULE, env=env, check=True)
+    assert not result.get("failed") and result["changed"] is False, result
     assert result["gpus"] == []
     driver = result["driver"]
     assert driver["nvml_error"]["name"] == "LIBRARY_NOT_FOUND"
@@ -199,9 +200,9 @@ def test_a_node_before_its_driver_answers_with_the_pci_view(tmp_path):
 
 def test_a_version_mismatch_is_reported_not_failed(tmp_path):
     env = _host_env(tmp_path, "h200-x1", "driver=570.172.08")
-    assert run_module(MODULE, env=env)[0]["driver_version"] == "570.172.08"
+    assert run_here(MODULE, env=env)["driver_version"] == "570.172.08"
     _simulator_host.install_nvml_library(env["GPUOPS_SIMULATED_ROOT"], "580.95.05")
-    result = run_module(MODULE, env=env)[0]
+    result = run_here(MODULE, env=env)
     driver = result["driver"]
     assert not result.get("failed") and result["gpus"] == []
     assert driver["nvml_error"]["name"] == "LIB_RM_VERSION_MISMATCH"
@@ -214,13 +215,13 @@ def test_a_broken_host_tree_without_nvml_fails_naming_both(tmp_path):
     SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="h200-x1", root=env["GPUOPS_SIMULATED_ROOT"],
                      host_options="driver=none")
     os.unlink(os.path.join(env["GPUOPS_SIMULATED_ROOT"], "proc/sys/kernel/osrelease"))
-    result = run_module(MODULE, env=env)[0]
+    result = run_here(MODULE, env=env)
     assert result["failed"] is True
     assert "NVML could not start" in result["msg"] and "osrelease" in result["msg"]
 
 
 def test_simulated_gpus_without_a_root_read_nothing_below_nvml(tmp_path):
-    result = run_module(MODULE, env=_sim_env(tmp_path, "h200-x1"))[0]
+    result = run_here(MODULE, env=_sim_env(tmp_path, "h200-x1"))
     assert result["driver"]["root"] is None and result["driver"]["nvml_driver_version"] == result["driver_version"]
     assert result["driver"]["kernel"] is None and result["driver"]["loaded_version"] is None
 
@@ -230,7 +231,7 @@ SIM = "gpuops.nvidia.gpu_simulator"
 
 
 def test_health_of_a_healthy_hgx_passes(tmp_path):
-    result = run_module(MODULE, env=_sim_env(tmp_path, "hgx-h100-80gb"))[0]
+    result = run_here(MODULE, env=_sim_env(tmp_path, "hgx-h100-80gb"))
     health = result["health"]
     assert health["verdict"] == "pass" and health["healthy"] is True and health["findings"] == []
     assert health["kernel_log"] == {"readable": True, "source": "simulated", "reason": None, "xid_lines": 0}
@@ -244,10 +245,10 @@ def test_injected_faults_block_with_gpu_bus_id_and_fix_and_the_policy_loosens_th
     for args in ({"action": "inject_health", "index": 2, "fault": "row_remap_pending"},
                  {"action": "inject_health", "index": 5, "fault": "pcie_width", "value": "8"},
                  {"action": "add_xid", "index": 1, "code": 13, "xid_text": "Graphics SM Warp Exception"}):
-        assert not run_module(SIM, args, env=env)[0].get("failed")
+        assert not run_here(SIM, args, env=env).get("failed")
     path = env["GPUOPS_SIMULATED_GPUS"]
     before = _digest(path)
-    result = run_module(MODULE, env=env, check=True)[0]
+    result = run_here(MODULE, env=env, check=True)
     health = result["health"]
     assert health["verdict"] == "block" and health["healthy"] is False
     assert health["blocking"] == [
@@ -257,31 +258,31 @@ def test_injected_faults_block_with_gpu_bus_id_and_fix_and_the_policy_loosens_th
         "its riser and slot, then reboot; the gate clears when the next run finds it healthy"]
     assert health["warnings"][0].startswith("GPU 1 (00000000:0F:00.0): an application's Xid since boot (Xid 13")
     assert _digest(path) == before, "check mode reads only"
-    loose = run_module(MODULE, {"health_policy": {"row_remap_pending": "warn", "pcie_width_degraded": "ignore"}},
-                       env=env)[0]["health"]
+    loose = run_here(MODULE, {"health_policy": {"row_remap_pending": "warn", "pcie_width_degraded": "ignore"}},
+                     env=env)["health"]
     assert loose["verdict"] == "warn" and len(loose["warnings"]) == 2
     assert [f["action"] for f in loose["findings"]] == ["warn", "warn", "ignore"]
 
 
 def test_a_bad_health_policy_is_refused(tmp_path):
-    result = run_module(MODULE, {"health_policy": {"nvlink_dwn": "warn"}}, env=_sim_env(tmp_path))[0]
+    result = run_here(MODULE, {"health_policy": {"nvlink_dwn": "warn"}}, env=_sim_env(tmp_path))
     assert result["failed"] is True
     assert "unknown health finding kind 'nvlink_dwn'" in result["msg"] and "nvlink_down" in result["msg"]
-    result = run_module(MODULE, {"health_policy": {"nvlink_down": "maybe"}}, env=_sim_env(tmp_path))[0]
+    result = run_here(MODULE, {"health_policy": {"nvlink_down": "maybe"}}, env=_sim_env(tmp_path))
     assert result["failed"] is True and "'maybe' is not one of block, warn, ignore" in result["msg"]
 
 
 def test_a_lost_gpu_fails_the_read_naming_it(tmp_path):
     env = _sim_env(tmp_path, "hgx-h200")
-    run_module(SIM, {"action": "inject_health", "index": 3, "fault": "lost"}, env=env)
-    result = run_module(MODULE, env=env)[0]
+    run_here(SIM, {"action": "inject_health", "index": 3, "fault": "lost"}, env=env)
+    result = run_here(MODULE, env=env)
     assert result["failed"] is True and "GPU_IS_LOST" in result["msg"]
     assert "GPU 3 (00000000:4E:00.0): NVML reports the GPU lost" in result["msg"]
     assert result["health"]["findings"][0]["kind"] == "gpu_lost"
 
 
 def test_health_can_be_left_out(tmp_path):
-    result = run_module(MODULE, {"health": False}, env=_sim_env(tmp_path))[0]
+    result = run_here(MODULE, {"health": False}, env=_sim_env(tmp_path))
     assert "health" not in result and len(result["gpus"]) == 8
 
 
@@ -293,14 +294,14 @@ def test_a_node_whose_only_gpu_is_missing_from_nvml_answers_with_the_finding(tmp
     env["GPUOPS_SIMULATED_ROOT"] = str(tmp_path / "root")
     SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="h200-x1", root=env["GPUOPS_SIMULATED_ROOT"]).inject_health(
         0, "missing")
-    result = run_module(MODULE, env=env)[0]
+    result = run_here(MODULE, env=env)
     assert not result.get("failed"), result
     assert result["gpus"] == [] and result["health"]["verdict"] == "block"
     assert result["health"]["pci"] == {"readable": True, "reason": None, "gpus": ["0000:07:00.0"]}
     (finding,) = result["health"]["gate"]["blocking"]
     assert finding["kind"] == "gpu_missing" and finding["bus_id"] == "0000:07:00.0"
     for args in ({"gpus": ["0"]}, {"health": False}):
-        result = run_module(MODULE, args, env=env)[0]
+        result = run_here(MODULE, args, env=env)
         assert result["failed"] is True and "matches no GPU" in result["msg"], (args, result)
 
 
@@ -313,17 +314,17 @@ def test_dcgm_diag_is_off_by_default_a_note_without_dcgmi_and_judged_when_it_run
     lab's stand-in dcgmi replaying a failed run (GPU 1's pending row remap, DCGM error 85), the finding blocks on GPU 1;
     the stand-in's own run passes every GPU."""
     env = _sim_env(tmp_path, "h200-x2")
-    result = run_module(MODULE, env=env)[0]
+    result = run_here(MODULE, env=env)
     assert result["health"]["dcgm"] is None and result["health"]["verdict"] == "pass"
-    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": "gpuops-no-such-dcgmi"}, env=env)[0]
+    result = run_here(MODULE, {"health_dcgm_diag": True, "health_dcgmi": "gpuops-no-such-dcgmi"}, env=env)
     assert not result.get("failed") and result["health"]["verdict"] == "pass", result
     assert result["health"]["dcgm"]["ran"] is False and "not installed" in result["health"]["dcgm"]["note"]
-    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)[0]
+    result = run_here(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)
     assert result["health"]["dcgm"]["ran"] is True and result["health"]["verdict"] == "pass", result["health"]
     with open(os.path.join(DCGM_FIXTURES, "diag-r1-pending-row-remap.json")) as src, \
             open(env["GPUOPS_SIMULATED_GPUS"] + ".dcgmi.json", "w") as dst:
         dst.write(src.read())
-    result = run_module(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)[0]
+    result = run_here(MODULE, {"health_dcgm_diag": True, "health_dcgmi": DCGMI}, env=env)
     (finding,) = result["health"]["gate"]["blocking"]
     assert finding["kind"] == "dcgm_diag_failure" and finding["gpu"] == 1, finding
     assert "DCGM error 85, severity RESET" in finding["message"]
