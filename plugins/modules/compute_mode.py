@@ -152,7 +152,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import
     ComputeModeError, plan_settings, planned_state, report, state_view)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, Failure, ModuleRun, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
@@ -246,21 +247,24 @@ class ComputeMode(ModuleRun):
                     undone.append("GPU %d %s back to %s" % (index, what, old))
                 except NvmlError as exc2:
                     failed.append("GPU %d %s: %s" % (index, what, exc2))
-            self.module.fail_json(msg="NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
+            raise Failure("NVML error %s while setting compute modes: %s. Rolled back: %s.%s" % (
                 exc.name, exc, ", ".join(undone) or "none (%s before the error)" % NOTHING_CHANGED,
-                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""), changes=changes, calls=calls)
+                (" Could NOT roll back: %s" % "; ".join(failed)) if failed else ""),
+                changes=changes, calls=calls, changed=False) from exc
         try:
             after = backend.read_all()
         except (GpuBackendError, NvmlError) as exc:
-            self.module.fail_json(msg="modes were set but the GPUs cannot be read back: %s" % exc, changes=changes)
+            raise Failure("modes were set but the GPUs cannot be read back: %s" % exc, changes=changes,
+                          changed=False) from exc
         by_index = dict((g["index"], g) for g in after["gpus"])
         now = [by_index[g["index"]] for g in todo["selected"]]
         persistence = self.params["persistence_mode"]
         wrong = [g for g in now if g.get("compute_mode") != todo["modes"][g["index"]]
                  or (persistence is not None and bool(g.get("persistence_mode")) != persistence)]
         if wrong:
-            self.module.fail_json(msg="after setting, GPU(s) %s do not report the declared modes: %s"
-                                  % (", ".join(str(g["index"]) for g in wrong), state_view(wrong)), changes=changes)
+            raise Failure("after setting, GPU(s) %s do not report the declared modes: %s"
+                          % (", ".join(str(g["index"]) for g in wrong), state_view(wrong)), changes=changes,
+                          changed=False)
         self.result["gpus"] = report(now)
 
 

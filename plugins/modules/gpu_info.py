@@ -335,7 +335,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module as run_dcgm_diag
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 
 def _pci_record(device):
@@ -419,7 +419,7 @@ class GpuInfo(ModuleRun):
         try:
             self.policy = validate_policy(self.params["health_policy"] or None)
         except HealthPolicyError as exc:
-            self.module.fail_json(msg=str(exc))
+            raise Failure(str(exc)) from exc
         return []
 
     def converge(self):
@@ -449,13 +449,13 @@ class GpuInfo(ModuleRun):
             facts = {"backend": "simulated" if simulated() else "nvml", "driver_version": None,
                      "cuda_driver_version": None, "nvml_version": None, "gpus": []}
         except GpuBackendError as exc:
-            module.fail_json(msg=str(exc))
+            raise Failure(str(exc)) from exc
         except NvmlError as exc:
-            module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
+            raise Failure("NVML error %s while reading GPUs: %s" % (exc.name, exc)) from exc
         if lost is not None:
             # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
-            module.fail_json(msg="NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (
-                lost, "; ".join(health["blocking"])), health=health)
+            raise Failure("NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (
+                lost, "; ".join(health["blocking"])), health=health) from lost
 
         facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
         if facts["driver"]["root"] is not None:
@@ -466,8 +466,8 @@ class GpuInfo(ModuleRun):
             facts["driver"]["fabric"] = ds.fabric_state(health.get("gpus"))
         if nvml_error is not None:
             if facts["driver"]["read_error"]:
-                module.fail_json(msg="NVML could not start (%s) and the node could not be read below NVML either: %s"
-                                 % (nvml_error, facts["driver"]["read_error"]), driver=facts["driver"])
+                raise Failure("NVML could not start (%s) and the node could not be read below NVML either: %s"
+                              % (nvml_error, facts["driver"]["read_error"]), driver=facts["driver"]) from nvml_error
             return dict(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
 
         selector = self.params["gpus"]
@@ -476,7 +476,7 @@ class GpuInfo(ModuleRun):
         # (gpu_missing), which is the answer, not a bad selector
         missing = health is not None and any(f["kind"] == "gpu_missing" for f in health["findings"])
         if not chosen and not (missing and selector == ["all"]):
-            module.fail_json(msg="gpus=%s matches no GPU on this host; it has: %s" % (
+            raise Failure("gpus=%s matches no GPU on this host; it has: %s" % (
                 selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
                 or "no GPUs"))
         facts["gpus"] = chosen

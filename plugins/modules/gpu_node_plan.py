@@ -515,7 +515,7 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner, read_facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
@@ -565,13 +565,13 @@ def _read(module, health):
         # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the
         # driver step has the work; the steps that read the GPUs wait for it). Elsewhere NVML must start.
         if module.params["driver"] is None:
-            module.fail_json(msg=str(exc))
+            raise Failure(str(exc)) from exc
         return {"backend": None, "driver_version": None, "cuda_driver_version": None, "nvml_version": None,
                 "gpus": [], "nvml_error": {"name": exc.name, "message": str(exc)}}, None
     except GpuBackendError as exc:
-        module.fail_json(msg=str(exc))
+        raise Failure(str(exc)) from exc
     except NvmlError as exc:
-        module.fail_json(msg="NVML error %s while reading GPUs: %s" % (exc.name, exc))
+        raise Failure("NVML error %s while reading GPUs: %s" % (exc.name, exc)) from exc
 
 
 if __name__ == "__main__":

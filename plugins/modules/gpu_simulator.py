@@ -166,7 +166,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     simulated,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 REQUIRED = {
     "add_process": ["index", "pid"],
@@ -210,11 +210,10 @@ class SimulatorControl(ModuleRun):
         p = self.params
         # (in the module's own words, which its tests and the bad-input corpus assert)
         if not simulated():
-            self.module.fail_json(msg="gpu_simulator acts only on simulated GPUs and %s is not set on this host"
-                                  % ENV_STATE)
+            raise Failure("gpu_simulator acts only on simulated GPUs and %s is not set on this host" % ENV_STATE)
         missing = [k for k in REQUIRED.get(p["action"], []) if p[k] is None]
         if missing:
-            self.module.fail_json(msg="action=%s needs %s" % (p["action"], ", ".join(missing)))
+            raise Failure("action=%s needs %s" % (p["action"], ", ".join(missing)))
         return []
 
     def converge(self):

@@ -216,7 +216,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
@@ -258,9 +258,9 @@ class MigLayout(ModuleRun):
         try:
             resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
         except MigBusyError as exc:
-            module.fail_json(msg=str(exc), busy=exc.busy, changed=False)
+            raise Refusal(str(exc), busy=exc.busy, changed=False) from exc
         except MigLayoutError as exc:
-            module.fail_json(msg=name_source(module.params, str(exc)), changed=False)
+            raise Refusal(name_source(module.params, str(exc)), changed=False) from exc
         if assumed:
             module.warn(assumed_warning(assumed))
         by_index = dict((g["index"], g) for g in gpus)
@@ -288,11 +288,10 @@ class MigLayout(ModuleRun):
         try:
             return step()
         except NvmlError as exc:
-            self.module.fail_json(msg="NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the "
-                                      "current state." % (exc.name, exc), gpus=self.results,
-                                  changed=bool(self.executed))
+            raise Failure("NVML error %s: %s. Nothing was rolled back; re-run to reconcile from the current state."
+                          % (exc.name, exc), gpus=self.results, changed=bool(self.executed)) from exc
         except GpuBackendError as exc:
-            self.module.fail_json(msg=str(exc), gpus=self.results, changed=bool(self.executed))
+            raise Failure(str(exc), gpus=self.results, changed=bool(self.executed)) from exc
 
 
 def main():

@@ -178,7 +178,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     mode_result,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
 
 
@@ -214,19 +214,19 @@ class MigMode(ModuleRun):
         try:
             return self.backend.read_all()
         except NvmlError as exc:
-            self.nvml_failed(exc)
+            raise self.nvml_failure(exc) from exc
         except GpuBackendError as exc:
-            self.module.fail_json(msg=str(exc), gpus=[], changed=False)
+            raise Refusal(str(exc), gpus=[], changed=False) from exc
 
     def plan(self, current):
         by_index = dict((g["index"], g) for g in current["gpus"])
         try:
             want, self.skipped = desired_modes(current["gpus"], self.params)
         except MigLayoutError as exc:
-            self.module.fail_json(msg=str(exc))
+            raise Refusal(str(exc)) from exc
         problem = mode_problems(by_index, want, self.params["allow_reset"])
         if problem:
-            self.module.fail_json(msg=problem)
+            raise Refusal(problem)
         self.by_index = by_index
         return want
 
@@ -236,9 +236,9 @@ class MigMode(ModuleRun):
                 self.results.append(apply_mode(self.backend, self.by_index[index], changes[index],
                                                self.params["allow_reset"], check_mode=self.module.check_mode))
         except NvmlError as exc:
-            self.nvml_failed(exc)
+            raise self.nvml_failure(exc) from exc
         except GpuBackendError as exc:
-            self.module.fail_json(msg=str(exc), gpus=self.results, changed=any(r["changed"] for r in self.results))
+            raise Failure(str(exc), gpus=self.results, changed=any(r["changed"] for r in self.results)) from exc
 
     def after(self, current, changes):
         results = self.results
@@ -246,9 +246,10 @@ class MigMode(ModuleRun):
         self.set_diff(dict(("gpu %d" % r["index"], r["before"]) for r in results),
                       dict(("gpu %d" % r["index"], r["after"]) for r in results))
 
-    def nvml_failed(self, exc):
-        self.module.fail_json(msg="NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
-                              gpus=self.results, changed=any(r["changed"] for r in self.results))
+    def nvml_failure(self, exc):
+        """The failure for an NVML error part way: what was carried out, and whether it changed a GPU."""
+        return Failure("NVML error %s: %s. Re-run to continue from the current state." % (exc.name, exc),
+                       gpus=self.results, changed=any(r["changed"] for r in self.results))
 
 
 def main():

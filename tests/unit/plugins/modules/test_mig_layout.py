@@ -221,3 +221,17 @@ def test_gpus_narrows_the_layout(tmp_path, inproc):
     assert [g["index"] for g in result["gpus"]] == [1]
     assert current_devices(sim.read_gpu(1)) == {"3g.71gb": 2}
     assert current_devices(sim.read_gpu(0)) == {}
+
+
+def test_a_fault_part_way_fails_in_the_base_with_what_was_carried_out(tmp_path, inproc):
+    """A fault is a Failure raised to the module's base (issue 48): its message, the GPUs' results so far and
+    ``changed`` as what was carried out before it (nothing at the first call, something at the second)."""
+    for k, changed in ((1, False), (2, True)):
+        d = tmp_path / ("k%d" % k)
+        d.mkdir()
+        sim, env = _node(d, "hgx-h200", enable=(0,))
+        sim.inject_fault(k, "UNKNOWN")
+        failed = inproc(env, {"config_name": "all-balanced", "gpus": ["0"]})
+        assert failed["failed"] and failed["msg"].startswith("NVML error ")
+        assert failed["msg"].endswith(". Nothing was rolled back; re-run to reconcile from the current state.")
+        assert failed["changed"] is changed and isinstance(failed["gpus"], list)

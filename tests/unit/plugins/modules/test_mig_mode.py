@@ -189,3 +189,14 @@ def test_fault_at_each_mutating_call_then_rerun_converges(tmp_path, inproc, shap
         assert not rerun.get("failed"), rerun.get("msg")
         assert check(sim.read_gpu(0)), k
         assert inproc(env, args)["changed"] is False
+
+
+def test_a_fault_fails_in_the_base_with_what_was_carried_out(tmp_path, inproc):
+    """An NVML error while setting the mode is a Failure raised to the module's base (issue 48): its message, the
+    GPUs' results so far, and ``changed`` false when the first call failed."""
+    sim, env = _node(tmp_path, "dgx-a100-40gb")
+    sim.inject_fault(1, "UNKNOWN")
+    failed = inproc(env, {"enabled": True, "gpus": ["0"], "allow_reset": True})
+    assert failed["failed"] and failed["msg"].startswith("NVML error ")
+    assert failed["msg"].endswith(". Re-run to continue from the current state.")
+    assert failed["changed"] is False and failed["gpus"] == []
