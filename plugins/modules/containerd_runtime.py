@@ -234,7 +234,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cac
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 
 class ContainerdRuntime(ModuleRun):
@@ -255,9 +255,9 @@ class ContainerdRuntime(ModuleRun):
                 return self.result
             return super(ContainerdRuntime, self).converge()
         except containerd_config.TomlLibraryMissing as exc:
-            self.module.fail_json(msg=missing_required_lib("tomli", reason=str(exc)))
+            raise Failure(missing_required_lib("tomli", reason=str(exc)), changed=False) from exc
         except (IOError, OSError) as exc:
-            self.module.fail_json(msg="containerd_runtime: %s" % exc, exception=traceback.format_exc())
+            raise Failure("containerd_runtime: %s" % exc, exception=traceback.format_exc(), changed=False) from exc
 
     def read(self):
         self.files = None

@@ -85,7 +85,8 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     ToolNotFound, read_live, require_tool, write_atomic)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, nothing_changed, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    ModuleRun, Refusal, nothing_changed, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
     ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
@@ -120,7 +121,7 @@ class RuntimeMode(ModuleRun):
         path, mode = self.params["config_path"], self.params["mode"]
         if before == mode:
             return None
-        after = candidate(self.module, NvidiaCtkRunner(self.module.run_command, self.ctk), live, path, mode)
+        after = candidate(NvidiaCtkRunner(self.module.run_command, self.ctk), live, path, mode)
         self.set_diff(live or "", after, header=path)
         return after
 
@@ -137,8 +138,9 @@ def main():
     run_module(RuntimeMode)
 
 
-def candidate(module, runner, live, path, mode):
-    """nvidia-ctk's edit of a private copy of the config (the defaults when there is none), checked to set ``mode``."""
+def candidate(runner, live, path, mode):
+    """nvidia-ctk's edit of a private copy of the config (the defaults when there is none), checked to set ``mode``;
+    a Refusal (nothing changed) when nvidia-ctk fails or its edit does not set ``mode``."""
     with runner.private_directory() as tmp:
         copy = os.path.join(tmp, "config.toml")
         if live is not None:
@@ -146,16 +148,17 @@ def candidate(module, runner, live, path, mode):
                 handle.write(live)
         rc, out, err = runner.command("config", "--in-place", "--set", "%s=%s" % (KEY, mode), "--config=%s" % copy)
         if rc != 0 or not os.path.isfile(copy):
-            module.fail_json(msg=nothing_changed("`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit "
-                                                 "%s): %s" % (KEY, mode, path, rc, (err or out).strip())))
+            raise Refusal(nothing_changed("`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit %s): %s"
+                                          % (KEY, mode, path, rc, (err or out).strip())), changed=False)
         with open(copy) as handle:
             text = handle.read()
     try:
         got = current_mode(text, "nvidia-ctk's edit of %s" % path)
     except RuntimeModeError as exc:
-        module.fail_json(msg=nothing_changed(str(exc)))
+        raise Refusal(nothing_changed(str(exc)), changed=False) from exc
     if got != mode:
-        module.fail_json(msg=nothing_changed("nvidia-ctk's edit of %s sets mode %r, not %r: refused" % (path, got, mode)))
+        raise Refusal(nothing_changed("nvidia-ctk's edit of %s sets mode %r, not %r: refused" % (path, got, mode)),
+                      changed=False)
     return text
 
 
