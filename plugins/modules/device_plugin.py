@@ -270,7 +270,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugi
 # _helm stays reachable as device_plugin._helm (the tests write the helm operation record through it)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
@@ -322,9 +322,8 @@ class DevicePluginRelease(_helm_release.HelmRelease):
                                          p["default_profile"], chart_version=chart_version, nodes=p["nodes"],
                                          extra_values=p["values"], gfd=p["gfd"], yaml_module=_helm_release.yaml)
         except _device_plugin.DevicePluginConfigError as exc:
-            self.module.fail_json(msg="invalid device plugin configuration, %s: %s"
-                                  % (NOTHING_CHANGED, "; ".join(exc.errors)),
-                                  errors=exc.errors, commands=self.helm.commands)
+            raise Refusal("invalid device plugin configuration, %s: %s" % (NOTHING_CHANGED, "; ".join(exc.errors)),
+                          errors=exc.errors, commands=self.helm.commands, changed=False) from exc
         for warning in built["warnings"]:
             self.module.warn(warning)
         additions = dict(configs=built["configs"], node_labels=built["node_labels"], shares=built["shares"],

@@ -189,7 +189,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cac
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 
@@ -281,12 +281,12 @@ class DraDriverRelease(_helm_release.HelmRelease):
                    if _kube.read_or_none(kube, "read DeviceClass %s" % name,
                                          _kube.dra_path("deviceclasses", name=name)) is None]
         if missing:
-            self.module.fail_json(
-                msg="helm installed release %s/%s, but DeviceClass %s does not exist at %s: the chart did not "
-                    "create it (NVIDIA's chart renders gpu.nvidia.com and mig.nvidia.com when resources.gpus.enabled; "
-                    "check chart_path/chart_version is NVIDIA's nvidia-dra-driver-gpu chart)"
-                    % (self.params["namespace"], self.params["release_name"], ", ".join(missing),
-                       _kube.DRA_API_VERSION), **self.result)
+            raise Failure(
+                "helm installed release %s/%s, but DeviceClass %s does not exist at %s: the chart did not "
+                "create it (NVIDIA's chart renders gpu.nvidia.com and mig.nvidia.com when resources.gpus.enabled; "
+                "check chart_path/chart_version is NVIDIA's nvidia-dra-driver-gpu chart)"
+                % (self.params["namespace"], self.params["release_name"], ", ".join(missing),
+                   _kube.DRA_API_VERSION))
 
 
 def main():

@@ -222,7 +222,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 try:
     import yaml
@@ -314,7 +314,7 @@ class OperatorSharing(ModuleRun):
     def validate(self):
         p = self.params
         if not HAS_YAML:
-            self.module.fail_json(msg=missing_required_lib("PyYAML"))
+            raise Failure(missing_required_lib("PyYAML"))
         _kube.require_client(self.module)
         errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
         if p["namespace"] is not None:
@@ -444,8 +444,8 @@ class OperatorSharing(ModuleRun):
         after_policy = self.kube.get("read ClusterPolicy %s" % name, _gpu_operator.policy_path(name))
         left = _gpu_operator.dropped_fields(after_policy, plan["patch"])
         if left:
-            self.module.fail_json(msg="the ClusterPolicy %s does not hold %s after the patch (changed by someone "
-                                      "else at the same time?)" % (name, ", ".join(left)), **self.result)
+            raise Failure("the ClusterPolicy %s does not hold %s after the patch (changed by someone else at the "
+                          "same time?)" % (name, ", ".join(left)))
         return after_policy
 
     def converge(self):

@@ -152,7 +152,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import inter
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
@@ -235,7 +235,7 @@ class OperatorMigLayout(ModuleRun):
         """Every parameter checked; the GPU facts kept for the run."""
         p = self.params
         if not HAS_YAML:
-            self.module.fail_json(msg=missing_required_lib("PyYAML"))
+            raise Failure(missing_required_lib("PyYAML"))
         _kube.require_client(self.module)
         errors = _kube_names.dns_subdomain_errors(p["node_name"], "node_name")
         for key in ("config_map", "policy_name"):
@@ -264,8 +264,8 @@ class OperatorMigLayout(ModuleRun):
                                                                   config_name_hint=p["config_name"])
             return config, entries, _gpu_operator.gpus_differ(gpus, resolved)
         except MigLayoutError as exc:
-            self.module.fail_json(msg="node %s: %s (the node's GPUs as the gpus option describes them); nothing "
-                                      "changed" % (self.node, name_source(p, str(exc)).rstrip(". ")))
+            raise Refusal("node %s: %s (the node's GPUs as the gpus option describes them); nothing changed"
+                          % (self.node, name_source(p, str(exc)).rstrip(". ")), changed=False) from exc
 
     def config_map(self):
         """(namespace, name) of the MIG ConfigMap: as given, else the one the ClusterPolicy names, which must be
@@ -301,16 +301,14 @@ class OperatorMigLayout(ModuleRun):
         """Nothing to change: the MIG manager's last verdict must be one the run can stand on."""
         state = before[_gpu_operator.MIG_STATE_LABEL]
         if state == "failed":
-            self.module.fail_json(msg=_gpu_operator.state_problem(self.node, state, config, namespace),
-                                  **self.result)
+            raise Failure(_gpu_operator.state_problem(self.node, state, config, namespace))
         if state == "success" and differ:
-            self.module.fail_json(msg="node %s: the MIG manager reported success for %s=%s, but GPU(s) %s do not "
-                                  "match it. It applies a config only when the label changes or at its start: "
-                                  "delete the node's MIG manager pod (kubectl -n %s delete pod -l "
-                                  "app=nvidia-mig-manager --field-selector spec.nodeName=%s) to have it applied "
-                                  "again, then re-run" % (self.node, _gpu_operator.MIG_CONFIG_LABEL, config,
-                                                          ", ".join(map(str, differ)), namespace, self.node),
-                                  **self.result)
+            raise Failure("node %s: the MIG manager reported success for %s=%s, but GPU(s) %s do not "
+                          "match it. It applies a config only when the label changes or at its start: "
+                          "delete the node's MIG manager pod (kubectl -n %s delete pod -l "
+                          "app=nvidia-mig-manager --field-selector spec.nodeName=%s) to have it applied "
+                          "again, then re-run" % (self.node, _gpu_operator.MIG_CONFIG_LABEL, config,
+                                                  ", ".join(map(str, differ)), namespace, self.node))
 
     def relabel(self, before, config):
         """Point the node's config label at ``config`` and clear the state label (the MIG manager applies a config
@@ -362,7 +360,7 @@ class OperatorMigLayout(ModuleRun):
         state, waited = wait_state(self.kube, node, p["timeout"], p["interval"])
         result.update(state=state, waited=waited)
         if state != "success":
-            self.module.fail_json(msg=_gpu_operator.state_problem(node, state, config, namespace, waited), **result)
+            raise Failure(_gpu_operator.state_problem(node, state, config, namespace, waited))
         return result
 
 

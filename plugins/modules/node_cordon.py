@@ -171,7 +171,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
@@ -208,8 +208,9 @@ def evict(kube, pod):
 
 def drain(module, kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
     """Evict the node's GPU pods and wait (_poll, one read a second) until none is left; fails after ``timeout``
-    seconds naming those still there. A pod is asked once while it stays (404: already gone; 429: a
-    PodDisruptionBudget refuses it for now, asked again on the next read). Returns the pods found at the start."""
+    seconds naming those still there (a Failure raised to the module's base; ``module`` is unused). A pod is asked
+    once while it stays (404: already gone; 429: a PodDisruptionBudget refuses it for now, asked again on the next
+    read). Returns the pods found at the start."""
     pending = gpu_pods(kube, node, prefix)
     evicted = list(pending)
     if not pending:
@@ -234,10 +235,10 @@ def drain(module, kube, node, prefix, timeout, clock=time.monotonic, sleep=time.
 
     polled = poll(evict_then_list, lambda seen: not seen, timeout, 1, clock=clock, sleep=sleep)
     if not polled.done:
-        module.fail_json(msg="node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
-                         "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
-                         "Uncordon with state=uncordoned if you give up." % (node, timeout, ", ".join(polled.seen)),
-                         node=node, unschedulable=True, pending=polled.seen, changed=True)
+        raise Failure("node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
+                      "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
+                      "Uncordon with state=uncordoned if you give up." % (node, timeout, ", ".join(polled.seen)),
+                      node=node, unschedulable=True, pending=polled.seen, changed=True)
     return evicted
 
 

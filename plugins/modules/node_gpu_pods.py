@@ -139,7 +139,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 
@@ -267,10 +267,9 @@ class NodeGpuPods(ModuleRun):
         what = "still on the node" if p["state"] == "paused" else "without a Ready pod on the node"
         state = ("paused (label %s=%s) and as it was" % (_gpu_pods.PAUSE_LABEL, _gpu_pods.PAUSE_VALUE)
                  if p["state"] == "paused" else "resumed")
-        self.module.fail_json(msg="node %s: after %ss, %s %s. The node stays %s; a later run resumes from there."
-                              % (p["node_name"], p["timeout"], ", ".join(polled.seen), what, state),
-                              pending=polled.seen, changed=True)
-        return None
+        raise Failure("node %s: after %ss, %s %s. The node stays %s; a later run resumes from there."
+                      % (p["node_name"], p["timeout"], ", ".join(polled.seen), what, state),
+                      pending=polled.seen, changed=True)
 
     @staticmethod
     def view(label, paused_by, recorded):

@@ -179,7 +179,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -255,8 +255,7 @@ class NodeLabels(ModuleRun):
             if raw in (None, ""):
                 raw = {}
             if not isinstance(raw, dict):
-                module.fail_json(msg="labels must be a dict of key: value with state=present, got %s"
-                                 % type(raw).__name__)
+                raise Failure("labels must be a dict of key: value with state=present, got %s" % type(raw).__name__)
             labels = dict((k, _kube_names.normalize_label_value(v)) for k, v in raw.items())
             if p["device_plugin_config"] is not None:
                 config_errors = _kube_names.label_value_errors(DEVICE_PLUGIN_CONFIG_LABEL, p["device_plugin_config"])

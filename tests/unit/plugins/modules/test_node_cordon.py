@@ -2,6 +2,7 @@
 
 import pytest
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, failure
 from ansible_collections.gpuops.nvidia.plugins.modules import node_cordon
 from tests.support.modrun import run_main as run_module
 
@@ -184,9 +185,9 @@ def test_drain_asks_each_pod_once_retries_a_refused_one_and_gives_up_at_its_dead
         if pod == "jobs/b":
             raise node_cordon.KubeError("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
     monkeypatch.setattr(node_cordon, "evict", evict)
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failure) as failed:     # raised to the base, which fails the module with it (issue 48)
         node_cordon.drain(_Module(), None, "gpu-node-1", "nvidia.com/", 3, clock=clock, sleep=clock.sleep)
-    got = failed.value.args[0]
+    got = failure(failed.value)     # what the base passes to fail_json
     assert got["pending"] == ["jobs/b"] and got["changed"] is True and "after 3s: jobs/b" in got["msg"]
     assert asked.count("jobs/a") == 1 and asked.count("jobs/b") == 4     # one ask per read, up to the deadline
     assert sum(clock.sleeps) == 3 and clock.now == 103.0
