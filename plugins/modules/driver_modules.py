@@ -235,7 +235,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    Failure, ModuleRun, Refusal, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 NOTHING = "Nothing was stopped or unloaded."
@@ -269,15 +270,15 @@ class Run(object):
         self.p = p
         self.root = p["root"]
         if not os.path.isdir(self.root):
-            module.fail_json(msg="root %s is not a directory; give / on a node, or the lab node's directory. %s"
-                             % (self.root, NOTHING))
+            raise Refusal("root %s is not a directory; give / on a node, or the lab node's directory. %s"
+                          % (self.root, NOTHING))
         try:
             self.version = dm.check_version(p["version"])
             self.also_load = dm.check_also_load(p["also_load"])
         except dm.DriverModulesError as exc:
-            module.fail_json(msg="%s. %s" % (exc, NOTHING))
+            raise Refusal("%s. %s" % (exc, NOTHING))
         if not 1 <= p["daemon_timeout"] <= 600:
-            module.fail_json(msg="daemon_timeout must be 1 to 600 seconds, got %d. %s" % (p["daemon_timeout"], NOTHING))
+            raise Refusal("daemon_timeout must be 1 to 600 seconds, got %d. %s" % (p["daemon_timeout"], NOTHING))
         self.record_path = p["record_path"] or rooted(self.root, "/var/lib/gpuops/driver-modules.json")
         self.table = dm.daemon_table(p["mps_unit"])
         self.actions = []
@@ -299,7 +300,7 @@ class Run(object):
                                                       SYSTEM_TOOL_PACKAGES[name], opt_dirs=["/usr/sbin", "/sbin"])]
                 except ToolNotFound as exc:
                     if required:
-                        self.module.fail_json(msg="%s. %s" % (exc, NOTHING))
+                        raise Refusal("%s. %s" % (exc, NOTHING))
                     self._tools[name] = None
         return self._tools[name]
 
@@ -311,9 +312,9 @@ class Run(object):
             if not argv:
                 continue
             if command_program(self.module.get_bin_path, argv) is None:
-                self.module.fail_json(msg="%s: %r is not an executable program; give the %s command as an argument "
-                                          "list whose first item is the program (e.g. [/usr/sbin/%s]). %s"
-                                      % (name, argv[0], name, name, NOTHING))
+                raise Refusal("%s: %r is not an executable program; give the %s command as an argument list whose "
+                              "first item is the program (e.g. [/usr/sbin/%s]). %s"
+                              % (name, argv[0], name, name, NOTHING))
 
     def run(self, argv):
         try:
@@ -325,7 +326,7 @@ class Run(object):
         try:
             return dm.parse_proc_modules(read_text(rooted(self.root, "/proc/modules")) or "")
         except dm.DriverModulesError as exc:
-            self.module.fail_json(msg="%s. %s" % (exc, NOTHING))
+            raise Refusal("%s. %s" % (exc, NOTHING))
 
     def facts(self, modules=None):
         modules = self.modules() if modules is None else modules
@@ -362,8 +363,7 @@ class Run(object):
             return find_holders(proc_root=rooted(self.root, "/proc"),
                                 patterns=device_patterns(rooted(self.root, "/dev")))
         except OSError as exc:
-            self.module.fail_json(msg="cannot look for processes holding the NVIDIA device files: %s. %s"
-                                  % (exc, NOTHING))
+            raise Refusal("cannot look for processes holding the NVIDIA device files: %s. %s" % (exc, NOTHING))
 
     def installed_version(self):
         """The version of the nvidia module file modprobe would load for the running kernel."""
@@ -384,17 +384,19 @@ class Run(object):
             data = json.loads(text) if text.strip() else None
             check_shape(data, "record_path %s" % self.record_path)
         except InputFileError as exc:
-            self.module.fail_json(msg="%s. %s" % (exc, NOTHING))
+            raise Refusal("%s. %s" % (exc, NOTHING))
         except (ValueError, RecursionError) as exc:
-            self.module.fail_json(msg="record_path %s does not read as this module's record (%s); move it away after "
-                                      "checking which daemons should run. %s" % (self.record_path, exc, NOTHING))
+            raise Refusal(self.not_a_record(exc))
         if data is None:
             return None
         problem = dm.record_problem(data)
         if problem:
-            self.module.fail_json(msg="record_path %s does not read as this module's record (%s); move it away after "
-                                      "checking which daemons should run. %s" % (self.record_path, problem, NOTHING))
+            raise Refusal(self.not_a_record(problem))
         return data
+
+    def not_a_record(self, why):
+        return ("record_path %s does not read as this module's record (%s); move it away after checking which "
+                "daemons should run. %s" % (self.record_path, why, NOTHING))
 
     def write_record(self, data):
         write_atomic(self.module, self.record_path, json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -408,9 +410,9 @@ class Run(object):
         now = self.facts()
         loaded = ("loaded now: %s (%s, %s)" % (", ".join(now["modules"]), now["version"], now["flavour"])
                   if now["modules"] else "no NVIDIA module is loaded now")
-        self.module.fail_json(msg="%s. The node: %s" % (msg, loaded), actions=self.actions,
-                              daemons_stopped=self.stopped, daemons_started=self.started, modules=now["modules"],
-                              version=now["version"], flavour=now["flavour"], changed=bool(self.actions), **extra)
+        raise Failure("%s. The node: %s" % (msg, loaded), actions=self.actions, daemons_stopped=self.stopped,
+                      daemons_started=self.started, modules=now["modules"], version=now["version"],
+                      flavour=now["flavour"], changed=bool(self.actions), **extra)
 
     # ---- daemons ------------------------------------------------------------------------------------------------
     def stop_daemon(self, daemon):
@@ -460,8 +462,8 @@ class Run(object):
 
     # ---- the flows ----------------------------------------------------------------------------------------------
     def refuse(self, msg, holders=()):
-        self.module.fail_json(msg="%s. %s" % (msg, NOTHING), changed=False,
-                              holders=[describe_holder(h) for h in holders], actions=self.actions)
+        raise Refusal("%s. %s" % (msg, NOTHING), changed=False, holders=[describe_holder(h) for h in holders],
+                      actions=self.actions)
 
     def unload(self, before, modules, check_installed):
         """Stop the daemons and unload the driver; returns the record written."""
@@ -599,19 +601,17 @@ class Run(object):
         before = self.facts(modules)
         if self.p["preflight"]:
             if state != "reloaded":
-                self.module.fail_json(msg="preflight checks a reload: give state=reloaded (got %s). %s"
-                                      % (state, NOTHING))
+                raise Refusal("preflight checks a reload: give state=reloaded (got %s). %s" % (state, NOTHING))
             return self.preflight(modules, before)
         record = self.record()
         wanted = dm.wanted_modules(set(before["modules"]) | set((record or {}).get("modules", [])), self.also_load)
         result = {"previous": before}
         wrong = self.wrong(before)
         if state == "loaded" and wrong:
-            self.module.fail_json(msg="the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded "
-                                      "driver; use state=reloaded. %s"
-                                  % (before["version"], before["flavour"], self.version or "the declared one",
-                                     " (%s)" % self.p["flavour"] if self.p["flavour"] else "", NOTHING),
-                                  previous=before)
+            raise Refusal("the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded driver; use "
+                          "state=reloaded. %s"
+                          % (before["version"], before["flavour"], self.version or "the declared one",
+                             " (%s)" % self.p["flavour"] if self.p["flavour"] else "", NOTHING), previous=before)
         if state == "unloaded":
             if before["modules"]:
                 self.unload(before, modules, check_installed=False)
@@ -633,9 +633,9 @@ class Run(object):
         if missing and self.version:
             installed, error = self.installed_version()
             if installed != self.version:
-                self.module.fail_json(msg="the nvidia module installed for the running kernel is %s, not %s: install "
-                                          "the driver's packages for this kernel first. Nothing was loaded."
-                                      % (installed or "not readable (%s)" % error, self.version), previous=before)
+                raise Refusal("the nvidia module installed for the running kernel is %s, not %s: install the "
+                              "driver's packages for this kernel first. Nothing was loaded."
+                              % (installed or "not readable (%s)" % error, self.version), previous=before)
         if self.module.check_mode:
             self.actions += ["modprobe %s" % m for m in missing]
             self.actions += ["start %s" % where(d) for d in dm.start_order(to_start)]
@@ -668,8 +668,9 @@ def public(daemon, argv=False):
 
 class DriverModules(ModuleRun):
     """(node lock) converge: ``Run.main`` (read the loaded modules, the daemons and the record; plan with
-    _driver_modules; stop, unload, load, start; in check mode only the plan). Its validation and its failures ("The
-    node: ...", the holders named) stay ``Run``'s; its read, plan and apply are not yet the base's hooks."""
+    _driver_modules; stop, unload, load, start; in check mode only the plan). Its validation and the wording of its
+    failures ("The node: ...", the holders named) stay ``Run``'s, which raises them to the base (``Refusal`` before
+    anything was stopped or unloaded, ``Failure`` after); its read, plan and apply are not yet the base's hooks."""
 
     argument_spec = dict(
         state=dict(type="str", choices=["unloaded", "loaded", "reloaded"], required=True),
