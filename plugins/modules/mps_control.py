@@ -197,7 +197,8 @@ import os
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, Failure, ModuleRun, Refusal, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, require_tool)
@@ -224,8 +225,8 @@ class Daemon(object):
     def must(self, command):
         rc, out, err = self.ask(command)
         if rc != 0:
-            self.module.fail_json(msg="nvidia-cuda-mps-control refused %r (rc %d): %s"
-                                  % (command, rc, (err or out).strip()), commands=self.sent)
+            raise Failure("nvidia-cuda-mps-control refused %r (rc %d): %s" % (command, rc, (err or out).strip()),
+                          commands=self.sent)
         return out
 
     def send(self, command):
@@ -337,7 +338,7 @@ def run(module):
         executable = tool(module, "nvidia-cuda-mps-control", "executable", CONTROL_PACKAGE)
         check_path("executable", executable)
     except MpsError as e:
-        module.fail_json(msg=str(e))
+        raise Refusal(str(e))
     systemd = p["service_manager"] == "systemd"
     state = p["state"]
     daemon = Daemon(module, executable, pipe_dir, log_dir)  # the daemon as declared
@@ -364,9 +365,9 @@ def run(module):
             live = Daemon(module, unit_setting(old_unit, "ExecStart") or executable, old_pipe,
                           unit_setting(old_unit, "CUDA_MPS_LOG_DIRECTORY") or log_dir)
         if not active and daemon.running():
-            module.fail_json(msg="an MPS control daemon that %s did not start already answers on %s; stop it "
-                                 "(echo quit | nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose "
-                                 "another pipe_directory" % (unit, pipe_dir, pipe_dir))
+            raise Refusal("an MPS control daemon that %s did not start already answers on %s; stop it (echo quit | "
+                          "nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose another pipe_directory"
+                          % (unit, pipe_dir, pipe_dir))
         running = active and live.running()
     else:
         running = daemon.running()
@@ -375,7 +376,7 @@ def run(module):
         try:
             current = live.read(indices)
         except MpsError as e:
-            module.fail_json(msg=str(e))
+            raise Refusal(str(e))
     servers = current[3]
     clients = busy_clients(servers)
     before = {"running": running}
@@ -391,10 +392,10 @@ def run(module):
     if state == "stopped":
         if running or (systemd and active):
             if clients and not p["force"]:
-                module.fail_json(msg="not stopping the MPS control daemon on %s: %d client process(es) are "
-                                     "connected (PIDs %s); stopping it would break them. Stop them first, or "
-                                     "set force=true" % (live.env["CUDA_MPS_PIPE_DIRECTORY"], len(clients),
-                                                         ", ".join(map(str, clients))), servers=servers)
+                raise Refusal("not stopping the MPS control daemon on %s: %d client process(es) are connected "
+                              "(PIDs %s); stopping it would break them. Stop them first, or set force=true"
+                              % (live.env["CUDA_MPS_PIPE_DIRECTORY"], len(clients), ", ".join(map(str, clients))),
+                              servers=servers)
             actions.append("stop %s" % (unit if systemd else "daemon (quit)"))
         if systemd and enabled:
             actions.append("disable %s" % unit)
@@ -465,8 +466,8 @@ def run(module):
     def systemctl_do(*args):
         rc, out, err = module.run_command([systemctl] + list(args))
         if rc != 0:
-            module.fail_json(msg="systemctl %s failed (rc %d): %s" % (" ".join(args), rc, (err or out).strip()),
-                             actions=actions)
+            raise Failure("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, (err or out).strip()),
+                          actions=actions)
 
     if state == "stopped":
         if running or (systemd and active):
@@ -475,8 +476,8 @@ def run(module):
             else:
                 daemon.send("quit")
             if not live.wait(False, p["timeout"]):
-                module.fail_json(msg="the MPS control daemon on %s still answers %d s after the stop"
-                                 % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
+                raise Failure("the MPS control daemon on %s still answers %d s after the stop"
+                              % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
         if systemd and enabled:
             systemctl_do("disable", unit)
     else:
@@ -486,8 +487,8 @@ def run(module):
                 # Stop with the unit that started the daemon (its ExecStop knows the old pipe), then start anew.
                 systemctl_do("stop", unit)
                 if not live.wait(False, p["timeout"]):
-                    module.fail_json(msg="the MPS control daemon on %s still answers %d s after the stop"
-                                     % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
+                    raise Failure("the MPS control daemon on %s still answers %d s after the stop"
+                                  % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
             if write:
                 result["backup_file"] = write_unit(module, unit_path, new_unit, p["backup"])
                 systemctl_do("daemon-reload")
@@ -502,15 +503,15 @@ def run(module):
             # cwd=/: the module runs in a temporary directory that is deleted when it ends
             rc, out, err = module.run_command([executable, "-d"], environ_update=daemon.env, cwd="/")
             if rc != 0:
-                module.fail_json(msg="nvidia-cuda-mps-control -d failed (rc %d): %s" % (rc, (err or out).strip()))
+                raise Failure("nvidia-cuda-mps-control -d failed (rc %d): %s" % (rc, (err or out).strip()))
         if not daemon.wait(True, p["timeout"]):
-            module.fail_json(msg="the MPS control daemon on %s does not answer %d s after the start; see %s"
-                             % (pipe_dir, p["timeout"], log_dir), actions=actions)
+            raise Failure("the MPS control daemon on %s does not answer %d s after the start; see %s"
+                          % (pipe_dir, p["timeout"], log_dir), actions=actions)
         # On a systemd start the unit's ExecStartPost has set the defaults; only what differs is sent.
         try:
             now = daemon.read(indices)
         except MpsError as e:
-            module.fail_json(msg=str(e))
+            raise Failure(str(e))
         for cmd in plan_defaults(pct, limits, now[0], now[1]):
             daemon.send(cmd)
 
@@ -521,19 +522,18 @@ def run(module):
         try:
             pct_now, limits_now, unreadable, servers_now = daemon.read(indices)
         except MpsError as e:
-            module.fail_json(msg=str(e))
+            raise Failure(str(e))
         leftover = plan_defaults(pct, limits, pct_now, limits_now)
         if leftover:
-            module.fail_json(msg="the daemon does not report the declared defaults after setting them; still "
-                                 "differing: %s; raw answers: %s" % (", ".join(leftover), unreadable),
-                             commands=daemon.sent)
+            raise Failure("the daemon does not report the declared defaults after setting them; still differing: "
+                          "%s; raw answers: %s" % (", ".join(leftover), unreadable), commands=daemon.sent)
         result["limits"] = limits_report(pct_now, limits_now)
         result["servers"] = servers_now
     else:
         result["limits"] = {"active_thread_percentage": None, "pinned_device_mem_limit": {}}
         result["servers"] = []
     if state == "started" and not result["running"]:
-        module.fail_json(msg="the MPS control daemon on %s is not running after the start" % pipe_dir)
+        raise Failure("the MPS control daemon on %s is not running after the start" % pipe_dir)
     if systemd:
         result["enabled"] = module.run_command([systemctl, "is-enabled", unit])[1].strip() == "enabled"
     for w in warnings:
@@ -543,7 +543,8 @@ def run(module):
 
 class MpsControl(ModuleRun):
     """(node lock) converge: ``run`` (validate the paths and defaults, read the unit and the daemon, write the unit,
-    start/stop/restart, set the defaults, verify). Its read, plan and apply are not yet the base's hooks."""
+    start/stop/restart, set the defaults, verify), which raises its failures to the base (``Refusal`` before anything
+    changed, ``Failure`` after). Its read, plan and apply are not yet the base's hooks."""
 
     argument_spec = dict(
         lock_timeout=dict(type="int"),
