@@ -225,8 +225,9 @@ class Daemon(object):
     def must(self, command):
         rc, out, err = self.ask(command)
         if rc != 0:
+            # changed=False also after a change (as before issue 48), not the base's result so far
             raise Failure("nvidia-cuda-mps-control refused %r (rc %d): %s" % (command, rc, (err or out).strip()),
-                          commands=self.sent)
+                          commands=self.sent, changed=False)
         return out
 
     def send(self, command):
@@ -321,230 +322,11 @@ def tool(module, name, option=None, package=None):
                         opt_dirs=())
 
 
-def run(module):
-    p = module.params
-    try:
-        pipe_dir = check_path("pipe_directory", p["pipe_directory"])
-        log_dir = check_path("log_directory", p["log_directory"])
-        for option, directory in (("pipe_directory", pipe_dir), ("log_directory", log_dir)):
-            if os.path.lexists(directory) and not os.path.isdir(directory):
-                raise MpsError("%s %s exists and is not a directory; give a directory (created when missing)"
-                               % (option, directory))
-        name = check_service_name(p["name"])
-        pct, limits = normalize_defaults(p["default_active_thread_percentage"], p["default_pinned_device_mem_limit"])
-        error = seconds_error("timeout", p["timeout"], minimum=1)
-        if error:
-            raise MpsError(error)
-        executable = tool(module, "nvidia-cuda-mps-control", "executable", CONTROL_PACKAGE)
-        check_path("executable", executable)
-    except MpsError as e:
-        raise Refusal(str(e))
-    systemd = p["service_manager"] == "systemd"
-    state = p["state"]
-    daemon = Daemon(module, executable, pipe_dir, log_dir)  # the daemon as declared
-    live = daemon  # the daemon in force now (with systemd: as the active unit started it)
-    result = {"changed": False, "actions": [], "commands": [], "restart_pending": False}
-    warnings = []
-    indices = set(limits) | gpu_indices_on_host()
-
-    # ---- read ---------------------------------------------------------------------------------------------
-    unit_path = old_unit = new_unit = systemctl = unit = None
-    active = enabled = False
-    if systemd:
-        systemctl = tool(module, "systemctl")
-        unit = name + ".service"
-        unit_path = os.path.join(p["unit_directory"], unit)
-        result["unit_path"] = unit_path
-        old_unit = read_text(unit_path)
-        active = module.run_command([systemctl, "is-active", unit])[1].strip() == "active"
-        enabled = module.run_command([systemctl, "is-enabled", unit])[1].strip() == "enabled"
-        new_unit = render_unit(executable, pipe_dir, log_dir, pct, limits,
-                               mkdir=tool(module, "mkdir"), sh=tool(module, "sh"))
-        old_pipe = unit_setting(old_unit, "CUDA_MPS_PIPE_DIRECTORY")
-        if active and old_pipe and old_pipe != pipe_dir:
-            live = Daemon(module, unit_setting(old_unit, "ExecStart") or executable, old_pipe,
-                          unit_setting(old_unit, "CUDA_MPS_LOG_DIRECTORY") or log_dir)
-        if not active and daemon.running():
-            raise Refusal("an MPS control daemon that %s did not start already answers on %s; stop it (echo quit | "
-                          "nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose another pipe_directory"
-                          % (unit, pipe_dir, pipe_dir))
-        running = active and live.running()
-    else:
-        running = daemon.running()
-    current = (None, dict((i, None) for i in indices), {}, [])
-    if running:
-        try:
-            current = live.read(indices)
-        except MpsError as e:
-            raise Refusal(str(e))
-    servers = current[3]
-    clients = busy_clients(servers)
-    before = {"running": running}
-    before.update(limits_report(current[0], current[1]))
-    if systemd:
-        before["enabled"] = enabled
-
-    # ---- plan ---------------------------------------------------------------------------------------------
-    actions = []
-    commands = []
-    after = dict(before)
-    write = False
-    if state == "stopped":
-        if running or (systemd and active):
-            if clients and not p["force"]:
-                raise Refusal("not stopping the MPS control daemon on %s: %d client process(es) are connected "
-                              "(PIDs %s); stopping it would break them. Stop them first, or set force=true"
-                              % (live.env["CUDA_MPS_PIPE_DIRECTORY"], len(clients), ", ".join(map(str, clients))),
-                              servers=servers)
-            actions.append("stop %s" % (unit if systemd else "daemon (quit)"))
-        if systemd and enabled:
-            actions.append("disable %s" % unit)
-        after = {"running": False, "active_thread_percentage": None, "pinned_device_mem_limit": {}}
-        if systemd:
-            after["enabled"] = False
-    else:
-        # A restart is needed when the active unit runs with other paths than declared, or does not answer.
-        restart = systemd and active and (not running or restart_relevant(old_unit) != restart_relevant(new_unit))
-        if restart and clients and not p["force"]:
-            # Change nothing: the unit keeps describing the daemon in force, and the next run restarts it.
-            result["restart_pending"] = True
-            warnings.append("%s needs a restart (its directories or executable change) but %d client process(es) "
-                            "are connected (PIDs %s); %s. Run again when they are done, or with force=true"
-                            % (unit, len(clients), ", ".join(map(str, clients)), NOTHING_CHANGED))
-        else:
-            write = systemd and old_unit != new_unit
-            if write:
-                actions += ["write %s" % unit_path, "systemctl daemon-reload"]
-            if systemd and p["enabled"] != enabled:
-                actions.append("%s %s" % ("enable" if p["enabled"] else "disable", unit))
-            if restart:
-                actions.append("restart %s" % unit)
-                commands = default_commands(pct, limits)  # the unit's ExecStartPost sets them
-            elif not running:
-                actions.append("start %s" % (unit if systemd else "daemon (-d)"))
-                commands = default_commands(pct, limits)
-            else:
-                commands = plan_defaults(pct, limits, current[0], current[1])
-                if commands and servers:
-                    warnings.append("%d MPS server(s) already run (PIDs %s): they keep the limits they started "
-                                    "with; new defaults apply to servers started after their clients exit"
-                                    % (len(servers), ", ".join(str(s["pid"]) for s in servers)))
-            fresh = restart or not running
-            after["running"] = True
-            want_pct = pct if pct is not None else (100.0 if fresh else current[0])
-            want_limits = dict((i, None) for i in indices) if fresh else dict(current[1])
-            want_limits.update(dict((i, int(v[:-1]) * (1024 if v.endswith("G") else 1)) for i, v in limits.items()))
-            after.update(limits_report(float(want_pct) if want_pct is not None else None, want_limits))
-            if systemd:
-                after["enabled"] = p["enabled"]
-    result["actions"] = actions
-    result["commands"] = commands
-    changed = bool(actions or commands)
-    result["changed"] = changed
-
-    diff = []
-    if write:
-        diff.append({"before_header": unit_path, "after_header": unit_path,
-                     "before": old_unit or "", "after": new_unit})
-    if before != after:
-        diff.append({"before_header": "MPS daemon on %s" % pipe_dir, "after_header": "MPS daemon on %s" % pipe_dir,
-                     "before": before, "after": after})
-    if module._diff:
-        result["diff"] = diff
-
-    if module.check_mode or not changed:
-        result.update({"running": after["running"], "servers": servers,
-                       "limits": dict((k, after.get(k)) for k in ("active_thread_percentage",
-                                                                  "pinned_device_mem_limit"))})
-        if systemd:
-            result["enabled"] = after.get("enabled", enabled)
-        for w in warnings:
-            module.warn(w)
-        return result
-
-    # ---- apply --------------------------------------------------------------------------------------------
-    def systemctl_do(*args):
-        rc, out, err = module.run_command([systemctl] + list(args))
-        if rc != 0:
-            raise Failure("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, (err or out).strip()),
-                          actions=actions)
-
-    if state == "stopped":
-        if running or (systemd and active):
-            if systemd:
-                systemctl_do("stop", unit)
-            else:
-                daemon.send("quit")
-            if not live.wait(False, p["timeout"]):
-                raise Failure("the MPS control daemon on %s still answers %d s after the stop"
-                              % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
-        if systemd and enabled:
-            systemctl_do("disable", unit)
-    else:
-        if systemd:
-            restart = "restart %s" % unit in actions
-            if restart:
-                # Stop with the unit that started the daemon (its ExecStop knows the old pipe), then start anew.
-                systemctl_do("stop", unit)
-                if not live.wait(False, p["timeout"]):
-                    raise Failure("the MPS control daemon on %s still answers %d s after the stop"
-                                  % (live.env["CUDA_MPS_PIPE_DIRECTORY"], p["timeout"]), actions=actions)
-            if write:
-                result["backup_file"] = write_unit(module, unit_path, new_unit, p["backup"])
-                systemctl_do("daemon-reload")
-            if p["enabled"] != enabled:
-                systemctl_do("enable" if p["enabled"] else "disable", unit)
-            if restart or not running:
-                systemctl_do("start", unit)
-        elif not running:
-            for d in (pipe_dir, log_dir):
-                if not os.path.isdir(d):
-                    os.makedirs(d, 0o755)
-            # cwd=/: the module runs in a temporary directory that is deleted when it ends
-            rc, out, err = module.run_command([executable, "-d"], environ_update=daemon.env, cwd="/")
-            if rc != 0:
-                raise Failure("nvidia-cuda-mps-control -d failed (rc %d): %s" % (rc, (err or out).strip()))
-        if not daemon.wait(True, p["timeout"]):
-            raise Failure("the MPS control daemon on %s does not answer %d s after the start; see %s"
-                          % (pipe_dir, p["timeout"], log_dir), actions=actions)
-        # On a systemd start the unit's ExecStartPost has set the defaults; only what differs is sent.
-        try:
-            now = daemon.read(indices)
-        except MpsError as e:
-            raise Failure(str(e))
-        for cmd in plan_defaults(pct, limits, now[0], now[1]):
-            daemon.send(cmd)
-
-    # ---- re-read ------------------------------------------------------------------------------------------
-    result["running"] = daemon.running()
-    result["commands"] = commands if not daemon.sent else daemon.sent
-    if result["running"]:
-        try:
-            pct_now, limits_now, unreadable, servers_now = daemon.read(indices)
-        except MpsError as e:
-            raise Failure(str(e))
-        leftover = plan_defaults(pct, limits, pct_now, limits_now)
-        if leftover:
-            raise Failure("the daemon does not report the declared defaults after setting them; still differing: "
-                          "%s; raw answers: %s" % (", ".join(leftover), unreadable), commands=daemon.sent)
-        result["limits"] = limits_report(pct_now, limits_now)
-        result["servers"] = servers_now
-    else:
-        result["limits"] = {"active_thread_percentage": None, "pinned_device_mem_limit": {}}
-        result["servers"] = []
-    if state == "started" and not result["running"]:
-        raise Failure("the MPS control daemon on %s is not running after the start" % pipe_dir)
-    if systemd:
-        result["enabled"] = module.run_command([systemctl, "is-enabled", unit])[1].strip() == "enabled"
-    for w in warnings:
-        module.warn(w)
-    return result
-
-
 class MpsControl(ModuleRun):
-    """(node lock) converge: ``run`` (validate the paths and defaults, read the unit and the daemon, write the unit,
-    start/stop/restart, set the defaults, verify), which raises its failures to the base (``Refusal`` before anything
-    changed, ``Failure`` after). Its read, plan and apply are not yet the base's hooks."""
+    """(node lock) read: the paths and defaults as declared, the unit and the daemon in force; plan: the actions and
+    the daemon's commands (_mps); apply: write the unit, start/stop/restart, set the defaults, re-read and verify.
+    Failures are raised to the base: ``Refusal`` before anything changed, ``Failure`` after, the latter with
+    changed=False as before issue 48 (they had no changed key), not the base's result so far."""
 
     argument_spec = dict(
         lock_timeout=dict(type="int"),
@@ -567,9 +349,246 @@ class MpsControl(ModuleRun):
     def lock(self):
         return module_lock(self.module, "mps_control")
 
-    def converge(self):
-        self.result = run(self.module)
-        return self.result
+    def declared(self):
+        """The paths, the defaults and the executable as declared (checked, nothing read yet); returns the unit's
+        name."""
+        p = self.params
+        try:
+            pipe_dir = check_path("pipe_directory", p["pipe_directory"])
+            log_dir = check_path("log_directory", p["log_directory"])
+            for option, directory in (("pipe_directory", pipe_dir), ("log_directory", log_dir)):
+                if os.path.lexists(directory) and not os.path.isdir(directory):
+                    raise MpsError("%s %s exists and is not a directory; give a directory (created when missing)"
+                                   % (option, directory))
+            name = check_service_name(p["name"])
+            pct, limits = normalize_defaults(p["default_active_thread_percentage"],
+                                             p["default_pinned_device_mem_limit"])
+            error = seconds_error("timeout", p["timeout"], minimum=1)
+            if error:
+                raise MpsError(error)
+            executable = tool(self.module, "nvidia-cuda-mps-control", "executable", CONTROL_PACKAGE)
+            check_path("executable", executable)
+        except MpsError as e:
+            raise Refusal(str(e))
+        self.pipe_dir, self.log_dir, self.executable = pipe_dir, log_dir, executable
+        self.pct, self.limits = pct, limits
+        return name
+
+    def read(self):
+        """The unit (with systemd) and the daemon in force: (percentage, {index: MiB|None}, raw answers, servers)."""
+        module, p = self.module, self.params
+        name = self.declared()
+        pipe_dir, log_dir, executable = self.pipe_dir, self.log_dir, self.executable
+        self.systemd = p["service_manager"] == "systemd"
+        self.daemon = Daemon(module, executable, pipe_dir, log_dir)  # the daemon as declared
+        self.live = self.daemon  # the daemon in force now (with systemd: as the active unit started it)
+        self.warnings = []
+        self.indices = set(self.limits) | gpu_indices_on_host()
+        self.unit_path = self.old_unit = self.new_unit = self.systemctl = self.unit = None
+        self.active = self.enabled = False
+        if self.systemd:
+            self.systemctl = tool(module, "systemctl")
+            self.unit = unit = name + ".service"
+            self.unit_path = os.path.join(p["unit_directory"], unit)
+            self.old_unit = old_unit = read_text(self.unit_path)
+            self.active = module.run_command([self.systemctl, "is-active", unit])[1].strip() == "active"
+            self.enabled = module.run_command([self.systemctl, "is-enabled", unit])[1].strip() == "enabled"
+            self.new_unit = render_unit(executable, pipe_dir, log_dir, self.pct, self.limits,
+                                        mkdir=tool(module, "mkdir"), sh=tool(module, "sh"))
+            old_pipe = unit_setting(old_unit, "CUDA_MPS_PIPE_DIRECTORY")
+            if self.active and old_pipe and old_pipe != pipe_dir:
+                self.live = Daemon(module, unit_setting(old_unit, "ExecStart") or executable, old_pipe,
+                                   unit_setting(old_unit, "CUDA_MPS_LOG_DIRECTORY") or log_dir)
+            if not self.active and self.daemon.running():
+                raise Refusal("an MPS control daemon that %s did not start already answers on %s; stop it (echo quit "
+                              "| nvidia-cuda-mps-control with CUDA_MPS_PIPE_DIRECTORY=%s) or choose another "
+                              "pipe_directory" % (unit, pipe_dir, pipe_dir))
+            self.running = self.active and self.live.running()
+        else:
+            self.running = self.daemon.running()
+        current = (None, dict((i, None) for i in self.indices), {}, [])
+        if self.running:
+            try:
+                current = self.live.read(self.indices)
+            except MpsError as e:
+                raise Refusal(str(e))
+        return current
+
+    def plan(self, current):
+        """The actions (unit, service, daemon) and the daemon's commands; the state after them (``self.planned``)."""
+        p, systemd, unit, running = self.params, self.systemd, self.unit, self.running
+        pct, limits, indices = self.pct, self.limits, self.indices
+        servers = current[3]
+        clients = busy_clients(servers)
+        before = {"running": running}
+        before.update(limits_report(current[0], current[1]))
+        if systemd:
+            before["enabled"] = self.enabled
+        actions = []
+        commands = []
+        after = dict(before)
+        write = restart_pending = False
+        if p["state"] == "stopped":
+            if running or (systemd and self.active):
+                if clients and not p["force"]:
+                    raise Refusal("not stopping the MPS control daemon on %s: %d client process(es) are connected "
+                                  "(PIDs %s); stopping it would break them. Stop them first, or set force=true"
+                                  % (self.live.env["CUDA_MPS_PIPE_DIRECTORY"], len(clients),
+                                     ", ".join(map(str, clients))), servers=servers)
+                actions.append("stop %s" % (unit if systemd else "daemon (quit)"))
+            if systemd and self.enabled:
+                actions.append("disable %s" % unit)
+            after = {"running": False, "active_thread_percentage": None, "pinned_device_mem_limit": {}}
+            if systemd:
+                after["enabled"] = False
+        else:
+            # A restart is needed when the active unit runs with other paths than declared, or does not answer.
+            restart = systemd and self.active and (
+                not running or restart_relevant(self.old_unit) != restart_relevant(self.new_unit))
+            if restart and clients and not p["force"]:
+                # Change nothing: the unit keeps describing the daemon in force, and the next run restarts it.
+                restart_pending = True
+                self.warnings.append("%s needs a restart (its directories or executable change) but %d client "
+                                     "process(es) are connected (PIDs %s); %s. Run again when they are done, or with "
+                                     "force=true" % (unit, len(clients), ", ".join(map(str, clients)),
+                                                     NOTHING_CHANGED))
+            else:
+                write = systemd and self.old_unit != self.new_unit
+                if write:
+                    actions += ["write %s" % self.unit_path, "systemctl daemon-reload"]
+                if systemd and p["enabled"] != self.enabled:
+                    actions.append("%s %s" % ("enable" if p["enabled"] else "disable", unit))
+                if restart:
+                    actions.append("restart %s" % unit)
+                    commands = default_commands(pct, limits)  # the unit's ExecStartPost sets them
+                elif not running:
+                    actions.append("start %s" % (unit if systemd else "daemon (-d)"))
+                    commands = default_commands(pct, limits)
+                else:
+                    commands = plan_defaults(pct, limits, current[0], current[1])
+                    if commands and servers:
+                        self.warnings.append("%d MPS server(s) already run (PIDs %s): they keep the limits they "
+                                             "started with; new defaults apply to servers started after their "
+                                             "clients exit" % (len(servers), ", ".join(str(s["pid"]) for s in servers)))
+                fresh = restart or not running
+                after["running"] = True
+                want_pct = pct if pct is not None else (100.0 if fresh else current[0])
+                want_limits = dict((i, None) for i in indices) if fresh else dict(current[1])
+                want_limits.update(dict((i, int(v[:-1]) * (1024 if v.endswith("G") else 1))
+                                        for i, v in limits.items()))
+                after.update(limits_report(float(want_pct) if want_pct is not None else None, want_limits))
+                if systemd:
+                    after["enabled"] = p["enabled"]
+        self.write, self.planned = write, after
+        self.result.update(actions=actions, commands=commands, restart_pending=restart_pending)
+        if systemd:
+            self.result["unit_path"] = self.unit_path
+
+        diff = []
+        if write:
+            diff.append({"before_header": self.unit_path, "after_header": self.unit_path,
+                         "before": self.old_unit or "", "after": self.new_unit})
+        if before != after:
+            header = "MPS daemon on %s" % self.pipe_dir
+            diff.append({"before_header": header, "after_header": header, "before": before, "after": after})
+        if self.module._diff:
+            self.result["diff"] = diff
+        return dict(actions=actions, commands=commands) if actions or commands else None
+
+    def systemctl_do(self, *args):
+        rc, out, err = self.module.run_command([self.systemctl] + list(args))
+        if rc != 0:
+            raise Failure("systemctl %s failed (rc %d): %s" % (" ".join(args), rc, (err or out).strip()),
+                          actions=self.result["actions"], changed=False)
+
+    def stopped(self):
+        """Wait for the daemon in force to stop answering."""
+        if not self.live.wait(False, self.params["timeout"]):
+            raise Failure("the MPS control daemon on %s still answers %d s after the stop"
+                          % (self.live.env["CUDA_MPS_PIPE_DIRECTORY"], self.params["timeout"]),
+                          actions=self.result["actions"], changed=False)
+
+    def apply(self, current, changes):
+        module, p, result = self.module, self.params, self.result
+        systemd, unit, daemon, actions = self.systemd, self.unit, self.daemon, changes["actions"]
+        pipe_dir, log_dir, pct, limits = self.pipe_dir, self.log_dir, self.pct, self.limits
+        if p["state"] == "stopped":
+            if self.running or (systemd and self.active):
+                if systemd:
+                    self.systemctl_do("stop", unit)
+                else:
+                    daemon.send("quit")
+                self.stopped()
+            if systemd and self.enabled:
+                self.systemctl_do("disable", unit)
+        else:
+            if systemd:
+                restart = "restart %s" % unit in actions
+                if restart:
+                    # Stop with the unit that started the daemon (its ExecStop knows the old pipe), then start anew.
+                    self.systemctl_do("stop", unit)
+                    self.stopped()
+                if self.write:
+                    result["backup_file"] = write_unit(module, self.unit_path, self.new_unit, p["backup"])
+                    self.systemctl_do("daemon-reload")
+                if p["enabled"] != self.enabled:
+                    self.systemctl_do("enable" if p["enabled"] else "disable", unit)
+                if restart or not self.running:
+                    self.systemctl_do("start", unit)
+            elif not self.running:
+                for d in (pipe_dir, log_dir):
+                    if not os.path.isdir(d):
+                        os.makedirs(d, 0o755)
+                # cwd=/: the module runs in a temporary directory that is deleted when it ends
+                rc, out, err = module.run_command([self.executable, "-d"], environ_update=daemon.env, cwd="/")
+                if rc != 0:
+                    raise Failure("nvidia-cuda-mps-control -d failed (rc %d): %s" % (rc, (err or out).strip()),
+                                  changed=False)
+            if not daemon.wait(True, p["timeout"]):
+                raise Failure("the MPS control daemon on %s does not answer %d s after the start; see %s"
+                              % (pipe_dir, p["timeout"], log_dir), actions=actions, changed=False)
+            # On a systemd start the unit's ExecStartPost has set the defaults; only what differs is sent.
+            try:
+                now = daemon.read(self.indices)
+            except MpsError as e:
+                raise Failure(str(e), changed=False)
+            for cmd in plan_defaults(pct, limits, now[0], now[1]):
+                daemon.send(cmd)
+
+        # ---- re-read ----------------------------------------------------------------------------------------------
+        result["running"] = daemon.running()
+        result["commands"] = changes["commands"] if not daemon.sent else daemon.sent
+        if result["running"]:
+            try:
+                pct_now, limits_now, unreadable, servers_now = daemon.read(self.indices)
+            except MpsError as e:
+                raise Failure(str(e), changed=False)
+            leftover = plan_defaults(pct, limits, pct_now, limits_now)
+            if leftover:
+                raise Failure("the daemon does not report the declared defaults after setting them; still differing: "
+                              "%s; raw answers: %s" % (", ".join(leftover), unreadable), commands=daemon.sent,
+                              changed=False)
+            result["limits"] = limits_report(pct_now, limits_now)
+            result["servers"] = servers_now
+        else:
+            result["limits"] = {"active_thread_percentage": None, "pinned_device_mem_limit": {}}
+            result["servers"] = []
+        if p["state"] == "started" and not result["running"]:
+            raise Failure("the MPS control daemon on %s is not running after the start" % pipe_dir, changed=False)
+        if systemd:
+            result["enabled"] = module.run_command([self.systemctl, "is-enabled", unit])[1].strip() == "enabled"
+
+    def after(self, current, changes):
+        """In check mode and when nothing changes: the state planned; warnings."""
+        if self.module.check_mode or not changes:
+            after = self.planned
+            self.result.update({"running": after["running"], "servers": current[3],
+                                "limits": dict((k, after.get(k)) for k in ("active_thread_percentage",
+                                                                           "pinned_device_mem_limit"))})
+            if self.systemd:
+                self.result["enabled"] = after.get("enabled", self.enabled)
+        for w in self.warnings:
+            self.module.warn(w)
 
 
 def main():

@@ -285,3 +285,17 @@ def test_unreadable_client_list_is_never_taken_for_idle(host):
     r = host.run(service_manager="none", state="stopped")
     assert r.get("failed") and "get_client_list 4242" in r["msg"]
     assert host.state()["running"] is True
+
+
+def test_a_failed_start_fails_with_its_actions_and_reports_no_change(host):
+    # issue 48: a failure after the plan is raised to the module's base, which adds the result so far (the actions);
+    # changed stays false, as when the module called fail_json itself
+    broken = os.path.join(host.tmp, "broken-mps-control")
+    with open(broken, "w") as f:
+        f.write('#!/bin/sh\nif [ "$1" = "-d" ]; then echo "cannot start" >&2; exit 1; fi\n'
+                'cat >/dev/null\necho "Cannot find MPS control daemon process"\nexit 1\n')
+    os.chmod(broken, 0o755)
+    r = host.run(service_manager="none", executable=broken, **LIMITS)
+    assert r.get("failed") and r["_rc"] != 0, r
+    assert r["msg"] == "nvidia-cuda-mps-control -d failed (rc 1): cannot start", r
+    assert r["changed"] is False and r["actions"] == ["start daemon (-d)"], r
