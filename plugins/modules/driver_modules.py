@@ -486,6 +486,10 @@ class Run(object):
         self.planned_stop = order
         unload = dm.unload_plan(modules)
         self.actions += ["stop %s" % where(d) for d in order] + ["rmmod %s" % m for m in unload]
+        # the programs this flow runs (rmmod, and modprobe to load or to put back), found before a daemon stops: not
+        # found afterwards, the run would fail with the daemons stopped (check mode refuses the same way)
+        self.tool("rmmod")
+        self.tool("modprobe")
         if self.module.check_mode:
             return None
         self.actions = []

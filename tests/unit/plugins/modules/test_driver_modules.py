@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_modules
 from tests.support import driver_files as df
@@ -338,6 +339,26 @@ def test_a_tool_that_cannot_run_is_refused_before_a_daemon_stops(node, tool):
     res = node.run(state="reloaded", version=NEW, **{tool: [not_a_program]})
     assert res.get("failed") and not res.get("changed"), res
     assert res["msg"].startswith("%s: " % tool) and "is not an executable program" in res["msg"], res["msg"]
+    assert node.snapshot() == before
+    assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
+    assert node.active("nvidia-persistenced.service")
+
+
+@pytest.mark.parametrize("tool", ["rmmod", "modprobe"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "apply"])
+def test_a_tool_not_given_and_not_found_is_refused_before_a_daemon_stops(node, monkeypatch, tool, check):
+    # before: a reload looked rmmod and modprobe up only when it ran them, after nvidia-persistenced had been stopped
+    # and the record written, and failed saying that nothing was stopped, without starting the daemon again
+    upgrade_files(node)
+    real = AnsibleModule.get_bin_path
+
+    def get_bin_path(module, arg, required=False, opt_dirs=None):
+        return None if arg == tool else real(module, arg, required=required, opt_dirs=opt_dirs)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
+    before, calls = node.snapshot(), len(node.systemctl_calls())
+    res = node.run(check=check, state="reloaded", version=NEW, **{tool: None})
+    assert res.get("failed") and not res.get("changed"), res
+    assert tool in res["msg"] and "Nothing was stopped or unloaded" in res["msg"], res["msg"]
     assert node.snapshot() == before
     assert [c for c in node.systemctl_calls()[calls:] if c[0] in ("stop", "start")] == []
     assert node.active("nvidia-persistenced.service")
