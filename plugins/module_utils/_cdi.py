@@ -57,7 +57,14 @@ ARGUMENT_SPEC = dict(
 
 
 class CdiError(Exception):
-    """A declaration or a result that cdi_spec refuses; ``str()`` says what is wrong and what is valid."""
+    """A declaration or a result that cdi_spec refuses, or a failure of its run (_cdi_run); ``msg`` (also ``str()``)
+    says what is wrong and what is valid, ``fields`` what the failure reports besides (``changed``, ``spec_path``,
+    ``devices``): cdi_spec lists it in its ``errors``, the MIG boot script reports its message."""
+
+    def __init__(self, msg, **fields):
+        super(CdiError, self).__init__(msg)
+        self.msg = msg
+        self.fields = fields
 
 
 def param_problems(spec_path, spec_dirs, strategies):

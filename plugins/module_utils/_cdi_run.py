@@ -20,8 +20,8 @@ import glob
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import (
-    device_count, expected_devices, has_gpu_kind, is_empty_spec_error, listing_problems, parse_list, stamp_inputs,
-    stamp_path, stamp_text)
+    CdiError, device_count, expected_devices, has_gpu_kind, is_empty_spec_error, listing_problems, parse_list,
+    stamp_inputs, stamp_path, stamp_text)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_text
@@ -31,7 +31,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import N
 
 
 class CdiSpecRun(object):
-    """One run of cdi_spec on the node: ``run()`` returns the module's result (or fails the module)."""
+    """One run of cdi_spec on the node: ``run()`` returns the module's result, or raises CdiError (_live_file's
+    LiveFileError for a live file it cannot read): cdi_spec's base and the MIG boot script report them."""
 
     def __init__(self, module, ctk_path):
         self.module = module
@@ -41,7 +42,9 @@ class CdiSpecRun(object):
         self.ctk_path = ctk_path
 
     def fail(self, msg, **extra):
-        self.module.fail_json(msg=msg, changed=False, spec_path=self.path, **extra)
+        """A CdiError (not _module_run's Failure: the MIG boot script runs this file without ansible-core), with
+        ``changed=False`` and ``spec_path`` besides ``extra``."""
+        raise CdiError(msg, changed=False, spec_path=self.path, **extra)
 
     def refuse(self, msg, **extra):
         """Fail before any change, in _module_run's wording (not imported: the MIG boot script runs this file without
@@ -77,7 +80,7 @@ class CdiSpecRun(object):
     # -- the candidate ------------------------------------------------------------------------------
     def candidate(self, expected):
         """(text of the spec nvidia-ctk generates for the GPUs now, device names it lists); (None, []) when the GPUs
-        leave it no device (nvidia-ctk refuses an empty spec). Fails the module on any other failure, or when the
+        leave it no device (nvidia-ctk refuses an empty spec). A CdiError (``refuse``) on any other failure, or when the
         listing is not exactly what the GPUs have."""
         name = os.path.basename(self.path)
         with self.runner.private_directory() as tmp:
@@ -169,10 +172,10 @@ class CdiSpecRun(object):
             if desired is not None:
                 problems = self.node_view_problems(expected)
                 if problems:
-                    self.module.fail_json(
-                        msg="%s %s, but the node's CDI view (`nvidia-ctk cdi list` over %s) is not the GPUs' devices:"
-                            " %s" % (path, "was written" if action != "none" else "is as generated",
-                                     ", ".join(self.params["spec_dirs"]), "; ".join(problems)),
+                    raise CdiError(
+                        "%s %s, but the node's CDI view (`nvidia-ctk cdi list` over %s) is not the GPUs' devices:"
+                        " %s" % (path, "was written" if action != "none" else "is as generated",
+                                 ", ".join(self.params["spec_dirs"]), "; ".join(problems)),
                         changed=action != "none", spec_path=path)
             self.record(current["facts"], expected, desired)
         for warning in current["warnings"]:

@@ -72,14 +72,16 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
 class KubeError(Exception):
-    """A Kubernetes problem, already worded for the user."""
+    """A Kubernetes problem, already worded for the user; ``fields``: more keys its failure reports (_module_run's
+    ``failure`` adds them)."""
 
-    def __init__(self, msg, status=None, reason=None, body=None):
+    def __init__(self, msg, status=None, reason=None, body=None, **fields):
         super(KubeError, self).__init__(msg)
         self.msg = msg
         self.status = status
         self.reason = reason
         self.body = body
+        self.fields = fields
 
 
 def missing_library_message():
@@ -87,11 +89,12 @@ def missing_library_message():
     return missing_required_lib("kubernetes")
 
 
-def require_client(module):
-    """Fail ``module``, naming what to install, when the kubernetes client does not import (before any input is
-    read or anything changed)."""
+def require_client(module):  # pylint: disable=unused-argument  # the callers' shape: require_client(self.module)
+    """A KubeError naming what to install (and the import's error as ``exception``) when the kubernetes client does
+    not import, before any input is read or anything changed. Called from a ModuleRun's ``validate``: every module
+    that calls it lists KubeError in its ``errors`` (not _module_run's Failure: this file imports no other layer)."""
     if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_library_message(), exception=str(KUBERNETES_IMPORT_ERROR))
+        raise KubeError(missing_library_message(), exception=str(KUBERNETES_IMPORT_ERROR))
 
 
 # ---- client construction ----------------------------------------------------------------------------------------

@@ -20,15 +20,27 @@ import tempfile
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, read_bytes, read_text
 
 
-def read_live(module, path, what):
-    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 -> clear
-    failure (nothing changed)."""
+class LiveFileError(InputFileError):
+    """A live file that cannot be read (``read_live``): ``msg`` (also ``str()``) says why and that nothing changed;
+    ``fields`` is what the failure reports besides (``changed=False``, as before this was raised). Not _module_run's
+    Failure: the MIG boot script runs this file without ansible-core (an InputFileError is a ValueError, which it
+    reports). A module that reads live files lists it in its ``errors``."""
+
+    def __init__(self, msg):
+        super(LiveFileError, self).__init__(msg)
+        self.msg = msg
+        self.fields = dict(changed=False)
+
+
+def read_live(module, path, what):  # pylint: disable=unused-argument  # the callers' shape: module, path, what
+    """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 ->
+    LiveFileError (nothing changed)."""
     if not os.path.lexists(path):
         return None
     try:
         return read_text(path, what)
     except InputFileError as exc:
-        module.fail_json(msg="%s; it is left untouched, nothing changed" % exc)
+        raise LiveFileError("%s; it is left untouched, nothing changed" % exc) from exc
 
 
 def write_atomic(module, path, text):

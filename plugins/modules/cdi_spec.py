@@ -130,10 +130,10 @@ nvidia_ctk:
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, param_problems
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, CdiError, param_problems
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, require_tool
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError, ToolNotFound, require_tool
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
@@ -143,6 +143,7 @@ class CdiSpec(ModuleRun):
     verify the node's view and record (_cdi_run's runner, shared with the MIG boot script)."""
 
     argument_spec = dict(ARGUMENT_SPEC, lock_timeout=dict(type="int"))
+    errors = (CdiError, LiveFileError)      # _cdi_run's failures (it runs at boot too, without this base)
 
     def validate(self):
         p = self.params

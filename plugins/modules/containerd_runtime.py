@@ -234,6 +234,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cac
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 
@@ -244,7 +245,7 @@ class ContainerdRuntime(ModuleRun):
     check mode (backups, atomic writes, read back) -> after: the result, and the verified state recorded."""
 
     argument_spec = dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False))
-    errors = (containerd_config.ContainerdConfigError,)
+    errors = (containerd_config.ContainerdConfigError, LiveFileError)
 
     def converge(self):
         try:

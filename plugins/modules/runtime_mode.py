@@ -84,7 +84,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cac
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
-    ToolNotFound, read_live, require_tool, write_atomic)
+    LiveFileError, ToolNotFound, read_live, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
     ModuleRun, Refusal, nothing_changed, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
@@ -97,6 +97,7 @@ class RuntimeMode(ModuleRun):
     of a private copy) -> apply (the atomic write, read back)."""
 
     argument_spec = ARGUMENT_SPEC
+    errors = (LiveFileError,)
 
     def validate(self):
         problem = path_problem(self.params["config_path"])

@@ -81,9 +81,6 @@ class BootModule(object):
     def run_command(self, argv):
         return run_command(argv)
 
-    def fail_json(self, msg, **_kwargs):
-        raise StepFailed(msg)
-
     def warn(self, msg):
         self.warnings.append(msg)
 
@@ -100,7 +97,9 @@ class BootModule(object):
 
 
 def write_cdi_spec(params):
-    """cdi_spec's run for the GPUs as they are now; a summary entry, or StepFailed."""
+    """cdi_spec's run for the GPUs as they are now; a summary entry, or StepFailed (a live file it cannot read:
+    _live_file's LiveFileError, a ValueError, which main reports with the same message)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import CdiError
     from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
     from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, find_tool
 
@@ -111,7 +110,10 @@ def write_cdi_spec(params):
         raise StepFailed(str(exc))
     if ctk is None:
         raise StepFailed("nvidia-ctk not found: no CDI spec written")
-    result = CdiSpecRun(module, ctk).run()
+    try:
+        result = CdiSpecRun(module, ctk).run()
+    except CdiError as exc:     # the run's failure (cdi_spec's base reports it with its fields)
+        raise StepFailed(exc.msg) from exc
     return {"spec_path": result["spec_path"], "action": result["action"], "device_count": result["device_count"],
             "warnings": module.warnings}
 

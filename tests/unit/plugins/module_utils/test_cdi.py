@@ -1,6 +1,10 @@
 """_cdi (pure): the devices a spec must list for the GPUs (as nvidia-ctk names them: tests/fixtures/nvidia-ctk/), how a
 listing is read and checked, and the record the node plan compares."""
+import importlib.util
 import os
+import sys
+
+import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
 
@@ -76,3 +80,43 @@ def test_the_kind_is_found_in_the_real_tools_yaml_and_json():
         with open(os.path.join(FIXTURES, name)) as handle:
             assert _cdi.has_gpu_kind(handle.read()), name
     assert not _cdi.has_gpu_kind("kind: nvidia.com/gpux\n") and not _cdi.has_gpu_kind("kind: example.com/gpu\n")
+
+
+class _BootLikeModule(object):
+    """The little of an AnsibleModule that CdiSpecRun uses; no fail_json (issue 48: its failures are raised)."""
+    check_mode = False
+    _diff = False
+
+    def __init__(self, spec_path):
+        self.params = dict(spec_path=spec_path, spec_dirs=[os.path.dirname(spec_path)], state="present",
+                           device_name_strategy=["index"], backup=False)
+
+    def run_command(self, argv):
+        raise AssertionError("no command expected: %r" % (argv,))
+
+
+def test_a_cdi_spec_run_failure_is_a_cdi_error_that_the_base_and_the_boot_script_report(tmp_path, monkeypatch):
+    """_cdi_run's failures are CdiError (the MIG boot script runs it without ansible-core, so not the base's
+    Failure): the base reports its message and fields (changed=False, spec_path) over the result so far; the boot
+    script's CDI step turns it into its StepFailed with the same message."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
+    spec = str(tmp_path / "cdi" / "nvidia.yaml")
+    run = CdiSpecRun(_BootLikeModule(spec), sys.executable)
+    with pytest.raises(_cdi.CdiError) as raised:
+        run.refuse("the generated CDI spec does not list the GPUs' devices as they are now: gpu 0.", devices=["0"])
+    got = failure(raised.value, dict(changed=True, action="replace"))
+    assert got == dict(msg="the generated CDI spec does not list the GPUs' devices as they are now: gpu 0; nothing "
+                           "changed", changed=False, spec_path=spec, devices=["0"], action="replace")
+
+    def fails(self):
+        self.refuse("`nvidia-ctk cdi generate` exited 0 but wrote no nvidia.yaml")
+    monkeypatch.setattr(CdiSpecRun, "run", fails)
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "mig", "files",
+                          "gpuops-mig-apply.py")
+    loader = importlib.util.spec_from_file_location("gpuops_mig_apply_under_test", script)
+    boot = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(boot)
+    with pytest.raises(boot.StepFailed) as step:
+        boot.write_cdi_spec(dict(spec_path=spec, spec_dirs=[os.path.dirname(spec)], nvidia_ctk_path=sys.executable))
+    assert str(step.value) == "`nvidia-ctk cdi generate` exited 0 but wrote no nvidia.yaml; nothing changed"

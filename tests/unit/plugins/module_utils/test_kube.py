@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
 
 
 @pytest.fixture(autouse=True)
@@ -141,8 +142,9 @@ def test_require_client_fails_naming_the_library_only_when_it_does_not_import(mo
     assert module.failed is None
     monkeypatch.setattr(_kube, "HAS_KUBERNETES", False)
     monkeypatch.setattr(_kube, "KUBERNETES_IMPORT_ERROR", ImportError("No module named 'kubernetes'"))
-    with pytest.raises(SystemExit):
+    with pytest.raises(_kube.KubeError) as raised:     # raised to the base, which fails the module with it (issue 48)
         _kube.require_client(module)
+    module.failed = failure(raised.value)     # what the base passes to fail_json
     assert "kubernetes" in module.failed["msg"] and "No module named" in module.failed["exception"]
 
 

@@ -97,3 +97,20 @@ def test_a_stamp_that_is_not_a_json_object_is_no_record(tmp_path, text):
 def test_a_missing_or_unreadable_stamp_is_no_record(tmp_path):
     assert _live_file.load_stamp(str(tmp_path / "absent")) is None
     assert _live_file.load_stamp(str(tmp_path)) is None   # a directory
+
+
+def test_a_live_file_that_cannot_be_read_is_raised_to_the_base_unchanged(tmp_path):
+    """read_live's failure (issue 48): a LiveFileError, not fail_json; the base reports the old message and
+    changed=False (the old failure had no changed key) even over a result that says changed; the MIG boot script,
+    which has no base, reports it as the ValueError it is."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"\xff\xfe not UTF-8")
+    assert _live_file.read_live(None, str(tmp_path / "absent.toml"), "config_path") is None
+    with pytest.raises(_live_file.LiveFileError) as raised:
+        _live_file.read_live(None, str(path), "config_path")
+    assert isinstance(raised.value, ValueError)
+    got = failure(raised.value, dict(changed=True, files=[]))
+    assert got["msg"].startswith("config_path %s" % path) and got["msg"].endswith(
+        "; it is left untouched, nothing changed")
+    assert str(raised.value) == got["msg"] and got["changed"] is False and got["files"] == []
