@@ -36,6 +36,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config i
     wrong_drop_in_1180)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import Stamp, find_tools
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, read_live, write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, Refusal
 from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (
     NvidiaCtkRunner, choose_edit_mode, version_string)
 
@@ -67,7 +68,7 @@ class Current(object):
 
 def read_current(module, runner, p, ctk_version):
     """Steps 1 and 2 of this file's docstring: the edit mode, the live files, their traps, containerd's view of them.
-    Changes nothing; raises ContainerdConfigError (or fails the module) when they must not be touched."""
+    Changes nothing; raises ContainerdConfigError (or _live_file's LiveFileError) when they must not be touched."""
     warnings = []
     config_path, drop_in_path = p["config_path"], p["drop_in_path"]
     mode, mode_warnings = choose_edit_mode(p["edit_mode"], ctk_version)
@@ -195,20 +196,21 @@ class ContainerdRun(object):
     ``read_current``, ``plan``, ``apply`` (outside check mode), ``result``, ``record`` (outside check mode)."""
 
     def __init__(self, module):
-        """Validate the parameters, a TOML reader and both tools before anything is read or run; a problem fails
-        the module (TomlLibraryMissing is the module's to report) and nothing changes."""
+        """Validate the parameters, a TOML reader and both tools before anything is read or run; a problem is a
+        Refusal raised to the base (TomlLibraryMissing is the module's to report) and nothing changes. Built in the
+        module's ``converge``, inside run_module's try."""
         self.module = module
         self.params = p = module.params
         try:
             validate_params(p["config_path"], p["drop_in_path"], p["edit_mode"], p["runtime_name"], p["runtime_path"])
         except ContainerdConfigError as exc:
-            module.fail_json(msg=str(exc))
+            raise Refusal(str(exc), changed=False) from exc
         if toml_reader()[0] is None:
             raise TomlLibraryMissing("to read containerd's TOML on Python < 3.11")
         try:
             self.ctk, self.containerd = find_tools(module.get_bin_path, p)
         except ToolNotFound as exc:
-            module.fail_json(msg=str(exc))
+            raise Refusal(str(exc), changed=False) from exc
         self.stamp = Stamp(p, self.ctk, self.containerd)
         self.runner = self.ctk_version = self.containerd_version = None
 
@@ -258,8 +260,8 @@ class ContainerdRun(object):
         for item in evaluation.plan:
             now = read_live(module, item["path"], "written file")
             if now != item["after"]:
-                module.fail_json(msg="%s does not hold what was written (changed underneath?)" % item["path"],
-                                 changed=True, files=files)
+                raise Failure("%s does not hold what was written (changed underneath?)" % item["path"],
+                              changed=True, files=files)
         return files
 
     def result(self, evaluation, files):

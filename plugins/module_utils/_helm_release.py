@@ -25,7 +25,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
-    NOTHING_CHANGED, ModuleRun, nothing_changed)
+    NOTHING_CHANGED, Failure, ModuleRun, Refusal, nothing_changed)
 
 try:
     import yaml
@@ -96,11 +96,11 @@ class HelmRelease(ModuleRun):
 
     def build(self, chart_version):
         """The values to install for ``chart_version``: (values, what to add to the result, context passed to
-        ``after_apply``). Fails the module (nothing changed) when the input cannot make a valid release."""
+        ``after_apply``). Raises a Refusal (nothing changed) when the input cannot make a valid release."""
         raise NotImplementedError
 
     def pre_checks(self, context):
-        """Read-only checks of the cluster before any helm write (check mode too); fail the module to refuse."""
+        """Read-only checks of the cluster before any helm write (check mode too); raise a Refusal to refuse."""
 
     def after_apply(self, context):
         """Checks after a successful upgrade --install (not after a recovery alone)."""
@@ -110,7 +110,7 @@ class HelmRelease(ModuleRun):
         """Every parameter checked before anything runs: all that is wrong (``run`` refuses them in one failure)."""
         p = self.params
         if not HAS_YAML:
-            self.module.fail_json(msg=missing_required_lib("PyYAML"))
+            raise Refusal(missing_required_lib("PyYAML"))
         errors = _kube.auth_param_errors(p)
         errors.extend(_kube_names.dns_label_errors(p["namespace"], "namespace"))
         if p["namespace"] == "default" and not (p["values"] or {}).get("allowDefaultNamespace"):
@@ -151,8 +151,8 @@ class HelmRelease(ModuleRun):
         binary = p["binary_path"] or module.get_bin_path("helm", required=False, opt_dirs=[
             os.path.join(os.getcwd(), "tools", "bin")])
         if not binary:
-            module.fail_json(msg="helm not found: install helm on the host that runs this task (the controller/EE "
-                                 "when delegated to localhost) or give binary_path")
+            raise Refusal("helm not found: install helm on the host that runs this task (the controller/EE "
+                          "when delegated to localhost) or give binary_path")
 
         def run(argv, environ):
             return module.run_command(argv, environ_update=environ)
@@ -170,18 +170,18 @@ class HelmRelease(ModuleRun):
                                          self.repo_url, yaml_module=yaml)
         except _helm.HelmError as exc:
             if not p["chart_path"]:
-                self.module.fail_json(msg=nothing_changed(
+                raise Refusal(nothing_changed(
                     "cannot read chart %s version %s from chart_repo_url %s: %s. Check chart_version, chart_repo_url "
                     "and the network path to the repository (or give chart_path)"
-                    % (p["chart_ref"], p["chart_version"], self.repo_url, exc.msg)), commands=helm.commands)
-            self.module.fail_json(msg=nothing_changed("chart_path %s is not a helm chart (a chart directory or .tgz "
-                                                      "archive) that helm can read: %s" % (p["chart_path"], exc.msg)),
-                                  commands=helm.commands)
+                    % (p["chart_ref"], p["chart_version"], self.repo_url, exc.msg)), commands=helm.commands) from exc
+            raise Refusal(nothing_changed("chart_path %s is not a helm chart (a chart directory or .tgz archive) that "
+                                          "helm can read: %s" % (p["chart_path"], exc.msg)),
+                          commands=helm.commands) from exc
         chart_version = str(chart_meta.get("version") or "")
         if p["chart_path"] and p["chart_version"] and p["chart_version"] != chart_version:
-            self.module.fail_json(msg=nothing_changed("chart_version %s was given but the chart at %s is version %s"
-                                                      % (p["chart_version"], p["chart_path"], chart_version)),
-                                  commands=helm.commands)
+            raise Refusal(nothing_changed("chart_version %s was given but the chart at %s is version %s"
+                                          % (p["chart_version"], p["chart_path"], chart_version)),
+                          commands=helm.commands)
         return chart_version, chart_meta.get("name") or p["chart_ref"]
 
     def desired(self, chart_version):
@@ -277,23 +277,22 @@ class HelmRelease(ModuleRun):
         after, left = self.settle("helm upgrade --install")
         self.result["release"] = after or {}
         if left:
-            self.module.fail_json(msg=left, **self.result)
+            raise Failure(left)         # with the result so far (changed, release, ...), as the base adds it
         after_values = _helm.normalize(helm.values(p["release_name"], p["namespace"]))
         if after_values != desired:
-            self.module.fail_json(msg="helm reported success but the release's values differ from those applied at %s"
-                                  % ", ".join(item[0] for item in _helm.values_diff(after_values, desired)),
-                                  **self.result)
+            raise Failure("helm reported success but the release's values differ from those applied at %s"
+                          % ", ".join(item[0] for item in _helm.values_diff(after_values, desired)))
 
     def rollback(self, exc, previous_revision, chart_version, current_version, current_values):
         """After a failed upgrade: back to ``previous_revision`` when rollback_on_failure; always fails."""
         p, helm = self.params, self.helm
-        fail = dict(self.result, msg=exc.msg, stdout=exc.stdout, stderr=exc.stderr)
+        msg, fail = exc.msg, dict(stdout=exc.stdout, stderr=exc.stderr)    # the base adds the result so far
         if p["rollback_on_failure"] and previous_revision:
             try:
                 helm.rollback(p["release_name"], p["namespace"], previous_revision, wait=p["wait"],
                               timeout=p["timeout"])
                 fail["rolled_back_to"] = previous_revision
-                fail["msg"] += "; rolled back to revision %d" % previous_revision
+                msg += "; rolled back to revision %d" % previous_revision
             except _helm.HelmError as rb_exc:
                 # helm rollback refuses when the failed revision left objects in the cluster that its own
                 # manifest does not list ("original object ... not found"). Re-applying the previous
@@ -302,21 +301,21 @@ class HelmRelease(ModuleRun):
                 restore = self.restore_previous(chart_version, current_version, current_values)
                 if restore is True:
                     fail["rolled_back_to"] = previous_revision
-                    fail["msg"] += ("; helm rollback failed (%s), so revision %d's chart and values were "
-                                    "re-applied with helm upgrade" % (rb_exc.msg, previous_revision))
+                    msg += ("; helm rollback failed (%s), so revision %d's chart and values were "
+                            "re-applied with helm upgrade" % (rb_exc.msg, previous_revision))
                 else:
-                    fail["msg"] += "; ROLLBACK to revision %d ALSO FAILED: %s; %s" % (
+                    msg += "; ROLLBACK to revision %d ALSO FAILED: %s; %s" % (
                         previous_revision, rb_exc.msg, restore)
         elif not previous_revision:
-            fail["msg"] += "; there was no deployed revision to roll back to"
+            msg += "; there was no deployed revision to roll back to"
         try:
             left = self.settle("the failed upgrade" + (
                 " and its rollback" if previous_revision and p["rollback_on_failure"] else ""))[1]
         except _helm.HelmError as read_exc:
             left = "the release could not be read afterwards: %s" % read_exc.msg
         if left:
-            fail["msg"] += "; " + left
-        self.module.fail_json(**fail)
+            msg += "; " + left
+        raise Failure(msg, **fail)
 
     def restore_previous(self, chart_version, previous_version, previous_values):
         """Re-apply the previous chart version and values; True, or a string saying why it could not."""
@@ -346,15 +345,16 @@ class HelmRelease(ModuleRun):
         age = _helm.release_age(current)
         seen = record.probe()
         if seen == "running":
-            module.fail_json(msg="release %s/%s is %s and a helm operation on it is running now from this controller "
-                             "(%s); %s. Let it finish." % (namespace, name, status, record.describe(), NOTHING_CHANGED))
+            raise Refusal("release %s/%s is %s and a helm operation on it is running now from this controller "
+                          "(%s); %s. Let it finish." % (namespace, name, status, record.describe(), NOTHING_CHANGED),
+                          changed=False)
         if seen != "died" and (age is None or age < p["pending_timeout"]):
-            module.fail_json(msg="release %s/%s is %s (updated %s, %s s ago): another helm operation may still be "
-                             "running on it, so it is not touched; %s. If nothing is running, it is "
-                             "recovered (rolled back, or uninstalled if it never deployed) by a run after "
-                             "pending_timeout=%d s, or lower pending_timeout." % (
-                                 namespace, name, status, current.get("updated"), NOTHING_CHANGED,
-                                 "?" if age is None else int(age), p["pending_timeout"]))
+            raise Refusal("release %s/%s is %s (updated %s, %s s ago): another helm operation may still be "
+                          "running on it, so it is not touched; %s. If nothing is running, it is "
+                          "recovered (rolled back, or uninstalled if it never deployed) by a run after "
+                          "pending_timeout=%d s, or lower pending_timeout." % (
+                              namespace, name, status, current.get("updated"), NOTHING_CHANGED,
+                              "?" if age is None else int(age), p["pending_timeout"]), changed=False)
         action, revision = _helm.pending_recovery(helm.history(name, namespace))
         why = "its helm operation died (%s)" % record.describe() if seen == "died" else "pending for %d s" % age
         done = ("release was %s, %s: %s" % (status, why, "rolled back to revision %d" % revision
@@ -371,8 +371,8 @@ class HelmRelease(ModuleRun):
             record.end()
             raise
         left = self.settle("the recovery (%s)" % action)[1]
-        if left:
-            module.fail_json(msg="release %s/%s was %s, %s; %s" % (namespace, name, status, why, left))
+        if left:   # the recovery changed the release, but this failure reported no change (changed=False, as before)
+            raise Failure("release %s/%s was %s, %s; %s" % (namespace, name, status, why, left), changed=False)
         return done
 
     def settle(self, what):

@@ -29,6 +29,7 @@ import socket
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
 
 ENV_LOCK = "GPUOPS_NODE_LOCK"
@@ -173,9 +174,10 @@ def module_lock_with_backend(run, owner):
 
 
 def module_lock(module, owner):
-    """Take the node lock for an AnsibleModule run (its ``lock_timeout`` parameter), failing the module clearly
-    when it cannot. Use as ``with module_lock(module, "mig_layout"):``."""
+    """Take the node lock for an AnsibleModule run (its ``lock_timeout`` parameter); a Refusal (raised to the base,
+    nothing changed) when it cannot. Return it from a ``ModuleRun``'s ``lock`` hook (run_module's try covers it):
+    ``return module_lock(self.module, "mig_layout")``."""
     try:
         return NodeLock(timeout=module.params.get("lock_timeout"), owner=owner).acquire()
     except NodeLockError as exc:
-        module.fail_json(msg=str(exc), changed=False)
+        raise Refusal(str(exc), changed=False) from exc

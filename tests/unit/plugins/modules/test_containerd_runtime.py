@@ -789,3 +789,19 @@ def test_a_failure_while_verifying_the_written_files_leaves_no_stamp_and_does_no
     assert any("not recorded as verified" in w and "boom" in w for w in _warnings(result)), result
     assert not _stamp(env).exists()
     assert env.drop_in.read_text() == GOLDEN_V2
+
+
+def test_a_written_file_that_does_not_read_back_fails_changed(env, monkeypatch):
+    """ContainerdRun.apply's read-back check raises a Failure to the base (issue 48): the same message, changed=True
+    and the files with their actions, as when it called fail_json."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run
+    read_live = _containerd_run.read_live
+
+    def tampered(module, path, what):
+        return "changed underneath\n" if what == "written file" else read_live(module, path, what)
+    monkeypatch.setattr(_containerd_run, "read_live", tampered)
+    env.config.write_text(GOLDEN_INPUT)
+    result = env.run()
+    assert result["rc"] == 1 and result["changed"] is True
+    assert result["msg"] == "%s does not hold what was written (changed underneath?)" % result["files"][0]["path"]
+    assert [f["action"] for f in result["files"]] and all(set(f) == {"path", "action"} for f in result["files"])

@@ -142,6 +142,17 @@ def test_failed_first_install_says_there_is_nothing_to_roll_back(rig):
     assert "rollback" not in rig.verbs()
 
 
+def test_a_chart_version_that_is_not_the_charts_is_refused_with_the_commands_run(rig):
+    """_helm_release's chart check raises a Refusal to the base (issue 48): the same message and commands, changed
+    false, no helm write."""
+    res = run_module(device_plugin.main, args(rig, chart_version="9.9.9"))
+    assert res["failed"] and res["changed"] is False
+    assert res["msg"] == ("chart_version 9.9.9 was given but the chart at %s is version 0.20.0; nothing changed"
+                          % rig.chart)
+    assert res["commands"] and res["commands"][0][1:3] == ["show", "chart"], res["commands"]
+    assert not MUTATING & set(rig.verbs())
+
+
 def test_failed_release_is_upgraded_again(rig):
     rig.fail_next_upgrades(1)
     run_module(device_plugin.main, args(rig))
