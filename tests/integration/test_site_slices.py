@@ -76,7 +76,9 @@ def test_three_slices_at_once_install_once_then_a_rerun_changes_nothing():
     # the bench's row and table: figures measured for both runs
     assert (row["nodes"], row["slices"], row["mig"]) == (3, 3, 1)
     for run in ("first", "again"):
-        assert row[run]["wall"] > 1 and row[run]["cpu"] > 1 and len(row[run]["slice_walls"]) == 3, row
+        # positive, measured figures; no bound in seconds (it would depend on the machine's speed)
+        assert row[run]["wall"] > 0 and row[run]["cpu"] > 0 and len(row[run]["slice_walls"]) == 3, row
+    assert row["first"]["cpu"] > row["again"]["cpu"], row
     line = fleet_slices.table([row]).splitlines()[-1]
     assert line.startswith("| 3 (1/2) | 3 | ") and "| 1/0 | 1 | 0 | 0 |" in line, line
 
