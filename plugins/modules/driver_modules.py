@@ -465,8 +465,9 @@ class Run(object):
         raise Refusal("%s. %s" % (msg, NOTHING), changed=False, holders=[describe_holder(h) for h in holders],
                       actions=self.actions)
 
-    def unload(self, before, modules, check_installed):
-        """Stop the daemons and unload the driver; returns the record written."""
+    def plan_unload(self, modules, check_installed):
+        """The checks an unload makes before it stops anything, and its actions (``self.actions``): the daemons to
+        stop, in stop order (``self.planned_stop``), and ``running``, the daemons running now."""
         if check_installed:
             installed, error = self.installed_version()
             if installed != self.version:
@@ -490,8 +491,11 @@ class Run(object):
         # found afterwards, the run would fail with the daemons stopped (check mode refuses the same way)
         self.tool("rmmod")
         self.tool("modprobe")
-        if self.module.check_mode:
-            return None
+        return running
+
+    def unload(self, before, running):
+        """Stop the daemons planned by ``plan_unload`` and unload the driver; returns the record written."""
+        order = self.planned_stop
         self.actions = []
         old = self.record() or {}
         kept = [d for d in old.get("daemons", []) if d["name"] not in set(r["name"] for r in running)]
@@ -598,60 +602,6 @@ class Run(object):
                       if blockers else "")
         return result
 
-    def main(self):
-        self.check_tools()
-        state = self.p["state"]
-        modules = self.modules()
-        before = self.facts(modules)
-        if self.p["preflight"]:
-            if state != "reloaded":
-                raise Refusal("preflight checks a reload: give state=reloaded (got %s). %s" % (state, NOTHING))
-            return self.preflight(modules, before)
-        record = self.record()
-        wanted = dm.wanted_modules(set(before["modules"]) | set((record or {}).get("modules", [])), self.also_load)
-        result = {"previous": before}
-        wrong = self.wrong(before)
-        if state == "loaded" and wrong:
-            raise Refusal("the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded driver; use "
-                          "state=reloaded. %s"
-                          % (before["version"], before["flavour"], self.version or "the declared one",
-                             " (%s)" % self.p["flavour"] if self.p["flavour"] else "", NOTHING), previous=before)
-        if state == "unloaded":
-            if before["modules"]:
-                self.unload(before, modules, check_installed=False)
-            after = {"version": None, "flavour": None, "modules": []}
-            return self.finish(result, before, after if self.module.check_mode else self.facts())
-        if wrong:  # reloaded, another driver loaded
-            written = self.unload(before, modules, check_installed=True)
-            if self.module.check_mode:
-                self.actions += ["modprobe %s" % m for m in wanted]
-                self.actions += ["start %s" % where(d) for d in dm.start_order(self.planned_stop)]
-                return self.finish(result, before, {"version": self.version, "flavour": self.p["flavour"] or
-                                                    before["flavour"], "modules": wanted})
-            self.load(wanted, written)
-            return self.finish(result, before, self.facts())
-        # loaded, or reloaded with the declared driver loaded: bring back what is missing
-        missing = dm.load_plan(modules, wanted)
-        running = set(d["name"] for d in self.running_daemons())
-        to_start = [d for d in (record or {}).get("daemons", []) if d["name"] not in running]
-        if missing and self.version:
-            installed, error = self.installed_version()
-            if installed != self.version:
-                raise Refusal("the nvidia module installed for the running kernel is %s, not %s: install the "
-                              "driver's packages for this kernel first. Nothing was loaded."
-                              % (installed or "not readable (%s)" % error, self.version), previous=before)
-        if self.module.check_mode:
-            self.actions += ["modprobe %s" % m for m in missing]
-            self.actions += ["start %s" % where(d) for d in dm.start_order(to_start)]
-            after = {"version": self.version or before["version"], "flavour": self.p["flavour"] or before["flavour"],
-                     "modules": [m for m in dm.LOAD_ORDER if m in set(missing) | set(before["modules"])]}
-            return self.finish(result, before, after)
-        if missing or to_start:
-            self.load(wanted, record)
-        elif record is not None:
-            self.remove_record()  # everything it names is back: nothing to do, nothing to keep
-        return self.finish(result, before, self.facts())
-
     def finish(self, result, before, after):
         result.update(after)
         result.update({"changed": bool(self.actions), "actions": self.actions, "daemons_stopped": self.stopped,
@@ -671,10 +621,15 @@ def public(daemon, argv=False):
 
 
 class DriverModules(ModuleRun):
-    """(node lock) converge: ``Run.main`` (read the loaded modules, the daemons and the record; plan with
-    _driver_modules; stop, unload, load, start; in check mode only the plan). Its validation and the wording of its
-    failures ("The node: ...", the holders named) stay ``Run``'s, which raises them to the base (``Refusal`` before
-    anything was stopped or unloaded, ``Failure`` after); its read, plan and apply are not yet the base's hooks."""
+    """(node lock) read: the parameters' checks, the tools, the loaded modules and their facts, the record of an
+    earlier unload. plan: preflight's report; or the flow of ``state`` (unload, reload, load) with its checks before
+    anything is stopped and its actions (what check mode reports). apply: stop, unload, load, start (``Run``). after:
+    the result, with the facts re-read (in check mode, as planned), on every run.
+
+    ``validate`` is the base's (no error): every parameter check is worded "... Nothing was stopped or unloaded." and
+    runs, as before, under the node lock (``Run``'s constructor, in ``read``). The failures keep ``Run``'s wording
+    ("The node: ...", the holders named), raised to the base: ``Refusal`` before anything was stopped or unloaded,
+    ``Failure`` after."""
 
     argument_spec = dict(
         state=dict(type="str", choices=["unloaded", "loaded", "reloaded"], required=True),
@@ -698,9 +653,91 @@ class DriverModules(ModuleRun):
     def lock(self):
         return module_lock(self.module, "driver_modules")
 
-    def converge(self):
-        self.result = Run(self.module).main()
-        return self.result
+    def read(self):
+        self.node = node = Run(self.module)
+        node.check_tools()
+        modules = node.modules()
+        current = {"modules": modules, "before": node.facts(modules), "record": None}
+        if self.params["preflight"]:
+            if self.params["state"] != "reloaded":
+                raise Refusal("preflight checks a reload: give state=reloaded (got %s). %s"
+                              % (self.params["state"], NOTHING))
+        else:
+            current["record"] = node.record()
+        return current
+
+    def plan(self, current):
+        """The flow's checks and actions (``self.node.actions``) and the facts after it (``self.planned``, what
+        check mode reports); the changes for ``apply`` (falsy: nothing to stop, unload, load or start)."""
+        node, p, state = self.node, self.params, self.params["state"]
+        modules, before, record = current["modules"], current["before"], current["record"]
+        self.planned, self.drop_record = None, False
+        if p["preflight"]:
+            self.result = node.preflight(modules, before)
+            return None
+        wanted = dm.wanted_modules(set(before["modules"]) | set((record or {}).get("modules", [])), node.also_load)
+        wrong = node.wrong(before)
+        if state == "loaded" and wrong:
+            raise Refusal("the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded driver; use "
+                          "state=reloaded. %s"
+                          % (before["version"], before["flavour"], node.version or "the declared one",
+                             " (%s)" % p["flavour"] if p["flavour"] else "", NOTHING), previous=before)
+        if state == "unloaded":
+            self.planned = {"version": None, "flavour": None, "modules": []}
+            if not before["modules"]:
+                return None
+            return {"flow": "unload", "running": node.plan_unload(modules, check_installed=False)}
+        if wrong:  # reloaded, another driver loaded
+            running = node.plan_unload(modules, check_installed=True)
+            node.actions += ["modprobe %s" % m for m in wanted]
+            node.actions += ["start %s" % where(d) for d in dm.start_order(node.planned_stop)]
+            self.planned = {"version": node.version, "flavour": p["flavour"] or before["flavour"], "modules": wanted}
+            return {"flow": "reload", "running": running, "wanted": wanted}
+        # loaded, or reloaded with the declared driver loaded: bring back what is missing
+        missing = dm.load_plan(modules, wanted)
+        running = set(d["name"] for d in node.running_daemons())
+        to_start = [d for d in (record or {}).get("daemons", []) if d["name"] not in running]
+        if missing and node.version:
+            installed, error = node.installed_version()
+            if installed != node.version:
+                raise Refusal("the nvidia module installed for the running kernel is %s, not %s: install the "
+                              "driver's packages for this kernel first. Nothing was loaded."
+                              % (installed or "not readable (%s)" % error, node.version), previous=before)
+        node.actions += ["modprobe %s" % m for m in missing]
+        node.actions += ["start %s" % where(d) for d in dm.start_order(to_start)]
+        self.planned = {"version": node.version or before["version"], "flavour": p["flavour"] or before["flavour"],
+                        "modules": [m for m in dm.LOAD_ORDER if m in set(missing) | set(before["modules"])]}
+        if missing or to_start:
+            return {"flow": "load", "wanted": wanted}
+        self.drop_record = record is not None  # everything it names is back: nothing to do, nothing to keep
+        return None
+
+    def apply(self, current, changes):
+        """The actions made (``self.node.actions`` says which were); a failure carries what was done (``Run.fail``)."""
+        # the base set changed from the plan; until ``after`` sets it from what was done, a failure says its own
+        self.result["changed"] = False
+        node = self.node
+        node.actions = []
+        if changes["flow"] == "unload":
+            node.unload(current["before"], changes["running"])
+        elif changes["flow"] == "reload":
+            written = node.unload(current["before"], changes["running"])
+            node.load(changes["wanted"], written)
+        else:
+            node.load(changes["wanted"], current["record"])
+
+    def after(self, current, changes):
+        """The result on every run: the facts after it (re-read; in check mode, as planned), what was done."""
+        if self.params["preflight"]:
+            return
+        node, before = self.node, current["before"]
+        if self.module.check_mode:
+            after = self.planned
+        else:
+            if self.drop_record:
+                node.remove_record()
+            after = node.facts()
+        self.result = node.finish({"previous": before}, before, after)
 
 
 def main():

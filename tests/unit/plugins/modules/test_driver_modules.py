@@ -398,3 +398,25 @@ def test_preflight_finds_nothing_where_no_reload_is_due_or_nothing_holds_the_dri
     # a preflight checks a reload only
     res = node.run(state="loaded", version=NEW, preflight=True)
     assert res["failed"] and "give state=reloaded" in res["msg"], res
+
+
+def test_the_module_is_the_base_hooks_without_its_own_converge():
+    # issue 48: read, plan, apply and after are driver_modules' own; converge and run are the base's
+    cls = driver_modules.DriverModules
+    for hook in ("read", "plan", "apply", "after", "lock"):
+        assert hook in vars(cls), hook
+    for base in ("converge", "run", "validate"):
+        assert base not in vars(cls), base
+
+
+def test_what_check_mode_plans_is_what_the_run_does(node):
+    upgrade_files(node)
+    planned = node.run(check=True, state="reloaded", version=NEW)
+    done = node.run(state="reloaded", version=NEW)
+    assert planned["actions"] == done["actions"] and planned["changed"] is done["changed"] is True, (planned, done)
+    for key in ("version", "flavour", "modules", "previous"):
+        assert planned[key] == done[key], key
+    planned = node.run(check=True, state="unloaded")
+    done = node.run(state="unloaded")
+    assert planned["actions"] == done["actions"] and planned["modules"] == done["modules"] == [], (planned, done)
+    assert node.run(check=True, state="unloaded")["changed"] is False
