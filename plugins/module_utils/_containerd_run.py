@@ -204,13 +204,13 @@ class ContainerdRun(object):
         try:
             validate_params(p["config_path"], p["drop_in_path"], p["edit_mode"], p["runtime_name"], p["runtime_path"])
         except ContainerdConfigError as exc:
-            raise Refusal(str(exc), changed=False) from exc
+            raise Refusal(str(exc)) from exc
         if toml_reader()[0] is None:
             raise TomlLibraryMissing("to read containerd's TOML on Python < 3.11")
         try:
             self.ctk, self.containerd = find_tools(module.get_bin_path, p)
         except ToolNotFound as exc:
-            raise Refusal(str(exc), changed=False) from exc
+            raise Refusal(str(exc)) from exc
         self.stamp = Stamp(p, self.ctk, self.containerd)
         self.runner = self.ctk_version = self.containerd_version = None
 

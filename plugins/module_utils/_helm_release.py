@@ -346,15 +346,14 @@ class HelmRelease(ModuleRun):
         seen = record.probe()
         if seen == "running":
             raise Refusal("release %s/%s is %s and a helm operation on it is running now from this controller "
-                          "(%s); %s. Let it finish." % (namespace, name, status, record.describe(), NOTHING_CHANGED),
-                          changed=False)
+                          "(%s); %s. Let it finish." % (namespace, name, status, record.describe(), NOTHING_CHANGED))
         if seen != "died" and (age is None or age < p["pending_timeout"]):
             raise Refusal("release %s/%s is %s (updated %s, %s s ago): another helm operation may still be "
                           "running on it, so it is not touched; %s. If nothing is running, it is "
                           "recovered (rolled back, or uninstalled if it never deployed) by a run after "
                           "pending_timeout=%d s, or lower pending_timeout." % (
                               namespace, name, status, current.get("updated"), NOTHING_CHANGED,
-                              "?" if age is None else int(age), p["pending_timeout"]), changed=False)
+                              "?" if age is None else int(age), p["pending_timeout"]))
         action, revision = _helm.pending_recovery(helm.history(name, namespace))
         why = "its helm operation died (%s)" % record.describe() if seen == "died" else "pending for %d s" % age
         done = ("release was %s, %s: %s" % (status, why, "rolled back to revision %d" % revision

@@ -64,8 +64,12 @@ class Failure(Exception):
 
 class Refusal(Failure):
     """A Failure before any change (a check of gpu_node_plan's step registry, say): ``msg`` says what is wrong and what
-    is valid. Its caller decides what else the result carries (the node plan still reads the GPUs' health, so that a
-    refused plan does not hide a blocking finding)."""
+    is valid; it reports ``changed=False`` whatever the result so far planned. Its caller decides what else the result
+    carries (the node plan still reads the GPUs' health, so that a refused plan does not hide a blocking finding)."""
+
+    def __init__(self, msg, **fields):
+        fields.setdefault("changed", False)
+        super(Refusal, self).__init__(msg, **fields)
 
 
 def failure(exc, result=None):

@@ -180,4 +180,4 @@ def module_lock(module, owner):
     try:
         return NodeLock(timeout=module.params.get("lock_timeout"), owner=owner).acquire()
     except NodeLockError as exc:
-        raise Refusal(str(exc), changed=False) from exc
+        raise Refusal(str(exc)) from exc

@@ -323,7 +323,7 @@ class DevicePluginRelease(_helm_release.HelmRelease):
                                          extra_values=p["values"], gfd=p["gfd"], yaml_module=_helm_release.yaml)
         except _device_plugin.DevicePluginConfigError as exc:
             raise Refusal("invalid device plugin configuration, %s: %s" % (NOTHING_CHANGED, "; ".join(exc.errors)),
-                          errors=exc.errors, commands=self.helm.commands, changed=False) from exc
+                          errors=exc.errors, commands=self.helm.commands) from exc
         for warning in built["warnings"]:
             self.module.warn(warning)
         additions = dict(configs=built["configs"], node_labels=built["node_labels"], shares=built["shares"],

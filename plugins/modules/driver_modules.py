@@ -462,7 +462,7 @@ class Run(object):
 
     # ---- the flows ----------------------------------------------------------------------------------------------
     def refuse(self, msg, holders=()):
-        raise Refusal("%s. %s" % (msg, NOTHING), changed=False, holders=[describe_holder(h) for h in holders],
+        raise Refusal("%s. %s" % (msg, NOTHING), holders=[describe_holder(h) for h in holders],
                       actions=self.actions)
 
     def plan_unload(self, modules, check_installed):
@@ -713,9 +713,8 @@ class DriverModules(ModuleRun):
         return None
 
     def apply(self, current, changes):
-        """The actions made (``self.node.actions`` says which were); a failure carries what was done (``Run.fail``)."""
-        # the base set changed from the plan; until ``after`` sets it from what was done, a failure says its own
-        self.result["changed"] = False
+        """The actions made (``self.node.actions`` says which were); a failure says whether it changed anything
+        (``Run.fail``: what was done; a Refusal: nothing), not the plan's ``changed`` that the base set."""
         node = self.node
         node.actions = []
         if changes["flow"] == "unload":

@@ -265,7 +265,7 @@ class OperatorMigLayout(ModuleRun):
             return config, entries, _gpu_operator.gpus_differ(gpus, resolved)
         except MigLayoutError as exc:
             raise Refusal("node %s: %s (the node's GPUs as the gpus option describes them); nothing changed"
-                          % (self.node, name_source(p, str(exc)).rstrip(". ")), changed=False) from exc
+                          % (self.node, name_source(p, str(exc)).rstrip(". "))) from exc
 
     def config_map(self):
         """(namespace, name) of the MIG ConfigMap: as given, else the one the ClusterPolicy names, which must be

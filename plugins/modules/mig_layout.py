@@ -258,9 +258,9 @@ class MigLayout(ModuleRun):
         try:
             resolved, plans, assumed = plan_layouts(gpus, module.params, module.check_mode)
         except MigBusyError as exc:
-            raise Refusal(str(exc), busy=exc.busy, changed=False) from exc
+            raise Refusal(str(exc), busy=exc.busy) from exc
         except MigLayoutError as exc:
-            raise Refusal(name_source(module.params, str(exc)), changed=False) from exc
+            raise Refusal(name_source(module.params, str(exc))) from exc
         if assumed:
             module.warn(assumed_warning(assumed))
         by_index = dict((g["index"], g) for g in gpus)

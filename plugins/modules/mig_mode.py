@@ -216,7 +216,7 @@ class MigMode(ModuleRun):
         except NvmlError as exc:
             raise self.nvml_failure(exc) from exc
         except GpuBackendError as exc:
-            raise Refusal(str(exc), gpus=[], changed=False) from exc
+            raise Refusal(str(exc), gpus=[]) from exc
 
     def plan(self, current):
         by_index = dict((g["index"], g) for g in current["gpus"])

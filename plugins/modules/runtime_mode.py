@@ -150,16 +150,15 @@ def candidate(runner, live, path, mode):
         rc, out, err = runner.command("config", "--in-place", "--set", "%s=%s" % (KEY, mode), "--config=%s" % copy)
         if rc != 0 or not os.path.isfile(copy):
             raise Refusal(nothing_changed("`nvidia-ctk config --set %s=%s` failed on a private copy of %s (exit %s): %s"
-                                          % (KEY, mode, path, rc, (err or out).strip())), changed=False)
+                                          % (KEY, mode, path, rc, (err or out).strip())))
         with open(copy) as handle:
             text = handle.read()
     try:
         got = current_mode(text, "nvidia-ctk's edit of %s" % path)
     except RuntimeModeError as exc:
-        raise Refusal(nothing_changed(str(exc)), changed=False) from exc
+        raise Refusal(nothing_changed(str(exc))) from exc
     if got != mode:
-        raise Refusal(nothing_changed("nvidia-ctk's edit of %s sets mode %r, not %r: refused" % (path, got, mode)),
-                      changed=False)
+        raise Refusal(nothing_changed("nvidia-ctk's edit of %s sets mode %r, not %r: refused" % (path, got, mode)))
     return text
 
 

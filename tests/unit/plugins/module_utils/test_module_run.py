@@ -92,6 +92,26 @@ def test_a_failure_raised_from_a_hook_ends_the_run_with_the_result_and_its_field
     assert issubclass(_module_run.Refusal, _module_run.Failure)
 
 
+def test_a_refusal_reports_no_change_whatever_the_plan_said(capsys):
+    """A Refusal is a failure before any change: changed=False, also raised from apply, after the base set changed
+    from the plan; a Failure reports the result so far (here the plan's changed=True) unless it says otherwise."""
+    class Refused(Value):
+        def apply(self, current, changes):
+            raise _module_run.Refusal("refused before any change", planned=len(changes))
+
+    class Failed(Value):
+        def apply(self, current, changes):
+            raise _module_run.Failure("failed part way")
+    args = {"value": "on", "_ansible_check_mode": False, "_ansible_diff": False}
+    for run_class, changed in ((Refused, False), (Failed, True)):
+        with patch_module_args(args):
+            with pytest.raises(SystemExit):
+                run_module(run_class)
+        res = json.loads(capsys.readouterr().out)
+        assert res["failed"] and res["changed"] is changed, res
+    assert "value" not in STORE
+
+
 def test_one_wording_for_a_failure_before_any_change():
     assert _module_run.nothing_changed("spec_path must be absolute.") == "spec_path must be absolute; nothing changed"
     assert _module_run.nothing_changed("x; ") == "x; nothing changed"
