@@ -145,7 +145,7 @@ class CdiSpecRun(object):
                                 " writes no spec for that, so %s is removed where it exists" % path)
         else:
             desired, names = None, []
-        live = read_live(self.module, path, "spec_path")
+        live = read_live(path, "spec_path")
         return dict(facts=facts, expected=expected, desired=desired, names=names, live=live, warnings=warnings)
 
     def plan(self, current):
@@ -188,7 +188,7 @@ class CdiSpecRun(object):
         if action in ("create", "replace"):
             write_atomic(self.module, path, desired)
             os.chmod(os.path.realpath(path), 0o644)
-            if read_live(self.module, path, "written spec") != desired:
+            if read_live(path, "written spec") != desired:
                 self.fail("%s does not read back as written" % path)
         elif action == "remove":
             os.unlink(path)
@@ -202,5 +202,5 @@ class CdiSpecRun(object):
             return
         inputs = stamp_inputs(self.params, expected, facts.get("driver_version"), binary_identity(self.ctk_path))
         text = stamp_text(inputs, file_digest(self.path))
-        if read_live(self.module, record, "CDI spec record") != text:
+        if read_live(record, "CDI spec record") != text:
             write_atomic(self.module, record, text)

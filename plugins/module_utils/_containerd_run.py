@@ -74,9 +74,9 @@ def read_current(module, runner, p, ctk_version):
     mode, mode_warnings = choose_edit_mode(p["edit_mode"], ctk_version)
     warnings += mode_warnings
     containerd = runner.containerd_path
-    live = {config_path: read_live(module, config_path, "config_path")}
+    live = {config_path: read_live(config_path, "config_path")}
     if mode == "drop_in":
-        live[drop_in_path] = read_live(module, drop_in_path, "drop_in_path")
+        live[drop_in_path] = read_live(drop_in_path, "drop_in_path")
         if live[drop_in_path] is not None:
             parse_toml(live[drop_in_path], "drop_in_path " + drop_in_path)  # never overwrite a file that is not TOML
     config_exists = live[config_path] is not None
@@ -258,7 +258,7 @@ class ContainerdRun(object):
             elif item["action"] == "delete":
                 os.unlink(item["path"])
         for item in evaluation.plan:
-            now = read_live(module, item["path"], "written file")
+            now = read_live(item["path"], "written file")
             if now != item["after"]:
                 raise Failure("%s does not hold what was written (changed underneath?)" % item["path"],
                               changed=True, files=files)

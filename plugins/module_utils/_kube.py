@@ -89,7 +89,7 @@ def missing_library_message():
     return missing_required_lib("kubernetes")
 
 
-def require_client(module):  # pylint: disable=unused-argument  # the callers' shape: require_client(self.module)
+def require_client():
     """A KubeError naming what to install (and the import's error as ``exception``) when the kubernetes client does
     not import, before any input is read or anything changed. Called from a ModuleRun's ``validate``: every module
     that calls it lists KubeError in its ``errors`` (not _module_run's Failure: this file imports no other layer)."""

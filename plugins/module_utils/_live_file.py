@@ -32,7 +32,7 @@ class LiveFileError(InputFileError):
         self.fields = dict(changed=False)
 
 
-def read_live(module, path, what):  # pylint: disable=unused-argument  # the callers' shape: module, path, what
+def read_live(path, what):
     """Text of a live file, None when absent; not a regular file, unreadable, over 16 MiB or not UTF-8 ->
     LiveFileError (nothing changed)."""
     if not os.path.lexists(path):

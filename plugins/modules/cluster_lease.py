@@ -293,7 +293,7 @@ class ClusterLeaseRun(ModuleRun):
     errors = (_lease.LeaseBusy, _lease.LeaseError, KubeError)
 
     def validate(self):
-        _kube.require_client(self.module)
+        _kube.require_client()
         return validate(self.params)
 
     def converge(self):

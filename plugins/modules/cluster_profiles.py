@@ -169,7 +169,7 @@ class ClusterProfiles(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
                   + _kube_names.dns_label_errors(p["namespace"], "namespace"))
         node_errors = _node_errors(p["nodes"] or {})

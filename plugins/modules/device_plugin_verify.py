@@ -142,7 +142,7 @@ class DevicePluginVerify(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
                                                         if v is not None or k == "name"))
         errors = _device_plugin.profile_errors(profile, None)

@@ -233,7 +233,7 @@ class ClaimTemplates(ModuleRun):
         self.diff = {"before": {}, "after": {}}
 
     def validate(self):
-        _kube.require_client(self.module)
+        _kube.require_client()
         return _kube.auth_param_errors(self.params) + param_errors(self.params)
 
     def read(self):

@@ -232,7 +232,7 @@ class DraDriverRelease(_helm_release.HelmRelease):
     # ---- the cluster, read before any helm write -------------------------------------------------------------------
     def pre_checks(self, context):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         kube = _kube.Kube.from_params(p)
         versions = _kube.served_group_versions(kube, _kube.DRA_GROUP)
         server = _kube.server_git_version(kube)

@@ -108,7 +108,7 @@ class DraNodeVerify(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
         errors = _kube.auth_param_errors(p)
         if not isinstance(gpus, list) or not all(isinstance(g, dict) and g.get("uuid") for g in gpus):

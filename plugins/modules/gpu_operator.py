@@ -315,7 +315,7 @@ class OperatorSharing(ModuleRun):
         p = self.params
         if not HAS_YAML:
             raise Failure(missing_required_lib("PyYAML"))
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
         if p["namespace"] is not None:
             errors += _kube_names.dns_label_errors(p["namespace"], "namespace")

@@ -236,7 +236,7 @@ class OperatorMigLayout(ModuleRun):
         p = self.params
         if not HAS_YAML:
             raise Failure(missing_required_lib("PyYAML"))
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = _kube_names.dns_subdomain_errors(p["node_name"], "node_name")
         for key in ("config_map", "policy_name"):
             if p[key] is not None:

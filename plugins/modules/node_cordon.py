@@ -206,11 +206,11 @@ def evict(kube, pod):
                 {"metadata": {"name": name, "namespace": namespace}})
 
 
-def drain(module, kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
+def drain(kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
     """Evict the node's GPU pods and wait (_poll, one read a second) until none is left; fails after ``timeout``
-    seconds naming those still there (a Failure raised to the module's base; ``module`` is unused). A pod is asked
-    once while it stays (404: already gone; 429: a PodDisruptionBudget refuses it for now, asked again on the next
-    read). Returns the pods found at the start."""
+    seconds naming those still there (a Failure raised to the module's base). A pod is asked once while it stays
+    (404: already gone; 429: a PodDisruptionBudget refuses it for now, asked again on the next read). Returns the
+    pods found at the start."""
     pending = gpu_pods(kube, node, prefix)
     evicted = list(pending)
     if not pending:
@@ -262,7 +262,7 @@ class NodeCordon(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = []
         if p["drain"] and p["state"] != "cordoned":
             errors.append("drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
@@ -316,7 +316,7 @@ class NodeCordon(ModuleRun):
         if self.module.check_mode:
             self.result["evicted"] = gpu_pods(self.kube, self.name, p["drain_resource_prefix"])
         else:
-            self.result["evicted"] = drain(self.module, self.kube, self.name, p["drain_resource_prefix"],
+            self.result["evicted"] = drain(self.kube, self.name, p["drain_resource_prefix"],
                                            p["drain_timeout"])
         if self.result["evicted"]:
             self.result["changed"] = True

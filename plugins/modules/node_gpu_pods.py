@@ -163,7 +163,7 @@ class NodeGpuPods(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = [e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e]
         errors.extend(_kube_names.dns_subdomain_errors(p["node_name"], "node_name"))
         for entry in p["daemonsets"]:

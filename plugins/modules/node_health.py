@@ -199,7 +199,7 @@ class NodeHealthMarks(ModuleRun):
         self.first = None           # the first plan: its ``before`` is the node as this task found it
 
     def validate(self):
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = _health_marks.verdict_errors(self.params["verdict"])
         owner = self.params["owner"]
         if not (isinstance(owner, str) and 0 < len(owner) <= 253):

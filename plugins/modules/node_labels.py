@@ -247,7 +247,7 @@ class NodeLabels(ModuleRun):
 
     def validate(self):
         p, module = self.params, self.module
-        _kube.require_client(module)
+        _kube.require_client()
         raw = p["labels"]
         state = p["state"]
         errors = []

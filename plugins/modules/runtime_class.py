@@ -118,7 +118,7 @@ class RuntimeClass(ModuleRun):
 
     def validate(self):
         p = self.params
-        _kube.require_client(self.module)
+        _kube.require_client()
         errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
                   + _kube_names.dns_label_errors(p["handler"], "handler"))
         self.selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())

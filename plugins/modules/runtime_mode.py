@@ -109,7 +109,7 @@ class RuntimeMode(ModuleRun):
             self.ctk = require_tool(self.module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
         except ToolNotFound as exc:
             self.refuse(str(exc))
-        live = read_live(self.module, p["config_path"], "config_path")
+        live = read_live(p["config_path"], "config_path")
         try:
             before = current_mode(live, p["config_path"])
         except RuntimeModeError as exc:
@@ -131,7 +131,7 @@ class RuntimeMode(ModuleRun):
         if self.params["backup"] and current[0] is not None:
             self.result["backup_file"] = self.module.backup_local(path)
         write_atomic(self.module, path, changes)
-        if read_live(self.module, path, "written config") != changes:
+        if read_live(path, "written config") != changes:
             self.fail("%s does not read back as written" % path, changed=True)
 
 

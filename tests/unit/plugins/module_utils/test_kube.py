@@ -138,12 +138,12 @@ def test_require_client_fails_naming_the_library_only_when_it_does_not_import(mo
             raise SystemExit(1)
 
     module = Module()
-    _kube.require_client(module)                  # installed here: nothing happens
+    _kube.require_client()                  # installed here: nothing happens
     assert module.failed is None
     monkeypatch.setattr(_kube, "HAS_KUBERNETES", False)
     monkeypatch.setattr(_kube, "KUBERNETES_IMPORT_ERROR", ImportError("No module named 'kubernetes'"))
     with pytest.raises(_kube.KubeError) as raised:     # raised to the base, which fails the module with it (issue 48)
-        _kube.require_client(module)
+        _kube.require_client()
     module.failed = failure(raised.value)     # what the base passes to fail_json
     assert "kubernetes" in module.failed["msg"] and "No module named" in module.failed["exception"]
 

@@ -106,9 +106,9 @@ def test_a_live_file_that_cannot_be_read_is_raised_to_the_base_unchanged(tmp_pat
     from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
     path = tmp_path / "config.toml"
     path.write_bytes(b"\xff\xfe not UTF-8")
-    assert _live_file.read_live(None, str(tmp_path / "absent.toml"), "config_path") is None
+    assert _live_file.read_live(str(tmp_path / "absent.toml"), "config_path") is None
     with pytest.raises(_live_file.LiveFileError) as raised:
-        _live_file.read_live(None, str(path), "config_path")
+        _live_file.read_live(str(path), "config_path")
     assert isinstance(raised.value, ValueError)
     got = failure(raised.value, dict(changed=True, files=[]))
     assert got["msg"].startswith("config_path %s" % path) and got["msg"].endswith(

@@ -797,8 +797,8 @@ def test_a_written_file_that_does_not_read_back_fails_changed(env, monkeypatch):
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run
     read_live = _containerd_run.read_live
 
-    def tampered(module, path, what):
-        return "changed underneath\n" if what == "written file" else read_live(module, path, what)
+    def tampered(path, what):
+        return "changed underneath\n" if what == "written file" else read_live(path, what)
     monkeypatch.setattr(_containerd_run, "read_live", tampered)
     env.config.write_text(GOLDEN_INPUT)
     result = env.run()

@@ -162,15 +162,6 @@ class _Clock(object):
         self.now += seconds
 
 
-class _Failed(Exception):
-    pass
-
-
-class _Module(object):
-    def fail_json(self, **kw):
-        raise _Failed(kw)
-
-
 def test_drain_asks_each_pod_once_retries_a_refused_one_and_gives_up_at_its_deadline(monkeypatch):
     """The drain's wait (the shared _poll): a fake clock places the deadline, nothing sleeps. A pod a
     PodDisruptionBudget refuses (429) is asked again on each read; one evicted is not asked twice; at the deadline the
@@ -186,7 +177,7 @@ def test_drain_asks_each_pod_once_retries_a_refused_one_and_gives_up_at_its_dead
             raise node_cordon.KubeError("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
     monkeypatch.setattr(node_cordon, "evict", evict)
     with pytest.raises(Failure) as failed:     # raised to the base, which fails the module with it (issue 48)
-        node_cordon.drain(_Module(), None, "gpu-node-1", "nvidia.com/", 3, clock=clock, sleep=clock.sleep)
+        node_cordon.drain(None, "gpu-node-1", "nvidia.com/", 3, clock=clock, sleep=clock.sleep)
     got = failure(failed.value)     # what the base passes to fail_json
     assert got["pending"] == ["jobs/b"] and got["changed"] is True and "after 3s: jobs/b" in got["msg"]
     assert asked.count("jobs/a") == 1 and asked.count("jobs/b") == 4     # one ask per read, up to the deadline
