@@ -347,6 +347,12 @@ MODULES = {
                         hints=dict(KUBE_HINTS, verdict=NODE_HEALTH_VERDICTS,
                                    owner=strings(["gpuops.nvidia.gpu_node", ""])),
                         files=KUBE_FILES),
+    # the sweep's quarantine over the kube rig's nodes: verdicts per node name, the breaker's and damping's settings
+    "health_quarantine": dict(rig="kube", args={"verdicts": {"gpu-node-1": NODE_HEALTH_VERDICT}},
+                              hints=dict(KUBE_HINTS, verdicts=st.one_of(st.dictionaries(
+                                  st.one_of(st.sampled_from(["gpu-node-1", "nope"]), _K8S_NAMES),
+                                  NODE_HEALTH_VERDICTS, max_size=3), hostile())),
+                              files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},
                           hints=dict(KUBE_HINTS, node_selector=st.one_of(
                               st.dictionaries(strings(), json_values(3), max_size=3), hostile())),
@@ -599,6 +605,33 @@ FILTERS = {
             "kernel": st.one_of(st.just(rigs.DRIVER_KERNEL), _ANY),
             "distribution_major": st.one_of(st.sampled_from(["9", "10", ""]), _ANY)}), _ANY),
         "hold": st.one_of(st.booleans(), _ANY)}},
+    "health_sweep": {
+        "health_sweep_settings_errors": {"settings": st.one_of(st.fixed_dictionaries({}, optional={
+            "release_after": st.one_of(st.integers(-1, 101), st.sampled_from(["2", "two", ""]), _ANY),
+            "breaker_percent": st.one_of(st.floats(allow_nan=True), st.sampled_from(["10", "10%"]), _ANY),
+            "breaker_max_nodes": st.one_of(st.integers(-5, 5), _ANY),
+            "window_hours": st.one_of(st.floats(-1, 5000), _ANY), "surprise": _ANY}), _ANY)},
+        "health_sweep_rows": {
+            "nodes": st.one_of(st.lists(st.fixed_dictionaries({
+                "name": st.one_of(st.sampled_from(["n1", "gpu-node-1"]), _ANY), "gpus": st.one_of(st.integers(0, 8), _ANY),
+                "verdict": st.one_of(st.just({"healthy": True, "blocking": [], "warnings": []}), NODE_HEALTH_VERDICTS),
+                "unresponsive": st.one_of(st.just([]), _ANY)}), max_size=2), _ANY),
+            "decisions": st.one_of(st.none(), st.lists(st.fixed_dictionaries({
+                "node": st.sampled_from(["n1", "gpu-node-1"]),
+                "action": st.one_of(st.sampled_from(["quarantine", "keep", "count", "release", "held", "healthy"]),
+                                    _ANY),
+                "healthy_sweeps": st.one_of(st.integers(0, 3), _ANY),
+                "quarantined_since": st.one_of(st.none(), st.just("2026-11-29T07:00:00Z"), _ANY)}), max_size=2), _ANY),
+            "unanswered": st.one_of(st.none(), st.lists(st.text(max_size=5), max_size=2), _ANY),
+            "now": st.one_of(st.just("2026-11-29T08:00:00Z"), _ANY),
+            "release_after": st.one_of(st.integers(1, 3), _ANY)},
+        "health_sweep_lines": {"report": st.one_of(st.fixed_dictionaries({
+            "nodes": st.one_of(st.lists(st.fixed_dictionaries({
+                "node": st.text(max_size=5), "state": st.sampled_from(["healthy", "quarantined"]),
+                "actions": st.one_of(st.lists(st.text(max_size=5), max_size=2), _ANY),
+                "findings": st.one_of(st.just([]), _ANY)}), max_size=2), _ANY),
+            "totals": st.one_of(st.dictionaries(st.sampled_from(["nodes", "healthy"]), st.integers(0, 9)), _ANY)}),
+            _ANY)}},
     "role_options": {"role_options": {
         "roles": st.one_of(st.lists(st.sampled_from(["gpu_node", "mig", "compute_mode", "containerd_runtime", "cluster",
                                                      "mps_control", "nope", "../roles/mig", "Mig", ""]), max_size=4),
@@ -614,4 +647,4 @@ FILTERS = {
 # refuses are tried (a valid one would let the role run its tasks on this machine), and every host must fail.
 ROLES = {"gpu_node": "site", "mig": "site", "compute_mode": "site", "containerd_runtime": "site", "cluster": "site",
          "container_toolkit": "site", "driver": "site",
-         "mps_control": "role"}
+         "mps_control": "role", "health_sweep": "role"}
