@@ -169,6 +169,9 @@ import json
 import os
 import tempfile
 
+# (first: the collection's module_utils below are compiled once, or read from the bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_report as hr
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
