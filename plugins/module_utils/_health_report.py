@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import datetime
 import html
+import math
 import re
 
 VERSION = 1
@@ -56,8 +57,7 @@ def _is_int(value):
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and value not in (float("inf"), float("-inf"))
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def parse_time(value):

@@ -128,7 +128,10 @@ report:
       description: The sweep - C(time) (RFC 3339, UTC), C(check_mode), C(id) and C(breaker) (C(open), C(limit),
         C(window_hours), C(quarantined_in_window), C(held)).
       type: dict
-    nodes: {description: The rows as validated, sorted by node name., type: list, elements: dict}
+    nodes:
+      description: The rows as validated (every key present), sorted by node name.
+      type: list
+      elements: dict
     totals:
       description: C(nodes), C(healthy), C(quarantined), C(newly_quarantined), C(released), C(held_by_breaker),
         C(unresponsive) (nodes per state or action) and C(findings) (of all nodes).

@@ -131,6 +131,11 @@ def _polylines(page):
     return [p.split() for p in re.findall(r'<polyline [^>]*points="([^"]*)"', page)]
 
 
+def ys(line):
+    """The y of each point of a polyline (SVG's y grows downwards: a higher count is a smaller y)."""
+    return [float(p.split(",")[1]) for p in line]
+
+
 def test_no_plot_without_an_earlier_sweep():
     doc = hr.report(sweep(), ROWS)
     assert "<svg" not in hr.render_html(doc, [])
@@ -144,8 +149,6 @@ def test_the_plot_has_one_point_per_sweep_and_both_series():
     assert page.count("<svg") == 1
     findings, quarantined = _polylines(page)
     assert len(findings) == len(quarantined) == 3            # two earlier sweeps and this one
-    def ys(line):                                           # SVG's y grows downwards: more is higher up
-        return [float(p.split(",")[1]) for p in line]
     assert ys(findings)[1] < ys(findings)[2] < ys(findings)[0]            # 6 findings, then 4 now, then 2 (oldest)
     assert ys(quarantined)[1] < ys(quarantined)[2] < ys(quarantined)[0]   # 3 quarantined, then 2 now, then 1 (oldest)
     xs = [float(p.split(",")[0]) for p in findings]
