@@ -291,6 +291,19 @@ MODULES = {
     # a healthy H200 node: nothing to reset; the fuzzer's policies and GPU lists must be refused or answered cleanly
     "gpu_health_reset": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"gpus": [0, 1]},
                              hints={"health_policy": HEALTH_POLICY}),
+    # The sweep's report, written into the sandbox: no node behind it (the sim rig is only its directory); the
+    # fuzzer's sweeps and rows must be refused naming the field, its dest paths refused or written cleanly.
+    "health_report": dict(rig="sim", args={
+        "dest": SANDBOX + "/reports",
+        "sweep": {"time": "2026-11-29T06:17:10Z", "check_mode": False, "id": "fuzz",
+                  "breaker": {"open": False, "limit": 3, "window_hours": 24, "quarantined_in_window": 0, "held": []}},
+        "rows": [{"node": "gpu-node-1", "gpus": 8, "state": "quarantined", "actions": ["quarantined"],
+                  "findings": [{"gpu": 3, "bus_id": "00000000:47:00.0", "kind": "xid_79", "message": "fell off the bus",
+                                "action": "block"}],
+                  "quarantined_since": "2026-11-29T06:17:10Z", "quarantine_seconds": 0}]},
+        # dest: the pool's files and odd paths, never one outside the sandbox (the module writes there)
+        hints={"dest": st.one_of(st.just(SANDBOX + "/reports"), paths().filter(
+            lambda p: p.startswith(SANDBOX) or not (p.startswith("/") or ".." in p)))}),
     "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
                        args={"gpus": ["0", "1"], "config_name": "all-balanced"},
                        hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},
