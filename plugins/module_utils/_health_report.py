@@ -25,15 +25,19 @@ import math
 import re
 
 VERSION = 1
-STATES = ("healthy", "quarantined", "released", "held_by_breaker", "unresponsive")
+# ("unhealthy": a blocking finding where no cluster was there to quarantine the node)
+STATES = ("healthy", "unhealthy", "quarantined", "released", "held_by_breaker", "unresponsive")
 FINDING_ACTIONS = ("block", "warn")
 # The action that says a row's node was quarantined by this sweep (the quarantine module's wording).
 NEWLY_QUARANTINED = "quarantined"
 ROW_KEYS = ("node", "gpus", "state", "findings", "actions", "quarantined_since", "quarantine_seconds")
 FINDING_KEYS = ("gpu", "bus_id", "kind", "message", "action")
 BREAKER_KEYS = ("open", "limit", "window_hours", "quarantined_in_window", "held")
+# what health_quarantine's breaker also says, kept as given: the GPU nodes counted, the percentage and the bound, the
+# nodes this sweep quarantined
+BREAKER_MORE = ("gpu_nodes", "percent", "max_nodes", "quarantined_now")
 SWEEP_KEYS = ("time", "check_mode", "id", "breaker")
-TOTALS = ("nodes", "healthy", "quarantined", "newly_quarantined", "released", "held_by_breaker", "unresponsive",
+TOTALS = ("nodes", "healthy", "unhealthy", "quarantined", "newly_quarantined", "released", "held_by_breaker", "unresponsive",
           "findings")
 
 PREFIX = "health-report-"
@@ -112,26 +116,39 @@ def _sweep(sweep, errors):
         errors.append("sweep.id: must be a non-empty string naming the sweep, not %r" % (sweep_id,))
     out["id"] = sweep_id
     breaker = sweep.get("breaker")
-    if not isinstance(breaker, dict):
-        errors.append("sweep.breaker: must be a dict with %s, not %r" % (", ".join(BREAKER_KEYS), breaker))
+    if breaker is None:
+        # no cluster: nothing was quarantined, no breaker counted
+        out["breaker"] = None
         return out
-    errors.extend(_unknown("sweep.breaker", breaker, BREAKER_KEYS))
+    if not isinstance(breaker, dict):
+        errors.append("sweep.breaker: must be null (no cluster) or a dict with %s, not %r" % (
+            ", ".join(BREAKER_KEYS), breaker))
+        return out
+    errors.extend(_unknown("sweep.breaker", breaker, BREAKER_KEYS + BREAKER_MORE))
     checks = (("open", lambda v: isinstance(v, bool), "true or false"),
               ("limit", lambda v: _is_int(v) and v >= 0, "an integer, 0 or more"),
-              ("window_hours", lambda v: _is_number(v) and v > 0, "a number of hours above 0"),
-              ("quarantined_in_window", lambda v: _is_int(v) and v >= 0, "an integer, 0 or more"))
+              ("window_hours", lambda v: _is_number(v) and v >= 0, "a number of hours, 0 or more"),
+              ("quarantined_in_window", lambda v: (_is_int(v) and v >= 0) or _names(v),
+               "an integer, 0 or more, or the list of those nodes' names"))
     out["breaker"] = {}
     for key, good, valid in checks:
         value = breaker.get(key)
         if not good(value):
             errors.append("sweep.breaker.%s: must be %s, not %r" % (key, valid, value))
-        out["breaker"][key] = value
+        out["breaker"][key] = len(value) if isinstance(value, list) else value
+    for key in BREAKER_MORE:
+        if key in breaker:
+            out["breaker"][key] = sorted(breaker[key]) if isinstance(breaker[key], list) else breaker[key]
     held = breaker.get("held", [])
     if not isinstance(held, list) or not all(isinstance(n, str) and n for n in held):
         errors.append("sweep.breaker.held: must be a list of node names, not %r" % (held,))
     else:
         out["breaker"]["held"] = sorted(held)
     return out
+
+
+def _names(value):
+    return isinstance(value, list) and all(isinstance(n, str) and n for n in value)
 
 
 def _finding(where, finding, errors):
@@ -306,8 +323,9 @@ def _finding_text(finding):
 
 def _breaker_text(breaker):
     state = "OPEN" if breaker["open"] else "closed"
-    text = "breaker %s: %d quarantined in the last %s h (limit %d)" % (
-        state, breaker["quarantined_in_window"], _number(breaker["window_hours"]), breaker["limit"])
+    text = "breaker %s: %d quarantined in the last %s h (limit %d%s)" % (
+        state, breaker["quarantined_in_window"], _number(breaker["window_hours"]), breaker["limit"],
+        (" of %d GPU nodes" % breaker["gpu_nodes"]) if breaker.get("gpu_nodes") is not None else "")
     if breaker["held"]:
         text += "; held back: %s" % ", ".join(breaker["held"])
     return text
@@ -320,7 +338,7 @@ def _number(value):
 STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
          "th,td{border:1px solid #bbb;padding:.3em .6em;vertical-align:top;text-align:left}"
          "th{background:#eee}ul{margin:0;padding-left:1.2em}.check{font-weight:bold;color:#a60}"
-         ".open{font-weight:bold;color:#b00}.s-quarantined,.s-unresponsive,.s-held_by_breaker{background:#fdd}"
+         ".open{font-weight:bold;color:#b00}.s-quarantined,.s-unhealthy,.s-unresponsive,.s-held_by_breaker{background:#fdd}"
          ".s-released{background:#dfd}")
 
 
@@ -398,7 +416,10 @@ def render_html(doc, history=()):
     else:
         out.append("<p>applied: the quarantines and releases below were marked on the nodes</p>")
     breaker = sweep["breaker"]
-    out.append('<p class="%s">%s</p>' % ("open" if breaker["open"] else "closed", _e(_breaker_text(breaker))))
+    if breaker is None:
+        out.append("<p>no cluster: the findings are reported, no node was marked</p>")
+    else:
+        out.append('<p class="%s">%s</p>' % ("open" if breaker["open"] else "closed", _e(_breaker_text(breaker))))
     out.append("<p>%s</p>" % _e(", ".join("%s: %d" % (k.replace("_", " "), counts[k]) for k in TOTALS)))
     out.append("<table>")
     out.append("<tr><th>node</th><th>GPUs</th><th>state</th><th>findings</th><th>actions</th>"

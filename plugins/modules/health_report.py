@@ -33,15 +33,18 @@ options:
   sweep:
     description:
       - "The sweep: C(time) (RFC 3339 with an offset, such as C(2026-11-29T06:17:10Z); written in UTC, whole
-        seconds), C(check_mode) (bool, default false), C(id) (a non-empty string) and C(breaker): C(open) (bool),
-        C(limit) (int), C(window_hours) (a number above 0), C(quarantined_in_window) (int) and C(held) (the node
-        names the open breaker held back, default none)."
+        seconds), C(check_mode) (bool, default false), C(id) (a non-empty string) and C(breaker): null where no
+        cluster was swept, else M(gpuops.nvidia.health_quarantine)'s RV(gpuops.nvidia.health_quarantine#module:breaker)
+        - C(open) (bool), C(limit) (int), C(window_hours) (a number, 0 or more), C(quarantined_in_window) (the
+        nodes' names, or their count) and C(held) (the node names the open breaker held back, default none), and
+        optionally C(gpu_nodes), C(percent), C(max_nodes) and C(quarantined_now), kept as given."
       - An unknown key or a bad value is an error naming the field and what is valid; nothing is written.
     type: dict
     required: true
   rows:
     description:
-      - "One row per node: C(node) (name), C(gpus) (count), C(state) (one of C(healthy), C(quarantined),
+      - "One row per node: C(node) (name), C(gpus) (count), C(state) (one of C(healthy), C(unhealthy) (a blocking
+        finding where no cluster quarantines), C(quarantined),
         C(released), C(held_by_breaker), C(unresponsive)), C(findings) (a list of C(gpu) (index or null),
         C(bus_id) (or null), C(kind), C(message), C(action) (C(block) or C(warn))), C(actions) (strings, such as
         C(quarantined) or C(healthy sweep 1 of 2)), C(quarantined_since) (RFC 3339 or null) and

@@ -38,7 +38,7 @@ ROWS = [
 def test_totals_and_rows_sorted_by_node():
     doc = hr.report(sweep(), ROWS)
     assert [r["node"] for r in doc["nodes"]] == ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"]
-    assert doc["totals"] == {"nodes": 6, "healthy": 1, "quarantined": 2, "newly_quarantined": 1, "released": 1,
+    assert doc["totals"] == {"nodes": 6, "healthy": 1, "unhealthy": 0, "quarantined": 2, "newly_quarantined": 1, "released": 1,
                              "held_by_breaker": 1, "unresponsive": 1, "findings": 4}
     assert doc["version"] == 1 and doc["sweep"]["breaker"]["held"] == []
 
@@ -52,7 +52,7 @@ def test_times_are_written_in_utc_and_omitted_keys_get_their_defaults():
 
 
 @pytest.mark.parametrize("rows,words", [
-    ([row("gpu-a", "sick")], "rows[0] (node gpu-a).state: 'sick' is not one of healthy, quarantined, released, "
+    ([row("gpu-a", "sick")], "rows[0] (node gpu-a).state: 'sick' is not one of healthy, unhealthy, quarantined, released, "
                              "held_by_breaker, unresponsive"),
     ([row("gpu-a"), row("gpu-b", gpus=-1)], "rows[1] (node gpu-b).gpus: must be the node's GPU count"),
     ([row("gpu-a", findings=[finding(action="reset")])],
@@ -77,7 +77,7 @@ def test_a_bad_row_is_refused_naming_the_row_and_field(rows, words):
     (dict(sweep(), check_mode="yes"), "sweep.check_mode: must be true or false"),
     (dict(sweep(), id=""), "sweep.id: must be a non-empty string"),
     (sweep(limit=-1), "sweep.breaker.limit: must be an integer, 0 or more, not -1"),
-    (sweep(window_hours=0), "sweep.breaker.window_hours: must be a number of hours above 0"),
+    (sweep(window_hours=-1), "sweep.breaker.window_hours: must be a number of hours, 0 or more"),
     (sweep(held="gpu-a"), "sweep.breaker.held: must be a list of node names"),
     ([], "sweep: must be a dict"),
 ])
@@ -196,3 +196,19 @@ def test_stamps():
     assert hr.report_files(TIME) == ("health-report-20261129T061710Z.json", "health-report-20261129T061710Z.html")
     assert hr.stamp_of("health-report-20261129T061710Z.html") == "20261129T061710Z"
     assert hr.stamp_of("health-report-latest.json") is None
+
+
+def test_the_quarantine_breaker_as_health_quarantine_returns_it_and_no_cluster():
+    """health_quarantine's breaker (the nodes in the window by name, and what it also says) is taken as it comes; a
+    sweep without a cluster has no breaker and rows in state unhealthy."""
+    given = {"open": True, "limit": 2, "window_hours": 24.0, "quarantined_in_window": ["gpu-a", "gpu-b"],
+             "held": ["gpu-c"], "gpu_nodes": 20, "percent": 10.0, "max_nodes": 10, "quarantined_now": []}
+    doc = hr.report(sweep(**given), [row("gpu-c", "held_by_breaker")])
+    assert doc["sweep"]["breaker"]["quarantined_in_window"] == 2 and doc["sweep"]["breaker"]["gpu_nodes"] == 20
+    assert "breaker OPEN: 2 quarantined in the last 24 h (limit 2 of 20 GPU nodes); held back: gpu-c" in \
+        hr.render_html(doc, [])
+    alone = hr.report(dict(sweep(), breaker=None), [row("gpu-a", "unhealthy")])
+    assert alone["sweep"]["breaker"] is None and alone["totals"]["unhealthy"] == 1
+    assert "no cluster: the findings are reported, no node was marked" in hr.render_html(alone, [])
+    with pytest.raises(hr.ReportError, match="sweep.breaker: unknown key"):
+        hr.report(sweep(surprise=1), [])

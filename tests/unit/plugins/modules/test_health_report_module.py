@@ -129,7 +129,7 @@ def test_an_unreadable_earlier_report_is_left_out_with_a_warning(tmp_path):
 
 @pytest.mark.parametrize("more,words", [
     ({"rows": [dict(ROWS[0], state="broken")]},
-     "rows[0] (node gpu-b).state: 'broken' is not one of healthy, quarantined, released, held_by_breaker, "
+     "rows[0] (node gpu-b).state: 'broken' is not one of healthy, unhealthy, quarantined, released, held_by_breaker, "
      "unresponsive"),
     ({"sweep": dict(SWEEP, time="now")}, "sweep.time: 'now' is not an RFC 3339 time"),
     ({"keep": 0}, "keep: 0 is not a number of reports to keep (1 to 100000)"),
