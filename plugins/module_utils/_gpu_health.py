@@ -318,7 +318,9 @@ def _dcgm_findings(diag, gpus):
     return out
 
 
-def _xid_kind(event):
+def xid_kind(event):
+    """The finding kind of an Xid event (``_xid.classify``'s "fatal" and "cause"): xid_fatal, xid_application or
+    xid_gpu."""
     if event["fatal"]:
         return "xid_fatal"
     return "xid_application" if event["cause"] == "application" else "xid_gpu"
@@ -362,7 +364,7 @@ def findings(health):
         if key in seen:
             seen[key]["times"] += 1
             continue
-        kind = _xid_kind(event)
+        kind = xid_kind(event)
         fix = event["recommended"]
         if kind == "xid_fatal":
             fix += "; the Xid stays in this boot's kernel log, so the gate clears after a reboot (or set xid_fatal to " \
