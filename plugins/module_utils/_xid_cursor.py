@@ -17,7 +17,8 @@ The cursor file (``gpu_health_read``'s ``cursor_path``) holds::
 - another boot id: the node rebooted (``rebooted``): every line of this boot is new and the previous boot's events are
   dropped (a reboot clears what they asked for);
 - the same boot: the lines after the cursor's line are new (found by its timestamp and text, so lines logged in the
-  same microsecond are told apart by their order); where the oldest line the log still has is newer than the cursor's
+  same microsecond are told apart by their order, the same text twice in one microsecond counting once across a
+  sweep's boundary); where the oldest line the log still has is newer than the cursor's
   and the cursor's line is gone, the log rotated past it (``rotated``: lines may have been missed) and every line is
   new. The events kept keep blocking whether or not their lines are still in the log.
 """
