@@ -10,7 +10,8 @@ A health read (both backends return it) is {"backend", "gpus": [per GPU], "kerne
 modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
 None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu", "bus_id", "bus_id_source",
 "seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or {"seconds", "not_read": [the
-GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
+GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus shows and NVML does not list
+is the node finding ``gpu_missing`` (``missing_gpus``).
 A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
 ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
 its value (the NVML call behind each field is named in docs/health.md):

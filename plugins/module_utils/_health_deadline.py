@@ -130,8 +130,7 @@ def _records(pid, fd, deadline, clock):
     failed), it kills and reaps the child."""
     ended = []
     try:
-        for item in _records_until_end(pid, fd, deadline, clock, ended):
-            yield item
+        yield from _records_until_end(pid, fd, deadline, clock, ended)
     finally:
         if not ended:
             _end(pid, fd, kill=True)
@@ -186,7 +185,7 @@ def read_health(open_backend, open_host, deadline=DEFAULT_DEADLINE, kernel_log=T
     backend (_gpu_backend.get_backend; it may start NVML); ``open_host``: () -> the reader of the kernel log and the PCI
     bus (_gpu_backend.get_host_reader); both called in the child only. ``kernel_log``: read it (else it is not read:
     {"readable": False, "reason": ...}). Raises HealthReadError where a part fails rather than hangs."""
-    if not deadline > 0:
+    if deadline <= 0:
         raise ValueError("deadline must be more than 0 seconds; got %r" % (deadline,))
     gpus, unresponsive, identities = {}, [], {}
     backend_kind = None

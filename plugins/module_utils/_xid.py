@@ -15,7 +15,8 @@ The driver writes one line per Xid event to the kernel log, in these forms (real
   (an NVIDIA developer forum report on driver 595.71.05)
 - older drivers wrote the bus id without ``PCI:``: ``NVRM: Xid (0000:01:00): 3, C 00000005 ...``.
 Lines may carry a prefix (dmesg's ``[ 269.517039]``, syslog's ``Jan 18 11:38:05 host kernel:``); the parser finds the
-``NVRM: Xid`` part wherever it is.
+``NVRM: Xid`` part wherever it is. The bus id is ``domain:bus:device`` without the function; it is matched to NVML's
+``00000000:47:00.0`` by the three numbers.
 
 The NVSwitch driver (nvidia-nvswitch) writes SXid lines, one event over several lines with the same code, the bus id
 being the NVSwitch's own (with its function); ``parse_sxid_line`` reads them (real lines, as published):
@@ -25,8 +26,7 @@ being the NVSwitch's own (with its function); ``parse_sxid_line`` reads them (re
   570.195.03)
 - ``nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, ...}`` (leptonai/gpud pull
   request 338, a node's dmesg; 12028 is the "egress non-posted PRIV error" of NVIDIA's Fabric Manager user guide)
-The line that says ``Fatal`` or ``Non-fatal`` is the event; its ``Severity`` and ``Data`` lines only add detail. The bus id is ``domain:bus:device`` without the function; it is matched to NVML's
-``00000000:47:00.0`` by the three numbers.
+The line that says ``Fatal`` or ``Non-fatal`` is the event; its ``Severity`` and ``Data`` lines only add detail.
 
 The catalog (``CATALOG``) is NVIDIA's "Xid Catalog" for Ampere and newer GPUs:
 https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html and its Xid-Catalog.xlsx ("Catalog" sheet), as

@@ -100,7 +100,7 @@ def event(ts, line):
 
 
 def fatal_xid(found):
-    """The default of ``advance``'s ``keep``: a fatal Xid (``_xid.classify``) keeps blocking for the rest of the boot."""
+    """``advance``'s default ``keep``: a fatal Xid (``_xid.classify``) keeps blocking for the rest of the boot."""
     return found["type"] == "xid" and bool(found["fatal"])
 
 

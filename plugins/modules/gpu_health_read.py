@@ -26,7 +26,7 @@ description:
     boot id (C(/proc/sys/kernel/random/boot_id)) drops them.
   - RV(health) is the policy's verdict over the GPUs' read and this boot's outstanding Xid events (the cursor's and the
     new ones), in the shape of M(gpuops.nvidia.gpu_info)'s RV(gpuops.nvidia.gpu_info#module:health) without each GPU's
-    read fields; RV(health.gate) is the verdict as M(gpuops.nvidia.node_health) takes it.
+    read fields; its C(gate) is the verdict as M(gpuops.nvidia.node_health) takes it.
   - Changes nothing on the GPUs. The only write is the cursor file, and only when new Xid or SXid lines or a new boot
     were seen (or there was no usable cursor), so a sweep that finds nothing new reports C(changed=false).
   - With the environment variable C(GPUOPS_SIMULATED_GPUS) set, works on simulated GPUs (their fault C(hang) makes a
