@@ -14,6 +14,10 @@ import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import ENV_HOST, ENV_ROOT, ENV_SHAPE, ENV_STATE
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import missing_gpus
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import bus_gpus
+from ansible_collections.gpuops.nvidia.plugins.module_utils._xid import read_kernel_log_timed
+
+BOOT_ID = "proc/sys/kernel/random/boot_id"
 
 
 def module_runner(module):
@@ -58,3 +62,37 @@ def read_facts(run_command=None, health=False):
         return facts, read
     finally:
         backend.close()
+
+
+class HostReader(object):
+    """What a health sweep reads of a real node besides NVML, without starting NVML (which may be what hangs): this
+    boot's kernel log with timestamps and the boot id, and the GPUs PCI sysfs shows."""
+
+    def __init__(self, run_command=None, root="/"):
+        self.run_command = run_command
+        self.root = root
+
+    def read_kernel_log_timed(self):
+        """_xid.read_kernel_log_timed's answer and "boot_id" (R/proc/sys/kernel/random/boot_id; None when it cannot be
+        read)."""
+        answer = read_kernel_log_timed(self.run_command)
+        try:
+            with open(os.path.join(self.root, BOOT_ID)) as handle:
+                answer["boot_id"] = handle.read().strip() or None
+        except (IOError, OSError):
+            answer["boot_id"] = None
+        return answer
+
+    def read_pci(self):
+        return bus_gpus(self.root)
+
+    def close(self):
+        pass
+
+
+def get_host_reader(run_command=None):
+    """The reader of the node below NVML for a health sweep (kernel log, boot id, PCI bus): the simulator where
+    GPUOPS_SIMULATED_GPUS is set (its NVML starts only at a GPU read), else ``HostReader``."""
+    if os.environ.get(ENV_STATE):
+        return get_backend(run_command=run_command)
+    return HostReader(run_command=run_command)

@@ -7,8 +7,11 @@ release. Pure: no I/O (the read is each backend's ``read_health``; the kernel lo
 A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
 "reason", "lines" (its Xid lines)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``: {"readable", "root", "gpus":
 [{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not read (a simulator without a
-modelled host), and "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
-None)}. A GPU the bus shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
+modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
+None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu", "bus_id", "bus_id_source",
+"seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or {"seconds", "not_read": [the
+GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus shows and NVML does not list
+is the node finding ``gpu_missing`` (``missing_gpus``).
 A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
 ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
 its value (the NVML call behind each field is named in docs/health.md):
@@ -99,6 +102,14 @@ FINDING_KINDS = {
                         "check nv-hostengine and dcgmi on this node, or turn the diagnostic off"),
     "kernel_log_unreadable": ("warn", "the kernel log could not be read, so Xid events are not known",
                               "let the collection read journalctl -k or dmesg on this node"),
+    # the health read with a deadline (_health_deadline, gpu_health_read): a GPU or the node's NVML that never answers
+    # (a hung GPU or driver) is a finding, never a hung job. Xid 79 (fallen off the bus), 119 and 120 (GSP timeout,
+    # GSP error) are the usual companions in the kernel log (NVIDIA's Xid catalog).
+    "gpu_unresponsive": ("block", "NVML did not answer for this GPU within the deadline",
+                         "the GPU needs a reset, or the node a reboot (look for Xid 79, 119 or 120 in the kernel log); "
+                         + GATE_CLEARS),
+    "nvml_unresponsive": ("block", "NVML did not answer (its start or the GPU count) within the deadline",
+                          "the node needs a reboot (look for Xid 79, 119 or 120 in the kernel log); " + GATE_CLEARS),
 }
 DEFAULT_POLICY = dict((kind, entry[0]) for kind, entry in FINDING_KINDS.items())
 # Blocking findings that a GPU reset clears where the GPU is idle: a pending row remap is applied at the next GPU reset
@@ -237,13 +248,42 @@ def missing_gpus(health):
     may be one of those the bus shows: while no more GPUs are unmatched than such lost entries, none is missing (the
     lost GPU is its own finding)."""
     pci = health.get("pci")
-    if not isinstance(pci, dict) or not pci.get("readable"):
+    if not isinstance(pci, dict) or not pci.get("readable") or health.get("nvml_unresponsive"):
         return []
-    gpus = health.get("gpus") or []
+    gpus = _nvml_gpus(health)
     listed = set(sysfs_bus_id(g.get("pci_bus_id")) for g in gpus)
     unnamed = len([g for g in gpus if sysfs_bus_id(g.get("pci_bus_id")) is None])
     missing = [dict(g) for g in pci.get("gpus") or [] if sysfs_bus_id(g.get("bus_id")) not in listed]
     return missing if len(missing) > unnamed else []
+
+
+def _nvml_gpus(health):
+    """The GPUs NVML lists: those it read, and those it did not answer for in time (by their bus id where known)."""
+    return list(health.get("gpus") or []) + [{"index": g.get("gpu"), "pci_bus_id": g.get("bus_id")}
+                                             for g in health.get("unresponsive") or []]
+
+
+def _unresponsive_findings(health):
+    out = []
+    for gpu in health.get("unresponsive") or []:
+        where = {"pci": "bus id from the PCI bus: the one GPU there NVML did not answer for",
+                 "nvml": "bus id as NVML named it before the read stopped answering"}.get(gpu.get("bus_id_source"),
+                                                                                          "bus id not known")
+        out.append(_finding("gpu_unresponsive", gpu.get("gpu"), gpu.get("bus_id"),
+                            "no answer to the health read within the deadline of %s s; %s" % (
+                                _seconds(gpu.get("seconds")), where)))
+    stuck = health.get("nvml_unresponsive")
+    if stuck:
+        unread = stuck.get("not_read")
+        out.append(_finding("nvml_unresponsive", None, None, "no answer within the deadline of %s s%s" % (
+            _seconds(stuck.get("seconds")),
+            "; GPUs not read: %s" % ", ".join(str(i) for i in unread) if unread else
+            "; no GPU of this node could be read")))
+    return out
+
+
+def _seconds(value):
+    return ("%g" % value) if isinstance(value, (int, float)) else str(value)
 
 
 def _missing_fix(gpu):
@@ -279,7 +319,9 @@ def _dcgm_findings(diag, gpus):
     return out
 
 
-def _xid_kind(event):
+def xid_kind(event):
+    """The finding kind of an Xid event (``_xid.classify``'s "fatal" and "cause"): xid_fatal, xid_application or
+    xid_gpu."""
     if event["fatal"]:
         return "xid_fatal"
     return "xid_application" if event["cause"] == "application" else "xid_gpu"
@@ -299,7 +341,7 @@ def findings(health):
     "summary"}], in ``order_key``'s order. Xid events are deduplicated per GPU and code (the first line of each is
     kept, with how many times it was logged); an Xid on the bus of a GPU NVML does not list is that GPU's (its bus id
     as sysfs writes it, next to its gpu_missing finding), not a bus of no GPU."""
-    out = []
+    out = _unresponsive_findings(health)
     gpus = health.get("gpus") or []
     for gpu in gpus:
         for kind, detail in gpu_findings(gpu):
@@ -311,11 +353,11 @@ def findings(health):
     out.extend(_dcgm_findings(health.get("dcgm"), gpus))
     log = health.get("kernel_log") or {}
     if not log.get("readable"):
+        # (the lines of an unreadable log are none, but for a sweep's Xid events kept from this boot's earlier reads)
         out.append(_finding("kernel_log_unreadable", None, None, log.get("reason") or "kernel log not readable"))
-        return _ordered(out)
     unlisted = _unlisted_gpus(health)
     seen = {}
-    for event in xid_events(log.get("lines") or [], gpus):
+    for event in xid_events(log.get("lines") or [], [g for g in _nvml_gpus(health) if g.get("index") is not None]):
         if event["gpu"] is None and bus_key(event["pci_bus_id"]) in unlisted:
             # the GPU the bus shows there and NVML does not list (the one that fell off): its finding's bus id
             event["pci_bus_id"], event["unlisted"] = unlisted[bus_key(event["pci_bus_id"])]
@@ -323,7 +365,7 @@ def findings(health):
         if key in seen:
             seen[key]["times"] += 1
             continue
-        kind = _xid_kind(event)
+        kind = xid_kind(event)
         fix = event["recommended"]
         if kind == "xid_fatal":
             fix += "; the Xid stays in this boot's kernel log, so the gate clears after a reboot (or set xid_fatal to " \
@@ -353,7 +395,7 @@ def _unlisted_gpus(health):
     if not isinstance(pci, dict) or not pci.get("readable"):
         return {}
     missing = set(sysfs_bus_id(g.get("bus_id")) for g in missing_gpus(health))
-    listed = set(sysfs_bus_id(g.get("pci_bus_id")) for g in health.get("gpus") or [])
+    listed = set(sysfs_bus_id(g.get("pci_bus_id")) for g in _nvml_gpus(health))
     out = {}
     for gpu in pci.get("gpus") or []:
         bus_id = sysfs_bus_id(gpu.get("bus_id"))
@@ -389,7 +431,7 @@ def _summarize(finding):
     """The line a user reads: "GPU 3 (00000000:47:00.0): remapped rows pending (...) - reset the GPU or reboot; ..."."""
     index, bus_id = finding["gpu"], finding["pci_bus_id"]
     at_gpu = finding.pop("gpu_at_bus", False) or finding["kind"] == "gpu_missing"
-    who = "node" if index is None else "GPU %d (%s)" % (index, bus_id)
+    who = "node" if index is None else "GPU %d (%s)" % (index, bus_id or "bus id unknown")
     if index is None and bus_id:
         who = ("GPU (PCI %s)" if at_gpu else "node (PCI %s)") % bus_id
     finding["summary"] = "%s: %s%s - %s" % (who, finding.pop("words"),

@@ -335,6 +335,16 @@ class NvmlBackend(GpuBackend):
     def read_kernel_log(self):
         return read_kernel_log(self.run_command)
 
+    def health_indexes(self):
+        """The indexes of the GPUs NVML lists (nvmlDeviceGetCount), for a health read GPU by GPU."""
+        return list(range(self._call(self.nvml.nvmlDeviceGetCount)))
+
+    def read_gpu_identity(self, index):
+        """GPU ``index``'s bus id as NVML names it (nvmlDeviceGetPciInfo), before its health is read: {"index",
+        "pci_bus_id"}; NvmlError where NVML refuses (a lost GPU)."""
+        h = self._handle(index)
+        return {"index": index, "pci_bus_id": _text(self._call(self.nvml.nvmlDeviceGetPciInfo, h).busId)}
+
     def read_gpu_health(self, index):
         lost_code = getattr(self.nvml, "NVML_ERROR_GPU_IS_LOST", 15)
         entry = {"index": index}

@@ -41,8 +41,10 @@ the code says so):
 - Health (_simulator_health): each GPU's ECC counts, row remapping, NVLinks, PCIe link, clock event reasons,
   temperature and fabric state, answered NOT_SUPPORTED where NVML does for that generation and machine shape; a lost
   GPU (every call answers GPU_IS_LOST, a reboot brings it back); a GPU missing from NVML (not listed, its PCI function
-  still in the host tree; a reboot brings it back); this boot's kernel log with Xid lines. Test hooks:
-  ``inject_health``, ``add_xid``, ``set_kernel_log_readable``.
+  still in the host tree; a reboot brings it back); a GPU whose health read hangs (fault ``hang``: the read blocks
+  until its process is killed, as NVML does on a GPU whose driver never answers; a reboot ends it); this boot's kernel
+  log with Xid lines, each with its monotonic timestamp, and the boot's id (a reboot gives a new one). Test hooks:
+  ``inject_health``, ``add_xid``, ``set_kernel_log_readable``, ``rotate_kernel_log``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -56,6 +58,7 @@ import json
 import os
 import signal
 import tempfile
+import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
@@ -201,6 +204,7 @@ class SimulatedBackend(GpuBackend):
                          "nouveau": opts["nouveau"], "secure_boot": opts["secure_boot"], "kernel": opts["kernel"],
                          "fabric_manager": True,
                          "nvidia_address": host.load_address(self.root)}
+        self._write_boot_id(state)
 
     def _follow_driver_load(self, state):
         """A driver loaded again since the state last saw it (nvidia's load address in R/proc/modules changed: the
@@ -326,17 +330,73 @@ class SimulatedBackend(GpuBackend):
 
     def read_health(self):
         """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health); where the host is
-        modelled (GPUOPS_SIMULATED_ROOT), the GPUs its PCI tree shows, read as the real backend reads sysfs."""
+        modelled (GPUOPS_SIMULATED_ROOT), the GPUs its PCI tree shows, read as the real backend reads sysfs. A GPU with
+        the fault ``hang`` blocks the read (``read_gpu_health``)."""
+        gpus = [self.read_gpu_health(index) for index in self.health_indexes()]
+        with self._locked(write=False) as state:
+            return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
+                    "pci": self.read_pci()}
+
+    def health_indexes(self):
+        """The indexes of the GPUs NVML lists (its device count; a GPU missing from NVML is not listed)."""
         self._nvml()
         with self._locked(write=False) as state:
-            gpus = [sim_health.health_facts(state, g) for g in sim_health.listed(state)]
-            if (state.get("host") or {}).get("fabric_manager") and self.root and not host.fabric_registered(self.root):
-                # no Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet
-                for entry in gpus:
-                    if isinstance(entry.get("fabric"), dict):
-                        entry["fabric"]["state"] = "not_started"
-            return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
-                    "pci": bus_gpus(self.root) if host.modelled(self.root) else None}
+            return [g["index"] for g in sim_health.listed(state)]
+
+    def read_gpu_identity(self, index):
+        """GPU ``index``'s bus id as NVML names it, before its health is read: {"index", "pci_bus_id"}."""
+        self._nvml()
+        with self._locked(write=False) as state:
+            gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
+            return {"index": index, "pci_bus_id": gpu["pci_bus_id"]}
+
+    def read_gpu_health(self, index):
+        """One GPU's health entry (_simulator_health.health_facts). A GPU with the fault ``hang`` does not answer: the
+        read waits in short sleeps, the state's lock released, until its process is killed (the deadline of
+        _health_deadline) or the fault is set false (then it answers)."""
+        self._nvml()
+        while True:
+            with self._locked(write=False) as state:
+                gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
+                if not sim_health.is_hung(gpu):
+                    entry = sim_health.health_facts(state, gpu)
+                    break
+            time.sleep(0.05)
+        if self.root and isinstance(entry.get("fabric"), dict) and not host.fabric_registered(self.root):
+            with self._locked(write=False) as state:
+                if (state.get("host") or {}).get("fabric_manager"):
+                    # no Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet
+                    entry["fabric"]["state"] = "not_started"
+        return entry
+
+    def read_pci(self):
+        """The GPUs the modelled host's PCI tree shows (as the real backend reads sysfs), or None without a host."""
+        return bus_gpus(self.root) if host.modelled(self.root) else None
+
+    def read_kernel_log_timed(self):
+        """This boot's simulated kernel log with monotonic timestamps and the boot id
+        (_simulator_health.kernel_log_timed); where the host is modelled and shows
+        R/proc/sys/kernel/random/boot_id, the boot id is read from there, as on a real node."""
+        with self._locked(write=False) as state:
+            answer = sim_health.kernel_log_timed(state)
+        path = os.path.join(self.root, "proc", "sys", "kernel", "random", "boot_id") if self.root else None
+        if path and os.path.isfile(path):
+            with open(path) as handle:
+                answer["boot_id"] = handle.read().strip() or answer["boot_id"]
+        return answer
+
+    def _write_boot_id(self, state):
+        """The modelled host's R/proc/sys/kernel/random/boot_id for this boot (nothing without a host)."""
+        if not host.modelled(self.root):
+            return
+        directory = os.path.join(self.root, "proc", "sys", "kernel", "random")
+        try:
+            if not os.path.isdir(directory):
+                os.makedirs(directory)
+            with open(os.path.join(directory, "boot_id"), "w") as handle:
+                handle.write(sim_health.boot_id(state) + "\n")
+        except (IOError, OSError) as exc:
+            raise GpuBackendError("cannot write the simulated boot id under %s: %s" % (self.root, exc))
 
     def driver_loaded(self):
         """Test hook for the kmod stand-in, once it has loaded nvidia: what the load did to the GPUs
@@ -573,6 +633,7 @@ class SimulatedBackend(GpuBackend):
             _gpus_after_driver_start(state)
             sim_health.after_reboot(state)
             self._boot_host(state)
+            self._write_boot_id(state)
             if self.root and state.get("host"):
                 state["host"]["nvidia_address"] = host.load_address(self.root)  # this boot's load, not a reload
             state["call_log"].append({"n": state["mutating_calls"], "event": "reboot", "boot_id": state["boot_id"]})
@@ -656,11 +717,16 @@ class SimulatedBackend(GpuBackend):
         with self._locked() as state:
             sim_health.inject(state, gpu_by_index(state, index), fault, value, link)
 
-    def add_xid(self, index, code, message=None, pid=None):
-        """Test hook: the driver logs Xid ``code`` for GPU ``index`` in this boot's simulated kernel log; returns the
-        line. A reboot starts a new, empty log."""
+    def add_xid(self, index, code, message=None, pid=None, ts=None):
+        """Test hook: the driver logs Xid ``code`` for GPU ``index`` in this boot's simulated kernel log, at ``ts``
+        seconds after boot (default: after the log's last line); returns the line. A reboot starts a new, empty log."""
         with self._locked() as state:
-            return sim_health.add_xid(state, gpu_by_index(state, index), code, message, pid)
+            return sim_health.add_xid(state, gpu_by_index(state, index), code, message, pid, ts)
+
+    def rotate_kernel_log(self, count):
+        """Test hook: the kernel log drops its ``count`` oldest lines (rotated past them)."""
+        with self._locked() as state:
+            sim_health.rotate_kernel_log(state, count)
 
     def set_kernel_log_readable(self, readable):
         """Test hook: False makes the kernel log unreadable (no journal, dmesg restricted)."""

@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
@@ -68,8 +69,16 @@ FAULTS = {
     "clock_events": "list of clock event reason names", "temperature": "degrees C",
     "fabric_state": "not_started, in_progress or completed", "fabric_status": "SUCCESS or an NVML error name",
     "fabric_degraded": "bool",
+    "hang": "the GPU's health read blocks, as a GPU whose driver never answers, until the reading process is killed "
+            "or the fault is set false (bool)",
     "healthy": "back to the healthy defaults (any value)",
 }
+
+# The simulated kernel log's clock: the first Xid of a boot at this many seconds after boot, each next one this much
+# later (deterministic, so a test's timestamps do not depend on the machine's speed).
+_LOG_FIRST_TS = 60.0
+_LOG_STEP_TS = 1.5
+_BOOT_NAMESPACE = uuid.UUID("6f3f1a52-0c1e-4d55-9a8e-3d7f6c2b9e41")
 
 
 def _model(gpu):
@@ -105,6 +114,10 @@ def default_health():
 
 def is_lost(gpu):
     return bool((gpu.get("health") or {}).get("lost"))
+
+
+def is_hung(gpu):
+    return bool((gpu.get("health") or {}).get("hang"))
 
 
 def is_missing(gpu):
@@ -203,7 +216,7 @@ def inject(state, gpu, fault, value, link=None):
     where = "GPU %d (%s)" % (gpu["index"], _model(gpu)["name"])
     if fault == "healthy":
         work = default_health()
-    elif fault in ("lost", "missing", "ecc_mode"):
+    elif fault in ("lost", "missing", "ecc_mode", "hang"):
         work[fault] = _flag(value, fault)
     elif fault.startswith("ecc_"):
         dummy, counter, kind = fault.split("_")
@@ -263,8 +276,54 @@ def inject(state, gpu, fault, value, link=None):
     gpu["health"] = work
 
 
-def add_xid(state, gpu, code, message, pid=None):
-    """A driver Xid line for ``gpu`` in this boot's simulated kernel log, in the driver's own form."""
+def boot_id(state):
+    """This boot's id, as /proc/sys/kernel/random/boot_id shows it: a UUID of the machine's first GPU and the state's
+    boot counter, so a reboot (which counts the boot) gives a new one."""
+    seed = state["gpus"][0]["uuid"] if state.get("gpus") else state.get("shape")
+    return str(uuid.uuid5(_BOOT_NAMESPACE, "%s/boot/%s" % (seed, state.get("boot_id", 1))))
+
+
+def _stamps(log):
+    """The log's timestamps, one per line (a log written before they were kept gets the clock's, in order)."""
+    stamps = list(log.get("ts") or [])
+    while len(stamps) < len(log["lines"]):
+        stamps.append(stamps[-1] + _LOG_STEP_TS if stamps else _LOG_FIRST_TS)
+    return stamps[:len(log["lines"])]
+
+
+def kernel_log_timed(state):
+    """This boot's simulated kernel log with monotonic timestamps, in _xid.read_kernel_log_timed's shape, and the boot
+    id: {"readable", "source", "oldest", "lines": [[seconds, text]], "boot_id"}. The oldest line the log still has is
+    the boot's first (0.0 s) until ``rotate_kernel_log`` drops lines."""
+    log = state.get("kernel_log") or {"readable": True, "lines": []}
+    if not log.get("readable", True):
+        answer = dict(kernel_log(state), oldest=None)
+    else:
+        stamps = _stamps(dict(log, lines=list(log.get("lines") or [])))
+        answer = {"readable": True, "source": "simulated", "oldest": log.get("oldest", 0.0),
+                  "lines": [[ts, line] for ts, line in zip(stamps, log.get("lines") or [])]}
+    answer["boot_id"] = boot_id(state)
+    return answer
+
+
+def rotate_kernel_log(state, count):
+    """Test hook: the kernel log drops its ``count`` oldest lines (journald's vacuum, dmesg's ring buffer wrapping);
+    the oldest line it still has is then the first one left (or just after the last one dropped)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise GpuBackendError("rotate needs a whole number of lines, 1 or more; got %r" % (count,))
+    log = state.setdefault("kernel_log", {"readable": True, "lines": []})
+    stamps = _stamps(log)
+    dropped = stamps[:count]
+    log["lines"], log["ts"] = log["lines"][count:], stamps[count:]
+    if log["ts"]:
+        log["oldest"] = log["ts"][0]
+    elif dropped:
+        log["oldest"] = dropped[-1] + 0.000001
+
+
+def add_xid(state, gpu, code, message, pid=None, ts=None):
+    """A driver Xid line for ``gpu`` in this boot's simulated kernel log, in the driver's own form, at ``ts`` seconds
+    after boot (default: the log's clock, after its last line)."""
     if isinstance(code, bool) or not isinstance(code, int) or code < 1:
         raise GpuBackendError("an Xid code is a whole number, 1 or more; got %r" % (code,))
     domain, bus, device = gpu["pci_bus_id"].split(":")[0], gpu["pci_bus_id"].split(":")[1], \
@@ -273,7 +332,14 @@ def add_xid(state, gpu, code, message, pid=None):
     if pid is not None:
         head += "pid=%d, " % int(pid)
     log = state.setdefault("kernel_log", {"readable": True, "lines": []})
+    stamps = _stamps(log)
+    if ts is None:
+        ts = stamps[-1] + _LOG_STEP_TS if stamps else _LOG_FIRST_TS
+    elif isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0 or (stamps and ts < stamps[-1]):
+        raise GpuBackendError("an Xid's timestamp is seconds after boot, not before the log's last line (%s); got %r"
+                              % (stamps[-1] if stamps else 0, ts))
     log["lines"].append(head + (message or "simulated Xid %d" % code))
+    log["ts"] = stamps + [float(ts)]
     return log["lines"][-1]
 
 
@@ -303,5 +369,8 @@ def after_reboot(state):
         if gpu.get("health"):
             gpu["health"]["lost"] = False
             gpu["health"]["missing"] = False
+            gpu["health"]["hang"] = False
     if "kernel_log" in state:
         state["kernel_log"]["lines"] = []
+        state["kernel_log"]["ts"] = []
+        state["kernel_log"].pop("oldest", None)

@@ -18,6 +18,16 @@ Lines may carry a prefix (dmesg's ``[ 269.517039]``, syslog's ``Jan 18 11:38:05 
 ``NVRM: Xid`` part wherever it is. The bus id is ``domain:bus:device`` without the function; it is matched to NVML's
 ``00000000:47:00.0`` by the three numbers.
 
+The NVSwitch driver (nvidia-nvswitch) writes SXid lines, one event over several lines with the same code, the bus id
+being the NVSwitch's own (with its function); ``parse_sxid_line`` reads them (real lines, as published):
+- ``[   38.178720] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt``,
+  followed by ``... 22013, Severity 0 Engine instance 44 Sub-engine instance 00`` and
+  ``... 22013, Data {0x0000002b, 0x0000002b, ...}`` (NVIDIA/nvtrust issue 124, dmesg of an HGX H100 on driver
+  570.195.03)
+- ``nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, ...}`` (leptonai/gpud pull
+  request 338, a node's dmesg; 12028 is the "egress non-posted PRIV error" of NVIDIA's Fabric Manager user guide)
+The line that says ``Fatal`` or ``Non-fatal`` is the event; its ``Severity`` and ``Data`` lines only add detail.
+
 The catalog (``CATALOG``) is NVIDIA's "Xid Catalog" for Ampere and newer GPUs:
 https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html and its Xid-Catalog.xlsx ("Catalog" sheet), as
 published by 2025-10-29 (codes 1-172), read through leptonai/gpud's copy generated from that page
@@ -241,6 +251,33 @@ def parse_line(line):
             "message": rest.strip()}
 
 
+_SXID = re.compile(
+    r"(?P<switch>nvidia-nvswitch\d+):\s*SXid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+    r"(?:\.[0-7])?)\):\s*(?P<code>\d{1,6})\s*(?:,\s*(?P<rest>.*))?$")
+_SXID_SEVERITY = re.compile(r"^(?P<severity>Fatal|Non-fatal)\s*(?:,\s*(?P<message>.*))?$", re.IGNORECASE)
+_SXID_LINK = re.compile(r"\bLink\s+(?P<link>\d+)\b")
+
+
+def parse_sxid_line(line):
+    """One kernel-log line of the NVSwitch driver -> {"switch" ("nvidia-nvswitch0"), "bus_id" (the NVSwitch's, e.g.
+    "0000:05:00.0"), "code", "fatal" (True for ``Fatal``, False for ``Non-fatal``, None on a detail line), "link" (the
+    line's ``Link N``, or None), "detail" (True for the event's ``Severity``/``Data`` lines), "message"}, or None when
+    the line is not an SXid line."""
+    match = _SXID.search(line or "")
+    if not match:
+        return None
+    rest = (match.group("rest") or "").strip()
+    severity = _SXID_SEVERITY.match(rest)
+    fatal, message = None, rest
+    if severity:
+        fatal = severity.group("severity").lower() == "fatal"
+        message = (severity.group("message") or "").strip()
+    link = _SXID_LINK.search(message) if severity else None
+    return {"switch": match.group("switch"), "bus_id": match.group("bus").lower(), "code": int(match.group("code")),
+            "fatal": fatal, "link": int(link.group("link")) if link else None, "detail": severity is None,
+            "message": message}
+
+
 def xid_events(lines, gpus):
     """The Xid events among kernel-log ``lines``, each classified and mapped to the GPU of ``gpus`` (dicts with
     "index" and "pci_bus_id") whose bus id it names: {"gpu" (index, or None when no GPU has that bus id),
@@ -300,3 +337,58 @@ def read_kernel_log(run_command):
             continue
         return {"readable": True, "source": source, "lines": [line for line in lines if XID_MARK in line]}
     return {"readable": False, "source": None, "lines": [], "reason": "kernel log not readable: " + "; ".join(reasons)}
+
+
+# The kernel log with each line's monotonic timestamp (seconds since boot), for the sweep's cursor (_xid_cursor).
+SXID_MARK = "SXid (PCI:"
+JOURNALCTL_TIMED = ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager"]
+_STAMP = re.compile(r"^\s*\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<text>.*)$")
+_MARK = re.compile(r"(NVRM: Xid|nvidia-nvswitch\d+:\s*SXid \()")
+
+
+def timed_line(line):
+    """(monotonic seconds, text) of one line of ``journalctl -o short-monotonic`` (``[  269.517039] host kernel:
+    NVRM: Xid ...``) or of ``dmesg`` (``[ 269.517039] NVRM: Xid ...``), or None when the line has no timestamp. The
+    text of an Xid or SXid line starts at its mark (``NVRM: Xid``, ``nvidia-nvswitchN: SXid``), so the same event
+    reads the same from either source."""
+    match = _STAMP.match(line or "")
+    if not match:
+        return None
+    text = match.group("text").strip()
+    mark = _MARK.search(text)
+    return float(match.group("ts")), text[mark.start():] if mark else text
+
+
+def is_event_line(text):
+    """Whether a kernel-log text is an Xid line (``NVRM: Xid``) or an SXid line of the NVSwitch driver."""
+    return XID_MARK in (text or "") or parse_sxid_line(text) is not None
+
+
+def read_kernel_log_timed(run_command):
+    """This boot's kernel log with timestamps through ``run_command`` (as ``read_kernel_log``): ``journalctl -k -b -o
+    short-monotonic``, else ``dmesg``. Returns {"readable": True, "source", "oldest" (the timestamp of the oldest line
+    the log still has), "lines": [[seconds, text] of its Xid and SXid lines, in the log's order]} or {"readable":
+    False, "source": None, "oldest": None, "lines": [], "reason"}. Never raises for an unreadable log."""
+    if run_command is None:
+        return {"readable": False, "source": None, "oldest": None, "lines": [],
+                "reason": "kernel log not readable: no command runner was given to read it"}
+    reasons = []
+    for source, argv in (("journalctl", JOURNALCTL_TIMED), ("dmesg", DMESG)):
+        try:
+            rc, out, err = run_command(list(argv))
+        except OSError as exc:
+            reasons.append("%s: %s" % (source, exc))
+            continue
+        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
+        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else (err or "")
+        if rc != 0:
+            reasons.append("%s: rc %d%s" % (source, rc, (": " + err.strip().splitlines()[-1]) if err.strip() else ""))
+            continue
+        timed = [entry for entry in (timed_line(line) for line in out.splitlines()) if entry is not None]
+        if not timed:
+            reasons.append("%s: no entries" % source)
+            continue
+        return {"readable": True, "source": source, "oldest": min(ts for ts, dummy in timed),
+                "lines": [[ts, text] for ts, text in timed if is_event_line(text)]}
+    return {"readable": False, "source": None, "oldest": None, "lines": [],
+            "reason": "kernel log not readable: " + "; ".join(reasons)}

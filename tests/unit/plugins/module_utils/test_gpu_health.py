@@ -152,7 +152,9 @@ def test_the_default_policy_is_the_issues():
     assert blocking == sorted([
         "gpu_lost", "gpu_missing", "dcgm_diag_failure", "row_remap_pending", "row_remap_failure",
         "retired_pages_pending", "ecc_uncorrected_volatile", "xid_fatal", "fabric_incomplete", "nvlink_down",
-        "pcie_generation_degraded", "pcie_width_degraded"])
+        "pcie_generation_degraded", "pcie_width_degraded",
+        # issue 50: a GPU, or the node's NVML, that does not answer the sweep's read within its deadline
+        "gpu_unresponsive", "nvml_unresponsive"])
     assert health.validate_policy(None) == health.DEFAULT_POLICY
 
 
