@@ -103,24 +103,33 @@ def _spawn(open_backend, open_host, indexes, host_parts):
     return pid, read_fd
 
 
+# How long the parent waits to reap a killed child: a child inside an uninterruptible driver call (state D, what a hung
+# GPU does to its caller) dies only when the call returns, and the read must not hang on it; it is left to init then.
+REAP_SECONDS = 5.0
+
+
 def _end(pid, fd, kill):
-    """The child killed (where ``kill``) and reaped, its pipe closed."""
+    """The child killed (where ``kill``) and reaped (a killed one waited for at most ``REAP_SECONDS``), its pipe
+    closed."""
     if kill:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError as exc:
             if exc.errno != errno.ESRCH:
                 raise
+    gives_up = time.monotonic() + REAP_SECONDS
     while True:
         try:
-            os.waitpid(pid, 0)
-            break
+            done, dummy = os.waitpid(pid, os.WNOHANG if kill else 0)
         except OSError as exc:
             if exc.errno == errno.EINTR:
                 continue
             if exc.errno != errno.ECHILD:
                 raise
             break
+        if done or time.monotonic() > gives_up:
+            break
+        time.sleep(0.01)
     os.close(fd)
 
 

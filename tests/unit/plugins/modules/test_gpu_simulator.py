@@ -60,7 +60,8 @@ def test_health_faults_xid_lines_and_an_unreadable_log(tmp_path):
     result = run_here(MODULE, {"action": "add_xid", "index": 1, "code": 74, "xid_text": "NVLINK: fatal"}, env=env)
     assert result["line"] == "NVRM: Xid (PCI:0000:0f:00): 74, NVLINK: fatal"
     run_here(MODULE, {"action": "set_kernel_log_readable", "readable": False}, env=env)
-    assert _state(tmp_path)["kernel_log"] == {"readable": False, "lines": [result["line"]]}
+    # (each line with its monotonic timestamp, the first Xid of a boot at the simulated log's 60 s)
+    assert _state(tmp_path)["kernel_log"] == {"readable": False, "lines": [result["line"]], "ts": [60.0]}
     before = _state(tmp_path)
     refused = run_here(MODULE, {"action": "inject_health", "index": 1, "fault": "pcie_generation", "value": 9},
                        env=env)
