@@ -23,8 +23,10 @@ Followed (read, not copied): ansible/awx at commit e21dd0a0933fd544d1fe2513c54fe
   ``ansible-inventory --list --export`` (group variables stay on their groups, templates are not rendered).
 
 What is not AWX here: no container (the execution environment is this checkout's .venv, first on PATH), no receptor
-(ansible-runner runs in this process), no credentials, and the tests' own instruments in the environment (the run
-counter's callback directory, the compile cache) as every test's ansible run has them (tests/support/ansible_run.py).
+(ansible-runner runs in this process), no machine credential (the lab's nodes are local), and the tests' own
+instruments in the environment (the run counter's callback directory, the compile cache) as every test's ansible run
+has them (tests/support/ansible_run.py). The one credential a job can have here is the Kubernetes bearer token, whose
+environment is set as its injector sets it.
 """
 import contextlib
 import glob
@@ -141,13 +143,26 @@ class Job(object):
 
     def __init__(self, playbook, inventory, job_id, template_name, template_id=7, template_vars=None, survey=None,
                  workflow_job_id=None, slice_number=1, slice_count=1, job_type="run", limit="", forks=5,
-                 diff_mode=False, become=False, launch_type="manual", inventory_id=3, inventory_name="GPU fleet"):
+                 diff_mode=False, become=False, launch_type="manual", inventory_id=3, inventory_name="GPU fleet",
+                 kubernetes_credential=None):
         self.playbook, self.inventory, self.job_id = playbook, inventory, job_id
         self.template_name, self.template_id = template_name, template_id
         self.template_vars, self.survey = dict(template_vars or {}), dict(survey or {})
         self.workflow_job_id, self.slice_number, self.slice_count = workflow_job_id, slice_number, slice_count
         self.job_type, self.limit, self.forks, self.diff_mode, self.become = job_type, limit, forks, diff_mode, become
         self.launch_type, self.inventory_id, self.inventory_name = launch_type, inventory_id, inventory_name
+        # an "OpenShift or Kubernetes API Bearer Token" credential's inputs: host, bearer_token, verify_ssl
+        self.kubernetes_credential = kubernetes_credential
+
+    def credential_env(self):
+        """What the kubernetes_bearer_token credential type's injector puts in the job's environment (AWX's
+        CredentialType.inject_credential; awx/main/tests/unit/test_tasks.py test_k8s_credential shows the values).
+        Without a CA certificate: no K8S_AUTH_SSL_CA_CERT file."""
+        cred = self.kubernetes_credential
+        if not cred:
+            return {}
+        return {"K8S_AUTH_HOST": cred["host"], "K8S_AUTH_API_KEY": cred["bearer_token"],
+                "K8S_AUTH_VERIFY_SSL": str(bool(cred.get("verify_ssl", False)))}
 
     def meta_vars(self):
         """awx_meta_vars of a job launched from a template (inside a workflow where it is a slice)."""
@@ -254,6 +269,7 @@ def lay_out(job, base_dir, env=None):
         envvars[var] = os.pathsep.join([os.path.join(pdd, "requirements_collections"),
                                         os.path.join(project, ".collections"),
                                         "~/.ansible/collections", "/usr/share/ansible/collections"])
+    envvars.update(job.credential_env())
     envvars["ANSIBLE_ROLES_PATH"] = os.pathsep.join([os.path.join(pdd, "requirements_roles"), "~/.ansible/roles",
                                                      "/usr/share/ansible/roles", "/etc/ansible/roles"])
     # the execution environment's commands (this checkout's .venv) and the tests' instruments: the run counter's
