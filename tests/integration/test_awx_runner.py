@@ -99,3 +99,69 @@ def test_site_as_an_awx_job(tmp_path, lab_inventory):
     drop_in = state / "lab-hgx-h200" / "etc" / "containerd" / "conf.d" / "99-nvidia.toml"
     assert "nvidia-container-runtime" in drop_in.read_text()
     assert not (state / "lab-dgx-a100").exists() and not (state / "lab-hgx-b200").exists()
+
+
+def test_health_sweep_as_a_job_sliced_in_two(tmp_path, lab_inventory, kube_api):
+    """health.yml as a scheduled job template with job_slice_count 2 over the lab's three nodes, with the cluster's
+    "OpenShift or Kubernetes API Bearer Token" credential (a fake API server listing the three as GPU nodes): AWX's
+    workflow runs two jobs, each with its slice's inventory (by name round-robin: lab-dgx-a100 and lab-hgx-h200,
+    then lab-hgx-b200) and the same awx_workflow_job_id; the survey's answers as AWX sends them (text questions
+    strings, integer questions integers). Each slice succeeds, names only its nodes in its events, reads each of them
+    once, decides under the sweep's Lease held as "AWX job <its id>" with the credential's token, marks no healthy
+    node, writes its report (JSON and HTML) into gpuops_health_report_dir and publishes the report's totals and page
+    as the job's artifacts (set_stats, in its playbook_on_stats event)."""
+    jobs, state, reports = tmp_path / "jobs", tmp_path / "lab-state", tmp_path / "reports"
+    jobs.mkdir()
+    for node in LAB_NODES:
+        kube_api.add_node(node, labels={"nvidia.com/gpu.present": "true"})
+    credential = {"host": kube_api.url, "bearer_token": kube_api.token, "verify_ssl": False}
+    for number, job_id, nodes in ((1, 5101, ["lab-dgx-a100", "lab-hgx-h200"]), (2, 5102, ["lab-hgx-b200"])):
+        template_vars = lab_template_vars(jobs, job_id)
+        template_vars.update(gpuops_health_release_after=2, gpuops_health_window_hours=24)    # docs/awx.md's template
+        survey = {"gpuops_lab_state_dir": str(state), "gpuops_health_report_dir": str(reports),   # text questions
+                  "gpuops_health_breaker_percent": 10, "gpuops_health_breaker_max_nodes": 10}    # integer questions
+        job = awx_runner.Job("health.yml", lab_inventory, job_id, "GPU fleet - health sweep", launch_type="scheduled",
+                             template_vars=template_vars, survey=survey, workflow_job_id=5100, slice_number=number,
+                             slice_count=2, kubernetes_credential=credential)
+        seen = len(kube_api.requests)
+        out = awx_runner.run(job, jobs, env={"HOME": str(tmp_path)})
+        assert (out.status, out.rc) == ("successful", 0), out
+        with open(os.path.join(out.pdd, "env", "extravars")) as handle:
+            extravars = handle.read()
+        for line in ("!unsafe 'awx_workflow_job_id': 5100", "!unsafe 'awx_job_id': %d" % job_id,
+                     "!unsafe 'gpuops_health_breaker_max_nodes': 10",
+                     "!unsafe 'gpuops_health_report_dir': !unsafe '%s'" % reports, "gpuops_health_release_after: 2"):
+            assert line + "\n" in extravars, (line, extravars)
+
+        # the slice's events name its nodes only, and each was read once
+        assert out.hosts() == nodes, (number, out.hosts())
+        for node in nodes:
+            reads = [e for e in out.host_events(node) if e["event"] == "runner_on_ok"
+                     and e["event_data"]["task_action"] == "gpuops.nvidia.gpu_health_read"]
+            assert len(reads) == 1, (number, node, [e["event"] for e in out.host_events(node)])
+        assert sorted(out.stats["ok"]) == nodes and out.stats["failures"] == {}, out.stats
+        # the job's artifacts: the report's totals over the slice's nodes and the page it wrote, which is there with
+        # its JSON: this job's sweep (its awx_job_id) over the slice's nodes
+        totals = out.artifacts["gpuops_health_report"]
+        assert (totals["nodes"], totals["healthy"], totals["quarantined"]) == (len(nodes), len(nodes), 0), totals
+        page = out.artifacts["gpuops_health_report_path"]
+        assert os.path.dirname(page) == str(reports) and page.endswith(".html") and os.path.isfile(page), page
+        with open(page[:-len(".html")] + ".json") as handle:
+            report = json.load(handle)
+        assert report["sweep"]["id"] == str(job_id), report["sweep"]
+        assert [(row["node"], row["state"], row["gpus"]) for row in report["nodes"]] == [
+            (node, "healthy", 8) for node in nodes], report["nodes"]
+        assert report["totals"] == totals, (report["totals"], totals)
+
+        # the cluster part ran with the credential's token, under the sweep's Lease taken and given back as this job
+        requests = kube_api.requests[seen:]
+        assert requests and all(r["authorization"] == "Bearer" and r.get("code") != 401 for r in requests), requests
+        holders = [(r["body"]["spec"].get("holderIdentity") or "") for r in kube_api.writes(accepted=True)
+                   if r in requests and r["path"].endswith("/leases/gpuops-nvidia-health-sweep")
+                   or r in requests and r["path"].endswith("/leases") and r["body"]["metadata"]["name"] ==
+                   "gpuops-nvidia-health-sweep"]
+        assert len(holders) == 2 and holders[0].startswith("AWX job %d " % job_id) and holders[1] == "", holders
+    # no healthy node marked: no taint, none cordoned
+    for node in LAB_NODES:
+        spec = kube_api.get("", "nodes", node)["spec"]
+        assert not spec.get("taints") and not spec.get("unschedulable"), (node, spec)
