@@ -42,7 +42,10 @@ TOTALS = ("nodes", "healthy", "unhealthy", "quarantined", "newly_quarantined", "
 
 PREFIX = "health-report-"
 LATEST = ("health-report-latest.json", "health-report-latest.html")
-_STAMPED = re.compile(r"^health-report-(\d{8}T\d{6}Z)\.(json|html)$")
+# A report's file name: its sweep's time stamp and, where the sweep's id is not its time (an AWX job id: two job slices
+# sweep in the same second), that id made safe for a file name.
+_STAMPED = re.compile(r"^health-report-(\d{8}T\d{6}Z(?:-[A-Za-z0-9_]{1,64})?)\.(json|html)$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
@@ -260,14 +263,25 @@ def stamp(time):
 
 
 def stamp_of(name):
-    """The time stamp of a report file's name (``health-report-20261129T061710Z.json``), None for any other name."""
+    """The key of a report file's name (``health-report-20261129T061710Z.json`` -> ``20261129T061710Z``,
+    ``health-report-20261129T061710Z-6101.json`` -> ``20261129T061710Z-6101``), None for any other name. Keys sort as
+    the sweeps ran (by time, then by id)."""
     match = _STAMPED.match(name)
     return match.group(1) if match else None
 
 
-def report_files(time):
-    """(JSON name, HTML name) of the report of the sweep at ``time``."""
-    base = PREFIX + stamp(time)
+def key(time, sweep_id=None):
+    """The file key of the sweep at ``time`` with id ``sweep_id``: the time stamp, and the id (only letters, digits and
+    _, at most 64) where it is not the time itself."""
+    base = stamp(time)
+    if not sweep_id or sweep_id == time:
+        return base
+    return base + "-" + _UNSAFE.sub("_", sweep_id)[:64]
+
+
+def report_files(time, sweep_id=None):
+    """(JSON name, HTML name) of the report of the sweep at ``time`` with id ``sweep_id``."""
+    base = PREFIX + key(time, sweep_id)
     return base + ".json", base + ".html"
 
 

@@ -82,7 +82,10 @@ attributes:
     details: The same sweep time and rows give the same bytes, and a file with the same bytes is not written again.
 notes:
   - The report's time is the sweep's, never the clock's, so that its files are a function of the input alone.
-  - Two sweeps within one second share a time stamp; the second one's report replaces the first.
+  - The files are named by the sweep's time and, where the sweep's C(id) is not its time (an AWX job id), by that id
+    too, so that job slices sweeping in the same second each keep their report. Outside check mode the module holds a
+    lock file in O(dest) (C(.health-report.lock)) from its read to its last write, so two sweeps writing at once leave
+    C(health-report-latest.*) as the later one's.
 """
 
 EXAMPLES = r"""
@@ -171,6 +174,8 @@ removed:
   sample: [health-report-20260801T060000Z.json, health-report-20260801T060000Z.html]
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -183,6 +188,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import F
 
 # An earlier report bigger than this is not loaded for the plot (a report of thousands of nodes is far smaller).
 MAX_REPORT_BYTES = 64 * 1024 * 1024
+# (in O(dest); held from the read to the last write, outside check mode)
+LOCK_FILE = ".health-report.lock"
 
 
 def _read(path):
@@ -248,13 +255,23 @@ class HealthReport(ModuleRun):
         except OSError as exc:
             raise Failure("dest: cannot list %s: %s; nothing changed" % (dest, exc.strerror or exc), changed=False)
         current = {}
-        for name in set(hr.report_files(self.report["sweep"]["time"]) + hr.LATEST):
+        for name in set(self._files() + hr.LATEST):
             try:
                 current[name] = _read(os.path.join(dest, name))
             except OSError as exc:
                 raise Failure("dest: cannot read %s: %s; nothing changed" % (
                     os.path.join(dest, name), getattr(exc, "strerror", None) or exc), changed=False)
         return {"names": names, "files": current}
+
+    def _files(self):
+        return hr.report_files(self.report["sweep"]["time"], self.report["sweep"]["id"])
+
+    def lock(self):
+        """The directory's lock file, held from the read to the last write outside check mode: two sweeps (job slices)
+        writing at once each keep their report, and health-report-latest.* is the newer one's."""
+        if self.module.check_mode:
+            return super(HealthReport, self).lock()
+        return _locked(self.params["dest"])
 
     def _history(self, names, now, removed):
         """The earlier reports of the plot: the last ``history`` older than this sweep among those kept."""
@@ -277,8 +294,8 @@ class HealthReport(ModuleRun):
     def plan(self, current):
         dest = self.params["dest"]
         report = self.report
-        now = hr.stamp(report["sweep"]["time"])
-        json_name, html_name = hr.report_files(report["sweep"]["time"])
+        now = hr.key(report["sweep"]["time"], report["sweep"]["id"])
+        json_name, html_name = self._files()
         removed = hr.prune_files(current["names"], self.params["keep"], now)
         text = json.dumps(report, indent=2, sort_keys=True) + "\n"
         page = hr.render_html(report, self._history(current["names"], now, removed))
@@ -314,6 +331,21 @@ class HealthReport(ModuleRun):
             raise Failure("dest: cannot write the report into %s: %s; %s" % (
                 dest, getattr(exc, "strerror", None) or exc,
                 "done before it: %s" % ", ".join(done) if done else "nothing was written"), changed=bool(done))
+
+
+@contextlib.contextmanager
+def _locked(dest):
+    try:
+        os.makedirs(dest, exist_ok=True)
+        handle = open(os.path.join(dest, LOCK_FILE), "a")
+    except OSError as exc:
+        raise Failure("dest: cannot lock %s: %s; nothing changed" % (dest, getattr(exc, "strerror", None) or exc),
+                      changed=False)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()
 
 
 def main():

@@ -10,7 +10,8 @@ from tests.support.modrun import run_here
 
 TIME = "2026-11-29T06:17:10Z"
 STAMP = "20261129T061710Z"
-SWEEP = {"time": TIME, "check_mode": False, "id": "sweep-7",
+# (the id a sweep outside AWX gives: its time, so the files are named by the time alone)
+SWEEP = {"time": TIME, "check_mode": False, "id": TIME,
          "breaker": {"open": False, "limit": 3, "window_hours": 24, "quarantined_in_window": 1, "held": []}}
 ROWS = [{"node": "gpu-b", "gpus": 8, "state": "healthy"},
         {"node": "gpu-a", "gpus": 8, "state": "quarantined", "actions": ["quarantined"],
@@ -52,7 +53,8 @@ def test_apply_then_again(tmp_path):
     dest = tmp_path / "reports"
     applied = run_here("gpuops.nvidia.health_report", args(dest))
     assert applied["changed"] is True and not applied.get("failed"), applied
-    assert sorted(os.listdir(str(dest))) == FILES                 # no temporary file left behind
+    # no temporary file left behind; the directory's lock file stays (it is the lock, not a report)
+    assert sorted(os.listdir(str(dest))) == sorted(FILES + [".health-report.lock"])
     with open(applied["json_path"]) as handle:
         assert json.load(handle) == applied["report"]
     latest = snapshot(dest)
@@ -75,7 +77,7 @@ def test_apply_then_again(tmp_path):
 def _earlier(dest, day, quarantined):
     time = "2026-11-%02dT06:00:00Z" % day
     rows = [{"node": "n%d" % i, "gpus": 8, "state": "quarantined"} for i in range(quarantined)]
-    res = run_here("gpuops.nvidia.health_report", args(dest, sweep=dict(SWEEP, time=time), rows=rows))
+    res = run_here("gpuops.nvidia.health_report", args(dest, sweep=dict(SWEEP, time=time, id=time), rows=rows))
     assert res["changed"] is True and not res.get("failed"), res
     return "health-report-202611%02dT060000Z" % day
 
@@ -97,20 +99,20 @@ def test_earlier_reports_are_plotted_and_pruned_to_keep(tmp_path):
     pruned = run_here("gpuops.nvidia.health_report", args(dest, keep=3, history=1))
     assert pruned["changed"] is True
     assert pruned["removed"] == sorted(n + ext for n in earlier[:2] for ext in (".html", ".json"))
-    names = sorted(os.listdir(str(dest)))
+    names = sorted(n for n in os.listdir(str(dest)) if n != ".health-report.lock")
     assert names == sorted(["notes.txt", "health-report-20261101T000000Z.json.bak"] + FILES
                            + [n + ext for n in earlier[2:] for ext in (".json", ".html")])
     with open(pruned["html_path"]) as handle:
         assert len(handle.read().split('points="')[1].split('"')[0].split()) == 2   # history=1: one earlier sweep
 
     again = run_here("gpuops.nvidia.health_report", args(dest, keep=3, history=1))
-    assert again["changed"] is False and sorted(os.listdir(str(dest))) == names
+    assert again["changed"] is False and sorted(n for n in os.listdir(str(dest)) if n != ".health-report.lock") == names
 
 
 def test_an_older_sweep_leaves_latest_to_the_newest(tmp_path):
     dest = tmp_path / "reports"
     run_here("gpuops.nvidia.health_report", args(dest))
-    old = run_here("gpuops.nvidia.health_report", args(dest, sweep=dict(SWEEP, time="2026-11-20T00:00:00Z")))
+    old = run_here("gpuops.nvidia.health_report", args(dest, sweep=dict(SWEEP, time="2026-11-20T00:00:00Z", id="2026-11-20T00:00:00Z")))
     assert old["written"] == ["health-report-20261120T000000Z.html", "health-report-20261120T000000Z.json"]
     assert any("newer than this sweep" in w for w in old["warnings"])
     with open(str(dest / "health-report-latest.json")) as handle:
@@ -149,3 +151,14 @@ def test_a_dest_that_is_a_file_is_refused(tmp_path):
     res = run_here("gpuops.nvidia.health_report", args(dest))
     assert res.get("failed") and "dest: %s exists and is not a directory" % dest in res["msg"], res
     assert dest.read_text() == "x" and sorted(os.listdir(str(tmp_path))) == ["reports"]
+
+
+def test_two_slices_in_the_same_second_keep_both_reports_and_latest_is_the_later(tmp_path):
+    dest = tmp_path / "reports"
+    first = run_here("gpuops.nvidia.health_report", dict(dest=str(dest), sweep=dict(SWEEP, id="6101"), rows=ROWS))
+    second = run_here("gpuops.nvidia.health_report", dict(dest=str(dest), sweep=dict(SWEEP, id="6102"), rows=ROWS))
+    assert not first.get("failed") and not second.get("failed"), (first, second)
+    assert first["json_path"] != second["json_path"]
+    assert os.path.exists(first["json_path"]) and os.path.exists(second["json_path"])
+    with open(str(dest / "health-report-latest.json")) as handle:
+        assert json.load(handle)["sweep"]["id"] == "6102"
