@@ -168,7 +168,7 @@ def plan(nodes, verdicts, settings, now):
     for i, name in enumerate(candidates):
         decided[name] = {"action": QUARANTINE if i < budget else HELD, "healthy_sweeps": 0,
                          "since": now if i < budget else None}
-    held = [n for n in candidates[budget:]]
+    held = candidates[budget:]
     return {"nodes": decided,
             "breaker": {"open": bool(held), "limit": limit, "gpu_nodes": len(by_name),
                         "percent": merged["breaker_percent"], "max_nodes": merged["breaker_max_nodes"],
@@ -217,5 +217,5 @@ def node_writes(node, verdict, decision, owner, now, release_after):
         # node as it was read, so a concurrent writer makes this write fail 409 and it is planned again
         meta["resourceVersion"] = (node.get("metadata") or {}).get("resourceVersion")
         marks["spec_patch"] = spec
-    marks["changes"] = marks["spec_changes"] + [c for c in marks["status_changes"]]
+    marks["changes"] = marks["spec_changes"] + marks["status_changes"]
     return marks

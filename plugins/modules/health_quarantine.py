@@ -258,14 +258,18 @@ class HealthQuarantine(ModuleRun):
     def apply(self, current, changes):
         for name in sorted(changes):
             row = [r for r in self.rows if r["node"] == name][0]
-            first = [changes[name]]
-
-            def attempt(name=name, first=first):
-                marks = first.pop() if first else self.node_writes(self.read_node(name), name)
-                self.write(name, marks)
-
-            retry_on_conflict(attempt, tries=ATTEMPTS)
+            retry_on_conflict(self.attempt(name, changes[name]), tries=ATTEMPTS)
             row["written"] = True
+
+    def attempt(self, name, planned):
+        """One read -> plan -> write of node ``name`` for the conflict retry: the first try writes what ``plan``
+        planned on the node it read; a try after a conflict reads the node again and plans on what is there now."""
+        first = [planned]
+
+        def once():
+            marks = first.pop() if first else self.node_writes(self.read_node(name), name)
+            self.write(name, marks)
+        return once
 
     def write(self, name, marks):
         """An unhealthy node's cordon, taint and records first, then its condition; a released node's condition first,

@@ -217,7 +217,7 @@ def test_the_quarantine_breaker_as_health_quarantine_returns_it_and_no_cluster()
 def test_a_sweep_id_that_is_not_its_time_names_its_files():
     """Two job slices sweeping in the same second keep a report each: the AWX job id is in the file name, made safe."""
     assert hr.report_files(TIME, "6101") == ("health-report-20261129T061710Z-6101.json",
-                                            "health-report-20261129T061710Z-6101.html")
+                                             "health-report-20261129T061710Z-6101.html")
     assert hr.report_files(TIME, TIME) == hr.report_files(TIME)
     assert hr.key(TIME, "job 7/../x") == "20261129T061710Z-job_7____x"
     assert hr.stamp_of("health-report-20261129T061710Z-6101.json") == "20261129T061710Z-6101"
