@@ -304,6 +304,13 @@ MODULES = {
         # dest: the pool's files and odd paths, never one outside the sandbox (the module writes there)
         hints={"dest": st.one_of(st.just(SANDBOX + "/reports"), paths().filter(
             lambda p: p.startswith(SANDBOX) or not (p.startswith("/") or ".." in p)))}),
+    # the sweep's node read: a healthy H200 node, the cursor in the sandbox; deadlines small, huge, odd
+    "gpu_health_read": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
+                            args={"cursor_path": SANDBOX + "/cursor/health-cursor.json", "deadline": 5},
+                            hints={"policy": HEALTH_POLICY,
+                                   "deadline": st.one_of(st.floats(allow_nan=True, allow_infinity=True), TIMEOUTS),
+                                   "cursor_path": st.one_of(st.just(SANDBOX + "/cursor/health-cursor.json"), paths().filter(
+                                       lambda p: p.startswith(SANDBOX) or not (p.startswith("/") or ".." in p)))}),
     "mig_layout": dict(rig="sim", rig_kwargs={"shape": "hgx-h200", "enable": list(range(8))},
                        args={"gpus": ["0", "1"], "config_name": "all-balanced"},
                        hints={"layout": LAYOUT, "config_file": CONFIG_FILE, "config_name": CONFIG_NAME},

@@ -225,7 +225,10 @@ KNOWN_CORE_ESCAPES = {
 # Prefixes of such last lines. A string holding a lone surrogate (text decoded with surrogateescape, such as
 # '\udcc0'): AnsibleModule's JSON decoder refuses it in _load_params (basic.py), before validation; ansible-playbook
 # would refuse to send it in the first place.
-KNOWN_CORE_ESCAPE_PREFIXES = ("ansible.errors.AnsibleRuntimeError: Refusing to deserialize an invalid UTF8 string value",)
+# ansible-core 2.19.14 wraps that refusal once more in _load_params (basic.py: "raise Exception('Failed to decode JSON
+# module parameters.') from ex"), so the last line is then that one: the same refusal, before any module code.
+KNOWN_CORE_ESCAPE_PREFIXES = ("ansible.errors.AnsibleRuntimeError: Refusing to deserialize an invalid UTF8 string value",
+                              "Exception: Failed to decode JSON module parameters.")
 CORE_VALIDATION = ("ansible/module_utils/common/validation.py", "ansible/module_utils/common/parameters.py",
                    "ansible/module_utils/basic.py", "ansible/module_utils/common/text/converters.py")
 
