@@ -310,6 +310,24 @@ JOURNALCTL = ["journalctl", "-k", "-b", "-o", "cat", "--no-pager"]
 DMESG = ["dmesg"]
 
 
+def _answers(run_command, sources, reasons):
+    """Each of ``sources`` ((name, argv), in order) run through ``run_command``: yields (name, its stdout as text) for
+    one that ran with exit status 0; one that could not start or failed adds its reason to ``reasons`` instead. The
+    caller stops at the first answer it can use."""
+    for source, argv in sources:
+        try:
+            rc, out, err = run_command(list(argv))
+        except OSError as exc:
+            reasons.append("%s: %s" % (source, exc))
+            continue
+        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
+        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else (err or "")
+        if rc != 0:
+            reasons.append("%s: rc %d%s" % (source, rc, (": " + err.strip().splitlines()[-1]) if err.strip() else ""))
+            continue
+        yield source, out
+
+
 def read_kernel_log(run_command):
     """This boot's kernel log through ``run_command`` (argv -> (rc, stdout, stderr); OSError when the program cannot
     start): ``journalctl -k -b -o cat``, else ``dmesg``. Returns {"readable": True, "source": "journalctl"|"dmesg",
@@ -320,18 +338,8 @@ def read_kernel_log(run_command):
     if run_command is None:
         return {"readable": False, "source": None, "lines": [],
                 "reason": "kernel log not readable: no command runner was given to read it"}
-    for source, argv in (("journalctl", JOURNALCTL), ("dmesg", DMESG)):
-        try:
-            rc, out, err = run_command(list(argv))
-        except OSError as exc:
-            reasons.append("%s: %s" % (source, exc))
-            continue
-        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
-        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else (err or "")
+    for source, out in _answers(run_command, (("journalctl", JOURNALCTL), ("dmesg", DMESG)), reasons):
         lines = [line for line in out.splitlines() if line.strip()]
-        if rc != 0:
-            reasons.append("%s: rc %d%s" % (source, rc, (": " + err.strip().splitlines()[-1]) if err.strip() else ""))
-            continue
         if not lines or (source == "journalctl" and all(line.startswith("-- ") for line in lines)):
             reasons.append("%s: no entries" % source)
             continue
@@ -373,17 +381,7 @@ def read_kernel_log_timed(run_command):
         return {"readable": False, "source": None, "oldest": None, "lines": [],
                 "reason": "kernel log not readable: no command runner was given to read it"}
     reasons = []
-    for source, argv in (("journalctl", JOURNALCTL_TIMED), ("dmesg", DMESG)):
-        try:
-            rc, out, err = run_command(list(argv))
-        except OSError as exc:
-            reasons.append("%s: %s" % (source, exc))
-            continue
-        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
-        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else (err or "")
-        if rc != 0:
-            reasons.append("%s: rc %d%s" % (source, rc, (": " + err.strip().splitlines()[-1]) if err.strip() else ""))
-            continue
+    for source, out in _answers(run_command, (("journalctl", JOURNALCTL_TIMED), ("dmesg", DMESG)), reasons):
         timed = [entry for entry in (timed_line(line) for line in out.splitlines()) if entry is not None]
         if not timed:
             reasons.append("%s: no entries" % source)
