@@ -188,10 +188,9 @@ def decide(quarantine_action, consent, blocking, node, settings, now):
             out["reason"] = "released: the remediation condition goes with the quarantine"
         return out
     if quarantine_action not in (QUARANTINE, KEEP):
-        out["reason"] = {"held": "left in service by the circuit breaker: not remediated (only a quarantined node "
-                                 "is)",
-                         "count": "quarantined and healthy this sweep: nothing to remediate"}.get(
-                                     quarantine_action, "not quarantined: not remediated")
+        why = {"held": "left in service by the circuit breaker: not remediated (only a quarantined node is)",
+               "count": "quarantined and healthy this sweep: nothing to remediate"}
+        out["reason"] = why.get(quarantine_action, "not quarantined: not remediated")
         return out
     if consent not in (RESET, REBOOT):
         out["reason"] = "no consent (gpu_node_health_remediation is none)"
@@ -216,8 +215,8 @@ def decide(quarantine_action, consent, blocking, node, settings, now):
         return out
     if len(counted) >= merged["max_attempts"]:
         out["action"] = OPERATOR
-        out["reason"] = "the cap: %d attempt(s) in %g h, at most %d" % (len(counted), merged["window_hours"],
-                                                                       merged["max_attempts"])
+        out["reason"] = "the cap: %d attempt(s) in %g h, at most %d" % (
+            len(counted), merged["window_hours"], merged["max_attempts"])
         out["message"] = operator_message(counted, held["last"], blocking, merged)
         current = condition(node) or {}
         if current.get("status") != "False" or current.get("reason") != NEEDS_OPERATOR or \

@@ -4,6 +4,7 @@ not reset a GPU a process holds, and stops at the cap with the NeedsOperator con
 import json
 
 import pytest
+import yaml
 
 from tests.integration.test_health_sweep import Fleet
 
@@ -98,3 +99,46 @@ def test_reset_with_consent_idle_only_released_after_two_healthy_sweeps_and_capp
     assert remediation_condition(fleet, idle) is None
     # the GPUs were changed only by those resets
     assert [fleet.mutations(n) for n in NODES] == [["reset_gpu"], [], ["reset_gpu", "reset_gpu"]]
+
+
+def test_reboot_with_consent_drains_and_reboots_and_reset_consent_does_not(tmp_path):
+    """A lost GPU needs a reboot: the node whose group consents to `reboot` is drained and rebooted (the simulator's
+    boot), healthy again and released after two healthy sweeps; the node that consents only to `reset` is left
+    quarantined, its row saying why. Per-host consent, from the inventory."""
+    rebooted, reset_only = "boot-0", "boot-1"
+    fleet = Fleet(tmp_path, nodes=[rebooted, reset_only])
+    try:
+        with open(fleet.inventory) as handle:
+            inventory = yaml.safe_load(handle)
+        hosts = inventory["all"]["children"]["gpu_nodes"]["hosts"]
+        hosts[rebooted]["gpu_node_health_remediation"] = "reboot"
+        hosts[reset_only]["gpu_node_health_remediation"] = "reset"
+        with open(fleet.inventory, "w") as handle:
+            yaml.safe_dump(inventory, handle)
+        for name in (rebooted, reset_only):
+            fleet.sims[name].inject_health(0, "lost")
+        boots = dict((n, fleet.sims[n].raw_state()["boot_id"]) for n in (rebooted, reset_only))
+        limit = {"gpuops_health_breaker_percent": 100}
+
+        first = fleet.sweep(**limit)
+        assert first.rc == 0, first
+        rows = first.rows()
+        assert rows[rebooted]["actions"] == ["quarantined", "drained and rebooted the node (attempt 1)"]
+        assert rows[reset_only]["actions"] == [
+            "quarantined", "not remediated: gpu_lost needs a node reboot, and gpu_node_health_remediation is reset "
+                           "(reboot allows it)"]
+        assert fleet.sims[rebooted].raw_state()["boot_id"] == boots[rebooted] + 1
+        assert fleet.sims[reset_only].raw_state()["boot_id"] == boots[reset_only]
+        assert attempts(fleet, rebooted) is not None and len(attempts(fleet, rebooted)) == 1
+        assert attempts(fleet, reset_only) is None
+        # (drained: the eviction listing ran against the node; it has no GPU pods to evict)
+        assert [r for r in fleet.api.requests if r["method"] == "GET" and r["path"] == "/api/v1/pods"]
+
+        fleet.sweep(**limit)
+        third = fleet.sweep(**limit)
+        assert third.rc == 0, third
+        assert fleet.quarantined() == [reset_only]
+        assert third.rows()[rebooted]["state"] == "released"
+        assert fleet.sims[rebooted].raw_state()["boot_id"] == boots[rebooted] + 1      # one reboot only
+    finally:
+        fleet.stop()

@@ -97,8 +97,8 @@ def test_the_cap_sets_needs_operator_and_records_nothing_more():
 
 
 def test_attempts_outside_the_window_are_not_counted():
-    at = node(attempts=[NOW - 30 * HOUR, NOW - 25 * HOUR], last={"action": "reset", "at": NOW - 25 * HOUR,
-                                                                  "gpus": [2]})
+    at = node(attempts=[NOW - 30 * HOUR, NOW - 25 * HOUR],
+              last={"action": "reset", "at": NOW - 25 * HOUR, "gpus": [2]})
     out = decide(at=at)
     assert out["action"] == r.RESET and out["attempts"] == 1
     assert out["record"]["attempts"] == [NOW]            # the old ones pruned
