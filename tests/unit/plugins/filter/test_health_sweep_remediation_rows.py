@@ -4,7 +4,8 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.filter.health_sweep import health_sweep_rows, health_sweep_settings_errors
+from ansible_collections.gpuops.nvidia.plugins.filter.health_sweep import (
+    health_sweep_rows, health_sweep_settings_errors)
 
 READ = {"name": "n1", "gpus": 1, "unresponsive": [],
         "verdict": {"healthy": False, "warnings": [],
