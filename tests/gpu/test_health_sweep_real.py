@@ -82,7 +82,7 @@ def test_sweep_read_is_read_only_and_agrees_with_the_in_process_read_and_nvidia_
     # the same verdict as the collection's one in-process read of the same GPUs
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-    backend = get_backend(run_command=lambda argv: _run(argv))
+    backend = get_backend(run_command=_run)
     try:
         read = backend.read_health()
     finally:
@@ -90,7 +90,10 @@ def test_sweep_read_is_read_only_and_agrees_with_the_in_process_read_and_nvidia_
     direct = _gpu_health.summary(read, {}, gpus=False)["gate"]
     assert again["gpus"] == len(read["gpus"])
     swept = again["health"]["gate"]
-    kinds = lambda gate: sorted((f["gpu"], f["kind"]) for f in gate["blocking"] + gate["warnings"])   # noqa: E731
+
+    def kinds(gate):
+        return sorted((f["gpu"], f["kind"]) for f in gate["blocking"] + gate["warnings"])
+
     # (the in-process read counts this boot's Xid lines; the sweep counts the blocking ones it kept and the new ones)
     assert [k for k in kinds(swept) if not k[1].startswith("xid")] == \
         [k for k in kinds(direct) if not k[1].startswith("xid")], (swept, direct)

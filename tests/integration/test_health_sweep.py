@@ -33,23 +33,24 @@ class Fleet(object):
     """20 one-GPU H200 nodes (``h200-x1``) in a second inventory under the lab's groups, a fake API server listing
     them as GPU nodes, and the simulator's hooks on each node's state file."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, nodes=tuple(NODES)):
         self.tmp = tmp_path
+        self.nodes = list(nodes)
         self.api = FakeKubeApi(tokens=None).start()
         self.kubeconfig = str(tmp_path / "kubeconfig")
         with open(self.kubeconfig, "w") as handle:
             yaml.safe_dump(self.api.kubeconfig(), handle)
-        for i, node in enumerate(NODES):
+        for i, node in enumerate(self.nodes):
             self.api.add_node(node, internal_ip="10.0.1.%d" % (10 + i), labels={"nvidia.com/gpu.present": "true"})
         self.state = tmp_path / "lab-state"
         self.state.mkdir()
         self.reports = tmp_path / "reports"
         self.inventory = str(tmp_path / "sweep-nodes.yml")
-        hosts = dict((n, {"gpuops_simulated_machine": "h200-x1", "gpuops_repo_dir": ROOT}) for n in NODES)
+        hosts = dict((n, {"gpuops_simulated_machine": "h200-x1", "gpuops_repo_dir": ROOT}) for n in self.nodes)
         with open(self.inventory, "w") as handle:
             yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}, handle)
         self.sims = {}
-        for node in NODES:
+        for node in self.nodes:
             # with the node's root, as the sweep's modules see it (GPUOPS_SIMULATED_ROOT): a reboot here is the boot id
             # the node's read finds there
             self.sims[node] = SimulatedBackend(str(self.state / ("%s.json" % node)), shape="h200-x1",
@@ -65,7 +66,7 @@ class Fleet(object):
         ev.update(extra)
         env = {"HOME": str(self.tmp), "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
         data, proc = run_playbook(SWEEP, inventory=LAB, extra_vars=ev, env=env, check=check,
-                                  args=("-i", self.inventory, "--limit", ",".join(NODES)))
+                                  args=("-i", self.inventory, "--limit", ",".join(self.nodes)))
         assert data is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
         return Sweep(data, proc)
 
@@ -73,7 +74,7 @@ class Fleet(object):
         return self.api.get("", "nodes", name)
 
     def quarantined(self):
-        return sorted(n for n in NODES if any(t["key"] == TAINT for t in self.node(n)["spec"].get("taints") or []))
+        return sorted(n for n in self.nodes if any(t["key"] == TAINT for t in self.node(n)["spec"].get("taints") or []))
 
     def marks(self, name):
         node = self.node(name)

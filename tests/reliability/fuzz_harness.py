@@ -291,6 +291,13 @@ MODULES = {
     # a healthy H200 node: nothing to reset; the fuzzer's policies and GPU lists must be refused or answered cleanly
     "gpu_health_reset": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"gpus": [0, 1]},
                              hints={"health_policy": HEALTH_POLICY}),
+    # the sweep's node read (part 1 of issue 50 added the module without an entry): its cursor in the sandbox, the
+    # fuzzer's policies and deadlines refused or answered cleanly
+    "gpu_health_read": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
+                            args={"cursor_path": SANDBOX + "/health-cursor.json", "deadline": 10},
+                            hints={"policy": HEALTH_POLICY,
+                                   "cursor_path": st.just(SANDBOX + "/health-cursor.json"),
+                                   "deadline": st.one_of(st.floats(min_value=-1, max_value=10), hostile())}),
     # The sweep's report, written into the sandbox: no node behind it (the sim rig is only its directory); the
     # fuzzer's sweeps and rows must be refused naming the field, its dest paths refused or written cleanly.
     "health_report": dict(rig="sim", args={
@@ -373,6 +380,14 @@ MODULES = {
                                   st.one_of(st.sampled_from(["gpu-node-1", "nope"]), _K8S_NAMES),
                                   NODE_HEALTH_VERDICTS, max_size=3), hostile())),
                               files=KUBE_FILES),
+    # the sweep's remediation over the kube rig's node: health_quarantine's decisions, the consent per node, the cap
+    "health_remediation": dict(rig="kube", args={"decisions": [{"node": "gpu-node-1", "action": "keep", "blocking": [
+        {"gpu": 0, "bus_id": "00000000:18:00.0", "kind": "row_remap_pending", "message": "remap pending"}]}],
+        "consent": {"gpu-node-1": "reset"}},
+        hints=dict(KUBE_HINTS, consent=st.one_of(st.dictionaries(
+            st.sampled_from(["gpu-node-1", "nope"]), st.sampled_from(["none", "reset", "reboot", "yes", 1]),
+            max_size=2), hostile())),
+        files=KUBE_FILES),
     "runtime_class": dict(rig="kube", args={},
                           hints=dict(KUBE_HINTS, node_selector=st.one_of(
                               st.dictionaries(strings(), json_values(3), max_size=3), hostile())),
