@@ -33,6 +33,7 @@ from tests.support.fake_kube_api import FakeKubeApi  # noqa: E402
 # pylint: enable=wrong-import-position
 
 SWEEP = os.path.join(ROOT, "health.yml")
+TAINT = "gpuops.nvidia/gpu-unhealthy"  # the quarantine's mark
 # the faults of a faulty fleet, one per faulty node in turn: each blocking in the default policy
 FAULTS = (("row_remap_pending", True), ("ecc_volatile_uncorrected", 2), ("row_remap_failure", True))
 
@@ -68,14 +69,16 @@ def sweep_fleet(nodes, shape, forks, repeat, faults=0):
         names = ["node-%03d" % i for i in range(nodes)]
         state = os.path.join(tmp, "state")
         os.makedirs(state)
+        sims = {}
         for i, name in enumerate(names):
             api.add_node(name, internal_ip="10.0.%d.%d" % (i // 200, 10 + i % 200),
                          labels={"nvidia.com/gpu.present": "true"})
-            SimulatedBackend(os.path.join(state, name + ".json"), shape=shape, root=os.path.join(state, name)).read_all()
+            sims[name] = SimulatedBackend(os.path.join(state, name + ".json"), shape=shape,
+                                          root=os.path.join(state, name))
+            sims[name].read_all()
         plan = fault_plan(names, faults)
         for name, fault, value in plan:
-            SimulatedBackend(os.path.join(state, name + ".json"), shape=shape,
-                             root=os.path.join(state, name)).inject_health(0, fault, value)
+            sims[name].inject_health(0, fault, value)
         kubeconfig = os.path.join(tmp, "kubeconfig")
         with open(kubeconfig, "w") as handle:
             yaml.safe_dump(api.kubeconfig(), handle)
@@ -93,7 +96,7 @@ def sweep_fleet(nodes, shape, forks, repeat, faults=0):
                 self_after.ru_stime - self_before.ru_stime)
             figures["api_writes"] = len([w for w in api.writes(accepted=True)[writes:] if "/leases/" not in w["path"]])
             figures["quarantined"] = len([n for n in names if any(
-                t["key"] == "gpuops.nvidia/gpu-unhealthy" for t in api.get("", "nodes", n)["spec"].get("taints") or [])])
+                t["key"] == TAINT for t in api.get("", "nodes", n)["spec"].get("taints") or [])])
             if i == 0:
                 row["first"] = figures
                 counts = set(task_counts(batches(run.data), h) for h in run.stats)
