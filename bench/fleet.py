@@ -261,6 +261,8 @@ def main(argv=None):
                         "CPU s per node, median of --repeat (bench/sweep.py)")
     parser.add_argument("--sweep-faults", type=int, default=0,
                         help="with --sweep: also a fleet of each size with this many faulty nodes (within the breaker)")
+    parser.add_argument("--sweep-merge", metavar="A.json,B.json",
+                        help="one --sweep report and plot from several runs' sweep.json (bench/sweep.py)")
     parser.add_argument("--rerun-nodes", default="10", help="with --sweep: the re-run's fleet sizes (default 10; "
                         "empty: none)")
     args = parser.parse_known_args(argv)[0]
@@ -278,6 +280,9 @@ def main(argv=None):
             args.nodes = fleet_compare.DEFAULT_FLEETS
         args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
         return fleet_compare.main(args)
+    if args.sweep_merge:
+        import sweep  # (bench/sweep.py, beside this file)
+        return sweep.merge(args)
     if args.sweep:
         import sweep  # (bench/sweep.py, beside this file)
         if args.nodes == parser.get_default("nodes"):

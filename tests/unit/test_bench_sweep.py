@@ -1,5 +1,7 @@
 """bench/fleet.py --sweep's pure pieces (bench/sweep.py): the faulty nodes within the circuit breaker, the median of
 repeats, the target's verdict and the report's table. Nothing here runs a playbook."""
+import argparse
+import json
 import os
 import sys
 
@@ -49,3 +51,19 @@ def test_table_has_a_row_per_fleet_with_per_node_figures():
     assert len(lines) == 4
     assert lines[2].startswith("| converged re-run (site.yml) | 10 | - | 120.0 |") and "| 12.000 |" in lines[2]
     assert lines[3].startswith("| sweep (health.yml) | 200 | 0 |") and "| 0.500 |" in lines[3]
+
+
+def test_merge_reports_the_rows_of_several_runs_in_order(tmp_path, capsys):
+    paths = []
+    for i, row in enumerate((_row("rerun", 50, 60.0), _row("sweep", 200, 100.0))):
+        path = tmp_path / ("run%d.json" % i)
+        path.write_text(json.dumps({"started": "2026-11-29 0%d:00" % i, "load": "1.0/1.0/1.0", "load_end": "%d" % i,
+                                    "commit": "abc123", "forks": 10, "shape": "hgx-h200", "repeat": 3,
+                                    "rows": [row], "errors": []}))
+        paths.append(str(path))
+    args = argparse.Namespace(sweep_merge=",".join(paths), out=None)
+    assert sweep.merge(args) == 0
+    text = capsys.readouterr().out
+    assert "at the end: 1." not in text and "load average 1.0/1.0/1.0 at the start, 1 at the end" in text
+    assert text.index("| converged re-run (site.yml) | 50 |") < text.index("| sweep (health.yml) | 200 |")
+    assert "target MET" in text and "Merged from 2 runs started 2026-11-29 00:00, 2026-11-29 01:00." in text
