@@ -162,7 +162,7 @@ def table(rows):
                       "%.1f" % m["wall"], "%.3f" % (m["wall"] / r["nodes"]), "%.1f" % m["load"],
                       ", ".join("%.1f" % x["cpu"] for x in r["runs"]),
                       str(r["runs"][-1].get("quarantined", "-")), "%s" % r["runs"][-1].get("api_writes", "-"),
-                      "%.1f" % m["bench_cpu"] if "bench_cpu" in m else "-"])
+                      "%.2f" % m["bench_cpu"] if "bench_cpu" in m else "-"])
     return markdown_table(header, lines)
 
 
