@@ -151,7 +151,7 @@ def verdict(rows):
 
 def table(rows):
     header = ("run", "nodes", "faulty nodes", "first: CPU s", "wall s", "median of repeats: CPU s", "CPU s per node",
-              "wall s", "wall s per node", "load before", "repeats: CPU s", "quarantined", "API writes (no Lease)",
+              "wall s", "wall s per node", "load before", "repeats: CPU s", "quarantined", "API writes: first, last sweep",
               "fake API + bench CPU s")
     lines = []
     for r in rows:
@@ -161,7 +161,8 @@ def table(rows):
                       "%.1f" % f["cpu"], "%.1f" % f["wall"], "%.1f" % m["cpu"], "%.3f" % (m["cpu"] / r["nodes"]),
                       "%.1f" % m["wall"], "%.3f" % (m["wall"] / r["nodes"]), "%.1f" % m["load"],
                       ", ".join("%.1f" % x["cpu"] for x in r["runs"]),
-                      str(r["runs"][-1].get("quarantined", "-")), "%s" % r["runs"][-1].get("api_writes", "-"),
+                      str(r["runs"][-1].get("quarantined", "-")),
+                      "%s, %s" % (f["api_writes"], r["runs"][-1]["api_writes"]) if "api_writes" in f else "-",
                       "%.2f" % m["bench_cpu"] if "bench_cpu" in m else "-"])
     return markdown_table(header, lines)
 
