@@ -38,6 +38,7 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --sweep --nodes 10,50,200 --rerun-nodes 10 --sweep-faults 3 --out DIR
                              # the health sweep (health.yml) against a fake cluster, and a converged re-run: CPU s
                              # per node, median of --repeat (bench/sweep.py)
+       python bench/fleet.py --sweep-merge a/sweep.json,b/sweep.json --out DIR  # sweep runs made in parts
 """
 import argparse
 import json
