@@ -35,6 +35,10 @@ Usage: python bench/fleet.py [--playbook PATH] [--nodes 1,10] [--forks 10] [--sh
        python bench/fleet.py --slices 1,2,4 --nodes 50,200 --out docs/readings/fleet-slices
        python bench/fleet.py --slices-merge a/slices.json,b/slices.json --cpus 16 --out DIR  # runs made in parts
                              # site.yml as 1, 2 and 4 AWX job slices at once, with a cluster (bench/fleet_slices.py)
+       python bench/fleet.py --sweep --nodes 10,50,200 --rerun-nodes 10 --sweep-faults 3 --out DIR
+                             # the health sweep (health.yml) against a fake cluster, and a converged re-run: CPU s
+                             # per node, median of --repeat (bench/sweep.py)
+       python bench/fleet.py --sweep-merge a/sweep.json,b/sweep.json --out DIR  # sweep runs made in parts
 """
 import argparse
 import json
@@ -253,6 +257,15 @@ def main(argv=None):
     parser.add_argument("--slices-keep", metavar="DIR", help="with --slices-phase: where the fleet is kept")
     parser.add_argument("--cpus", type=int, help="with --slices-merge: the CPUs of the machine the runs ran on")
     parser.add_argument("--machine", help="with --slices-merge: that machine, in words")
+    parser.add_argument("--sweep", action="store_true", help="the health sweep (health.yml) at every --nodes size "
+                        "(default 10,50,200) against a fake cluster, and a converged site.yml re-run at --rerun-nodes: "
+                        "CPU s per node, median of --repeat (bench/sweep.py)")
+    parser.add_argument("--sweep-faults", type=int, default=0,
+                        help="with --sweep: also a fleet of each size with this many faulty nodes (within the breaker)")
+    parser.add_argument("--sweep-merge", metavar="A.json,B.json",
+                        help="one --sweep report and plot from several runs' sweep.json (bench/sweep.py)")
+    parser.add_argument("--rerun-nodes", default="10", help="with --sweep: the re-run's fleet sizes (default 10; "
+                        "empty: none)")
     args = parser.parse_known_args(argv)[0]
     if args.slices_merge:
         import fleet_slices  # (bench/fleet_slices.py, beside this file)
@@ -268,6 +281,18 @@ def main(argv=None):
             args.nodes = fleet_compare.DEFAULT_FLEETS
         args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
         return fleet_compare.main(args)
+    if args.sweep_merge:
+        import sweep  # (bench/sweep.py, beside this file)
+        return sweep.merge(args)
+    if args.sweep:
+        import sweep  # (bench/sweep.py, beside this file)
+        if args.nodes == parser.get_default("nodes"):
+            args.nodes = "10,50,200"
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+        args.started, args.load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "%.1f/%.1f/%.1f" % os.getloadavg()
+        args.commit = current_commit()
+        return sweep.main(args)
     if args.floor:
         import fleet_floor  # (bench/fleet_floor.py, beside this file)
         if args.nodes == parser.get_default("nodes"):
