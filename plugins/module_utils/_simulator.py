@@ -332,6 +332,16 @@ class SimulatedBackend(GpuBackend):
         """Every simulated GPU's health and the simulated kernel log's Xid lines (_simulator_health); where the host is
         modelled (GPUOPS_SIMULATED_ROOT), the GPUs its PCI tree shows, read as the real backend reads sysfs. A GPU with
         the fault ``hang`` blocks the read (``read_gpu_health``)."""
+        self._nvml()
+        with self._locked(write=False) as state:
+            listed = sim_health.listed(state)
+            if not any(sim_health.is_hung(g) for g in listed):
+                # (the common case: every GPU answers, read in one look at the state, as a plan's read does it on
+                # every converged re-run)
+                unregistered = self._fabric_unregistered(state)
+                gpus = [self._health_entry(state, g, unregistered) for g in listed]
+                return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
+                        "pci": self.read_pci()}
         gpus = [self.read_gpu_health(index) for index in self.health_indexes()]
         with self._locked(write=False) as state:
             return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
@@ -359,14 +369,19 @@ class SimulatedBackend(GpuBackend):
             with self._locked(write=False) as state:
                 gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
                 if not sim_health.is_hung(gpu):
-                    entry = sim_health.health_facts(state, gpu)
-                    break
+                    return self._health_entry(state, gpu, self._fabric_unregistered(state))
             time.sleep(0.05)
-        if self.root and isinstance(entry.get("fabric"), dict) and not host.fabric_registered(self.root):
-            with self._locked(write=False) as state:
-                if (state.get("host") or {}).get("fabric_manager"):
-                    # no Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet
-                    entry["fabric"]["state"] = "not_started"
+
+    def _fabric_unregistered(self, state):
+        """No Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet."""
+        return bool(self.root and (state.get("host") or {}).get("fabric_manager")
+                    and not host.fabric_registered(self.root))
+
+    @staticmethod
+    def _health_entry(state, gpu, unregistered):
+        entry = sim_health.health_facts(state, gpu)
+        if unregistered and isinstance(entry.get("fabric"), dict):
+            entry["fabric"]["state"] = "not_started"
         return entry
 
     def read_pci(self):
