@@ -291,13 +291,6 @@ MODULES = {
     # a healthy H200 node: nothing to reset; the fuzzer's policies and GPU lists must be refused or answered cleanly
     "gpu_health_reset": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"gpus": [0, 1]},
                              hints={"health_policy": HEALTH_POLICY}),
-    # the sweep's node read (part 1 of issue 50 added the module without an entry): its cursor in the sandbox, the
-    # fuzzer's policies and deadlines refused or answered cleanly
-    "gpu_health_read": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
-                            args={"cursor_path": SANDBOX + "/health-cursor.json", "deadline": 10},
-                            hints={"policy": HEALTH_POLICY,
-                                   "cursor_path": st.just(SANDBOX + "/health-cursor.json"),
-                                   "deadline": st.one_of(st.floats(min_value=-1, max_value=10), hostile())}),
     # The sweep's report, written into the sandbox: no node behind it (the sim rig is only its directory); the
     # fuzzer's sweeps and rows must be refused naming the field, its dest paths refused or written cleanly.
     "health_report": dict(rig="sim", args={
