@@ -29,3 +29,19 @@ def seconds_error(option, value, minimum=0, maximum=MAX_WAIT_S):
         return "%s must be a whole number of seconds from %d to %d (%s), got %r" % (
             option, minimum, maximum, "one day" if maximum == MAX_WAIT_S else "the limit", value)
     return None
+
+
+def table_errors(values, limits):
+    """Every problem with ``values`` (setting -> value) against ``limits`` (setting -> (lowest, highest, whole
+    number)), each saying what is valid; an unknown setting is one too."""
+    errors = []
+    for key, value in sorted(values.items()):
+        if key not in limits:
+            errors.append("unknown setting %s; valid: %s" % (key, ", ".join(sorted(limits))))
+            continue
+        low, high, whole = limits[key]
+        number = isinstance(value, int) if whole else isinstance(value, (int, float))
+        if isinstance(value, bool) or not number or not low <= value <= high:
+            errors.append("%s must be a %s from %s to %s, got %r" % (
+                key, "whole number" if whole else "number", low, high, value))
+    return errors

@@ -39,6 +39,7 @@ import re
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import table_errors
 
 RECORD = "gpuops.nvidia/health-quarantine"
 LAST = "gpuops.nvidia/health-last-quarantined"
@@ -69,17 +70,7 @@ def parse_time(text):
 
 def settings_errors(settings):
     """Every problem with ``settings`` (a dict of DEFAULTS' keys), each saying what is valid."""
-    errors = []
-    for key, value in sorted(settings.items()):
-        if key not in LIMITS:
-            errors.append("unknown setting %s; valid: %s" % (key, ", ".join(sorted(LIMITS))))
-            continue
-        low, high, whole = LIMITS[key]
-        number = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not number or not low <= value <= high:
-            errors.append("%s must be a %s from %s to %s, got %r" % (
-                key, "whole number" if whole else "number", low, high, value))
-    return errors
+    return table_errors(settings, LIMITS)
 
 
 def breaker_limit(gpu_nodes, percent, max_nodes):

@@ -34,9 +34,10 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import table_errors
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import RESET_CLEARS
 from ansible_collections.gpuops.nvidia.plugins.module_utils._health_quarantine import (
-    KEEP, QUARANTINE, RELEASE, HEALTHY, format_time, parse_time)
+    KEEP, QUARANTINE, RELEASE, HEALTHY, annotations, format_time, parse_time)
 
 RECORD = "gpuops.nvidia/health-remediation"
 CONDITION_TYPE = "GpuopsNvidiaGpuRemediation"
@@ -61,17 +62,7 @@ _MESSAGE_MAX = 1024
 
 def settings_errors(settings):
     """Every problem with ``settings`` (a dict of DEFAULTS' keys), each saying what is valid."""
-    errors = []
-    for key, value in sorted(settings.items()):
-        if key not in LIMITS:
-            errors.append("unknown setting %s; valid: %s" % (key, ", ".join(sorted(LIMITS))))
-            continue
-        low, high, whole = LIMITS[key]
-        number = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not number or not low <= value <= high:
-            errors.append("%s must be a %s from %s to %s, got %r" % (
-                key, "whole number" if whole else "number", low, high, value))
-    return errors
+    return table_errors(settings, LIMITS)
 
 
 def consent_errors(consents):
@@ -81,10 +72,6 @@ def consent_errors(consents):
             ", ".join(CONSENTS), type(consents).__name__)]
     return ["remediation of node %s must be one of %s, got %r" % (name, ", ".join(CONSENTS), value)
             for name, value in sorted(consents.items(), key=lambda kv: str(kv[0])) if value not in CONSENTS]
-
-
-def annotations(node):
-    return (node.get("metadata") or {}).get("annotations") or {}
 
 
 def record(node):

@@ -47,3 +47,11 @@ def retry_on_conflict(attempt, tries=3, between=None, exhausted=None):
         if exc.status != CONFLICT or exhausted is None:
             raise
         return exhausted(exc)
+
+
+def write_as_planned(planned, replan, write, tries=3):
+    """Write ``planned`` (what a module planned on the object as it read it) with ``write(plan)``; where the API answers
+    409 Conflict, ``replan()`` (read the object again and plan on what is there now) and write that, ``tries`` writes
+    in all (``retry_on_conflict``). Returns what the last ``write`` returned."""
+    first = [planned]
+    return retry_on_conflict(lambda: write(first.pop() if first else replan()), tries=tries)

@@ -171,7 +171,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_quara
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import dns_subdomain_errors
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import write_as_planned
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
 
 SETTINGS = ("release_after", "breaker_percent", "breaker_max_nodes", "window_hours")
@@ -258,18 +258,10 @@ class HealthQuarantine(ModuleRun):
     def apply(self, current, changes):
         for name in sorted(changes):
             row = [r for r in self.rows if r["node"] == name][0]
-            retry_on_conflict(self.attempt(name, changes[name]), tries=ATTEMPTS)
+            # (after a conflict: the node read again and its marks planned on what is there now)
+            write_as_planned(changes[name], lambda name=name: self.node_writes(self.read_node(name), name),
+                             lambda marks, name=name: self.write(name, marks), tries=ATTEMPTS)
             row["written"] = True
-
-    def attempt(self, name, planned):
-        """One read -> plan -> write of node ``name`` for the conflict retry: the first try writes what ``plan``
-        planned on the node it read; a try after a conflict reads the node again and plans on what is there now."""
-        first = [planned]
-
-        def once():
-            marks = first.pop() if first else self.node_writes(self.read_node(name), name)
-            self.write(name, marks)
-        return once
 
     def write(self, name, marks):
         """An unhealthy node's cordon, taint and records first, then its condition; a released node's condition first,

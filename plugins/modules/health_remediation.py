@@ -128,7 +128,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_remed
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import dns_subdomain_errors
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import write_as_planned
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 
 SETTINGS = ("max_attempts", "window_hours")
@@ -206,26 +206,22 @@ class HealthRemediation(ModuleRun):
 
     def apply(self, current, changes):
         for name in sorted(changes):
-            retry_on_conflict(self.attempt(name, changes[name]), tries=ATTEMPTS)
+            # (after a conflict: the node read again and decided on what is there now: another sweep's attempt counts)
+            write_as_planned(changes[name], lambda name=name: self.decide(self.read_node(name), name),
+                             lambda planned, name=name: self.write(name, planned), tries=ATTEMPTS)
         self.result["nodes"] = [self.rows[name] for name in sorted(self.rows)]
 
-    def attempt(self, name, planned):
-        """One read -> decide -> write of node ``name``: the first try writes what ``plan`` decided on the node it
-        read; a try after a conflict reads the node again and decides on what is there now (another sweep's attempt
-        counts)."""
-        first = [planned]
-
-        def once():
-            decision, writes = first.pop() if first else self.decide(self.read_node(name), name)
-            self.rows[name] = self.row(name, decision, writes)
-            if writes["spec_patch"] is not None:
-                self.kube.patch("record the health sweep's remediation attempt on node %s" % name,
-                                _kube.node_path(name), writes["spec_patch"])
-            if writes["status_patch"] is not None:
-                self.kube.patch("write the health sweep's remediation condition on node %s (status subresource)" % name,
-                                _kube.node_path(name, "status"), writes["status_patch"], strategic=True)
-            self.rows[name]["written"] = True
-        return once
+    def write(self, name, planned):
+        """The attempt's record, then the condition, on node ``name``."""
+        decision, writes = planned
+        self.rows[name] = self.row(name, decision, writes)
+        if writes["spec_patch"] is not None:
+            self.kube.patch("record the health sweep's remediation attempt on node %s" % name,
+                            _kube.node_path(name), writes["spec_patch"])
+        if writes["status_patch"] is not None:
+            self.kube.patch("write the health sweep's remediation condition on node %s (status subresource)" % name,
+                            _kube.node_path(name, "status"), writes["status_patch"], strategic=True)
+        self.rows[name]["written"] = True
 
 
 def main():

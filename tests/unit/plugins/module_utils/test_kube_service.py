@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict, write_as_planned
 
 
 def _error(status, reason):
@@ -85,3 +85,23 @@ def test_a_concurrent_writer_makes_the_write_read_and_merge_again(kube_api):
     assert answer["data"] == {"other": "2", "mine": "x"}                 # the other writer's value is kept
     patches = [r["code"] for r in kube_api.requests if r["method"] == "PATCH"]
     assert patches == [409, 200]
+
+
+def test_write_as_planned_writes_the_plan_first_and_replans_only_after_a_conflict():
+    written, replans = [], []
+
+    def write(plan):
+        written.append(plan)
+        if len(written) == 1:
+            raise _kube.KubeError("conflict", status=409)
+        return "done"
+
+    def replan():
+        replans.append(1)
+        return "plan on the node as read again"
+
+    assert write_as_planned("plan on the node as read", replan, write) == "done"
+    assert written == ["plan on the node as read", "plan on the node as read again"] and replans == [1]
+    # no conflict: the plan is written once, nothing read again
+    written[:], replans[:] = ["x"], []
+    assert write_as_planned("p", replan, write) == "done" and replans == []
