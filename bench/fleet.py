@@ -51,7 +51,7 @@ import time
 
 from fleet_common import (  # (bench/fleet_common.py, beside this file)
     MACHINE_SHAPES, ROOT, SITE, BenchError, Run, batches, current_commit, empty_playbook, inventory, markdown_table,
-    task_counts)
+    pyplot, task_counts)
 
 # GPUs per node -> the simulator's all-H200 shape (1: h200-x1, 2: h200-x2, 4: h200-x4, 8: hgx-h200)
 H200_SHAPES = dict((len(models), shape) for shape, models in MACHINE_SHAPES.items() if set(models) == {"H200"})
@@ -113,12 +113,9 @@ def overhead_table(rows):
 
 def plot(rows, path):
     """Total CPU and wall seconds against nodes and against GPUs per node; returns a note on what was written."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        return "plot skipped: matplotlib does not import (%s)" % exc
+    plt, skipped = pyplot()
+    if plt is None:
+        return skipped
     by_nodes = sorted((r for r in rows if r["gpus"] == 8), key=lambda r: r["nodes"])
     series_n, by_gpus = _gpu_series(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -200,6 +200,18 @@ def save_report(out, name, text, data):
         json.dump(data, handle, indent=1)
 
 
+def pyplot():
+    """(matplotlib.pyplot with the file-only Agg backend, None), or (None, the note that the plot is skipped) where
+    matplotlib does not import."""
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        return None, "plot skipped: matplotlib does not import (%s)" % exc
+    return plt, None
+
+
 def markdown_table(header, lines):
     """A Markdown table: a header row, its rule, one row per line."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -315,12 +315,9 @@ def table(rows):
 
 def plot(rows, path):
     """Wall and CPU seconds against the slice count, one colour per fleet size; first converge and re-run."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        return "plot skipped: matplotlib does not import (%s)" % exc
+    plt, skipped = fleet_common.pyplot()
+    if plt is None:
+        return skipped
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = sorted(set(r["nodes"] for r in rows))
     for ax, run, title in ((axes[0], "first", "first converge"), (axes[1], "again", "re-run")):

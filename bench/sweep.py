@@ -25,7 +25,7 @@ import time
 import yaml
 
 from fleet_common import (  # (bench/fleet_common.py, beside this file)
-    ROOT, SITE, BenchError, Run, batches, inventory, markdown_table, save_report, task_counts)
+    ROOT, SITE, BenchError, Run, batches, inventory, markdown_table, pyplot, save_report, task_counts)
 
 sys.path.insert(0, ROOT)
 # pylint: disable=wrong-import-position
@@ -169,12 +169,9 @@ def table(rows):
 
 def plot(rows, path):
     """CPU s per node (median) against nodes: the sweep (healthy, faulty) and the re-run; a note on what was written."""
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    except ImportError as exc:
-        return "plot skipped: matplotlib does not import (%s)" % exc
+    plt, skipped = pyplot()
+    if plt is None:
+        return skipped
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series = (("sweep", False, "o-", "C0", "health sweep, healthy fleet"),
               ("sweep", True, "^-", "C3", "health sweep, faulty nodes"),
@@ -191,8 +188,9 @@ def plot(rows, path):
                    label="target: the re-run's CPU s per node at %d nodes" % low["nodes"])
     ax.set_xscale("log")
     ax.set_xticks(sorted(set(r["nodes"] for r in rows)))
-    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
+    from matplotlib.ticker import NullFormatter, ScalarFormatter  # pylint: disable=import-outside-toplevel
+    ax.get_xaxis().set_major_formatter(ScalarFormatter())
+    ax.get_xaxis().set_minor_formatter(NullFormatter())
     ax.set_xlabel("nodes (%s each)" % rows[0]["shape"])
     ax.set_ylabel("CPU s per node (median of repeats)")
     ax.set_ylim(bottom=0)
@@ -234,6 +232,12 @@ def merge(args):
     notes = errors + ["Merged from %d runs started %s." % (len(saved), ", ".join(s["started"] for s in saved))]
     if args.out:
         save_report(args.out, "sweep", "", {"runs": saved, "rows": rows, "errors": errors})
+    return finish(rows, args, notes, errors)
+
+
+def finish(rows, args, notes, errors):
+    """The plot (under --out, where there are rows), the report printed and written as sweep.md; 1 on an error."""
+    if args.out and rows:
         notes.append(plot(rows, os.path.join(args.out, "sweep.svg")))
     text = report(rows, args, notes)
     if args.out:
@@ -266,12 +270,4 @@ def main(args):
             save_report(args.out, "sweep", report(rows, args, errors), {
                 "started": args.started, "load": args.load, "load_end": args.load_end, "commit": args.commit,
                 "forks": args.forks, "shape": args.shape, "repeat": args.repeat, "rows": rows, "errors": errors})
-    notes = list(errors)
-    if args.out and rows:
-        notes.append(plot(rows, os.path.join(args.out, "sweep.svg")))
-    text = report(rows, args, notes)
-    if args.out:
-        with open(os.path.join(args.out, "sweep.md"), "w") as handle:
-            handle.write(text)
-    print(text)
-    return 1 if errors else 0
+    return finish(rows, args, list(errors), errors)
