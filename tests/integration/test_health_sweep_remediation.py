@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from tests.integration.test_health_sweep import Fleet
+from tests.support.rigs import snapshot
 
 pytestmark = [pytest.mark.slow]
 
@@ -46,7 +47,9 @@ def test_reset_with_consent_idle_only_released_after_two_healthy_sweeps_and_capp
         fleet.sims[name].inject_health(0, "row_remap_pending")
     fleet.sims[busy].add_process(0, 4242, "python", used_memory_mib=1024)
 
-    # bad input: refused naming what is valid, before any node is read (no read task ran)
+    # bad input: refused naming what is valid, before any node is read (no read task ran); the nodes' objects, their
+    # simulated GPUs and every file under the lab's state (cursors, reports) exactly as they were
+    before = (snapshot(fleet.state), dict((n, fleet.node(n)) for n in NODES), fleet.api.writes(dry_run=False))
     bad = fleet.sweep(**dict(SETTINGS, gpu_node_health_remediation="yes"))
     assert bad.rc != 0 and "none, reset, reboot" in str(bad.proc.stdout), bad
     assert bad.task("read the GPUs' health") == {}
@@ -57,6 +60,7 @@ def test_reset_with_consent_idle_only_released_after_two_healthy_sweeps_and_capp
         "remediation_max_attempts must be a whole number from 1 to 100, got 0" in r["msg"] for r in refused.values()), \
         capped
     assert capped.task("read the GPUs' health") == {}
+    assert (snapshot(fleet.state), dict((n, fleet.node(n)) for n in NODES), fleet.api.writes(dry_run=False)) == before
 
     # check mode: says it would reset, records and resets nothing
     check = fleet.sweep(check=True, **SETTINGS)
