@@ -40,19 +40,31 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import R
 
 
 class Step(object):
-    """One node step: see the module docstring. Controller side: ``tasks`` is the gpu_node task file (under
-    roles/gpu_node/tasks) that runs it, None for the pseudo-step ``declared``; ``disruptive`` says its work can
-    disrupt the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons); a step
+    """One node step: see the module docstring.
+
+    Controller side (the gpu_node role, through gpuops.nvidia.gpu_node_plan's action and the lookup
+    gpuops.nvidia.node_steps; see "Controller side" below): ``tasks`` is the gpu_node task file (under
+    roles/gpu_node/tasks) that runs it, None for the pseudo-step ``declared``; ``disruptive`` says its work can disrupt
+    the GPUs' users (the node is quiesced for it: its result holds ``disruptive``, the reasons; steps.yml includes
+    each disruptive step by name, inside the quiesce, and every other step in one loop, in the registry's order); a step
     ``after_disruption`` runs again whenever a disruptive step changes the GPUs (a reset returns what it set);
     ``reruns`` names the later steps that run whenever this one runs (it changes what they read: the toolkit's
-    install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk). ``needs_nvml``: its
-    check reads the GPUs through NVML (where NVML cannot start yet, it waits for the driver step)."""
+    install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk); ``after_change``: it
+    runs whenever another step runs in a real run (the health gate reads the GPUs again after any change); ``marks``:
+    ``marks(node)`` says whether the Kubernetes node carries the step's own marks (the step then runs, to take them
+    off once they no longer hold). ``managed(v)`` says whether the collection manages the step on this node (who
+    owns it: the GPU Operator, DRA, the collection), from the role's variables ``v`` (``RoleVars``; default: always);
+    ``planned(v)`` whether the node plan checks it (default: where managed); ``inputs(v)`` its options of
+    gpu_node_plan (option -> value) where planned; ``declares`` the fact its role's ``declared`` entry point sets (the
+    files, units and packages the plan compares). ``needs_nvml``: its check reads the GPUs through NVML (where NVML
+    cannot start yet, it waits for the driver step)."""
 
     __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption",
-                 "reruns", "needs_nvml")
+                 "reruns", "needs_nvml", "managed", "planned", "inputs", "declares", "after_change", "marks")
 
     def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
-                 after_disruption=False, reruns=(), needs_nvml=False):
+                 after_disruption=False, reruns=(), needs_nvml=False, managed=None, planned=None, inputs=None,
+                 declares=None, after_change=False, marks=None):
         self.name = name
         self._options = options
         self.check = check
@@ -63,6 +75,12 @@ class Step(object):
         self.after_disruption = after_disruption
         self.reruns = tuple(reruns)
         self.needs_nvml = needs_nvml
+        self.managed = managed if managed is not None else _always
+        self.planned = planned if planned is not None else self.managed
+        self.inputs = inputs
+        self.declares = declares
+        self.after_change = after_change
+        self.marks = marks
 
     @property
     def options(self):
@@ -81,8 +99,16 @@ class Step(object):
         return dict((option, module.params[option]) for option in self._options)
 
     def given(self, module):
-        """Whether the module was given this step (any of its options is not None)."""
+        """Whether the module was given this step (any of its options is not None), and asked to plan it (the
+        module's ``steps``, where set)."""
+        only = module.params.get("steps")
+        if only is not None and self.name not in only:
+            return False
         return any(module.params[option] is not None for option in self._options)
+
+
+def _always(v):
+    return True
 
 
 def _driver(module, facts, params):
@@ -332,6 +358,157 @@ def _runtime_mode_spec():
     return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "runtime_mode"))
 
 
+# Controller side: what the gpu_node role's variables make of each step. These run on the controller only (the lookup
+# gpuops.nvidia.node_steps and gpuops.nvidia.gpu_node_plan's action), never in the module: they read the role's
+# variables (defaults/main.yml, the inventory, the roles' declarations) through ``RoleVars``.
+
+class RoleVars(object):
+    """The role's variables for the rules below: ``get(name)`` returns a variable's value as ansible-core templates
+    it and raises KeyError where it is not defined; each is templated once."""
+
+    _MISSING = object()
+
+    def __init__(self, get):
+        self._get = get
+        self._seen = {}
+
+    def __call__(self, name, default=None):
+        """The variable's value; ``default`` where it is not defined (Jinja's ``default``)."""
+        if name not in self._seen:
+            try:
+                self._seen[name] = self._get(name)
+            except KeyError:
+                self._seen[name] = self._MISSING
+        value = self._seen[name]
+        return default if value is self._MISSING else value
+
+    def flag(self, name, default=False):
+        """A boolean variable as Jinja's ``bool`` filter reads it (ansible-core's own conversion)."""
+        value = self(name, default)
+        return bool(value) if isinstance(value, bool) else boolean(value, strict=False)
+
+    def text(self, name):
+        """A variable as text, empty where it is not defined or null (``default('') | string``)."""
+        value = self(name, "")
+        return "" if value is None else str(value)
+
+
+def _provider(v):
+    return v("gpu_node_device_plugin_provider")
+
+
+def _kube(v):
+    return v.flag("gpu_node_kubernetes")
+
+
+def _driver_managed(v):
+    """Only where the node declares a driver (the driver role's version or branch)."""
+    return len(v.text("driver_version")) > 0 or len(v.text("driver_branch")) > 0
+
+
+def _mig_manage(v):
+    """``declared`` where the node declares MIG, ``disable`` where another sharing strategy must turn it off where it
+    is on (decided by the node plan from the GPUs), else empty: MIG is not planned."""
+    if v("gpu_node_sharing") == "mig":
+        return "declared"
+    return "disable" if v.flag("gpu_node_disable_mig") else ""
+
+
+def _mig_managed(v):
+    """MIG is the collection's unless, on a cluster, the GPU Operator's MIG manager owns it (the node plan still plans
+    it; the gate leaves it alone)."""
+    return not (_kube(v) and v("gpu_node_mig_owner") == "gpu_operator")
+
+
+def _mig_resolved(v):
+    """What the mig role is given (its boot files declared, its tasks run): the layout, the named config, and the CDI
+    spec's parameters for its boot unit (which writes the spec again once it re-created the instances)."""
+    mig = v("gpu_node_sharing") == "mig"
+    layout = (v("gpu_node_mig_layout") or []) if mig else []
+    if not mig:
+        config_name = "all-disabled"
+    else:
+        config_name = "" if len(layout) > 0 else v("gpu_node_mig_config_name")
+    cdi = {}
+    if _cdi_managed(v):
+        cdi = dict((k, val) for k, val in v("__gpu_node_cdi").items() if k != "state")
+    return {"manage": _mig_manage(v), "layout": layout, "config_name": config_name, "cdi": cdi}
+
+
+def _mig_inputs(v):
+    mig = _mig_resolved(v)
+    out = {"manage": mig["manage"], "allow_reset": v("mig_allow_reset", True), "force": v("mig_force", False)}
+    if len(mig["layout"]) > 0:
+        out["layout"] = mig["layout"]
+    else:
+        out["config_name"] = mig["config_name"]
+    return {"mig": out}
+
+
+def _compute_mode_managed(v):
+    """Not with DRA, whose driver sets the compute mode per claim (EXCLUSIVE_PROCESS while an MPS claim is prepared,
+    DEFAULT for time-slicing: kubernetes-sigs/dra-driver-nvidia-gpu v25.8.1 cmd/gpu-kubelet-plugin/sharing.go); setting
+    it back would break a running MPS workload. Validation refuses a declared mode other than Default there."""
+    return _provider(v) != "dra"
+
+
+def _compute_mode_inputs(v):
+    declared = v("__compute_mode_declared")
+    return {"compute_mode": dict((key, declared.get(key)) for key in ("settings", "persistence_mode", "boot_unit"))}
+
+
+def _containerd_managed(v):
+    """containerd's runtime is the collection's where gpu_node_manage_containerd says so, except on a node of a GPU
+    Operator cluster whose container toolkit writes it (the cluster step's containerd_owners)."""
+    if not v.flag("gpu_node_manage_containerd"):
+        return False
+    if _kube(v) and _provider(v) == "gpu_operator":
+        owners = (v("cluster_gpu_operator") or {}).get("containerd_owners") or {}
+        return owners.get(v("gpu_node_kube_node_name"), "collection") != "gpu_operator"
+    return True
+
+
+def _toolkit_managed(v):
+    """The NVIDIA Container Toolkit only where containerd's runtime is the collection's."""
+    return _containerd_managed(v) and v.flag("gpu_node_install_container_toolkit")
+
+
+def _runtime_mode_managed(v):
+    """Where CDI is on or a mode other than the default is declared (an absent config means auto, and a node that
+    declares neither is never touched); never under the GPU Operator, whose toolkit writes the runtime's config."""
+    return ((v.flag("gpu_node_cdi") or v("gpu_node_runtime_mode") != "auto")
+            and _provider(v) != "gpu_operator")
+
+
+def _cdi_managed(v):
+    """Only where the collection owns the node's container runtime: under the GPU Operator its toolkit writes the spec
+    (validation refuses gpu_node_cdi there)."""
+    return v.flag("gpu_node_cdi") and _provider(v) != "gpu_operator"
+
+
+def _driver_inputs(v):
+    return {"driver": {
+        "version": v.text("driver_version"), "branch": v.text("driver_branch"),
+        "flavour": v("driver_flavour", "open"), "root": v("driver_root") or None,
+        "fabric_manager": v.text("driver_fabric_manager").lower() or "auto",
+        "persistenced": v.flag("driver_start_persistenced", True),
+        "systemctl": v("gpu_node_driver_systemctl") or None,
+        "fabric_timeout": int(v("gpu_node_driver_fabric_timeout")),
+        "fabric_manager_version": v.text("driver_fabric_manager_version"),
+        "allow_downgrade": v.flag("driver_allow_downgrade", False)}}
+
+
+def _health_inputs(v):
+    return {"health": {"policy": v("gpu_node_health_policy"), "dcgm_diag": v.flag("gpu_node_health_dcgm_diag"),
+                       "dcgmi": v("gpu_node_health_dcgmi")}}
+
+
+def _health_marks(node):
+    """The health gate's own marks on the Kubernetes node (node_cordon's query): its taint or its condition."""
+    return (any(t.get("key") == "gpuops.nvidia/gpu-unhealthy" for t in node.get("taints") or [])
+            or any(c.get("type") == "GpuopsNvidiaGpuHealthy" for c in node.get("conditions") or []))
+
+
 STEPS = (
     # first: a driver change loses MIG's instances and the compute mode and changes the files the CDI spec lists
     Step("driver", {"driver": dict(type="dict", options=dict(
@@ -346,7 +523,8 @@ STEPS = (
         fabric_manager_version=dict(type="str", default=""),
         allow_downgrade=dict(type="bool", default=False),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
-        reruns=("mig", "compute_mode", "cdi")),
+        reruns=("mig", "compute_mode", "cdi"), managed=_driver_managed, inputs=_driver_inputs,
+        declares="__driver_declared"),
     Step("mig", {"mig": dict(type="dict", options=dict(
         manage=dict(type="str", choices=["declared", "disable"], required=True),
         layout=dict(type="list", elements="dict"),
@@ -354,7 +532,8 @@ STEPS = (
         allow_reset=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     ), mutually_exclusive=[("layout", "config_name")], required_one_of=[("layout", "config_name")])},
-        check=_mig, settle=_mig_settle, tasks="mig.yml", disruptive=True, needs_nvml=True),
+        check=_mig, settle=_mig_settle, tasks="mig.yml", disruptive=True, needs_nvml=True, managed=_mig_managed,
+        planned=lambda v: len(_mig_manage(v)) > 0, inputs=_mig_inputs, declares="__mig_declared"),
     Step("compute_mode", {"compute_mode": dict(type="dict", options=dict(
         settings=dict(type="list", elements="dict", required=True, options=dict(
             gpus=dict(type="list", elements="str", default=["all"]),
@@ -364,7 +543,8 @@ STEPS = (
             path=dict(type="path", required=True),
             nvidia_smi=dict(type="path", default="/usr/bin/nvidia-smi"),
             mode=dict(type="str", default="0644"))),
-    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True, needs_nvml=True),
+    ))}, check=_compute_mode, tasks="compute_mode.yml", after_disruption=True, needs_nvml=True,
+        managed=_compute_mode_managed, inputs=_compute_mode_inputs, declares="__compute_mode_declared"),
     Step("declared", {
         "files": dict(type="list", elements="dict", default=[], options=dict(
             step=dict(type="str", required=True),
@@ -386,16 +566,24 @@ STEPS = (
         )),
     }, check=_declared, validate=_declared_validate),
     # its packages ship the nvidia-ctk that the three steps after it run (and nvidia-container-runtime's config)
-    Step("container_toolkit", {}, tasks="toolkit.yml", reruns=("containerd_runtime", "runtime_mode", "cdi")),
-    Step("containerd_runtime", {"containerd": _containerd_spec}, check=_containerd, tasks="containerd.yml"),
-    Step("runtime_mode", {"runtime_mode": _runtime_mode_spec}, check=_runtime_mode, tasks="runtime_mode.yml"),
+    Step("container_toolkit", {}, tasks="toolkit.yml", reruns=("containerd_runtime", "runtime_mode", "cdi"),
+         managed=_toolkit_managed, declares="__container_toolkit_declared"),
+    # (its declaration: what gpu_node itself writes where the host has no containerd config yet, vars/main.yml)
+    Step("containerd_runtime", {"containerd": _containerd_spec}, check=_containerd, tasks="containerd.yml",
+         managed=_containerd_managed, inputs=lambda v: {"containerd": v("__containerd_runtime_declared")},
+         declares="__gpu_node_containerd_seed"),
+    Step("runtime_mode", {"runtime_mode": _runtime_mode_spec}, check=_runtime_mode, tasks="runtime_mode.yml",
+         managed=_runtime_mode_managed, inputs=lambda v: {"runtime_mode": v("__gpu_node_runtime")}),
     # after MIG: the spec lists the MIG devices as they are after any change
-    Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True),
+    Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True,
+         managed=_cdi_managed, inputs=lambda v: {"cdi": v("__gpu_node_cdi")}),
     # last: the gate before the node's release reads the GPUs as every step left them (again after a disruptive change)
     Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={}),
                                                              dcgm_diag=dict(type="bool", default=False),
                                                              dcgmi=dict(type="str", default="dcgmi")))},
-         check=_health, validate=_health_validate, tasks="health.yml", after_disruption=True, needs_nvml=True),
+         check=_health, validate=_health_validate, tasks="health.yml", after_disruption=True, needs_nvml=True,
+         managed=lambda v: v.flag("gpu_node_health_gate"), inputs=_health_inputs, after_change=True,
+         marks=_health_marks),
 )
 
 BY_NAME = dict((step.name, step) for step in STEPS)
@@ -418,6 +606,9 @@ def registry_problems(steps):
         for later in step.reruns:
             if later not in names[index + 1:] or by_name[later].tasks is None:
                 problems.append("step %s reruns %s, which is not a node step after it" % (step.name, later))
+        if step.option_names and step.check is not None and step.inputs is None and step.declares is None \
+                and step.name != "declared":
+            problems.append("step %s has options but no inputs (what the role gives its check)" % step.name)
         if step.disruptive and any(s.after_disruption for s in steps[:index]):
             problems.append("disruptive step %s comes after %s, which runs again after a disruptive change"
                             % (step.name, ", ".join(s.name for s in steps[:index] if s.after_disruption)))
@@ -429,14 +620,17 @@ def node_steps():
     return [step.name for step in STEPS if step.tasks is not None]
 
 
-def gates(plan, managed, check_mode=False, steps=None):
+def gates(plan, managed, check_mode=False, steps=None, after_change=False, node=None):
     """Controller side: from gpu_node_plan's result and ``managed`` (node step -> whether the controller manages
     it on this node), each node step -> whether it runs, and ``disruptive`` (whether a disruptive step changes the
     GPUs). A step runs where it is managed (and, where its result says ``managed``, the plan agrees) and has work,
     runs again after a disruptive change (``after_disruption``), or runs because an earlier step that runs names it in
     ``reruns``. In check mode the earlier step changes nothing, so it makes nothing run; and where it would install
     packages (``installs`` of the plan) the steps it names do not run at all: what they run is not there yet, so they
-    cannot be planned in this run. ``steps`` is the registry (a test's own).
+    cannot be planned in this run. ``after_change``: the plan was made again after a change of this run (the driver's,
+    the GPU Operator's MIG change), which counts as a disruptive change. A step ``after_change`` runs whenever another
+    one runs (or the run is disruptive) outside check mode; a step with ``marks`` runs where ``node`` (the Kubernetes
+    node as read, or None off a cluster) carries them. ``steps`` is the registry (a test's own).
     Raises ValueError on input that is not that."""
     steps = STEPS if steps is None else steps
     problems = registry_problems(steps)
@@ -453,7 +647,10 @@ def gates(plan, managed, check_mode=False, steps=None):
     if not isinstance(installs, dict):
         raise ValueError("installs must be the packages each step would install (a dict), got %s" % _kind(installs))
     check_mode = _truth(check_mode, "check_mode", "check mode")
-    work, on, disruptive = {}, {}, False
+    after_change = _truth(after_change, "after_change", "after_change")
+    if node is not None and not isinstance(node, dict):
+        raise ValueError("node must be the Kubernetes node as read (a dict) or None, got %s" % _kind(node))
+    work, on, disruptive = {}, {}, after_change
     for step in steps:
         if step.tasks is None:
             continue
@@ -481,8 +678,55 @@ def gates(plan, managed, check_mode=False, steps=None):
             rerun.update(step.reruns)
         elif out[step.name] and installs.get(step.name):
             held.update(step.reruns)
+    for step in steps:
+        if step.tasks is None or not on[step.name] or out[step.name]:
+            continue
+        others = any(out[name] for name in names if name != step.name) or disruptive
+        out[step.name] = bool((step.after_change and not check_mode and others)
+                              or (step.marks is not None and node is not None and step.marks(node)))
     out["disruptive"] = disruptive
     return out
+
+
+def runs(gate_map, steps=None):
+    """The steps that are not disruptive and run (``gates``' answer), in the registry's order, each as its ``name`` and
+    its task file (``tasks``): what steps.yml's one loop includes after the disruptive steps (each by name, inside the
+    quiesce)."""
+    steps = STEPS if steps is None else steps
+    return [{"name": step.name, "tasks": step.tasks} for step in steps
+            if step.tasks is not None and not step.disruptive and gate_map.get(step.name)]
+
+
+def resolve(v, steps=None):
+    """What the gpu_node role decides from its variables alone (``RoleVars``), once per run, before the node plan:
+    per step whether the collection manages it here (``managed``) and whether the plan checks it (``planned``), the
+    cluster's part (``kube``; ``standalone``: the device plugin chart or the DRA driver is this collection's, so its
+    pods are ours to pause) and what the mig role is given (``mig``)."""
+    steps = STEPS if steps is None else steps
+    kube = _kube(v)
+    managed = dict((step.name, bool(step.managed(v))) for step in steps if step.name != "declared")
+    planned = dict((step.name, bool(step.planned(v))) for step in steps if step.name != "declared")
+    return {"kube": kube,
+            "standalone": kube and _provider(v) in ("chart", "dra") and v.flag("gpu_node_device_plugin_managed"),
+            "managed": managed, "planned": planned,
+            "mig": _mig_resolved(v)}
+
+
+def role_inputs(v, planned, steps=None):
+    """The node plan's inputs from the role's variables: each step with options -> its options where ``planned``
+    says so (else None), and ``declared`` -> [[step, its role's declaration], ...] of the planned steps that declare
+    one (the filter node_plan_checks turns it into the files, units and packages options)."""
+    steps = STEPS if steps is None else steps
+    inputs = {}
+    for step in steps:
+        if step.option_names and step.name != "declared":
+            value = step.inputs(v) if planned.get(step.name) else None
+            if value is not None and len(step.option_names) == 1:
+                value = value[step.option_names[0]]     # (plan_args takes a single option's value alone)
+            inputs[step.name] = value
+    inputs["declared"] = [[step.name, v(step.declares)] for step in steps
+                          if step.declares is not None and planned.get(step.name)]
+    return inputs
 
 
 def plan_args(inputs, only=None):

@@ -368,6 +368,16 @@ options:
         description: The C(dcgmi) command, a name looked up on C(PATH) or a path.
         type: str
         default: dcgmi
+  steps:
+    description:
+      - The steps to plan, by name (V(declared) for O(files), O(units) and O(packages)); the options of any other step
+        are not read. Default - every step whose options are given.
+      - In the gpuops.nvidia.gpu_node role (after the lookup P(gpuops.nvidia.node_steps#lookup) has decided its steps,
+        the fact C(__gpu_node)), a task that gives no step's options is given each planned step's options from the
+        role's variables by the step registry, and its result holds the role's gates (RV(gates), RV(runs)).
+    type: list
+    elements: str
+    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, health]
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -417,6 +427,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gates:
+  description:
+    - In the gpuops.nvidia.gpu_node role only (see O(steps)) - each of the role's node steps -> whether it runs in this
+      run, and C(disruptive) (whether a disruptive step changes the GPUs), decided by the step registry.
+  returned: in the gpu_node role, when the plan succeeds
+  type: dict
+  sample: {driver: false, mig: false, compute_mode: true, container_toolkit: false, containerd_runtime: false,
+           runtime_mode: false, cdi: false, health: true, disruptive: false}
+runs:
+  description:
+    - In the gpuops.nvidia.gpu_node role only - the steps that are not disruptive and run, in order, each as its
+      C(name) and its task file in the role (C(tasks)).
+  returned: in the gpu_node role, when the plan succeeds
+  type: list
+  elements: dict
+  sample: [{name: compute_mode, tasks: compute_mode.yml}, {name: health, tasks: health.yml}]
 steps:
   description: Per step named in the options, the reasons it has work; an empty list means nothing to do.
   returned: always
@@ -523,7 +549,9 @@ class NodePlan(ModuleRun):
     """Read the node once and run every given step's check (the options, the input checks and the checks are the
     steps' own: _node_steps.STEPS, in order). Changes nothing in any mode."""
 
-    argument_spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
+    argument_spec = _node_steps.argument_spec(
+        lock_timeout=dict(type="int"),
+        steps=dict(type="list", elements="str", choices=[step.name for step in _node_steps.STEPS if step.option_names]))
 
     refused = None
 

@@ -6,10 +6,8 @@ under its own gate, in the registry's order, and told whether each step is manag
 and from the files, and a step missing in either fails (shown on both sides). The gate rules themselves
 (node_step_gates) are tested on plan results as gpu_node_plan returns them.
 """
-import json
 import os
 import re
-import subprocess
 
 import pytest
 import yaml
@@ -19,7 +17,6 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_plan_args, node_step_gates
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
-from tests.support.ansible_run import BIN, ansible_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "gpu_node")
@@ -48,115 +45,120 @@ def _when(task):
     return " ".join(when) if isinstance(when, list) else str(when or "")
 
 
-def _gates_call(main):
-    (gates_task,) = [t for t in main if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
-    return gates_task["ansible.builtin.set_fact"]["__gpu_node_gates"]
-
-
-def registry_vs_role(steps, main, plan_inputs, documented):
-    """What keeps the step registry ``steps`` and the gpu_node role (its tasks/main.yml ``main``, the node plan's
-    inputs ``plan_inputs`` of vars/main.yml, the module's ``documented`` options) from being one description of the
-    node steps: each problem a sentence. Empty means adding a step was one registry entry plus its role's tasks."""
+def registry_vs_role(steps, plan, role_steps, documented, files):
+    """What keeps the step registry ``steps`` and the gpu_node role (the tasks of plan.yml ``plan`` and steps.yml
+    ``role_steps``, the module's ``documented`` options, the task files ``files`` of the role) from being one
+    description of the node steps: each problem a sentence. Empty means adding a step is one registry entry and its
+    task file. (The options' content - types, defaults, choices, suboptions - is checked against the documentation by
+    ansible-test's validate-modules: the module's argument spec is the registry's.)"""
     problems = []
     node_steps = [step.name for step in steps if step.tasks is not None]
-    with_options = [step.name for step in steps if step.option_names]
     options = [option for step in steps for option in step.option_names]
-    # the plan: the module's options are the registry's (and documented), the role gives one input per step with
-    # options, through node_plan_args alone
-    if sorted(options + ["lock_timeout"]) != sorted(documented):
+    if sorted(options + ["lock_timeout", "steps"]) != sorted(documented):
         problems.append("gpu_node_plan documents %s, the registry declares %s"
-                        % (sorted(documented), sorted(options + ["lock_timeout"])))
-    if sorted(plan_inputs) != sorted(with_options):
-        problems.append("vars/main.yml's __gpu_node_plan_inputs names %s, the registry's steps with options are %s"
-                        % (sorted(plan_inputs), sorted(with_options)))
-    plan_tasks = [t for t in main if "gpuops.nvidia.gpu_node_plan" in t]
-    if len(plan_tasks) != 1 or plan_tasks[0]["gpuops.nvidia.gpu_node_plan"] != {} or \
-            "__gpu_node_plan_inputs | gpuops.nvidia.node_plan_args" not in \
-            str((plan_tasks[0].get("module_defaults") or {}).get("gpuops.nvidia.gpu_node_plan")):
-        problems.append("main.yml's plan task must take its arguments from __gpu_node_plan_inputs alone")
-    # the gates: one mapping of whether each node step is managed, and each step's file included under its gate alone,
-    # in the registry's order
-    managed = re.findall(r"'(\w+)':", _gates_call(main))
-    if sorted(managed) != sorted(node_steps):
-        problems.append("the gates are told whether %s are managed, the registry's node steps are %s"
-                        % (sorted(managed), node_steps))
-    included = []
-    for task in main:
+                        % (sorted(documented), sorted(options + ["lock_timeout", "steps"])))
+    # the plan: its options come from the registry (gpu_node_plan's action), none from the task or module_defaults
+    plan_tasks = [t for t in plan if "gpuops.nvidia.gpu_node_plan" in t]
+    if len(plan_tasks) != 1 or plan_tasks[0]["gpuops.nvidia.gpu_node_plan"] != {} or "module_defaults" in plan_tasks[0]:
+        problems.append("plan.yml's plan task must give the module nothing (its action builds the options)")
+    gates_tasks = [t for t in plan if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
+    if [t["ansible.builtin.set_fact"]["__gpu_node_gates"] for t in gates_tasks] != ["{{ __gpu_node_plan.gates }}"]:
+        problems.append("plan.yml must set __gpu_node_gates from the plan's gates alone")
+    # the disruptive steps included by name under their own gate, in order; every other one by the one loop after them
+    by_name, loops = [], []
+    for index, task in enumerate(role_steps):
         target = task.get("ansible.builtin.include_tasks")
-        gates = GATE.findall(_when(task))
-        # (a step's file, included; not another task under the same gate, like the driver's plan before the quiesce)
-        if target and gates and gates[0] != "disruptive" \
-                and _when(task).strip().startswith("__gpu_node_gates.%s" % gates[0]):
-            included.append((gates[0], target))
+        when = _when(task).strip()
+        gate = GATE.match(when)
+        if target and gate and when == "__gpu_node_gates.%s" % gate.group(1) and gate.group(1) != "disruptive":
+            by_name.append((gate.group(1), target, index))
+        if target == "{{ __gpu_node_step.tasks }}":
+            loops.append((task, index))
+    disruptive = [step.name for step in steps if step.tasks is not None and step.disruptive]
     for step in steps:
-        if step.tasks is not None and (step.name, step.tasks) not in included:
-            problems.append("main.yml does not include %s under __gpu_node_gates.%s" % (step.tasks, step.name))
-    for name, target in included:
-        if name not in node_steps:
-            problems.append("main.yml gates %s on a step the registry lacks: %s" % (target, name))
-    order = [name for name, target in included if name in node_steps]
-    if order != [name for name in node_steps if name in order]:
-        problems.append("main.yml includes the steps in the order %s, the registry's is %s" % (order, node_steps))
+        if step.tasks is not None and step.tasks not in files:
+            problems.append("the registry names %s for step %s, the role has no such task file" % (step.tasks, step.name))
+        if step.tasks is not None and step.disruptive and (step.name, step.tasks) not in [b[:2] for b in by_name]:
+            problems.append("steps.yml does not include %s under __gpu_node_gates.%s" % (step.tasks, step.name))
+    for name, target, index in by_name:
+        if name not in disruptive:
+            problems.append("steps.yml includes %s by name under a gate of %s, which is %s" % (
+                target, name, "not in the registry" if name not in node_steps else "not a disruptive step (the loop "
+                "includes it)"))
+    order = [name for name, target, index in by_name if name in disruptive]
+    if order != [name for name in disruptive if name in order]:
+        problems.append("steps.yml includes the disruptive steps in the order %s, the registry's is %s"
+                        % (order, disruptive))
+    if len(loops) != 1 or loops[0][0].get("loop") != "{{ __gpu_node_plan.runs }}" or loops[0][0].get("when"):
+        problems.append("steps.yml must include every other step by one loop over __gpu_node_plan.runs, ungated")
+    elif order and loops[0][1] < max(index for name, target, index in by_name if name in disruptive):
+        problems.append("steps.yml's loop over the other steps must come after the disruptive steps")
     return problems
 
 
 def _role():
-    # main.yml plans and gates (plan.yml, which it imports; driver.yml includes it again after a driver change);
-    # steps.yml (included by main.yml where something has work) includes each step's file
+    # plan.yml plans and sets the gates (converge.yml imports it; driver.yml and operator.yml include it again after a
+    # change); steps.yml (included by converge.yml where something has work) includes each step's file
     # (the tasks inside blocks too: plan.yml's plan task sits in a block whose rescue marks an unhealthy node)
-    main = list(_flat(_tasks("main.yml") + _tasks("plan.yml") + _tasks("steps.yml")))
-    inputs = _load(ROLE, "vars", "main.yml")["__gpu_node_plan_inputs"]
+    plan = list(_flat(_tasks("plan.yml")))
+    role_steps = list(_flat(_tasks("steps.yml")))
     documented = list(yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]) + ["lock_timeout"]
-    return main, inputs, documented
+    return plan, role_steps, documented, sorted(os.listdir(TASKS))
 
 
-def test_adding_a_step_is_one_registry_entry_plus_its_role_tasks():
-    main, inputs, documented = _role()
-    assert registry_vs_role(_node_steps.STEPS, main, inputs, documented) == []
+def test_adding_a_step_is_one_registry_entry_plus_its_task_file():
+    plan, role_steps, documented, files = _role()
+    assert registry_vs_role(_node_steps.STEPS, plan, role_steps, documented, files) == []
     # the module's argument spec is built from the registry, and every step's `step` default is a node step
-    spec = _node_steps.argument_spec(lock_timeout=dict(type="int"))
+    spec = gpu_node_plan.NodePlan.argument_spec
     assert sorted(spec) == sorted(documented)
+    assert spec["steps"]["choices"] == [step.name for step in _node_steps.STEPS if step.option_names]
+    assert yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]["steps"]["choices"] == spec["steps"]["choices"]
     defaults = [s["options"]["step"]["default"] for s in spec.values() if "step" in (s.get("options") or {})
                 and "default" in s["options"]["step"]]
     assert sorted(defaults) == ["cdi", "containerd_runtime", "runtime_mode"]
 
 
 def test_a_step_missing_on_either_side_is_found():
-    main, inputs, documented = _role()
-    # a step the registry has and the role lacks: its include, its gate's managed flag, its plan input
-    no_cdi_include = [t for t in main if t.get("ansible.builtin.include_tasks") != "cdi.yml"]
-    assert registry_vs_role(_node_steps.STEPS, no_cdi_include, inputs, documented) == [
-        "main.yml does not include cdi.yml under __gpu_node_gates.cdi"]
-    main_no_flag = [dict(t, **{"ansible.builtin.set_fact": dict(t["ansible.builtin.set_fact"], __gpu_node_gates=_gates_call(
-        main).replace("'cdi': __gpu_node_cdi_on", ""))}) if t is _gates_task(main) else t for t in main]
-    assert any("the gates are told whether" in p for p in registry_vs_role(_node_steps.STEPS, main_no_flag, inputs,
-                                                                           documented))
-    no_input = dict((k, v) for k, v in inputs.items() if k != "runtime_mode")
-    assert any("__gpu_node_plan_inputs names" in p for p in registry_vs_role(_node_steps.STEPS, main, no_input,
-                                                                             documented))
+    plan, role_steps, documented, files = _role()
+    # a disruptive step the registry has and steps.yml lacks; a task file the role lacks
+    no_mig = [t for t in role_steps if t.get("ansible.builtin.include_tasks") != "mig.yml"]
+    assert registry_vs_role(_node_steps.STEPS, plan, no_mig, documented, files) == [
+        "steps.yml does not include mig.yml under __gpu_node_gates.mig"]
+    assert registry_vs_role(_node_steps.STEPS, plan, role_steps, documented, [f for f in files if f != "cdi.yml"]) == [
+        "the registry names cdi.yml for step cdi, the role has no such task file"]
+    # a step included by name outside the loop, or the loop gone or gated
+    by_name = role_steps + [{"ansible.builtin.include_tasks": "cdi.yml", "when": "__gpu_node_gates.cdi"}]
+    assert registry_vs_role(_node_steps.STEPS, plan, by_name, documented, files) == [
+        "steps.yml includes cdi.yml by name under a gate of cdi, which is not a disruptive step (the loop includes it)"]
+    no_loop = [t for t in role_steps if t.get("loop") != "{{ __gpu_node_plan.runs }}"]
+    assert registry_vs_role(_node_steps.STEPS, plan, no_loop, documented, files) == [
+        "steps.yml must include every other step by one loop over __gpu_node_plan.runs, ungated"]
+    # the plan given options by the role again
+    given = [dict(t, module_defaults={"gpuops.nvidia.gpu_node_plan": "{{ x }}"}) if "gpuops.nvidia.gpu_node_plan" in t
+             else t for t in plan]
+    assert registry_vs_role(_node_steps.STEPS, given, role_steps, documented, files) == [
+        "plan.yml's plan task must give the module nothing (its action builds the options)"]
     # a step the role has and the registry lacks
-    fewer = tuple(step for step in _node_steps.STEPS if step.name != "cdi")
-    found = registry_vs_role(fewer, main, inputs, documented)
-    assert "main.yml gates cdi.yml on a step the registry lacks: cdi" in found and len(found) == 4, found
-    # the steps out of the registry's order
-    swapped = list(main)
-    a, b = [i for i, t in enumerate(main) if t.get("ansible.builtin.include_tasks") in ("runtime_mode.yml", "cdi.yml")]
+    fewer = tuple(step for step in _node_steps.STEPS if step.name != "mig")
+    found = registry_vs_role(fewer, plan, role_steps, documented, files)
+    assert "steps.yml includes mig.yml by name under a gate of mig, which is not in the registry" in found, found
+    # the disruptive steps out of the registry's order
+    swapped = list(role_steps)
+    a, b = [i for i, t in enumerate(role_steps) if t.get("ansible.builtin.include_tasks") in ("driver.yml", "mig.yml")]
     swapped[a], swapped[b] = swapped[b], swapped[a]
-    assert [p for p in registry_vs_role(_node_steps.STEPS, swapped, inputs, documented) if "order" in p]
-
-
-def _gates_task(main):
-    (task,) = [t for t in main if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
-    return task
+    assert [p for p in registry_vs_role(_node_steps.STEPS, plan, swapped, documented, files) if "order" in p]
 
 
 def test_molecules_gpu_verify_plans_with_the_roles_inputs():
     (play,) = _load(ROOT, "extensions", "molecule", "gpu", "verify.yml")
     (task,) = [t for t in play["tasks"] if "gpuops.nvidia.gpu_node_plan" in t]
-    assert task["gpuops.nvidia.gpu_node_plan"] == {}
-    assert "__gpu_node_plan_inputs | gpuops.nvidia.node_plan_args(" in task["module_defaults"]["gpuops.nvidia.gpu_node_plan"]
+    assert task["gpuops.nvidia.gpu_node_plan"] == {"steps": ["mig", "compute_mode", "runtime_mode", "cdi"]}
+    assert "module_defaults" not in task
     assert [t["ansible.builtin.include_role"]["tasks_from"] for t in play["tasks"] if "ansible.builtin.include_role" in t] \
-        == ["validate.yml", "resolve.yml", "declare.yml"]
+        == ["validate.yml", "declare.yml"]
+    (decide,) = [t for t in play["tasks"] if "__gpu_node" in (t.get("ansible.builtin.set_fact") or {})]
+    assert decide["ansible.builtin.set_fact"]["__gpu_node"] == "{{ lookup('gpuops.nvidia.node_steps') }}"
 
 
 def test_no_task_file_rewrites_a_variable_or_another_steps_facts():
@@ -226,7 +228,9 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
     plan["installs"] = {}
     on = dict(MANAGED, container_toolkit=True)
     gates = node_step_gates(plan, on)
-    assert [k for k, v in gates.items() if v] == ["container_toolkit", "containerd_runtime", "runtime_mode", "cdi"]
+    # (and the health gate, which reads the GPUs again after any change of a real run)
+    assert [k for k, v in gates.items() if v] == [
+        "container_toolkit", "containerd_runtime", "runtime_mode", "cdi", "health"]
     # not where they are not managed (the GPU Operator's toolkit writes containerd's runtime)
     assert not node_step_gates(plan, dict(on, containerd_runtime=False))["containerd_runtime"]
     # check mode: the upgrade changes nothing, so they run only with work of their own
@@ -324,32 +328,107 @@ def test_bad_input_says_what_is_wrong(plan, managed, words):
         node_step_gates(plan, managed)
 
 
+def _role_vars(values, asked):
+    def get(name):
+        asked.append(name)
+        return values[name]
+    return _node_steps.RoleVars(get)
+
+
+ROLE_VALUES = {
+    "gpu_node_kubernetes": False, "gpu_node_device_plugin_provider": "chart", "gpu_node_sharing": "mps",
+    "gpu_node_disable_mig": True, "gpu_node_mig_owner": "collection", "gpu_node_mig_layout": [],
+    "gpu_node_mig_config_name": "all-balanced", "gpu_node_cdi": False, "gpu_node_manage_containerd": True,
+    "gpu_node_install_container_toolkit": False, "gpu_node_runtime_mode": "auto", "gpu_node_health_gate": True,
+    "gpu_node_device_plugin_managed": True, "gpu_node_health_policy": {}, "gpu_node_health_dcgm_diag": False,
+    "gpu_node_health_dcgmi": "dcgmi", "__compute_mode_declared": {
+        "settings": [{"gpus": ["all"], "mode": "Default"}], "persistence_mode": True, "boot_unit": None},
+    "__containerd_runtime_declared": {"config_path": "/etc/containerd/config.toml"},
+    "__gpu_node_containerd_seed": {"files": []}, "__mig_declared": {"files": [], "units": []},
+    "gpu_node_driver_fabric_timeout": 300, "gpu_node_driver_systemctl": "",
+}
+
+
 @pytest.mark.parametrize("driver_on", [False, True])
-def test_the_driver_options_are_templated_only_where_the_driver_step_is_planned(tmp_path, driver_on):
-    """A node that declares no driver (the default) does not template the driver's options when the node plan's
-    arguments are built: Jinja templates every variable a template names, taken branch or not (issue 36 item 7). A
-    driver variable whose template leaves a mark shows whether it was templated; where the step is planned, the
-    options are what the node plan is given."""
-    # (one ansible-playbook run on localhost over gpu_node's vars/main.yml)
-    mark = tmp_path / "templated"
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "gather_facts": False, "vars_files": [os.path.join(ROLE, "vars", "main.yml")],
-        "vars": {"__gpu_node_driver_on": driver_on, "driver_version": "580.95.05",
-                 "gpu_node_driver_fabric_timeout": 300,
-                 "gpu_node_driver_systemctl": "{{ lookup('ansible.builtin.pipe', 'touch %s') or 'systemctl' }}" % mark},
-        "tasks": [{"ansible.builtin.debug": {"msg": "{{ __gpu_node_plan_inputs.driver }}"}}]}]))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), str(playbook), "-i", "localhost,", "-c", "local"],
-                          env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    data = json.loads(proc.stdout[proc.stdout.index("{"):])
-    msg = data["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+def test_the_driver_options_are_read_only_where_the_driver_step_is_planned(driver_on):
+    """A node that declares no driver (the default) reads none of the driver's variables when the node plan's
+    arguments are built (each would be templated: issue 36 item 7); where the step is planned, the options are what
+    the node plan is given."""
+    values = dict(ROLE_VALUES, driver_version="580.95.05", __driver_declared={"files": [], "packages": []})
+    if not driver_on:
+        del values["driver_version"]
+    asked = []
+    v = _role_vars(values, asked)
+    decided = _node_steps.resolve(v)
+    assert decided["planned"]["driver"] is driver_on and decided["managed"]["driver"] is driver_on
+    inputs = _node_steps.role_inputs(v, decided["planned"])
+    driver_vars = set(n for n in asked if n.startswith("driver_") or n.startswith("gpu_node_driver_")
+                      or n == "__driver_declared") - {"driver_version", "driver_branch"}
     if driver_on:
-        assert msg == {"version": "580.95.05", "branch": "", "flavour": "open", "root": None, "fabric_manager": "auto",
-                       "persistenced": True, "systemctl": "systemctl", "fabric_timeout": 300,
-                       "fabric_manager_version": "", "allow_downgrade": False}
-        assert mark.exists()
+        assert inputs["driver"] == {"version": "580.95.05", "branch": "", "flavour": "open", "root": None,
+                                    "fabric_manager": "auto", "persistenced": True, "systemctl": None,
+                                    "fabric_timeout": 300, "fabric_manager_version": "", "allow_downgrade": False}
+        assert ["driver", {"files": [], "packages": []}] in inputs["declared"]
     else:
-        assert msg is None
-        assert not mark.exists(), "the driver's options were templated on a node that plans no driver"
+        assert inputs["driver"] is None and driver_vars == set(), driver_vars
+        assert [step for step, declaration in inputs["declared"]] == ["mig", "compute_mode", "containerd_runtime"]
+    # every step with options has an input; a single option's value alone (plan_args takes it so)
+    assert sorted(inputs) == sorted(step.name for step in _node_steps.STEPS if step.option_names)
+    assert _node_steps.plan_args(dict(inputs, declared={"files": [], "units": [], "packages": []}))["health"] == {
+        "policy": {}, "dcgm_diag": False, "dcgmi": "dcgmi"}
+
+
+def test_who_owns_each_step_is_decided_by_the_registry():
+    base = _node_steps.resolve(_role_vars(ROLE_VALUES, []))
+    assert base["managed"] == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
+                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "health": True}
+    # MIG planned (to disable it where it is on) though another sharing strategy is declared
+    assert base["planned"]["mig"] and base["mig"] == {"manage": "disable", "layout": [], "config_name": "all-disabled",
+                                                      "cdi": {}}
+    assert not base["kube"] and not base["standalone"]
+    assert not _node_steps.resolve(_role_vars(dict(ROLE_VALUES, gpu_node_disable_mig=False), []))["planned"]["mig"]
+    # DRA's driver sets the compute mode per claim; CDI and the runtime's mode where CDI is declared
+    dra = _node_steps.resolve(_role_vars(dict(ROLE_VALUES, gpu_node_device_plugin_provider="dra", gpu_node_cdi=True,
+                                              gpu_node_kubernetes=True, __gpu_node_cdi={
+                                                  "state": "present", "spec_path": "/etc/cdi/nvidia.yaml"}), []))
+    assert not dra["managed"]["compute_mode"] and dra["managed"]["cdi"] and dra["managed"]["runtime_mode"]
+    assert dra["standalone"] and dra["mig"]["cdi"] == {"spec_path": "/etc/cdi/nvidia.yaml"}
+    # under the GPU Operator: its MIG manager where it owns MIG, its toolkit where the cluster step says it writes
+    # containerd's runtime on this node
+    operator = dict(ROLE_VALUES, gpu_node_kubernetes=True, gpu_node_device_plugin_provider="gpu_operator",
+                    gpu_node_mig_owner="gpu_operator", gpu_node_kube_node_name="n1", gpu_node_cdi=True,
+                    gpu_node_install_container_toolkit=True,
+                    cluster_gpu_operator={"containerd_owners": {"n1": "gpu_operator"}})
+    got = _node_steps.resolve(_role_vars(operator, []))
+    assert not any(got["managed"][s] for s in ("mig", "containerd_runtime", "container_toolkit", "cdi", "runtime_mode"))
+    assert got["planned"]["mig"] and not got["standalone"]
+    other = _node_steps.resolve(_role_vars(dict(operator, gpu_node_kube_node_name="n2"), []))
+    assert other["managed"]["containerd_runtime"] and other["managed"]["container_toolkit"]
+    # a declared MIG layout
+    mig = _node_steps.resolve(_role_vars(dict(ROLE_VALUES, gpu_node_sharing="mig",
+                                              gpu_node_mig_layout=[{"gpus": ["all"]}]), []))
+    assert mig["mig"]["manage"] == "declared" and mig["mig"]["config_name"] == "" and mig["planned"]["mig"]
+
+
+def test_the_health_gate_runs_after_a_change_and_where_the_node_carries_its_marks():
+    plan = _plan({"mig": [], "compute_mode": ["GPU 0: compute mode Prohibited -> Default"], "containerd_runtime": [],
+                  "runtime_mode": [], "cdi": [], "health": []}, mig={"managed": True, "disruptive": []})
+    on = dict(MANAGED, compute_mode=True, health=True)
+    assert _node_steps.gates(plan, on)["health"]                       # a real run changes the compute mode
+    assert not _node_steps.gates(plan, on, check_mode=True)["health"]  # check mode changes nothing
+    quiet = _plan(dict((name, []) for name in MANAGED), mig={"managed": True, "disruptive": []})
+    assert not any(_node_steps.gates(quiet, on).values())
+    marked = {"taints": [{"key": "gpuops.nvidia/gpu-unhealthy", "effect": "NoSchedule"}], "conditions": []}
+    assert _node_steps.gates(quiet, on, node=marked)["health"]
+    assert _node_steps.gates(quiet, on, check_mode=True, node={"taints": [], "conditions": [
+        {"type": "GpuopsNvidiaGpuHealthy", "status": "True"}]})["health"]
+    assert not _node_steps.gates(quiet, dict(on, health=False), node=marked)["health"]
+    assert not _node_steps.gates(quiet, on, node={"taints": [{"key": "other"}], "conditions": []})["health"]
+    # a plan made after a change of this run (the driver's, the GPU Operator's MIG change): the steps that run after a
+    # disruption run, the health gate too
+    after = _node_steps.gates(quiet, on, after_change=True)
+    assert after["disruptive"] and after["compute_mode"] and after["health"] and not after["mig"]
+    assert [r["name"] for r in _node_steps.runs(after)] == ["compute_mode", "cdi", "health"]
+    assert _node_steps.runs(after)[0] == {"name": "compute_mode", "tasks": "compute_mode.yml"}
+    with pytest.raises(ValueError, match="node must be the Kubernetes node as read"):
+        _node_steps.gates(quiet, on, node=["not", "a", "node"])
