@@ -104,8 +104,8 @@ def guide_problems(guides, markdown_names, not_in_site=None):
     """What is wrong with the site's list of guides against the Markdown files of docs/."""
     not_in_site = NOT_IN_SITE if not_in_site is None else not_in_site
     problems = []
-    for ref in guides:
-        if guides.count(ref) > 1 and ref not in [p.split(" ", 1)[0] for p in problems]:
+    for ref in sorted(set(guides), key=guides.index):
+        if guides.count(ref) > 1:
             problems.append("%s is named %d times in docs/docsite/extra-docs.yml" % (ref, guides.count(ref)))
         if ref + ".md" not in markdown_names:
             problems.append("docs/docsite/extra-docs.yml names %s, but there is no docs/%s.md" % (ref, ref))
@@ -175,7 +175,7 @@ class Converter:
         """The inline (a raw RST role, or None to keep the link) for a link to ``url`` with the text ``title``."""
         if re.match(r"^[a-z][a-z0-9+.-]*:", url):                    # https:, mailto:
             return None
-        path, _, anchor = url.partition("#")
+        path, anchor = (url.split("#", 1) + [""])[:2]
         if title.strip() in (url, path, posixpath.basename(path)):
             title = ""                                  # "see health.md": the page's or the section's own title
         if not path:
@@ -276,8 +276,7 @@ def _starts_ok(char):
 
 def _ends_ok(char):
     """Whether ``char`` may follow an inline role."""
-    return char.isspace() or char in "-.,:;!?\\/'\")]}>" or unicodedata.category(char) in ("Pd", "Po", "Pe", "Pi",
-                                                                                             "Pf")
+    return char.isspace() or char in "-.,:;!?\\/'\")]}>" or unicodedata.category(char) in ("Pd", "Po", "Pe", "Pi", "Pf")
 
 
 def separate_raw(inlines):
