@@ -11,8 +11,10 @@
    importer reported a timeout, not a finding (CI of f2109d8).
 2. docs lint: `antsibull-docs lint-collection-docs --plugin-docs`: every plugin's and role's documentation validates
    against the schemas a docs site build uses, and every cross-reference (M(), R(), O(), ...) points at something.
-3. docs site: antsibull-docs writes the RST of every module, filter and role entry point; Sphinx builds it with
-   docs/site/conf.py, warnings as errors.
+3. docs site: antsibull-docs writes the RST of every module, filter and role entry point and takes the guides, the
+   collection's extra docs (docs/docsite/extra-docs.yml and rst/); Sphinx builds it with docs/site/conf.py, warnings
+   as errors. Before it, `scripts/docsite_guides.py check`: each guide's RST copy in docs/docsite/rst/ must be its
+   Markdown (docs/<guide>.md) converted, or the site would show a guide as it was (`make docs` checks that too).
 
 The tools live in their own virtualenv, tools/publish/ (requirements-publish.txt, installed by `make setup`).
 """
@@ -141,6 +143,14 @@ def check_docs_lint(env):
                           % proc.returncode)
 
 
+def check_guides():
+    """The guides' RST copies (docs/docsite/rst/) against their Markdown; run by this Python, whose virtualenv (.venv)
+    has the converter's pandoc (pypandoc-binary, requirements-dev.txt)."""
+    proc = run([sys.executable, os.path.join(ROOT, "scripts", "docsite_guides.py"), "check"], dict(os.environ))
+    if proc.returncode != 0:
+        raise CheckFailed("scripts/docsite_guides.py check: status %d (what differs is above)" % proc.returncode)
+
+
 def build_docs(env):
     docs = os.path.join(BUILD, "docs")
     rst = os.path.join(docs, "rst")
@@ -166,6 +176,7 @@ def main(argv):
         return 2
     try:
         env = tool_env()
+        check_guides()
         if argv[0] == "check":
             check_importer(env)
             check_docs_lint(env)
