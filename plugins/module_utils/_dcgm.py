@@ -104,23 +104,25 @@ def failed(result):
     return "failure"
 
 
-def describe(result):
-    """One line: the test, its category, and each error with DCGM's error id and severity."""
+def describe(result, level=1):
+    """One line: the test, its category, and each error with DCGM's error id and severity (``level``: the run level)."""
     errors = "; ".join("%s (DCGM error %s, severity %s)" % (
         (e["message"] or "").strip(), e["id"], SEVERITY_NAMES.get(e["severity"], e["severity"]))
         for e in result["errors"]) or "no error given"
-    return "dcgmi diag -r 1: %s test (%s) %s - %s" % (result["test"], result["category"], result["status"], errors)
+    return "dcgmi diag -r %d: %s test (%s) %s - %s" % (
+        level, result["test"], result["category"], result["status"], errors)
 
 
-def run_diag(run_command, dcgmi):
-    """Run ``dcgmi diag -r 1 -j`` (``dcgmi``: the command, a name looked up on PATH or a path; None: not installed).
+def run_diag(run_command, dcgmi, level=1):
+    """Run ``dcgmi diag -r <level> -j`` (``dcgmi``: the command, a name looked up on PATH or a path; None: not
+    installed; ``level``: the run level, 1 to 4, _burn_in.LEVELS).
     {"ran": True, "version", "runtime_error", "results"}; {"ran": False, "note"} where dcgmi is not installed (no
     finding); {"ran": False, "error"} where it is and its output is not the diagnostic's JSON."""
     if not dcgmi:
         return {"ran": False, "note": "dcgmi is not installed: the DCGM diagnostic was not run"}
     if run_command is None:
         return {"ran": False, "error": "no command runner was given, so dcgmi could not be run"}
-    argv = [dcgmi] + list(ARGV)
+    argv = [dcgmi, "diag", "-r", str(int(level)), "-j"]
     try:
         rc, out, err = run_command(argv)
     except OSError as exc:
@@ -137,13 +139,16 @@ def run_diag(run_command, dcgmi):
     return parsed
 
 
-def run_for_module(module, dcgmi="dcgmi"):
+def find_dcgmi(module, dcgmi="dcgmi"):
+    """``dcgmi`` as the module finds it: a path (an executable file) or a name on PATH; None where it is not there."""
+    if not isinstance(dcgmi, str) or not dcgmi.strip() or "\x00" in dcgmi:
+        return None
+    if "/" in dcgmi:
+        return dcgmi if os.path.isfile(dcgmi) and os.access(dcgmi, os.X_OK) else None
+    return module.get_bin_path(dcgmi)
+
+
+def run_for_module(module, dcgmi="dcgmi", level=1):
     """``run_diag`` through an AnsibleModule: ``dcgmi`` is a command name looked up on PATH (module.get_bin_path) or a
     path; one that is not there is "not installed" (a note, no finding)."""
-    if not isinstance(dcgmi, str) or not dcgmi.strip() or "\x00" in dcgmi:
-        return run_diag(None, None)
-    if "/" in dcgmi:
-        found = dcgmi if os.path.isfile(dcgmi) and os.access(dcgmi, os.X_OK) else None
-    else:
-        found = module.get_bin_path(dcgmi)
-    return run_diag(lambda argv: module.run_command(argv, check_rc=False), found)
+    return run_diag(lambda argv: module.run_command(argv, check_rc=False), find_dcgmi(module, dcgmi), level)

@@ -31,6 +31,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._burn_in import findings as burn_in_findings
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import describe as dcgm_describe
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_bus_id
@@ -100,6 +101,14 @@ FINDING_KINDS = {
     "dcgm_diag_warning": ("warn", "DCGM's diagnostic warns", "watch the GPU; DCGM says it can run work"),
     "dcgm_diag_error": ("warn", "DCGM's diagnostic could not run",
                         "check nv-hostengine and dcgmi on this node, or turn the diagnostic off"),
+    # the node's burn-in (_burn_in: dcgmi diag at the declared level, recorded on the node): a failed burn-in keeps the
+    # node out until a burn-in passes (the next run of gpu_node burns in again)
+    "burn_in_failure": ("block", "the node's burn-in failed a test",
+                        "act on DCGM's error, then run gpu_node again (it burns the node in again); the gate clears "
+                        "when a burn-in passes"),
+    "burn_in_warning": ("warn", "the node's burn-in warns", "watch the GPU; DCGM says it can run work"),
+    "burn_in_unreadable": ("warn", "the node's burn-in record cannot be read",
+                           "run gpu_node again: it burns the node in again and writes the record"),
     "kernel_log_unreadable": ("warn", "the kernel log could not be read, so Xid events are not known",
                               "let the collection read journalctl -k or dmesg on this node"),
     # the health read with a deadline (_health_deadline, gpu_health_read): a GPU or the node's NVML that never answers
@@ -351,6 +360,11 @@ def findings(health):
                              "driver %s" % gpu["bound_driver"] if gpu.get("bound_driver") else "no driver bound")
         out.append(_finding("gpu_missing", None, sysfs_bus_id(gpu["bus_id"]), detail, _missing_fix(gpu)))
     out.extend(_dcgm_findings(health.get("dcgm"), gpus))
+    by_index = dict((g.get("index"), g) for g in gpus)
+    for kind, index, detail in burn_in_findings(health.get("burn_in")):
+        gpu = by_index.get(index)
+        out.append(_finding(kind, index if gpu else None, gpu.get("pci_bus_id") if gpu else None,
+                            detail if gpu or index is None else "%s (GPU %s, not listed now)" % (detail, index)))
     log = health.get("kernel_log") or {}
     if not log.get("readable"):
         # (the lines of an unreadable log are none, but for a sweep's Xid events kept from this boot's earlier reads)

@@ -15,6 +15,7 @@ import json
 import os
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils._burn_in import read_record, record_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
     DEV_DIR,
     PROC_ROOT,
@@ -330,7 +331,8 @@ class NvmlBackend(GpuBackend):
         sysfs shows are read too (read-only, under ``sys_root``), for the GPUs NVML does not list."""
         n = self._call(self.nvml.nvmlDeviceGetCount)
         return {"backend": self.kind, "gpus": [self.read_gpu_health(i) for i in range(n)],
-                "kernel_log": read_kernel_log(self.run_command), "pci": bus_gpus(self.sys_root)}
+                "kernel_log": read_kernel_log(self.run_command), "pci": bus_gpus(self.sys_root),
+                "burn_in": read_record(record_path())}
 
     def read_kernel_log(self):
         return read_kernel_log(self.run_command)

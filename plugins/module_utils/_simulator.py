@@ -62,6 +62,7 @@ import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
+from ansible_collections.gpuops.nvidia.plugins.module_utils._burn_in import read_record, record_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import for_device, gpu_file, holder_record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import bus_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
@@ -341,11 +342,11 @@ class SimulatedBackend(GpuBackend):
                 unregistered = self._fabric_unregistered(state)
                 gpus = [self._health_entry(state, g, unregistered) for g in listed]
                 return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
-                        "pci": self.read_pci()}
+                        "pci": self.read_pci(), "burn_in": read_record(record_path())}
         gpus = [self.read_gpu_health(index) for index in self.health_indexes()]
         with self._locked(write=False) as state:
             return {"backend": self.kind, "gpus": gpus, "kernel_log": sim_health.kernel_log(state),
-                    "pci": self.read_pci()}
+                    "pci": self.read_pci(), "burn_in": read_record(record_path())}
 
     def health_indexes(self):
         """The indexes of the GPUs NVML lists (its device count; a GPU missing from NVML is not listed)."""

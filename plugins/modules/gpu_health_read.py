@@ -184,6 +184,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import (
     validate_policy,
     xid_kind,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._burn_in import read_record, record_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._health_deadline import HealthReadError, read_health
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError, read_live, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
@@ -233,6 +234,8 @@ class GpuHealthRead(ModuleRun):
                               deadline=self.params["deadline"], kernel_log=self.params["kernel_log"])
         except HealthReadError as exc:
             raise Failure("cannot read the GPUs' health: %s; nothing changed" % exc.msg, changed=False) from exc
+        # the node's burn-in record (a failed burn-in keeps the node out, as in the gate: _burn_in)
+        raw["burn_in"] = read_record(record_path())
         log = raw["kernel_log"]
         sweep = None
         if self.params["kernel_log"]:

@@ -154,13 +154,15 @@ def test_the_default_policy_is_the_issues():
         "retired_pages_pending", "ecc_uncorrected_volatile", "xid_fatal", "fabric_incomplete", "nvlink_down",
         "pcie_generation_degraded", "pcie_width_degraded",
         # issue 50: a GPU, or the node's NVML, that does not answer the sweep's read within its deadline
-        "gpu_unresponsive", "nvml_unresponsive"])
+        "gpu_unresponsive", "nvml_unresponsive",
+        # issue 50: a burn-in that failed a test keeps the node out until one passes
+        "burn_in_failure"])
     assert health.validate_policy(None) == health.DEFAULT_POLICY
 
 
 @pytest.mark.parametrize("policy,words", [
     ({"row_remap_pendng": "warn"}, "unknown health finding kind 'row_remap_pendng' in the health policy; valid kinds: "
-                                   "dcgm_diag_error, dcgm_diag_failure"),
+                                   "burn_in_failure, burn_in_unreadable, burn_in_warning, dcgm_diag_error"),
     ({"nvlink_down": "stop"}, "health policy nvlink_down: 'stop' is not one of block, warn, ignore"),
     ({"nvlink_down": True}, "health policy nvlink_down: True is not one of block, warn, ignore"),
     ({"nvlink_down": None}, "None is not one of block, warn, ignore"),
