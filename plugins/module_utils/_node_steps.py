@@ -315,6 +315,14 @@ def _cdi(module, facts, params):
     return None, {p["step"]: [reason] if reason else []}
 
 
+def _burn_in_check(module, facts, params):
+    """The node's burn-in record against the loaded driver and the declared level (_burn_in.reasons)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _burn_in
+    p = params["burn_in"]
+    record = _burn_in.read_record(_burn_in.record_path())
+    return None, {"burn_in": _burn_in.reasons(record, p["level"], facts.get("driver_version") or "")}
+
+
 def _health_validate(module, params):
     """Refuse a policy naming a finding kind or an action that is not one (before anything is read)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, validate_policy
@@ -577,6 +585,15 @@ STEPS = (
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True,
          managed=_cdi_managed, inputs=lambda v: {"cdi": v("__gpu_node_cdi")}),
+    # the node's burn-in (DCGM's diagnostic, once per driver version and level; its record is read by the health gate
+    # after it, which keeps the node out where it failed)
+    Step("burn_in", {"burn_in": dict(type="dict", options=dict(level=dict(type="str", required=True,
+                                                                          choices=["quick", "medium", "long",
+                                                                                   "extended"]),
+                                                               dcgmi=dict(type="str", default="dcgmi")))},
+         check=_burn_in_check, tasks="burn_in.yml", needs_nvml=True,
+         managed=lambda v: v("gpu_node_burn_in", "none") != "none",
+         inputs=lambda v: {"burn_in": {"level": v("gpu_node_burn_in"), "dcgmi": v("gpu_node_burn_in_dcgmi")}}),
     # last: the gate before the node's release reads the GPUs as every step left them (again after a disruptive change)
     Step("health", {"health": dict(type="dict", options=dict(policy=dict(type="dict", default={}),
                                                              dcgm_diag=dict(type="bool", default=False),

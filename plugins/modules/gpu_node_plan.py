@@ -345,6 +345,22 @@ options:
         description: As runtime_mode's (not compared).
         type: bool
         default: false
+  burn_in:
+    description:
+      - The node's burn-in, as M(gpuops.nvidia.gpu_burn_in) takes it - the step C(burn_in) has work where the node's
+        record does not cover the loaded driver at O(burn_in.level) (never burned in, another driver, a lower level,
+        a failed burn-in).
+    type: dict
+    suboptions:
+      level:
+        description: As gpu_burn_in's O(gpuops.nvidia.gpu_burn_in#module:level).
+        type: str
+        required: true
+        choices: [quick, medium, long, extended]
+      dcgmi:
+        description: As gpu_burn_in's O(gpuops.nvidia.gpu_burn_in#module:dcgmi) (not used by the check).
+        type: str
+        default: dcgmi
   health:
     description:
       - The GPUs' health, read with the facts (the same read as M(gpuops.nvidia.gpu_info)'s O(gpuops.nvidia.gpu_info#module:health)),
@@ -377,7 +393,7 @@ options:
         role's variables by the step registry, and its result holds the role's gates (RV(gates), RV(runs)).
     type: list
     elements: str
-    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, health]
+    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, burn_in, health]
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts

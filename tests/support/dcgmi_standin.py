@@ -1,5 +1,5 @@
 """STAND-IN for NVIDIA DCGM's ``dcgmi`` (the lab inventory and tests), NOT the real tool: it answers only ``dcgmi diag
--r 1 -j`` for the simulated node named by GPUOPS_SIMULATED_GPUS.
+-r <level> -j`` (level 1 to 4, the same answer at every level) for the simulated node named by GPUOPS_SIMULATED_GPUS.
 
 Where a file ``<state file>.dcgmi.json`` exists (a test puts one of tests/fixtures/dcgm there), it prints that file and
 exits as dcgmi does after such a run: 0 when no result failed, else 1 (dcgmi returns the diagnostic's non-zero
@@ -24,8 +24,8 @@ def _passing(state):
 
 
 def main(argv):
-    if argv != ["diag", "-r", "1", "-j"]:
-        sys.stderr.write("dcgmi stand-in: only 'dcgmi diag -r 1 -j' is answered; got %r\n" % (argv,))
+    if len(argv) != 4 or argv[:2] != ["diag", "-r"] or argv[2] not in ("1", "2", "3", "4") or argv[3] != "-j":
+        sys.stderr.write("dcgmi stand-in: only 'dcgmi diag -r <1-4> -j' is answered; got %r\n" % (argv,))
         return 2
     path = os.environ.get("GPUOPS_SIMULATED_GPUS")
     if not path:
