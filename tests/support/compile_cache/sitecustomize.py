@@ -23,6 +23,9 @@ fails raises as before and caches nothing. What the cache does not give back: a 
 
 ``GPUOPS_TEST_COMPILE_CACHE``: the cache directory (ansible_run.py names build/test-compile-cache in the checkout);
 unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on sys.path is run after it.
+``GPUOPS_TEST_TASK_CPU``: a file where every process of the run writes its CPU seconds when it ends, per task and module
+(gpuops_task_cpu.py, issue 49; tests/support/task_cpu.py sums them); it needs the cache's directory on PYTHONPATH, so
+the compile cache on. Unset: nothing is recorded.
 """
 import __future__
 import _thread
@@ -136,6 +139,11 @@ def _start(environ):
         # (a module imports no ansible.constants)
         import gpuops_shared_ansiballz   # pylint: disable=import-outside-toplevel
         gpuops_shared_ansiballz.install(environ)
+    if environ.get("GPUOPS_TEST_TASK_CPU"):
+        # where the CPU of a test's ansible runs goes, per task and module (this directory's gpuops_task_cpu.py), only
+        # where the environment names its file
+        import gpuops_task_cpu   # pylint: disable=import-outside-toplevel
+        gpuops_task_cpu.install(environ["GPUOPS_TEST_TASK_CPU"])
     _run_shadowed_sitecustomize()
 
 
