@@ -11,6 +11,8 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = os.path.join(ROOT, "roles")
 WRITERS = {"ansible.builtin.copy": "dest", "ansible.builtin.template": "dest", "ansible.builtin.file": "path",
@@ -108,10 +110,9 @@ def test_containerd_runtime_passes_exactly_its_declared_parameters():
         assert value == "{{ __containerd_runtime_declared.%s }}" % key, (key, value)
 
 
-@pytest.mark.parametrize("module, fact, on", [("gpuops.nvidia.cdi_spec", "__gpu_node_cdi", "__gpu_node_cdi_on"),
-                                              ("gpuops.nvidia.runtime_mode", "__gpu_node_runtime",
-                                               "__gpu_node_runtime_on")])
-def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan_compares(module, fact, on):
+@pytest.mark.parametrize("module, fact, step", [("gpuops.nvidia.cdi_spec", "__gpu_node_cdi", "cdi"),
+                                                ("gpuops.nvidia.runtime_mode", "__gpu_node_runtime", "runtime_mode")])
+def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan_compares(module, fact, step):
     with open(os.path.join(ROLES, "gpu_node", "vars", "main.yml")) as handle:
         declared = yaml.safe_load(handle)[fact]
     calls = [task[module] for _name, task in tasks_of("gpu_node") if module in task]
@@ -119,8 +120,11 @@ def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan
     assert sorted(calls[0]) == sorted(declared), "the task and vars/main.yml pass different parameters"
     for key, value in calls[0].items():
         assert value == "{{ %s.%s }}" % (fact, key), (key, value)
-    # the node plan is given the same fact (vars/main.yml's one input per step, __gpu_node_plan_inputs)
-    with open(os.path.join(ROLES, "gpu_node", "vars", "main.yml")) as handle:
-        inputs = yaml.safe_load(handle)["__gpu_node_plan_inputs"]
-    step = {"gpuops.nvidia.cdi_spec": "cdi", "gpuops.nvidia.runtime_mode": "runtime_mode"}[module]
-    assert inputs[step] == "{{ %s if %s | bool else none }}" % (fact, on)
+    # the node plan is given the same fact (the step registry's inputs of the step, read by gpu_node_plan's action)
+    asked = []
+
+    def get(name):
+        asked.append(name)
+        return {"the": "fact"}
+    inputs = _node_steps.BY_NAME[step].inputs(_node_steps.RoleVars(get))
+    assert asked == [fact] and inputs == {_node_steps.BY_NAME[step].option_names[0]: {"the": "fact"}}
