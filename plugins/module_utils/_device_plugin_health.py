@@ -111,14 +111,14 @@ def _is_code(value):
 def setting_errors(setting, what, auto=True):
     """What is wrong with a user's skip setting (``SETTING_RULE``; without ``auto`` where no policy is at hand), or
     []. ``what`` names it in the messages."""
+    rule = SETTING_RULE if auto else SETTING_RULE.replace(
+        "'auto' (from every GPU node's gpu_node_health_policy), ", "")
     if isinstance(setting, str):
         if setting == ALL or (auto and setting == "auto"):
             return []
-        return ["%s: %r is not a valid setting; give %s" % (what, setting[:80], SETTING_RULE if auto else
-                                                             SETTING_RULE.replace("'auto' (from every GPU node's "
-                                                                                  "gpu_node_health_policy), ", ""))]
+        return ["%s: %r is not a valid setting; give %s" % (what, setting[:80], rule)]
     if not isinstance(setting, (list, tuple)):
-        return ["%s: a %s is not a valid setting; give %s" % (what, type(setting).__name__, SETTING_RULE)]
+        return ["%s: a %s is not a valid setting; give %s" % (what, type(setting).__name__, rule)]
     errors = []
     for index, code in enumerate(setting):
         if not _is_code(code):

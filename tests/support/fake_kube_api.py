@@ -305,9 +305,9 @@ def _prune(obj, last, new):
             item_key = APPLY_LIST_KEYS[key]
             before = dict((item[item_key], item) for item in value)
             now = dict((item[item_key], item) for item in new[key])
-            obj[key] = [item if item[item_key] not in before else _prune(item, before[item[item_key]],
-                                                                             now[item[item_key]])
-                        for item in obj[key] if item[item_key] not in before or item[item_key] in now]
+            kept = [item for item in obj[key] if item[item_key] not in before or item[item_key] in now]
+            obj[key] = [_prune(item, before[item[item_key]], now[item[item_key]]) if item[item_key] in before
+                        else item for item in kept]
     return obj
 
 

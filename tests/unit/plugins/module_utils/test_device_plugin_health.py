@@ -82,8 +82,8 @@ def test_a_node_skips_exactly_the_xids_its_gate_does_not_block(policy, code):
         assert gate_healthy(code, policy) == (health.validate_policy(policy)["xid_fatal"] != "block")
 
 
-@pytest.mark.parametrize("fatal,gpu,skipped", [("block", "warn", False), ("warn", "block", False),
-                                                ("warn", "warn", True), ("ignore", "ignore", True)])
+@pytest.mark.parametrize("fatal,gpu,skipped", [
+    ("block", "warn", False), ("warn", "block", False), ("warn", "warn", True), ("ignore", "ignore", True)])
 def test_xid_154_is_skipped_only_where_neither_of_its_kinds_blocks(fatal, gpu, skipped):
     skips = dph.node_skips({"xid_fatal": fatal, "xid_gpu": gpu, "xid_application": "block"})
     assert (154 in skips) is skipped
@@ -117,8 +117,8 @@ def test_the_fleet_skips_an_xid_only_when_no_node_blocks_it(policies, code):
 
 
 def test_nodes_that_differ_hold_back_the_xids_one_of_them_blocks():
-    decided = dph.fleet_skips({"a": {}, "b": {"xid_gpu": "block"}, "c": {"xid_fatal": "ignore", "xid_gpu": "warn",
-                                                                        "xid_application": "ignore"}})
+    off = {"xid_fatal": "ignore", "xid_gpu": "warn", "xid_application": "ignore"}
+    decided = dph.fleet_skips({"a": {}, "b": {"xid_gpu": "block"}, "c": off})
     assert decided["differ"] is True
     assert 63 not in decided["skip"] and decided["held"][63] == ["b"]      # 63: IGNORE in the catalog, xid_gpu
     assert 13 in decided["skip"] and 79 not in decided["skip"] and decided["held"][79] == ["a", "b"]
@@ -149,7 +149,10 @@ def test_a_setting_overrides_the_policies_and_auto_reads_them():
     assert dph.resolve("auto", {"a": {}})["source"] == "policy"
     with pytest.raises(ValueError, match="unknown health finding kind 'xid'"):
         dph.resolve("auto", {"a": {"xid": "warn"}})
-    assert dph.setting_errors("auto", "skip_xids", auto=False)
+    assert dph.setting_errors("auto", "skip_xids", auto=False) == [
+        "skip_xids: 'auto' is not a valid setting; give 'all' (the plugin's Xid check off), or a list of Xid codes "
+        "(whole numbers from 1 to 99999) that the plugin skips besides its own 13, 31, 43, 45, 68, 109; [] leaves only "
+        "the plugin's own"]
 
 
 # ---- the value and what the plugin makes of it -------------------------------------------------------------------
