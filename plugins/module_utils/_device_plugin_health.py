@@ -42,7 +42,7 @@ SETTING_RULE = ("'auto' (from every GPU node's gpu_node_health_policy), 'all' (t
 
 def _version_tuple(version):
     parts = []
-    for part in str(version or "").lstrip("v").split("-")[0].split("."):
+    for part in str(version or "").lstrip("v").partition("-")[0].split("."):
         digits = "".join(ch for ch in part if ch.isdigit())
         parts.append(int(digits) if digits else 0)
     return tuple((parts + [0, 0, 0])[:3])
