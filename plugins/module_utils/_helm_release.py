@@ -84,6 +84,8 @@ class HelmRelease(ModuleRun):
         super(HelmRelease, self).__init__(module)
         self.helm = None
         self.record = None
+        self.values_file = None
+        self.rendered = None        # helm template's output for the desired values (render_check), else None
         if self.params["chart_path"]:
             self.chart_ref, self.repo_url = self.params["chart_path"], None
         else:
@@ -104,6 +106,10 @@ class HelmRelease(ModuleRun):
 
     def after_apply(self, context):
         """Checks after a successful upgrade --install (not after a recovery alone)."""
+
+    def beside_release(self, context):
+        """What the module keeps beside the release (what the chart's values cannot set), after the release is as
+        declared or would be (check mode); it sets ``changed`` itself when it changes something."""
 
     # ---- validate ------------------------------------------------------------------------------------------------
     def validate(self):
@@ -197,10 +203,16 @@ class HelmRelease(ModuleRun):
         with os.fdopen(fd, "w") as handle:
             json.dump(desired, handle, sort_keys=True)
         self.module.add_cleanup_file(values_file)
+        self.values_file = values_file
         if p["render_check"]:
-            self.helm.template(p["release_name"], p["namespace"], self.chart_ref, values_file,
-                               p["chart_version"] if not p["chart_path"] else None, self.repo_url)
+            self.rendered = self.render()
         return context, desired, values_file
+
+    def render(self):
+        """The chart rendered with the desired values (helm template's output: YAML documents)."""
+        p = self.params
+        return self.helm.template(p["release_name"], p["namespace"], self.chart_ref, self.values_file,
+                                  p["chart_version"] if not p["chart_path"] else None, self.repo_url)
 
     def current(self, chart_name):
         """The installed release (a pending one recovered first), its values and chart version. Returns
@@ -401,13 +413,11 @@ class HelmRelease(ModuleRun):
         self.pre_checks(context)
         current, current_values, current_version, recovered = self.current(chart_name)
         reasons = self.plan(current, current_values, current_version, recovered, chart_version, desired)
-        if not reasons:
-            return self.result
-        self.result["changed"] = True
-        if recovered and not self.module.check_mode and len(reasons) == 1:
-            return self.result     # the rollback itself restored the declared release
-        if self.module.check_mode:
-            return self.result
-        self.apply(current, current_values, current_version, chart_version, desired, values_file)
-        self.after_apply(context)
+        if reasons:
+            self.result["changed"] = True
+        # (a recovery alone: the rollback itself restored the declared release)
+        if reasons and not self.module.check_mode and not (recovered and len(reasons) == 1):
+            self.apply(current, current_values, current_version, chart_version, desired, values_file)
+            self.after_apply(context)
+        self.beside_release(context)
         return self.result

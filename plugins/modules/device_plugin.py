@@ -149,6 +149,22 @@ options:
         override every per-node config; set them per profile under C(flags).
     type: dict
     default: {}
+  skip_xids:
+    description:
+      - The Xids the device plugin skips in its health check besides its own (13, 31, 43, 45, 68, and 109 from
+        chart 0.17.1) - a list of Xid codes, or C(all) to turn its Xid check off. The plugin marks a GPU unhealthy on
+        any other Xid and never takes that back while it runs, so an Xid that the health gate's policy does not block
+        would keep a GPU out of the allocatable count for good; the gpuops.nvidia.cluster role computes this list
+        from every node's C(gpu_node_health_policy) (see docs/health.md).
+      - NVIDIA's chart has no value for it (no chart value sets an environment variable on the plugin container), so
+        the module writes C(DP_DISABLE_HEALTHCHECKS) on the plugin container (C(nvidia-device-plugin-ctr)) of the
+        release's plugin DaemonSet, by a strategic merge patch that names only that variable, and records the value
+        it wrote in the DaemonSet's annotation C(gpuops.nvidia/dp-disable-healthchecks). Helm upgrades leave it
+        (helm applies only the fields its chart renders). A value it did not write (an administrator's) is left
+        alone, with a warning. C([]) removes the value it wrote. Changing it restarts the plugin pods (a DaemonSet
+        rollout), which also clears the devices they had marked unhealthy.
+      - Unset (the default), the module leaves the variable as it is.
+    type: raw
   verify:
     description: After a change, check every node in O(nodes) advertises the expected allocatable GPUs and, for MPS,
       runs a ready MPS control daemon pod.
@@ -250,6 +266,17 @@ verified:
   description: Per node, the allocatable resources found when O(verify) passed.
   returned: when verify ran
   type: dict
+health_checks:
+  description:
+    - With O(skip_xids), the plugin's Xid health check - C(value) (C(DP_DISABLE_HEALTHCHECKS) as written, null when
+      nothing is added to the plugin's own list), C(daemonsets) (each plugin DaemonSet, C(namespace/name), with
+      C(action) (none, set, remove, unmark, foreign - a value this module did not write, left alone - or missing, a
+      DaemonSet not created yet), C(before) and C(after)), and C(plugin_skips_blocked) (Xids the plugin skips on its
+      own although O(skip_xids) does not list them).
+  returned: when skip_xids is given
+  type: dict
+  sample: {"value": "8,11,25", "daemonsets": {"nvidia-device-plugin/nvdp-nvidia-device-plugin":
+           {"action": "set", "before": null, "after": "8,11,25"}}, "plugin_skips_blocked": [109]}
 rolled_back_to:
   description:
     - Revision restored after a failed upgrade - by C(helm rollback), or, when helm refuses that (objects left by
@@ -267,10 +294,12 @@ rollback_error:
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health
 # _helm stays reachable as device_plugin._helm (the tests write the helm operation record through it)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import NOTHING_CHANGED, Refusal, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+    NOTHING_CHANGED, Failure, Refusal, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
@@ -285,6 +314,7 @@ ARGUMENT_SPEC.update(
     default_profile=dict(type="str"),
     nodes=dict(type="list", elements="dict", options=NODE_OPTIONS),
     gfd=dict(type="bool"),
+    skip_xids=dict(type="raw"),
     verify=dict(type="bool", default=False),
     verify_timeout=dict(type="int", default=300),
 )
@@ -311,6 +341,8 @@ class DevicePluginRelease(_helm_release.HelmRelease):
             errors.append(error)
         if p["verify"] and not p["nodes"]:
             errors.append("verify needs nodes (with their gpus facts) to know what each node must advertise")
+        if p["skip_xids"] is not None:
+            errors.extend(_device_plugin_health.setting_errors(p["skip_xids"], "skip_xids", auto=False))
         return errors
 
     def build(self, chart_version):
@@ -328,7 +360,71 @@ class DevicePluginRelease(_helm_release.HelmRelease):
             self.module.warn(warning)
         additions = dict(configs=built["configs"], node_labels=built["node_labels"], shares=built["shares"],
                          expected_allocatable=built["expected"], node_label_key=built["label"])
+        built["chart_version"] = chart_version
         return built["values"], additions, built
+
+    def beside_release(self, context):
+        """DP_DISABLE_HEALTHCHECKS on the plugin container of the release's plugin DaemonSet (skip_xids)."""
+        p = self.params
+        if p["skip_xids"] is None or p["state"] != "present":
+            return
+        skip = p["skip_xids"] if p["skip_xids"] == _device_plugin_health.ALL else sorted(set(p["skip_xids"]))
+        value = _device_plugin_health.env_value(skip, context["chart_version"])
+        report = {"value": value, "daemonsets": {},
+                  "plugin_skips_blocked": _device_plugin_health.plugin_skips_blocked(skip, context["chart_version"])}
+        self.result["health_checks"] = report
+        if self.rendered is None:
+            self.rendered = self.render()
+        documents = list(_helm_release.yaml.safe_load_all(self.rendered or ""))
+        kube = _kube.Kube.from_params(p)
+        for namespace, name in _device_plugin_health.plugin_daemonsets(documents, p["namespace"]):
+            report["daemonsets"]["%s/%s" % (namespace, name)] = self.health_env(kube, namespace, name, value)
+
+    def health_env(self, kube, namespace, name, value):
+        """Make one plugin DaemonSet's DP_DISABLE_HEALTHCHECKS ``value`` (None: unset) where this module owns it; a
+        concurrent write (409) is read again once. Returns the plan carried out."""
+        module, path = self.module, _kube.daemonsets_path(namespace, name)
+        what = "read the device plugin DaemonSet %s/%s" % (namespace, name)
+        for attempt in (1, 2):
+            daemonset = _kube.read_or_none(kube, what, path)
+            plan = _device_plugin_health.env_plan(daemonset, value)
+            action = plan["action"]
+            if action == "foreign":
+                module.warn("%s=%s on the device plugin DaemonSet %s/%s was not written by gpuops.nvidia (no %s "
+                            "annotation with that value), so it is left as it is; the health policy asks for %s. "
+                            "Remove it from the DaemonSet, or set skip_xids (the cluster role's "
+                            "cluster_device_plugin_skip_xids) to what it says"
+                            % (_device_plugin_health.DISABLE_ENV, plan["before"], namespace, name,
+                               _device_plugin_health.MARK, "nothing beyond the plugin's own list" if value is None
+                               else value))
+            if action == "missing" and value is not None:
+                if not module.check_mode:
+                    raise Failure("the device plugin DaemonSet %s/%s, which the chart renders, does not exist after "
+                                  "the release was applied, so %s could not be set on it"
+                                  % (namespace, name, _device_plugin_health.DISABLE_ENV))
+                self.result["changed"] = True     # the release is not installed yet: it would be set after
+            if action not in ("set", "remove", "unmark"):
+                return plan
+            self.result["changed"] = True
+            if module._diff and isinstance(self.result.get("diff"), dict):
+                key = "%s %s/%s" % (_device_plugin_health.DISABLE_ENV, namespace, name)
+                self.result["diff"].setdefault("before", {})[key] = plan["before"]
+                self.result["diff"].setdefault("after", {})[key] = plan["after"]
+            if module.check_mode:
+                return plan
+            patch = {"metadata": {"annotations": {_device_plugin_health.MARK: None}}} if action == "unmark" \
+                else _device_plugin_health.env_patch(value)
+            patch["metadata"]["resourceVersion"] = daemonset["metadata"].get("resourceVersion")
+            try:
+                kube.patch("set %s on the device plugin DaemonSet %s/%s" % (_device_plugin_health.DISABLE_ENV,
+                                                                            namespace, name),
+                           path, patch, strategic=True)
+            except _kube.KubeError as exc:
+                if exc.status == 409 and attempt == 1:
+                    continue
+                raise
+            return plan
+        return plan
 
     def after_apply(self, context):
         if self.params["verify"]:

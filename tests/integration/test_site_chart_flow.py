@@ -20,6 +20,7 @@ import time
 import pytest
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health as _dph
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
 from tests.support.fake_cluster import FakeCluster, node_writes
@@ -149,6 +150,18 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     spec_changes = [(r["body"].get("spec") or {}).get("unschedulable") for r in node_writes(first["requests"], A100)
                     if "unschedulable" in (r["body"].get("spec") or {})]
     assert spec_changes == [True, False]
+    # The device plugin skips every Xid the lab's (default) health policy does not block: DP_DISABLE_HEALTHCHECKS on
+    # its container, marked as the collection's, and the run says so.
+    expected = _dph.env_value(_dph.fleet_skips({A100: {}, H200: {}})["skip"], "0.20.0")
+    plugin = cluster.api.get("apps", "daemonsets", "nvdp-nvidia-device-plugin", "nvidia-device-plugin")
+    ctr = [c for c in plugin["spec"]["template"]["spec"]["containers"] if c["name"] == "nvidia-device-plugin-ctr"][0]
+    assert {"name": "DP_DISABLE_HEALTHCHECKS", "value": expected} in ctr["env"]
+    assert plugin["metadata"]["annotations"]["gpuops.nvidia/dp-disable-healthchecks"] == expected
+    assert expected.startswith("8,11,25,32,") and ",109" not in expected
+    shown = (res.task("Show the device plugin's health check", A100)
+             or res.task("Show the device plugin's health check", H200))[0]["msg"]
+    # (read from every host of the lab's gpu_nodes group: the B200 too, which this run's --limit leaves out)
+    assert shown.startswith("the device plugin skips Xid 8, 11, 13, ") and "of 3 node(s)" in shown, shown
 
     # Again: nothing changes, nobody is paused or cordoned, no pod restarts.
     seen, events = len(cluster.api.requests), len(cluster.fake.events)
@@ -157,6 +170,7 @@ def test_mig_change_on_a_live_a100_quiesces_resets_without_reboot_and_serves_the
     assert res.changed(A100) == 0 and res.changed(H200) == 0, res
     assert cluster.node_writes(A100, seen) == [] and cluster.node_writes(H200, seen) == []
     assert cluster.fake.events[events:] == []
+    assert not [r for r in cluster.api.requests[seen:] if "/daemonsets/" in r["path"] and r["method"] != "GET"]
     # ... and the node plan finds no work on either node: the copy is the converged lab, verified-state stamps and all
     for node in (A100, H200):
         steps = res.task("Read the GPUs and plan every step", node)[0]["steps"]

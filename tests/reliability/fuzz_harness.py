@@ -632,6 +632,15 @@ FILTERS = {
                     "version": _ANY, "hold": _ANY}), max_size=2), _ANY)}), st.none(), _ANY)), _ANY), max_size=3),
                 _ANY)}},
     "device_plugin_profiles": {"device_plugin_profiles": {"hostvars": _HOSTVARS, "nodes": _NODES}},
+    "device_plugin_skip_xids": {"device_plugin_skip_xids": {
+        "hostvars": st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.one_of(st.fixed_dictionaries(
+            {}, optional={"gpu_node_health_policy": st.one_of(st.dictionaries(
+                st.sampled_from(["xid_fatal", "xid_gpu", "xid_application", "ecc_corrected", "xid"]),
+                st.one_of(st.sampled_from(["block", "warn", "ignore"]), _ANY), max_size=3), _ANY)}), _ANY),
+            max_size=3), _ANY),
+        "nodes": _NODES,
+        "setting": st.one_of(st.sampled_from(["auto", "all"]), st.lists(st.one_of(st.integers(-2, 100001), _ANY),
+                                                                        max_size=4), _ANY)}},
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
         st.sampled_from(["n1", "gpu-node-1"]), _ANY)}},

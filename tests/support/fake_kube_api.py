@@ -34,7 +34,9 @@ in the API's own shapes:
   ``spec.taints``); ``$patch: delete/replace`` on maps is honoured), ``application/json-patch+json`` (RFC 6902
   add/remove/replace/test), ``application/apply-patch+yaml``
   (server-side apply modelled per field manager: create or merge, and fields the same manager applied before but
-  no longer applies are removed; no managedFields, no conflicts between managers);
+  no longer applies are removed; a pod spec's containers and a container's env merge by name, so another manager's
+  items stay; no managedFields, no conflicts between managers); a DaemonSet's containers and their env merge by name
+  under strategic merge patch;
 - protobuf request bodies for Secret and ConfigMap (what helm's release storage sends; tests/support/k8s_protobuf.py)
   and a minimal OpenAPI v2 document (protobuf) / v3 index, so the real helm binary can install, upgrade, roll back
   and uninstall releases here;
@@ -158,7 +160,47 @@ def merge_patch(target, patch):
 # Lists that strategic merge patch merges by a key (the Go types' patchStrategy=merge, patchMergeKey), per kind, by
 # field path; every other list is replaced whole. From kubernetes/api at v0.33.0 core/v1/types.go: NodeStatus.Conditions
 # (patchMergeKey=type); NodeSpec.Taints is +listType=atomic (replaced).
-STRATEGIC_MERGE_KEYS = {"Node": {("status", "conditions"): "type"}}
+# A DaemonSet's pod template: PodSpec.Containers and InitContainers (patchMergeKey=name), Container.Env
+# (patchMergeKey=name).
+_POD_TEMPLATE = ("spec", "template", "spec")
+STRATEGIC_MERGE_KEYS = {
+    "Node": {("status", "conditions"): "type"},
+    "DaemonSet": {_POD_TEMPLATE + ("containers",): "name", _POD_TEMPLATE + ("initContainers",): "name",
+                  _POD_TEMPLATE + ("containers", "env"): "name", _POD_TEMPLATE + ("initContainers", "env"): "name"},
+}
+# Server-side apply's associative lists (+listType=map) that the fake merges by key, by field name wherever they are: a
+# pod spec's containers and initContainers and a container's env, all keyed by name (kubernetes/api core/v1
+# types.go). An applier's config then leaves alone the items it does not name (another manager's, as a variable set
+# by a strategic merge patch), and the items it applied before and no longer applies are removed (_prune).
+APPLY_LIST_KEYS = {"containers": "name", "initContainers": "name", "env": "name"}
+
+
+def _keyed(items, key):
+    return isinstance(items, list) and all(isinstance(item, dict) and key in item for item in items)
+
+
+def apply_merge(target, patch, field=None):
+    """Server-side apply's merge of an applied config into the object: maps merge, an associative list
+    (APPLY_LIST_KEYS) merges item by item, any other list or value replaces."""
+    key = APPLY_LIST_KEYS.get(field)
+    if key and _keyed(patch, key) and _keyed(target, key):
+        out = [copy.deepcopy(item) for item in target]
+        for item in patch:
+            index = next((i for i, have in enumerate(out) if have[key] == item[key]), None)
+            if index is None:
+                out.append(copy.deepcopy(item))
+            else:
+                out[index] = apply_merge(out[index], item)
+        return out
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = apply_merge(out.get(name), value, name)
+    return out
 
 
 def strategic_merge_patch(target, patch, merge_keys=None, path=()):
@@ -249,7 +291,8 @@ def json_patch(target, ops):
 
 
 def _prune(obj, last, new):
-    """Drop from ``obj`` the fields present in ``last`` (a previous apply) but absent from ``new``."""
+    """Drop from ``obj`` the fields present in ``last`` (a previous apply) but absent from ``new``; in an associative
+    list (APPLY_LIST_KEYS) the items ``last`` named and ``new`` does not (the others are another manager's)."""
     if not isinstance(obj, dict) or not isinstance(last, dict):
         return obj
     for key, value in last.items():
@@ -257,6 +300,14 @@ def _prune(obj, last, new):
             obj.pop(key, None)
         elif isinstance(value, dict) and isinstance(new.get(key), dict):
             obj[key] = _prune(obj.get(key), value, new[key])
+        elif APPLY_LIST_KEYS.get(key) and _keyed(value, APPLY_LIST_KEYS[key]) \
+                and _keyed(new.get(key), APPLY_LIST_KEYS[key]) and _keyed(obj.get(key), APPLY_LIST_KEYS[key]):
+            item_key = APPLY_LIST_KEYS[key]
+            before = dict((item[item_key], item) for item in value)
+            now = dict((item[item_key], item) for item in new[key])
+            kept = [item for item in obj[key] if item[item_key] not in before or item[item_key] in now]
+            obj[key] = [_prune(item, before[item[item_key]], now[item[item_key]]) if item[item_key] in before
+                        else item for item in kept]
     return obj
 
 
@@ -855,7 +906,7 @@ class FakeKubeApi(object):
                 # longer applies are removed (as with managedFields), then the applied config is merged in.
                 manager = query["fieldManager"][0]
                 last = self.applied.get((key, manager)) or {}
-                obj = merge_patch(_prune(copy.deepcopy(old or {}), last, body or {}), body or {})
+                obj = apply_merge(_prune(copy.deepcopy(old or {}), last, body or {}), body or {})
                 if not dry_run:
                     self.applied[(key, manager)] = copy.deepcopy(body or {})
             elif not old:

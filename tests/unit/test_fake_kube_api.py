@@ -148,6 +148,35 @@ def test_server_side_apply_prunes_fields_the_manager_stopped_applying(kube_api, 
     assert out.data == {"a": "1"}
 
 
+def test_server_side_apply_merges_containers_and_env_by_name_and_keeps_another_managers_items(kube_api, client):
+    # a DaemonSet's containers and env are associative lists (keyed by name): an applier prunes the items it applied
+    # before and no longer applies, and leaves the items a strategic merge patch of another manager added
+    core, apps = client[0], client[1]
+    core.create_namespace({"metadata": {"name": "ns"}})
+
+    def ds(env, containers=("main", "side")):
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
+                    "containers": [{"name": n, "image": "i", "env": list(env) if n == "main" else []}
+                                   for n in containers]}}}}
+
+    apps.patch_namespaced_daemon_set("d", "ns", ds([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
+                                     field_manager="helm", _content_type="application/apply-patch+yaml")
+    apps.patch_namespaced_daemon_set("d", "ns", {"spec": {"template": {"spec": {"containers": [
+        {"name": "main", "env": [{"name": "X", "value": "ours"}]}]}}}},
+        _content_type="application/strategic-merge-patch+json")
+    apps.patch_namespaced_daemon_set("d", "ns", ds([{"name": "A", "value": "3"}], containers=("main",)),
+                                     field_manager="helm", _content_type="application/apply-patch+yaml")
+    containers = kube_api.get("apps", "daemonsets", "d", "ns")["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["main"]          # the container helm stopped applying is gone
+    assert containers[0]["env"] == [{"name": "A", "value": "3"}, {"name": "X", "value": "ours"}]
+    apps.patch_namespaced_daemon_set("d", "ns", {"spec": {"template": {"spec": {"containers": [
+        {"name": "main", "env": [{"name": "X", "$patch": "delete"}]}]}}}},
+        _content_type="application/strategic-merge-patch+json")
+    assert kube_api.get("apps", "daemonsets", "d", "ns")["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "3"}]
+
+
 def test_snapshot_restores_objects_applied_configs_and_versions_in_another_server(kube_api, client):
     # the sliced-fleet bench splits one measurement over two processes: the second server must serve the same
     # objects, keep server-side apply's managers, and go on with resource versions after the first's

@@ -309,3 +309,78 @@ def test_lost_final_status_write_fails_the_run_and_the_next_run_recovers(cluster
     assert res["release"]["status"] == "deployed"
     assert record.probe() is None
     assert run_module(device_plugin.main, args(cluster))["changed"] is False
+
+
+# ---- skip_xids: DP_DISABLE_HEALTHCHECKS on the plugin DaemonSet (the chart has no value for it) ---------------------
+PLUGIN_DS = "nvdp-nvidia-device-plugin"
+DEFAULT_POLICY_SKIPS = [8, 11, 13, 25, 31, 32, 43, 45, 63, 69, 80]
+
+
+def plugin_env(cluster):
+    """The plugin container's DP_DISABLE_HEALTHCHECKS (None when unset), the DaemonSet's mark, and the container's
+    other variables' names."""
+    ds = cluster.get("apps", "daemonsets", PLUGIN_DS, NS)
+    ctr = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "nvidia-device-plugin-ctr"][0]
+    value = [e.get("value") for e in ctr["env"] if e["name"] == "DP_DISABLE_HEALTHCHECKS"]
+    mark = (ds["metadata"].get("annotations") or {}).get("gpuops.nvidia/dp-disable-healthchecks")
+    return (value[0] if value else None), mark, [e["name"] for e in ctr["env"] if e["name"] != "DP_DISABLE_HEALTHCHECKS"]
+
+
+def our_daemonset_writes(cluster):
+    return [r for r in cluster.writes() if "/daemonsets/" in r["path"]
+            and r["content_type"] == "application/strategic-merge-patch+json"]
+
+
+def test_skip_xids_is_written_on_the_plugin_container_and_survives_helm_upgrades(cluster):
+    check = run_module(device_plugin.main, args(cluster, skip_xids=DEFAULT_POLICY_SKIPS), check_mode=True)
+    assert check["changed"] and cluster.writes() == []
+    assert check["health_checks"]["daemonsets"] == {
+        NS + "/" + PLUGIN_DS: {"action": "missing", "before": None, "after": "8,11,25,32,63,69,80"}}
+    first = run_module(device_plugin.main, args(cluster, skip_xids=DEFAULT_POLICY_SKIPS), diff=True)
+    assert first["changed"] and not first.get("failed"), first.get("msg")
+    assert first["health_checks"]["value"] == "8,11,25,32,63,69,80"     # 13, 31, 43, 45: the plugin's own
+    assert first["health_checks"]["plugin_skips_blocked"] == [68, 109]
+    assert first["diff"]["after"]["DP_DISABLE_HEALTHCHECKS %s/%s" % (NS, PLUGIN_DS)] == "8,11,25,32,63,69,80"
+    value, mark, others = plugin_env(cluster)
+    assert value == mark == "8,11,25,32,63,69,80" and "MPS_ROOT" in others and "CONFIG_FILE" in others
+    assert len(our_daemonset_writes(cluster)) == 1
+    # nothing to do again
+    writes = len(cluster.writes())
+    again = run_module(device_plugin.main, args(cluster, skip_xids=DEFAULT_POLICY_SKIPS))
+    assert again["changed"] is False and len(cluster.writes()) == writes, again.get("changes")
+    # a helm upgrade (server-side apply of the plugin DaemonSet) leaves the variable this module wrote
+    upgraded = run_module(device_plugin.main, args(cluster, profiles=PROFILES[:2], skip_xids=DEFAULT_POLICY_SKIPS))
+    assert upgraded["changed"] and upgraded["release"]["revision"] == "2"
+    assert upgraded["health_checks"]["daemonsets"][NS + "/" + PLUGIN_DS]["action"] == "none"
+    assert plugin_env(cluster)[:2] == ("8,11,25,32,63,69,80",) * 2 and len(our_daemonset_writes(cluster)) == 1
+    # all, then nothing beyond the plugin's own list: the variable and the mark go
+    assert run_module(device_plugin.main, args(cluster, profiles=PROFILES[:2], skip_xids="all"))["changed"]
+    assert plugin_env(cluster)[:2] == ("all", "all")
+    gone = run_module(device_plugin.main, args(cluster, profiles=PROFILES[:2], skip_xids=[13]))
+    assert gone["changed"] and gone["health_checks"]["value"] is None
+    assert plugin_env(cluster)[0:2] == (None, None) and "MPS_ROOT" in plugin_env(cluster)[2]
+
+
+def test_skip_xids_leaves_a_value_it_did_not_write(cluster):
+    run_module(device_plugin.main, args(cluster))
+    ds = cluster.get("apps", "daemonsets", PLUGIN_DS, NS)
+    for ctr in ds["spec"]["template"]["spec"]["containers"]:
+        if ctr["name"] == "nvidia-device-plugin-ctr":
+            ctr["env"].append({"name": "DP_DISABLE_HEALTHCHECKS", "value": "xids"})
+    cluster.put(ds)
+    writes = len(cluster.writes())
+    res = run_module(device_plugin.main, args(cluster, skip_xids=[63]))
+    assert res["changed"] is False and len(cluster.writes()) == writes
+    assert res["health_checks"]["daemonsets"][NS + "/" + PLUGIN_DS]["action"] == "foreign"
+    warnings = [w["event"]["msg"] if isinstance(w, dict) else w for w in res.get("warnings", [])]
+    assert any("DP_DISABLE_HEALTHCHECKS=xids" in w and "left as it is" in w for w in warnings), warnings
+    assert plugin_env(cluster)[:2] == ("xids", None)
+
+
+@pytest.mark.parametrize("skip_xids,fragment", [
+    ("auto", "'auto' is not a valid setting"), ([0], "0 is the plugin's own word for every Xid"),
+    ({"a": 1}, "a dict is not a valid setting")])
+def test_a_bad_skip_xids_changes_nothing(cluster, skip_xids, fragment):
+    res = run_module(device_plugin.main, args(cluster, skip_xids=skip_xids))
+    assert res["failed"] and fragment in res["msg"] and "nothing changed" in res["msg"], res["msg"]
+    assert cluster.writes() == []
