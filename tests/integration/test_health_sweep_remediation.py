@@ -54,8 +54,8 @@ def test_reset_with_consent_idle_only_released_after_two_healthy_sweeps_and_capp
     assert bad.rc != 0 and "none, reset, reboot" in str(bad.proc.stdout), bad
     assert bad.task("read the GPUs' health") == {}
     capped = fleet.sweep(**dict(SETTINGS, gpuops_health_remediation_max_attempts=0))
-    # (the check runs on every host, each refusing with the same message)
-    refused = capped.task("check the fleet-wide settings")
+    # (the errors are computed once; the refusal runs on every host, each with the same message)
+    refused = capped.task("refuse invalid settings")
     assert capped.rc != 0 and sorted(refused) == NODES and all(
         "remediation_max_attempts must be a whole number from 1 to 100, got 0" in r["msg"] for r in refused.values()), \
         capped
