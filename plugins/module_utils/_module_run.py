@@ -168,7 +168,9 @@ class ModuleRun(object):
 
     def failing(self, exc):
         """``exc`` ends the run: the last word on the result so far before the failure is reported (what was written
-        before the error stays written: say so)."""
+        before the error stays written: say so). What it returns, where not None, is the failure reported instead
+        (a library error worded as what to install, say)."""
+        return None
 
     # ---- facilities the hooks call -------------------------------------------------------------------------------
     def wait(self, name, read, timeout=None, interval=None):
@@ -238,6 +240,6 @@ def run_module(run_class):
     except caught as exc:  # pylint: disable=catching-non-exception
         if run.refusals and isinstance(exc, tuple(run.refusals)) and not isinstance(exc, Failure):
             exc = refusal(exc)
-        run.failing(exc)
+        exc = run.failing(exc) or exc
         module.fail_json(**failure(exc, run.result))
     module.exit_json(**result)

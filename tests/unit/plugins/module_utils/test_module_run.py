@@ -169,6 +169,15 @@ def test_an_error_named_in_refusals_is_a_refusal_with_its_errors(capsys):
     assert res["failed"] and res["changed"] is False and res["msg"] == "a is wrong; b is wrong; nothing changed"
     assert res["errors"] == ["a is wrong", "b is wrong"] and res["seen"] == "Refusal"
 
+    class Worded(Value):
+        def failing(self, exc):         # the failure reported instead: a library's error in the module's words
+            return _module_run.Failure("install the thing: %s" % exc, changed=False)
+    with patch_module_args(dict(args, fail_read=True)):
+        with pytest.raises(SystemExit):
+            run_module(Worded)
+    res = json.loads(capsys.readouterr().out)
+    assert res["failed"] and res["msg"] == "install the thing: the API server said no" and "status" not in res
+
 
 def test_retry_makes_the_whole_attempt_again_and_wait_reads_the_table_with_the_runs_clock(capsys):
     """``retry`` is the hook a layer's base fills (the Kubernetes one: on 409 Conflict): it runs read -> plan ->
