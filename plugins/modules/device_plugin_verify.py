@@ -122,6 +122,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 class DevicePluginVerify(ModuleRun):
@@ -134,8 +135,8 @@ class DevicePluginVerify(ModuleRun):
         profile=dict(type="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
         gpus=dict(type="raw", required=True),
         namespace=dict(type="str"),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=5.0),
+        timeout=dict(type="int", default=WAITS["rollout"].timeout),
+        interval=dict(type="float", default=WAITS["rollout"].interval),
         **_kube.AUTH_ARG_SPEC
     )
     errors = (_kube.KubeError,)

@@ -78,7 +78,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 def read_slices(kube, node_name):
@@ -100,8 +100,8 @@ class DraNodeVerify(ModuleRun):
     argument_spec = dict(
         node_name=dict(type="str", required=True),
         gpus=dict(type="raw", required=True),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=5.0),
+        timeout=dict(type="int", default=WAITS["dra_slices"].timeout),
+        interval=dict(type="float", default=WAITS["dra_slices"].interval),
         **_kube.AUTH_ARG_SPEC
     )
     errors = (_kube.KubeError,)
@@ -126,8 +126,8 @@ class DraNodeVerify(ModuleRun):
         _kube.mask_kubeconfig_secrets(self.module)
         kube = _kube.Kube.from_params(p)
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")
-        return poll(lambda: read_state(kube, p["node_name"], self.gpus), lambda seen: not seen[1],
-                    p["timeout"], p["interval"]).seen
+        return self.wait("dra_slices", lambda: read_state(kube, p["node_name"], self.gpus), p["timeout"],
+                         p["interval"]).seen
 
     def plan(self, current):
         slices, problems = current

@@ -140,7 +140,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 class NodeGpuPods(ModuleRun):
@@ -155,8 +155,8 @@ class NodeGpuPods(ModuleRun):
             selector=dict(type="str", default=""),
             name=dict(type="str"))),
         owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=2.0),
+        timeout=dict(type="int", default=WAITS["pods_gone"].timeout),
+        interval=dict(type="float", default=WAITS["pods_gone"].interval),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     errors = (_kube.KubeError,)
@@ -232,7 +232,7 @@ class NodeGpuPods(ModuleRun):
         if self.module.check_mode or p["state"] == "query":
             return
         if p["state"] == "paused" or changes is not None:    # an earlier run's pause may still be emptying the node
-            self.result["waited"] = self.wait(current["daemonsets"], _gpu_pods.mark(current["node"])[2])
+            self.result["waited"] = self.wait_pods(current["daemonsets"], _gpu_pods.mark(current["node"])[2])
 
     def patch(self, node, daemonsets, holding):
         """(patch or None, paused after) for the requested state."""
@@ -248,7 +248,7 @@ class NodeGpuPods(ModuleRun):
             return patch, label == _gpu_pods.PAUSE_VALUE and patch is None
         return None, label == _gpu_pods.PAUSE_VALUE
 
-    def wait(self, daemonsets, recorded):
+    def wait_pods(self, daemonsets, recorded):
         """Until no pod of the DaemonSets is on the node (paused), or each recorded DaemonSet that still exists has a
         Ready pod there (running). Fails after the timeout, naming the pods."""
         p = self.params
@@ -261,7 +261,8 @@ class NodeGpuPods(ModuleRun):
             known = set(_gpu_pods.daemonset_id(d) for d in daemonsets)
             return sorted(ds for ds in recorded if ds in known
                           and not any(_gpu_pods.pod_ready(pod) for pod in owned.get(ds, [])))
-        polled = poll(pending, lambda seen: not seen, p["timeout"], p["interval"])
+        polled = self.wait("pods_gone" if p["state"] == "paused" else "pods_ready", pending, p["timeout"],
+                           p["interval"])
         if polled.done:
             return round(polled.waited, 1)
         what = "still on the node" if p["state"] == "paused" else "without a Ready pod on the node"
