@@ -22,6 +22,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name as C(kubectl get nodes) shows it.
@@ -32,12 +33,8 @@ options:
     type: raw
     required: true
   timeout:
-    description: Seconds to wait for the slices to match.
-    type: int
     default: 300
   interval:
-    description: Seconds between two reads.
-    type: float
     default: 5.0
 attributes:
   check_mode:
@@ -77,7 +74,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
@@ -93,7 +91,7 @@ def read_state(kube, node_name, gpus):
     return slices, _dra.slice_problems(slices, node_name, gpus)
 
 
-class DraNodeVerify(ModuleRun):
+class DraNodeVerify(KubeRun):
     """validate -> read (the node's ResourceSlices, polled until they are what the GPUs need or the timeout) -> plan:
     nothing to change; a node that does not publish exactly its devices fails the run. Changes nothing."""
 
@@ -104,11 +102,9 @@ class DraNodeVerify(ModuleRun):
         interval=dict(type="float", default=WAITS["dra_slices"].interval),
         **_kube.AUTH_ARG_SPEC
     )
-    errors = (_kube.KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
         errors = _kube.auth_param_errors(p)
         if not isinstance(gpus, list) or not all(isinstance(g, dict) and g.get("uuid") for g in gpus):
@@ -123,8 +119,7 @@ class DraNodeVerify(ModuleRun):
 
     def read(self):
         p = self.params
-        _kube.mask_kubeconfig_secrets(self.module)
-        kube = _kube.Kube.from_params(p)
+        kube = self.kube
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")
         return self.wait("dra_slices", lambda: read_state(kube, p["node_name"], self.gpus), p["timeout"],
                          p["interval"]).seen

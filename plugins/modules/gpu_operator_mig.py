@@ -22,8 +22,10 @@ description:
     that disables MIG everywhere is published as C(all-disabled).
   - Sets the node's label C(nvidia.com/mig.config) to that name (in the same change it removes a stale
     C(nvidia.com/mig.config.state), and sets C(nvidia.com/gpu.deploy.mig-manager=true) if it was C(false)), then waits
-    until the MIG manager reports C(nvidia.com/mig.config.state=success). It fails with the node, the state
-    (C(failed), C(pending), C(rebooting) or none) and what to look at when it does not within O(timeout).
+    until the MIG manager reports C(nvidia.com/mig.config.state=success) or C(failed), reading the node every
+    O(interval) seconds. It fails with the node, the state (C(failed), C(pending), C(rebooting) or none) and what to
+    look at when it is not C(success) within O(timeout). A MIG change can drain and restart the device plugin and
+    other GPU pods of the node first, which counts against O(timeout).
   - Nothing is written when the node already selects the config, the MIG manager reported success and the GPUs
     match it; then C(changed) is false.
   - Returns C(gpus_differ) (GPUs whose MIG mode or devices differ from the layout) so that a play can cordon and
@@ -31,6 +33,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name as C(kubectl get nodes) shows it.
@@ -63,13 +66,8 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds to wait for C(nvidia.com/mig.config.state=success). A MIG change can drain and restart the
-      device plugin and other GPU pods of the node first.
-    type: int
     default: 600
   interval:
-    description: Seconds between two reads of the node while waiting.
-    type: float
     default: 5.0
 attributes:
   check_mode:

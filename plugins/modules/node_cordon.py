@@ -171,7 +171,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 
@@ -243,7 +244,7 @@ def drain(kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
     return evicted
 
 
-class NodeCordon(ModuleRun):
+class NodeCordon(KubeRun):
     """validate -> read this host's Node -> plan (_kube_nodes.cordon_patch) -> apply the patch -> after: drain the
     GPU pods (in check mode, list those a drain would evict)."""
 
@@ -259,11 +260,9 @@ class NodeCordon(ModuleRun):
         owner=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         errors = []
         if p["drain"] and p["state"] != "cordoned":
             errors.append("drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
@@ -277,8 +276,6 @@ class NodeCordon(ModuleRun):
         return errors
 
     def read(self):
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube = _kube.Kube.from_params(self.params)
         node = _kube_nodes.find_this_node(self.kube, self.params)[0]
         self.name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))
