@@ -4,18 +4,7 @@ caller's options say otherwise. A fake clock drives every wait here: nothing sle
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _waits
-
-
-class Clock(object):
-    def __init__(self):
-        self.now, self.sleeps = 0.0, []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
+from tests.support.fake_clock import FakeClock as Clock
 
 
 def test_every_row_says_what_when_and_how_long():
