@@ -12,14 +12,21 @@ is there now, write again, a bounded number of times. ``retry_on_conflict`` is t
 pass their own read -> plan -> write as one function and keep only what differs: how many tries, what a failed try
 leaves to undo, and what the last conflict means (an error of theirs, or, for a Lease's compare-and-swap, a normal
 answer: another run took it). The 409 itself is mapped to a KubeError with ``status`` 409 by _kube.api_error.
-Target-side code: Python 3.9+.
+
+``KubeRun`` is the base of every module that talks to the API: a ``_module_run.ModuleRun`` whose ``kube`` is the
+client built once from the authentication options (the secrets of a kubeconfig given as content masked before
+anything is read or reported), whose KubeError is a failure with the API's status and reason, and whose read -> plan
+-> apply is tried again on a conflict (``conflict_tries``), so that no module writes that loop or overrides
+``converge`` for it. Target-side code: Python 3.9+.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun
 
 CONFLICT = 409
 
@@ -55,3 +62,40 @@ def write_as_planned(planned, replan, write, tries=3):
     in all (``retry_on_conflict``). Returns what the last ``write`` returned."""
     first = [planned]
     return retry_on_conflict(lambda: write(first.pop() if first else replan()), tries=tries)
+
+
+class KubeRun(ModuleRun):
+    """A module run against the Kubernetes API (``_module_run.ModuleRun`` with the client and the conflict retry).
+
+    ``conflict_tries``: how many read -> plan -> apply attempts a run makes when a write carrying the resourceVersion
+    it read is answered 409 Conflict (1: none again; the conflict fails the run). Between two attempts ``forget`` is
+    called with the conflict (drop what the failed attempt reported, or pause); when every attempt met one,
+    ``exhausted`` gives the answer or raises (default: the last conflict is raised). ``kube``: the client, built on
+    first use. The kubernetes library is required before ``validate`` (a KubeError naming what to install)."""
+
+    errors = (KubeError,)
+    conflict_tries = 1
+    _client = None
+
+    @property
+    def kube(self):
+        if self._client is None:
+            self._client = _kube.Kube.from_params(self.params)
+        return self._client
+
+    @kube.setter
+    def kube(self, client):
+        self._client = client
+
+    def forget(self, conflict):
+        """Called between two attempts with the conflict that ended the first: what it reported is not the run's."""
+
+    exhausted = None
+
+    def run(self):
+        _kube.mask_kubeconfig_secrets(self.module)
+        _kube.require_client()
+        return super(KubeRun, self).run()
+
+    def retry(self, attempt):
+        return retry_on_conflict(attempt, tries=self.conflict_tries, between=self.forget, exhausted=self.exhausted)

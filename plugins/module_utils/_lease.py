@@ -50,7 +50,7 @@ from urllib.parse import quote
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError, Kube, read_or_none
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 API_VERSION = "coordination.k8s.io/v1"
 FIELD_MANAGER = "gpuops.nvidia"
@@ -59,7 +59,7 @@ RENEWER_FIELD_MANAGER = "gpuops.nvidia-lease-renewer"
 CONVERGED_ANNOTATION = "gpuops.nvidia/converged"
 ARRIVALS_ANNOTATION = "gpuops.nvidia/arrivals"
 KEEP_RUNS = 8           # runs whose arrivals the lease remembers
-POLL_S = 1.0            # how often a waiting run looks at the lease (jittered by +-50 %)
+POLL_S = WAITS["lease_free"].interval     # how often a waiting run looks at the lease (jittered by +-50 %)
 CONFLICT_RETRIES = 50   # conflicts in a row before giving up (each one means another run just wrote)
 TAKE_RETRIES = 100000   # the same for taking the lease: every conflict there is another run's acquisition
 MARKER_ENV = "GPUOPS_CLUSTER_RUN"   # carried by the run's cluster tasks (site.yml sets it); see marker_alive
@@ -365,8 +365,10 @@ class ClusterLease(object):
             raise LeaseError("could not %s %s: %d conflicting writes in a row" % (doing, self.what, tries))
         return gave_up
 
-    def _pause(self):
-        self.sleep(POLL_S * random.uniform(0.5, 1.5))
+    @staticmethod
+    def _interval():
+        """A waiting run's interval between two reads, its own (jittered), so that runs do not read in step."""
+        return POLL_S * random.uniform(0.5, 1.5)
 
     # -- the barrier
     def arrive(self, run_id, slice_id, expected, timeout, duration):
@@ -382,11 +384,11 @@ class ClusterLease(object):
             return self.write(obj, spec, {ARRIVALS_ANNOTATION: json.dumps(arrivals, separators=(",", ":"))})
         retry_on_conflict(add, tries=CONFLICT_RETRIES,
                           exhausted=self._gave_up("record this slice's arrival on", CONFLICT_RETRIES))
-        # the shared wait (_poll); each slice reads at its own jittered interval, so slices do not read in step
-        polled = poll(lambda: arrived((view(self.read()) or {}).get("arrivals"), run_id),
-                      lambda slices: len(slices) >= expected, max(0.0, timeout - (self.monotonic() - start)),
-                      POLL_S * random.uniform(0.5, 1.5), clock=self.monotonic, sleep=self.sleep)
-        return {"run": run_id, "slices": polled.seen, "expected": expected, "complete": polled.done,
+        # the table's lease_arrivals; each slice reads at its own jittered interval, so slices do not read in step
+        polled = wait("lease_arrivals", lambda: (arrived((view(self.read()) or {}).get("arrivals"), run_id), expected),
+                      max(0.0, timeout - (self.monotonic() - start)), self._interval(), clock=self.monotonic,
+                      sleep=self.sleep)
+        return {"run": run_id, "slices": polled.seen[0], "expected": expected, "complete": polled.done,
                 "waited": round(self.monotonic() - start, 1)}
 
     # -- acquire / release / renew
@@ -411,29 +413,26 @@ class ClusterLease(object):
         return retry_on_conflict(take, tries=TAKE_RETRIES, exhausted=self._gave_up("take", TAKE_RETRIES))
 
     def _until_free(self, identity, start, wait_timeout, observer, check):
-        """Read the lease until ``identity`` may write it (its plan is not "wait"), pausing between reads; in check
-        mode the first read answers. Returns (object, view, plan, expired, wall clock of the read); LeaseBusy when
-        another run held it for ``wait_timeout`` s since ``start``."""
-        while True:
+        """Read the lease until ``identity`` may write it (its plan is not "wait": the table's ``lease_free``, at this
+        run's jittered interval); in check mode the first read answers. Returns (object, view, plan, expired, wall
+        clock of the read); LeaseBusy when another run held it for ``wait_timeout`` s since ``start``."""
+        def look():
             obj = self.read()
             lease = view(obj)
             mono, wall = self.monotonic(), self.clock()
             gone = lease is not None and lease["holder"] and expired(lease, observer.seen(lease, mono), mono, wall)
-            plan = plan_acquire(lease, identity, gone)
-            if plan == "wait":
-                if check:
-                    return obj, lease, plan, gone, wall
-                if mono - start >= wait_timeout:
-                    raise LeaseBusy("the cluster lock (%s) is %s; waited %d s (wait_timeout). Another run (an AWX "
-                                    "job slice, another controller) is doing the once-per-cluster work; nothing "
-                                    "changed in this run's cluster part. If that run died, its lease expires "
-                                    "%d s after its last renewal and the next run takes over; raise wait_timeout "
-                                    "if its work legitimately takes longer."
-                                    % (self.what, describe(lease, wall), wait_timeout,
-                                       lease["lease_duration"] or 0))
-                self._pause()
-                continue
-            return obj, lease, plan, gone, wall
+            return obj, lease, plan_acquire(lease, identity, gone), gone, wall
+
+        left = 0 if check else max(0.0, wait_timeout - (self.monotonic() - start))
+        polled = wait("lease_free", look, left, self._interval(), clock=self.monotonic, sleep=self.sleep)
+        if polled.done or check:
+            return polled.seen
+        dummy, lease, dummy_plan, dummy_gone, wall = polled.seen
+        raise LeaseBusy("the cluster lock (%s) is %s; waited %d s (wait_timeout). Another run (an AWX job slice, "
+                        "another controller) is doing the once-per-cluster work; nothing changed in this run's "
+                        "cluster part. If that run died, its lease expires %d s after its last renewal and the next "
+                        "run takes over; raise wait_timeout if its work legitimately takes longer."
+                        % (self.what, describe(lease, wall), wait_timeout, lease["lease_duration"] or 0))
 
     def release(self, identity, converged=None, check=False):
         """Clear the holder if it is ``identity``, recording ``converged`` (a dict with digest and run; an older record

@@ -13,7 +13,6 @@ __metaclass__ = type
 import copy
 import os
 import signal
-import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NVML_ERROR_NAMES, select_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, load_yaml, read_text
@@ -24,6 +23,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import 
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import layout_view, plan_layout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import gpu_label
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import wait
 
 
 def load_config_file(path):
@@ -234,7 +234,8 @@ def layout_result(resolved, entries):
 
 def terminate_processes(backend, pids, timeout=30):
     """End processes that a forced change must remove. On the simulator, the simulated process goes away;
-    on a real host SIGTERM, then SIGKILL after ``timeout`` seconds. Returns the pids signalled."""
+    on a real host SIGTERM, then SIGKILL to those still alive after ``timeout`` seconds (the table's
+    ``processes_exit``). Returns the pids signalled."""
     done = []
     if getattr(backend, "kind", None) == "simulated":
         for pid in pids:
@@ -247,11 +248,7 @@ def terminate_processes(backend, pids, timeout=30):
             done.append(pid)
         except OSError:
             pass
-    deadline = time.time() + timeout
-    alive = list(done)
-    while alive and time.time() < deadline:
-        time.sleep(0.5)
-        alive = [p for p in alive if _alive(p)]
+    alive = wait("processes_exit", lambda: [p for p in done if _alive(p)], timeout).seen if done else []
     for pid in alive:
         try:
             os.kill(int(pid), signal.SIGKILL)

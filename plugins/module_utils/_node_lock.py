@@ -30,14 +30,13 @@ import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 ENV_LOCK = "GPUOPS_NODE_LOCK"
 ENV_TIMEOUT = "GPUOPS_NODE_LOCK_TIMEOUT"
 ENV_STATE = "GPUOPS_SIMULATED_GPUS"
 DEFAULT_PATH = "/run/gpuops/node.lock"
-DEFAULT_TIMEOUT = 600
-POLL_S = 0.05
+DEFAULT_TIMEOUT = WAITS["node_lock"].timeout
 
 # For modules: add to argument_spec; documented by the doc fragment gpuops.nvidia.node_lock.
 ARGUMENT_SPEC = dict(lock_timeout=dict(type="int"))
@@ -122,7 +121,7 @@ class NodeLock(object):
                     raise NodeLockError("cannot lock %s: %s; nothing changed" % (self.path, exc))
                 return False
 
-        polled = poll(try_lock, bool, self.timeout, POLL_S)      # the last try at the deadline
+        polled = wait("node_lock", try_lock, self.timeout)      # the last try at the deadline
         if not polled.done:
             holder = _read_holder(fd)
             os.close(fd)

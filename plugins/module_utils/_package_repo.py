@@ -36,6 +36,14 @@ _UNREACHABLE = ("Failed to fetch", "Could not connect", "Could not resolve", "Co
 # The largest package file read (dpkg-deb --show, rpm -qp): a driver's packages are hundreds of MiB, none is 4 GiB.
 MAX_PACKAGE_BYTES = 4 * 1024 * 1024 * 1024
 
+# The options of a repository as it will be configured, which driver_plan and package_plan take (their docs: the doc
+# fragment package_repository): the text of its apt .list or dnf .repo file, its signing key and where the key goes.
+REPOSITORY_OPTIONS = dict(
+    sources=dict(type="str", required=True),
+    key=dict(type="str", required=True, no_log=False),
+    key_path=dict(type="path", required=True, no_log=False),
+)
+
 
 class RepositoryError(Exception):
     """The repository cannot be used: ``kind`` is ``signature``, ``unreachable`` or ``other``."""

@@ -185,34 +185,47 @@ class RecordStore(object):
                                labelSelector=CONFIG_LABEL)
         return seed(listed.get("items") or [])
 
+    def plan(self, obj, nodes, profiles, prune=False):
+        """The record as ``obj`` (the ConfigMap as read; None: there is none) holds it, merged with ``nodes`` and
+        ``profiles``: (record before, record after, changes, changed); a record that did not exist is seeded from
+        the cluster's labelled Nodes first (changes["seeded_nodes"])."""
+        before = from_data((obj or {}).get("data"), self.what) if obj else {"nodes": {}, "profiles": {}}
+        seeded = self.seed() if obj is None and not prune else {"nodes": {}, "profiles": {}}
+        after, changes = merge(before if obj else seeded, nodes, profiles, prune)
+        changes["seeded_nodes"] = sorted(set(seeded["nodes"]) - set(nodes))
+        return before, after, changes, obj is None or to_data(after) != to_data(before)
+
+    def write(self, obj, after, dry_run=False):
+        """Store ``after``: create the ConfigMap, or replace ``obj`` at the resourceVersion it was read at (another
+        writer since: the API's 409 Conflict, a KubeError)."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "data": to_data(after),
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(MANAGED_BY)}}
+        if obj is None:
+            return self.kube.create("create " + self.what, self.collection, body, dry_run=dry_run)
+        meta = obj.get("metadata") or {}
+        body["metadata"].update(resourceVersion=meta.get("resourceVersion"),
+                                labels=dict(meta.get("labels") or {}, **MANAGED_BY))
+        if meta.get("annotations"):
+            body["metadata"]["annotations"] = meta["annotations"]
+        return self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run)
+
+    def pause(self, dummy_conflict):
+        """Between two tries a short random wait, so that slices which wrote at once do not write at once again."""
+        self.sleep(random.uniform(0.05, 0.3))
+
+    def gave_up(self, dummy_conflict):
+        """Every one of CONFLICT_RETRIES writes met another slice's."""
+        raise RecordError("could not update %s: %d conflicting writes in a row" % (self.what, CONFLICT_RETRIES))
+
     def update(self, nodes, profiles, prune=False, dry_run=False):
-        """Merge and store. Returns (record before, record after, changes, changed); a record that did not exist
-        is seeded from the cluster's labelled Nodes first (changes["seeded_nodes"])."""
+        """Read, merge and store, tried again on a conflict (``pause`` between, ``gave_up`` after CONFLICT_RETRIES
+        tries; cluster_profiles runs the same steps as its hooks, with the same retry). Returns (record before,
+        record after, changes, changed)."""
 
         def attempt():
             obj = self.read()
-            before = from_data((obj or {}).get("data"), self.what) if obj else {"nodes": {}, "profiles": {}}
-            seeded = self.seed() if obj is None and not prune else {"nodes": {}, "profiles": {}}
-            after, changes = merge(before if obj else seeded, nodes, profiles, prune)
-            changes["seeded_nodes"] = sorted(set(seeded["nodes"]) - set(nodes))
-            changed = obj is None or to_data(after) != to_data(before)
-            if not changed:
-                return before, after, changes, False
-            body = {"apiVersion": "v1", "kind": "ConfigMap", "data": to_data(after),
-                    "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(MANAGED_BY)}}
-            if obj is None:
-                self.kube.create("create " + self.what, self.collection, body, dry_run=dry_run)
-            else:
-                meta = obj.get("metadata") or {}
-                body["metadata"].update(resourceVersion=meta.get("resourceVersion"),
-                                        labels=dict(meta.get("labels") or {}, **MANAGED_BY))
-                if meta.get("annotations"):
-                    body["metadata"]["annotations"] = meta["annotations"]
-                self.kube.replace("update " + self.what, self.path, body, dry_run=dry_run)
-            return before, after, changes, True
-
-        def gave_up(dummy_conflict):
-            raise RecordError("could not update %s: %d conflicting writes in a row" % (self.what, CONFLICT_RETRIES))
-        # between tries a short random wait, so that slices which wrote at once do not write at once again
-        return retry_on_conflict(attempt, tries=CONFLICT_RETRIES, exhausted=gave_up,
-                                 between=lambda dummy_conflict: self.sleep(random.uniform(0.05, 0.3)))
+            before, after, changes, changed = self.plan(obj, nodes, profiles, prune)
+            if changed:
+                self.write(obj, after, dry_run=dry_run)
+            return before, after, changes, changed
+        return retry_on_conflict(attempt, tries=CONFLICT_RETRIES, exhausted=self.gave_up, between=self.pause)

@@ -14,7 +14,7 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import wait
 
 
 def _allocatable_int(value):
@@ -58,10 +58,11 @@ def rollout_state(kube, expected, mps_nodes, namespace):
     return problems, found
 
 
-def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=5.0, sleep=time.sleep):
-    """Poll until every node advertises what ``expected`` says and MPS nodes run a ready MPS daemon pod."""
-    polled = poll(lambda: rollout_state(kube, expected, mps_nodes, namespace), lambda seen: not seen[0], timeout,
-                  interval, sleep=sleep)
+def verify_rollout(kube, expected, mps_nodes, namespace, timeout, interval=None, sleep=time.sleep):
+    """Read until every node advertises what ``expected`` says and MPS nodes run a ready MPS daemon pod (the table's
+    ``rollout``; ``interval`` None: its default)."""
+    polled = wait("rollout", lambda: rollout_state(kube, expected, mps_nodes, namespace), timeout, interval,
+                  sleep=sleep)
     if not polled.done:
         raise _kube.KubeError("rollout verification failed after %ss: %s" % (timeout, "; ".join(polled.seen[0])))
     return polled.seen[1]

@@ -228,6 +228,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 # More slices than this is a typo: a slice runs ansible-playbook on an execution node of its own.
 MAX_SLICES = 1000
@@ -278,7 +279,7 @@ class ClusterLeaseRun(ModuleRun):
         state=dict(type="str", default="acquired", choices=["acquired", "released", "query"]),
         holder=dict(type="str", default="ansible-playbook"),
         lease_duration=dict(type="int", default=60),
-        wait_timeout=dict(type="int", default=900),
+        wait_timeout=dict(type="int", default=WAITS["lease_free"].timeout),
         renew=dict(type="bool", default=True),
         owner_pid=dict(type="int"),
         create_namespace=dict(type="bool", default=True),
@@ -286,7 +287,7 @@ class ClusterLeaseRun(ModuleRun):
         run_id=dict(type="str", default=""),
         run_slices=dict(type="int", default=1),
         slice_id=dict(type="str", default=""),
-        arrival_timeout=dict(type="int", default=120),
+        arrival_timeout=dict(type="int", default=WAITS["lease_arrivals"].timeout),
         converged=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)

@@ -126,7 +126,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, run_module
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
@@ -152,9 +153,11 @@ def _node_errors(nodes):
     return errors
 
 
-class ClusterProfiles(ModuleRun):
-    """validate -> converge: the record's own read-merge-write (_profile_record, one optimistic update; in check mode
-    the API server's dry run)."""
+class ClusterProfiles(KubeRun):
+    """validate -> read the record (the namespace ensured first; one that would be created in check mode: the plan
+    from an empty record is the answer) -> plan (_profile_record's merge) -> apply: one write at the resourceVersion
+    read (in check mode the API server's dry run). A conflict (another slice wrote in between) reads, merges and
+    writes again, the record store's tries, pause and last word."""
 
     argument_spec = dict(
         name=dict(type="str", default="gpuops-nvidia-profiles"),
@@ -166,10 +169,12 @@ class ClusterProfiles(ModuleRun):
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     errors = (record.RecordError, KubeError)
+    apply_in_check_mode = True          # the write is the API server's dry run
+    conflict_tries = record.CONFLICT_RETRIES
+    store = None
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
                   + _kube_names.dns_label_errors(p["namespace"], "namespace"))
         node_errors = _node_errors(p["nodes"] or {})
@@ -178,26 +183,41 @@ class ClusterProfiles(ModuleRun):
         errors += record.validate(self.nodes, p["profiles"], _key_errors)
         return errors
 
-    def converge(self):
-        module, p, nodes = self.module, self.params, self.nodes
-        _kube.mask_kubeconfig_secrets(module)
-        check = module.check_mode
-        kube = _kube.Kube.from_params(p)
-        store = record.RecordStore(kube, p["namespace"], p["name"])
-        namespace = _kube.ensure_namespace(kube, p["namespace"], dry_run=check, create=p["create_namespace"])
-        if namespace == "would be created":
-            # nothing inside a namespace that does not exist can be dry-run: plan from an empty record
-            before = {"nodes": {}, "profiles": {}}
-            after, changes = record.merge(before, nodes, p["profiles"], p["prune"])
-            changes["seeded_nodes"] = []       # no namespace, no release in it: nothing to keep
-            changed = True
-        else:
-            before, after, changes, changed = store.update(nodes, p["profiles"], p["prune"], dry_run=check)
-        self.result.update(changed=changed, profiles=record.profile_list(after), nodes=after["nodes"],
-                           changes=changes)
-        if module._diff and changed:
+    def forget(self, conflict):
+        self.store.pause(conflict)
+
+    def exhausted(self, conflict):
+        return self.store.gave_up(conflict)
+
+    def read(self):
+        p = self.params
+        if self.store is None:
+            self.store = record.RecordStore(self.kube, p["namespace"], p["name"])
+            namespace = _kube.ensure_namespace(self.kube, p["namespace"], dry_run=self.module.check_mode,
+                                               create=p["create_namespace"])
+            if namespace == "would be created":
+                # nothing inside a namespace that does not exist can be dry-run: plan from an empty record
+                before = {"nodes": {}, "profiles": {}}
+                after, changes = record.merge(before, self.nodes, p["profiles"], p["prune"])
+                changes["seeded_nodes"] = []       # no namespace, no release in it: nothing to keep
+                self.report(before, after, changes, True)
+                raise Done(changed=True)
+        return self.store.read()
+
+    def plan(self, current):
+        p = self.params
+        before, after, changes, changed = self.store.plan(current, self.nodes, p["profiles"], p["prune"])
+        self.report(before, after, changes, changed)
+        return after if changed else None
+
+    def apply(self, current, changes):
+        self.store.write(current, changes, dry_run=self.module.check_mode)
+
+    def report(self, before, after, changes, changed):
+        self.result.update(profiles=record.profile_list(after), nodes=after["nodes"], changes=changes)
+        self.result.pop("diff", None)           # (a try that met a conflict planned another record)
+        if self.module._diff and changed:
             self.result["diff"] = record.diff_view(before, after, changes)
-        return self.result
 
 
 def main():

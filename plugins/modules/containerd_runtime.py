@@ -235,32 +235,30 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, ModuleRun, run_module
 
 
 class ContainerdRuntime(ModuleRun):
-    """validate (the parameters, a TOML reader and both tools: _containerd_run.ContainerdRun) -> a verified state
-    that still holds is the answer (no tool run) -> read (both tools' versions, the live files, containerd's view)
-    -> plan (nvidia-ctk on private copies, validated by containerd, compared with the live files) -> apply outside
-    check mode (backups, atomic writes, read back) -> after: the result, and the verified state recorded."""
+    """validate (the parameters, a TOML reader and both tools: _containerd_run.ContainerdRun) -> read: a verified
+    state that still holds is the answer (Done, no tool run), else both tools' versions, the live files, containerd's
+    view -> plan (nvidia-ctk on private copies, validated by containerd, compared with the live files) -> apply
+    outside check mode (backups, atomic writes, read back) -> after: the result, and the verified state recorded."""
 
     argument_spec = dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False))
-    errors = (containerd_config.ContainerdConfigError, LiveFileError)
+    errors = (containerd_config.ContainerdConfigError, LiveFileError, IOError, OSError)
 
-    def converge(self):
-        try:
-            self.run_ = containerd_run.ContainerdRun(self.module)
-            earlier = self.run_.verified_earlier()
-            if earlier is not None:
-                self.result = earlier
-                return self.result
-            return super(ContainerdRuntime, self).converge()
-        except containerd_config.TomlLibraryMissing as exc:
-            raise Failure(missing_required_lib("tomli", reason=str(exc)), changed=False) from exc
-        except (IOError, OSError) as exc:
-            raise Failure("containerd_runtime: %s" % exc, exception=traceback.format_exc(), changed=False) from exc
+    def failing(self, exc):
+        if isinstance(exc, containerd_config.TomlLibraryMissing):
+            return Failure(missing_required_lib("tomli", reason=str(exc)), changed=False)
+        if isinstance(exc, (IOError, OSError)):
+            return Failure("containerd_runtime: %s" % exc, exception=traceback.format_exc(), changed=False)
+        return None
 
     def read(self):
+        self.run_ = containerd_run.ContainerdRun(self.module)
+        earlier = self.run_.verified_earlier()
+        if earlier is not None:
+            raise Done(**earlier)
         self.files = None
         return self.run_.read_current()
 

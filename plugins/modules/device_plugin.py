@@ -303,6 +303,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 NODE_OPTIONS = dict(name=dict(type="str", required=True), profile=dict(type="str"), gpus=dict(type="raw"))
 
@@ -316,7 +317,7 @@ ARGUMENT_SPEC.update(
     gfd=dict(type="bool"),
     skip_xids=dict(type="raw"),
     verify=dict(type="bool", default=False),
-    verify_timeout=dict(type="int", default=300),
+    verify_timeout=dict(type="int", default=WAITS["rollout"].timeout),
 )
 
 

@@ -23,6 +23,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name as C(kubectl get nodes) shows it.
@@ -72,12 +73,8 @@ options:
     description: Namespace of the MPS control daemon's pods (the chart's release namespace, or the operator's).
     type: str
   timeout:
-    description: Seconds to wait.
-    type: int
     default: 300
   interval:
-    description: Seconds between two reads.
-    type: float
     default: 5.0
 attributes:
   check_mode:
@@ -120,11 +117,13 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugi
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
-class DevicePluginVerify(ModuleRun):
+class DevicePluginVerify(KubeRun):
     """validate -> read (the node's allocatable resources and, for MPS, its control daemon pod, waited for by
     _rollout until they are what the profile promises or the timeout, which fails the run) -> plan: nothing to
     change. Changes nothing."""
@@ -134,15 +133,13 @@ class DevicePluginVerify(ModuleRun):
         profile=dict(type="dict", required=True, options=_device_plugin.PROFILE_ARG_SPEC),
         gpus=dict(type="raw", required=True),
         namespace=dict(type="str"),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=5.0),
+        timeout=dict(type="int", default=WAITS["rollout"].timeout),
+        interval=dict(type="float", default=WAITS["rollout"].interval),
         **_kube.AUTH_ARG_SPEC
     )
-    errors = (_kube.KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         profile = _device_plugin.normalize_profile(dict((k, v) for k, v in p["profile"].items()
                                                         if v is not None or k == "name"))
         errors = _device_plugin.profile_errors(profile, None)
@@ -161,8 +158,7 @@ class DevicePluginVerify(ModuleRun):
 
     def read(self):
         p = self.params
-        _kube.mask_kubeconfig_secrets(self.module)
-        kube = _kube.Kube.from_params(p)
+        kube = self.kube
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")     # a name no Node has: says so at once
         return _rollout.verify_rollout(kube, {p["node_name"]: self.result["expected"]},
                                        [p["node_name"]] if self.profile["sharing"] == "mps" else [], p["namespace"],

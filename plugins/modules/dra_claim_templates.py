@@ -132,9 +132,8 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 
 TEMPLATE_OPTIONS = dict(
     name=dict(type="str", required=True),
@@ -217,13 +216,12 @@ def ours(obj, template_set):
     return labels.get(_dra.MANAGED_BY[0]) == _dra.MANAGED_BY[1] and labels.get(_dra.SET_LABEL) == template_set
 
 
-class ClaimTemplates(ModuleRun):
+class ClaimTemplates(KubeRun):
     """validate -> read the namespaces' templates -> plan the actions -> apply them (in check mode the API server's
     dry run) -> after: the templates of the set. A shared set (``user``) whose template another publisher wrote
     between the read and the write (a conflict) is read and planned again."""
 
     argument_spec = ARGUMENT_SPEC
-    errors = (KubeError,)
     apply_in_check_mode = True
 
     def __init__(self, module):
@@ -231,9 +229,11 @@ class ClaimTemplates(ModuleRun):
         self.p = module.params
         self.result.update(changes=[], templates={})
         self.diff = {"before": {}, "after": {}}
+        # a shared set: another publisher wrote between our read and our write (a conflict: a changed
+        # resourceVersion, or a create that found the template already there) - read and plan again
+        self.conflict_tries = TRIES if self.p["user"] else 1
 
     def validate(self):
-        _kube.require_client()
         return _kube.auth_param_errors(self.params) + param_errors(self.params)
 
     def read(self):
@@ -327,15 +327,7 @@ class ClaimTemplates(ModuleRun):
             self.diff["before"][key] = _view(cur)
             self.diff["after"][key] = _view(want)
 
-    def converge(self):
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube = _kube.Kube.from_params(self.p)
-        # a shared set: another publisher wrote between our read and our write (a conflict: a changed
-        # resourceVersion, or a create that found the template already there) - read again
-        return retry_on_conflict(super(ClaimTemplates, self).converge, tries=TRIES if self.p["user"] else 1,
-                                 between=self.forget_changes)
-
-    def forget_changes(self, dummy_conflict):
+    def forget(self, conflict):
         """What a try that ended in a conflict reported is not the run's answer: the next try reports its own."""
         self.result["changes"] = []
         self.diff = {"before": {}, "after": {}}

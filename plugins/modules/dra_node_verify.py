@@ -22,6 +22,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name as C(kubectl get nodes) shows it.
@@ -32,12 +33,8 @@ options:
     type: raw
     required: true
   timeout:
-    description: Seconds to wait for the slices to match.
-    type: int
     default: 300
   interval:
-    description: Seconds between two reads.
-    type: float
     default: 5.0
 attributes:
   check_mode:
@@ -77,8 +74,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 def read_slices(kube, node_name):
@@ -93,22 +91,20 @@ def read_state(kube, node_name, gpus):
     return slices, _dra.slice_problems(slices, node_name, gpus)
 
 
-class DraNodeVerify(ModuleRun):
+class DraNodeVerify(KubeRun):
     """validate -> read (the node's ResourceSlices, polled until they are what the GPUs need or the timeout) -> plan:
     nothing to change; a node that does not publish exactly its devices fails the run. Changes nothing."""
 
     argument_spec = dict(
         node_name=dict(type="str", required=True),
         gpus=dict(type="raw", required=True),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=5.0),
+        timeout=dict(type="int", default=WAITS["dra_slices"].timeout),
+        interval=dict(type="float", default=WAITS["dra_slices"].interval),
         **_kube.AUTH_ARG_SPEC
     )
-    errors = (_kube.KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         gpus = p["gpus"].get("gpus") if isinstance(p["gpus"], dict) else p["gpus"]
         errors = _kube.auth_param_errors(p)
         if not isinstance(gpus, list) or not all(isinstance(g, dict) and g.get("uuid") for g in gpus):
@@ -123,11 +119,10 @@ class DraNodeVerify(ModuleRun):
 
     def read(self):
         p = self.params
-        _kube.mask_kubeconfig_secrets(self.module)
-        kube = _kube.Kube.from_params(p)
+        kube = self.kube
         _kube_nodes.lookup_node(kube, node_name=p["node_name"], method="name")
-        return poll(lambda: read_state(kube, p["node_name"], self.gpus), lambda seen: not seen[1],
-                    p["timeout"], p["interval"]).seen
+        return self.wait("dra_slices", lambda: read_state(kube, p["node_name"], self.gpus), p["timeout"],
+                         p["interval"]).seen
 
     def plan(self, current):
         slices, problems = current

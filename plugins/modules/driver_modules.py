@@ -237,7 +237,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
     Failure, ModuleRun, Refusal, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 NOTHING = "Nothing was stopped or unloaded."
 RECORD_BYTES = 1024 * 1024  # a record names a few daemons and modules: a few hundred bytes
@@ -426,7 +426,7 @@ class Run(object):
             except OSError as exc:
                 if exc.errno != 3:  # ESRCH: already gone
                     return "cannot signal PID %d (%s): %s" % (daemon["pid"], daemon["label"], exc)
-            gone = poll(lambda: pid_alive(daemon["pid"]), lambda alive: not alive, self.p["daemon_timeout"], 0.1)
+            gone = wait("daemon_exit", lambda: pid_alive(daemon["pid"]), self.p["daemon_timeout"])
             if not gone.done:
                 return "%s (PID %d) still runs %d s after SIGTERM" % (
                     daemon["label"], daemon["pid"], self.p["daemon_timeout"])
@@ -643,7 +643,7 @@ class DriverModules(ModuleRun):
         modinfo=dict(type="list", elements="str"),
         systemctl=dict(type="list", elements="str"),
         mps_unit=dict(type="str", default=dm.DEFAULT_MPS_UNIT),
-        daemon_timeout=dict(type="int", default=5),
+        daemon_timeout=dict(type="int", default=WAITS["daemon_exit"].timeout),
         preflight=dict(type="bool", default=False),
         preflight_pods=dict(type="str", choices=["block", "defer"], default="block"),
         lock_timeout=dict(type="int"),

@@ -25,11 +25,6 @@ description:
     unless allowed, precompiled modules demanded where the source has none for the running kernel, and a version the
     source does not have.
 options:
-  manager:
-    description: V(apt) or V(dnf).
-    type: str
-    choices: [apt, dnf]
-    required: true
   declaration:
     description:
       - The declared driver - C(version) (like V(580.95.05)) and/or C(branch), C(flavour) (open, proprietary),
@@ -57,29 +52,11 @@ options:
   state:
     description: The driver state (secure_boot, nvswitch, nvlink5, nouveau_loaded), read below O(root) when not given.
     type: dict
-  repository:
-    description: The repository as it will be configured (as M(gpuops.nvidia.package_plan) takes it).
-    type: dict
-    suboptions:
-      sources:
-        description: The text of the apt C(.list) or dnf C(.repo) file.
-        type: str
-        required: true
-      key:
-        description: The repository's signing key, ASCII-armored.
-        type: str
-        required: true
-      key_path:
-        description: Where the key will be written (replaced by its scratch copy in O(repository.sources)).
-        type: path
-        required: true
   package_files:
     description: Package files on the node (air-gapped installs); their names and versions are what is offered.
-    type: list
-    elements: path
-    default: []
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.package_repository
 attributes:
   check_mode:
     support: full
@@ -177,11 +154,7 @@ class DriverPlan(ModuleRun):
         root=dict(type="path", default="/"),
         devices=dict(type="list", elements="dict"),
         state=dict(type="dict"),
-        repository=dict(type="dict", options=dict(
-            sources=dict(type="str", required=True),
-            key=dict(type="str", required=True, no_log=False),
-            key_path=dict(type="path", required=True, no_log=False),
-        )),
+        repository=dict(type="dict", options=_package_repo.REPOSITORY_OPTIONS),
         package_files=dict(type="list", elements="path", default=[]),
     )
 

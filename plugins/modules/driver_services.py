@@ -150,7 +150,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 class DriverServices(ModuleRun):
@@ -160,16 +160,13 @@ class DriverServices(ModuleRun):
     argument_spec = dict(
         persistenced=dict(type="bool", default=True),
         fabric_manager=dict(type="str", choices=list(ds.FABRIC_MANAGER_SETTINGS), default="auto"),
-        fabric_timeout=dict(type="int", default=300),
-        fabric_interval=dict(type="float", default=5.0),
+        fabric_timeout=dict(type="int", default=WAITS["fabric"].timeout),
+        fabric_interval=dict(type="float", default=WAITS["fabric"].interval),
         root=dict(type="path", default="/"),
         systemctl=dict(type="list", elements="str"),
         modprobe=dict(type="list", elements="str"),
         lock_timeout=dict(type="int"),
     )
-    # the clock and sleep of the fabric wait (a test replaces them)
-    clock = None
-    sleep = None
 
     def validate(self):
         errors = []
@@ -327,11 +324,8 @@ class DriverServices(ModuleRun):
         try:
             backend = get_backend(run_command=module_runner(self.module))
             try:
-                extra = {}
-                if self.clock is not None:      # (a test's clock and sleep)
-                    extra = {"clock": self.clock, "sleep": self.sleep}
-                seen = poll(lambda: ds.fabric_pending(backend.read_health()["gpus"]), lambda pending: not pending,
-                            self.params["fabric_timeout"], self.params["fabric_interval"], **extra)
+                seen = self.wait("fabric", lambda: ds.fabric_pending(backend.read_health()["gpus"]),
+                                 self.params["fabric_timeout"], self.params["fabric_interval"])
             finally:
                 backend.close()
         except (GpuBackendError, NvmlError) as exc:

@@ -326,16 +326,14 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     ENV_ROOT,
-    GpuBackendError,
-    NvmlError,
     NvmlInitError,
     select_gpus,
     simulated,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module as run_dcgm_diag
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_run import GpuRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, run_module
 
 
 def _pci_record(device):
@@ -406,8 +404,9 @@ def driver_root():
     return "/"
 
 
-class GpuInfo(ModuleRun):
-    """Read the GPUs (and their health, and the driver below NVML); changes nothing in any mode."""
+class GpuInfo(GpuRun):
+    """Read the GPUs (and their health, and the driver below NVML) -> plan: the GPUs selected; changes nothing in
+    any mode."""
 
     argument_spec = dict(gpus=dict(type="list", elements="str", default=["all"]),
                          health=dict(type="bool", default=True),
@@ -422,40 +421,27 @@ class GpuInfo(ModuleRun):
             raise Failure(str(exc)) from exc
         return []
 
-    def converge(self):
+    def read(self):
+        """(facts, health summary or None): the GPUs, their health, the driver; without NVML (no driver yet, or a
+        version mismatch) the node is answered from below NVML, and the run is done there."""
         module = self.module
-        want_health = self.params["health"]
-        nvml_error = None
-        facts = health = lost = None
+        nvml_error = health = None
         try:
-            backend = get_backend(run_command=module_runner(module))
-            try:
-                try:
-                    facts = backend.read_all()
-                except NvmlError as exc:
-                    if exc.name != "GPU_IS_LOST" or not want_health:
-                        raise
-                    lost = exc
-                if want_health:
-                    read = backend.read_health()
-                    if self.params["health_dcgm_diag"]:
-                        read["dcgm"] = run_dcgm_diag(module, self.params["health_dcgmi"])
-                    health = summary(read, self.policy)
-            finally:
-                backend.close()
+            facts, read = self.read_gpus(health=self.params["health"])
         except NvmlInitError as exc:
-            # No NVML (no driver yet, or a version mismatch): the node is answered from below NVML instead.
-            nvml_error = exc
+            nvml_error, read = exc, None
             facts = {"backend": "simulated" if simulated() else "nvml", "driver_version": None,
                      "cuda_driver_version": None, "nvml_version": None, "gpus": []}
-        except GpuBackendError as exc:
-            raise Failure(str(exc)) from exc
-        except NvmlError as exc:
-            raise Failure("NVML error %s while reading GPUs: %s" % (exc.name, exc)) from exc
-        if lost is not None:
+        if read is not None:
+            if self.params["health_dcgm_diag"]:
+                read["dcgm"] = run_dcgm_diag(module, self.params["health_dcgmi"])
+            health = summary(read, self.policy)
+        lost = facts.pop("lost_gpus", None)
+        facts.pop("missing_gpus", None)        # (a finding of the health read: gpu_missing)
+        if lost:
             # NVML cannot read a lost GPU's facts; its health says which GPU and what to do.
             raise Failure("NVML error GPU_IS_LOST while reading GPUs: %s; %s" % (
-                lost, "; ".join(health["blocking"])), health=health) from lost
+                lost[0]["error"], "; ".join(health["blocking"])), health=health)
 
         facts["driver"] = driver_section(driver_root(), facts["driver_version"], nvml_error)
         if facts["driver"]["root"] is not None:
@@ -468,8 +454,11 @@ class GpuInfo(ModuleRun):
             if facts["driver"]["read_error"]:
                 raise Failure("NVML could not start (%s) and the node could not be read below NVML either: %s"
                               % (nvml_error, facts["driver"]["read_error"]), driver=facts["driver"]) from nvml_error
-            return dict(changed=False, ansible_facts={"nvidia_gpus": facts}, **facts)
+            raise Done(ansible_facts={"nvidia_gpus": facts}, **facts)
+        return facts, health
 
+    def plan(self, current):
+        facts, health = current
         selector = self.params["gpus"]
         chosen = select_gpus(facts["gpus"], selector)
         # every GPU NVML lists is none, but the PCI bus shows GPUs NVML does not list: the health read says which
@@ -480,10 +469,10 @@ class GpuInfo(ModuleRun):
                 selector, ", ".join("%d (%s, %s)" % (g["index"], g["name"], g["uuid"]) for g in facts["gpus"])
                 or "no GPUs"))
         facts["gpus"] = chosen
-        result = dict(facts)
+        self.result.update(facts, ansible_facts={"nvidia_gpus": facts})
         if health is not None:
-            result["health"] = health
-        return dict(result, changed=False, ansible_facts={"nvidia_gpus": facts})
+            self.result["health"] = health
+        return None
 
 
 def main():

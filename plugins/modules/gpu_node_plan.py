@@ -555,15 +555,16 @@ ansible_facts:
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlInitError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner, read_facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlInitError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_run import GpuRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
 
 
-class NodePlan(ModuleRun):
-    """Read the node once and run every given step's check (the options, the input checks and the checks are the
-    steps' own: _node_steps.STEPS, in order). Changes nothing in any mode."""
+class NodePlan(GpuRun):
+    """Read the node once (read_gpus, with the health read where the health step is given) -> plan: every given
+    step's check (the options, the input checks and the checks are the steps' own: _node_steps.STEPS, in order).
+    Changes nothing in any mode."""
 
     argument_spec = _node_steps.argument_spec(
         lock_timeout=dict(type="int"),
@@ -579,11 +580,25 @@ class NodePlan(ModuleRun):
     def lock(self):
         return module_lock(self.module, "gpu_node_plan")
 
-    def converge(self):
+    def read(self):
+        """(facts, health read or None, the health step's options)."""
         health = _node_steps.BY_NAME["health"].given(self.module)
         if self.refused is not None and not health:
             raise self.refused          # nothing read: no health verdict is asked for
-        facts, health_read = _read(self.module, health)
+        try:
+            facts, health_read = self.read_gpus(health=bool(health))
+        except NvmlInitError as exc:
+            # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the
+            # driver step has the work; the steps that read the GPUs wait for it). Elsewhere NVML must start.
+            if self.params["driver"] is None:
+                raise Failure(str(exc)) from exc
+            facts, health_read = {"backend": None, "driver_version": None, "cuda_driver_version": None,
+                                  "nvml_version": None, "gpus": [],
+                                  "nvml_error": {"name": exc.name, "message": str(exc)}}, None
+        return facts, health_read, health
+
+    def plan(self, current):
+        facts, health_read, health = current
         self.result.update({"changed": False, "ansible_facts": {"nvidia_gpus": facts}, "files": {}, "steps": {}})
         # the health read goes to the checks only (its step reports the verdict), not into the node's facts
         refused = _node_steps.plan(self.module, dict(facts, health_read=health_read) if health else facts, self.result,
@@ -592,30 +607,11 @@ class NodePlan(ModuleRun):
             # a step refuses the plan: the run fails with its message, and with the health verdict of the read (RV
             # health), so that the role still marks a node whose GPUs have a blocking finding (issue 47)
             raise refused
-        return self.result
+        return None
 
 
 def main():
     run_module(NodePlan)
-
-
-def _read(module, health):
-    """The GPUs' facts (with ``health``: and their health read, in the same backend session; the kernel log is read
-    through the module's run_command, as gpu_info reads it)."""
-    try:
-        read = read_facts(run_command=module_runner(module), health=health)
-        return read if health else (read, None)
-    except NvmlInitError as exc:
-        # No driver yet, or a version mismatch: where the node declares its driver, the plan still answers (the
-        # driver step has the work; the steps that read the GPUs wait for it). Elsewhere NVML must start.
-        if module.params["driver"] is None:
-            raise Failure(str(exc)) from exc
-        return {"backend": None, "driver_version": None, "cuda_driver_version": None, "nvml_version": None,
-                "gpus": [], "nvml_error": {"name": exc.name, "message": str(exc)}}, None
-    except GpuBackendError as exc:
-        raise Failure(str(exc)) from exc
-    except NvmlError as exc:
-        raise Failure("NVML error %s while reading GPUs: %s" % (exc.name, exc)) from exc
 
 
 if __name__ == "__main__":

@@ -222,7 +222,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
 
 try:
     import yaml
@@ -294,28 +295,27 @@ ARGUMENT_SPEC = dict(
 ARGUMENT_SPEC.update(_kube.AUTH_ARG_SPEC)
 
 
-class OperatorSharing(ModuleRun):
+class OperatorSharing(KubeRun):
     """The ClusterPolicy and the ConfigMaps that give the GPU Operator the collection's sharing configs: validate ->
     read (the ClusterPolicy, the nodes) -> plan (configs built and checked, the policy patch tried as a dry run: a
     CRD that lacks a field drops it) -> apply (the ConfigMaps, then the policy patch). Everything is checked before
     the first write. In check mode the ConfigMap writes are the API server's dry runs and the policy is not patched.
     ``result`` is what the module returns, also when an error ends the run. Its converge hook is that sequence:
-    whether it changed is what the writes (or their dry runs) answered."""
+    whether it changed is what the writes (or their dry runs) answered, so it is not the base's plan -> apply (it
+    neither retries, waits nor reads GPUs). A planner's OperatorError is a refusal (nothing written yet)."""
 
     argument_spec = ARGUMENT_SPEC
-    errors = (KubeError,)
+    refusals = (_gpu_operator.OperatorError,)
 
     def __init__(self, module):
         super(OperatorSharing, self).__init__(module)
         self.dry = module.check_mode
         self.result.update(changes=[])
-        self.kube = None
 
     def validate(self):
         p = self.params
         if not HAS_YAML:
             raise Failure(missing_required_lib("PyYAML"))
-        _kube.require_client()
         errors = _kube_names.dns_subdomain_errors(p["device_plugin_config_map"], "device_plugin_config_map")
         if p["namespace"] is not None:
             errors += _kube_names.dns_label_errors(p["namespace"], "namespace")
@@ -335,7 +335,6 @@ class OperatorSharing(ModuleRun):
 
     def read(self):
         """The ClusterPolicy, with the operator's and the device plugin's versions."""
-        self.kube = _kube.Kube.from_params(self.params)
         policy = read_policy(self.kube, self.params["policy_name"])
         version = _gpu_operator.operator_version(policy)
         spec = policy.get("spec") or {}
@@ -449,13 +448,6 @@ class OperatorSharing(ModuleRun):
         return after_policy
 
     def converge(self):
-        try:
-            return self.converge_policy()
-        except _gpu_operator.OperatorError as exc:
-            self.refuse("; ".join(exc.errors), errors=exc.errors)
-
-    def converge_policy(self):
-        _kube.mask_kubeconfig_secrets(self.module)
         policy, version, dp_version = self.read()
         name = policy["metadata"]["name"]
         plan = self.plan(policy, version, dp_version)

@@ -22,8 +22,10 @@ description:
     that disables MIG everywhere is published as C(all-disabled).
   - Sets the node's label C(nvidia.com/mig.config) to that name (in the same change it removes a stale
     C(nvidia.com/mig.config.state), and sets C(nvidia.com/gpu.deploy.mig-manager=true) if it was C(false)), then waits
-    until the MIG manager reports C(nvidia.com/mig.config.state=success). It fails with the node, the state
-    (C(failed), C(pending), C(rebooting) or none) and what to look at when it does not within O(timeout).
+    until the MIG manager reports C(nvidia.com/mig.config.state=success) or C(failed), reading the node every
+    O(interval) seconds. It fails with the node, the state (C(failed), C(pending), C(rebooting) or none) and what to
+    look at when it is not C(success) within O(timeout). A MIG change can drain and restart the device plugin and
+    other GPU pods of the node first, which counts against O(timeout).
   - Nothing is written when the node already selects the config, the MIG manager reported success and the GPUs
     match it; then C(changed) is false.
   - Returns C(gpus_differ) (GPUs whose MIG mode or devices differ from the layout) so that a play can cordon and
@@ -31,6 +33,7 @@ description:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name as C(kubectl get nodes) shows it.
@@ -63,13 +66,8 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds to wait for C(nvidia.com/mig.config.state=success). A MIG change can drain and restart the
-      device plugin and other GPU pods of the node first.
-    type: int
     default: 600
   interval:
-    description: Seconds between two reads of the node while waiting.
-    type: float
     default: 5.0
 attributes:
   check_mode:
@@ -137,8 +135,6 @@ skipped_reason:
   type: str
 """
 
-import time
-
 from ansible.module_utils.basic import missing_required_lib
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
@@ -150,11 +146,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun, write_as_planned
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 try:
     import yaml
@@ -171,32 +166,35 @@ def _gpus(raw):
     return raw
 
 
-def publish(kube, namespace, name, config, entries, dry_run, attempts=5):
-    """Add config ``config`` to the MIG ConfigMap (read, change, write guarded by resourceVersion; a concurrent
-    writer - another node of the batch - makes the write fail with a conflict, and it is read and done again,
-    ``attempts`` tries in all). Returns (published, answer)."""
+def published(current, config, entries):
+    """Whether the MIG ConfigMap ``current`` (None: there is none) holds config ``config`` as ``entries``."""
+    text = ((current or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
+    return current is not None and (_gpu_operator.parse_config_text(text, yaml).get("mig-configs") or {}).get(
+        config) == entries
+
+
+def publish(kube, namespace, name, config, entries, dry_run, current, attempts=5):
+    """Add config ``config`` to the MIG ConfigMap ``current`` as read (a write guarded by its resourceVersion; a
+    concurrent writer - another node of the batch - makes it fail with a conflict, and the ConfigMap is read and
+    written again, ``attempts`` writes in all: _kube_service.write_as_planned). Returns (published, answer)."""
     path = _kube.configmap_path(namespace, name)
 
-    def attempt():
-        current = _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, name), path)
-        text = ((current or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
-        doc = _gpu_operator.parse_config_text(text, yaml)
-        if current is not None and (doc.get("mig-configs") or {}).get(config) == entries:
-            return False, current
-        data = dict((current or {}).get("data") or {})
+    def write(cm):
+        if published(cm, config, entries):
+            return False, cm
+        text = ((cm or {}).get("data") or {}).get(_gpu_operator.MIG_CONFIG_KEY)
+        data = dict((cm or {}).get("data") or {})
         data[_gpu_operator.MIG_CONFIG_KEY] = _gpu_operator.dump_config(
-            _gpu_operator.with_config(doc, config, entries), yaml)
-        return True, _kube.write_configmap(kube, namespace, name, data, current, dry_run=dry_run)
-    return retry_on_conflict(attempt, tries=attempts)
+            _gpu_operator.with_config(_gpu_operator.parse_config_text(text, yaml), config, entries), yaml)
+        return True, _kube.write_configmap(kube, namespace, name, data, cm, dry_run=dry_run)
+    return write_as_planned(current, lambda: _kube.read_or_none(kube, "read ConfigMap %s/%s" % (namespace, name),
+                                                                path), write, tries=attempts)
 
 
-def wait_state(kube, node, timeout, interval, sleep=time.sleep):
-    """Read the node until the MIG manager reports success or failed; returns (state, seconds waited)."""
-    def read():
-        labels = kube.get("read node %s" % node, _kube.node_path(node))["metadata"].get("labels") or {}
-        return labels.get(_gpu_operator.MIG_STATE_LABEL)
-    polled = poll(read, lambda state: state in ("success", "failed"), timeout, interval, sleep=sleep)
-    return polled.seen, round(polled.waited, 1)
+def mig_state(kube, node):
+    """The node's nvidia.com/mig.config.state label now (None: not set)."""
+    labels = kube.get("read node %s" % node, _kube.node_path(node))["metadata"].get("labels") or {}
+    return labels.get(_gpu_operator.MIG_STATE_LABEL)
 
 
 ARGUMENT_SPEC = dict(
@@ -208,35 +206,34 @@ ARGUMENT_SPEC = dict(
     namespace=dict(type="str"),
     policy_name=dict(type="str"),
     wait=dict(type="bool", default=True),
-    timeout=dict(type="int", default=600),
-    interval=dict(type="float", default=5.0),
+    timeout=dict(type="int", default=WAITS["mig_manager"].timeout),
+    interval=dict(type="float", default=WAITS["mig_manager"].interval),
     **_kube.AUTH_ARG_SPEC
 )
 
 
-class OperatorMigLayout(ModuleRun):
-    """One node's MIG layout through the GPU Operator's MIG manager: validate -> plan the mig-parted config from the
-    node's GPU facts -> read (the MIG ConfigMap the ClusterPolicy names, the node's MIG labels) -> apply (publish the
-    config, relabel the node; in check mode as the API server's dry runs) -> wait for the MIG manager's verdict.
-    ``result`` is what the module returns, also when an error ends the run. Its converge hook is that sequence:
-    the publish and the relabel are each their own read-compare-write."""
+class OperatorMigLayout(KubeRun):
+    """One node's MIG layout through the GPU Operator's MIG manager: validate -> read (no MIG-capable GPU: done; the
+    mig-parted config planned from the node's GPU facts; the MIG ConfigMap the ClusterPolicy names, the node's MIG
+    labels) -> plan (publish the config, relabel the node) -> apply (in check mode as the API server's dry runs) ->
+    after: the MIG manager's last verdict where nothing changed, then the wait for its verdict (the one table's
+    ``mig_manager``). ``result`` is what the module returns, also when an error ends the run."""
 
     argument_spec = ARGUMENT_SPEC
     module_options = dict(mutually_exclusive=[("config_name", "layout")], required_one_of=[("config_name", "layout")])
-    errors = (KubeError,)
+    refusals = (_gpu_operator.OperatorError,)
+    apply_in_check_mode = True          # the writes are the API server's dry runs
 
     def __init__(self, module):
         super(OperatorMigLayout, self).__init__(module)
         self.dry = module.check_mode
         self.node = module.params["node_name"]
-        self.kube = None
 
     def validate(self):
         """Every parameter checked; the GPU facts kept for the run."""
         p = self.params
         if not HAS_YAML:
             raise Failure(missing_required_lib("PyYAML"))
-        _kube.require_client()
         errors = _kube_names.dns_subdomain_errors(p["node_name"], "node_name")
         for key in ("config_map", "policy_name"):
             if p[key] is not None:
@@ -320,48 +317,55 @@ class OperatorMigLayout(ModuleRun):
                         dry_run=self.dry)
         return patch
 
-    def converge(self):
-        try:
-            return self.converge_layout()
-        except _gpu_operator.OperatorError as exc:
-            self.refuse("; ".join(exc.errors))
-
-    def converge_layout(self):
+    def read(self):
         p, node, gpus = self.params, self.node, self.gpus
         if not any(g.get("mig_supported") for g in gpus):
-            self.result.update(gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
-            return self.result
+            raise Done(gpus_differ=[], skipped_reason="node %s has no MIG-capable GPU" % node)
         config, entries, differ = self.declared(gpus)
-        _kube.mask_kubeconfig_secrets(self.module)
-        result = self.result
-        result.update(changed=False, config=config, entries=entries, gpus_differ=differ, published=False, waited=0.0)
-        self.kube = _kube.Kube.from_params(p)
+        self.result.update(changed=False, config=config, entries=entries, gpus_differ=differ, published=False,
+                           waited=0.0)
         namespace, cm_name = self.config_map()
-        result["config_map"] = "%s/%s" % (namespace, cm_name)
-        before = self.labels()
-        result["state"] = before[_gpu_operator.MIG_STATE_LABEL]
+        self.result["config_map"] = "%s/%s" % (namespace, cm_name)
+        labels = self.labels()
+        self.result["state"] = labels[_gpu_operator.MIG_STATE_LABEL]
+        current = _kube.read_or_none(self.kube, "read ConfigMap %s/%s" % (namespace, cm_name),
+                                     _kube.configmap_path(namespace, cm_name))
+        return dict(config=config, entries=entries, differ=differ, namespace=namespace, cm_name=cm_name,
+                    labels=labels, config_map=current)
 
-        published, dummy = publish(self.kube, namespace, cm_name, config, entries, self.dry)
-        result["published"] = published
-        relabel = before[_gpu_operator.MIG_CONFIG_LABEL] != config
-        if not relabel and not published:
-            self.check_reported(before, config, differ, namespace)
-        patch = self.relabel(before, config) if relabel else {}
-        result["changed"] = relabel or published
+    def plan(self, current):
+        publish_it = not published(current["config_map"], current["config"], current["entries"])
+        relabel = current["labels"][_gpu_operator.MIG_CONFIG_LABEL] != current["config"]
+        return dict(publish=publish_it, relabel=relabel) if publish_it or relabel else None
+
+    def apply(self, current, changes):
+        result, node, config = self.result, self.node, current["config"]
+        namespace, cm_name, before = current["namespace"], current["cm_name"], current["labels"]
+        if changes["publish"]:
+            result["published"] = publish(self.kube, namespace, cm_name, config, current["entries"], self.dry,
+                                          current["config_map"])[0]
+        patch = self.relabel(before, config) if changes["relabel"] else {}
+        result["changed"] = changes["relabel"] or result["published"]
         if self.module._diff and result["changed"]:
             after = dict(before)
             after.update(patch)
             result["diff"] = dict(before={"node/%s labels" % node: before},
                                   after={"node/%s labels" % node: after,
-                                         "%s/%s config %s" % (namespace, cm_name, config): entries},
+                                         "%s/%s config %s" % (namespace, cm_name, config): current["entries"]},
                                   before_header="node/%s" % node, after_header="node/%s" % node)
+
+    def after(self, current, changes):
+        p, result, node = self.params, self.result, self.node
+        if not result["changed"]:
+            self.check_reported(current["labels"], current["config"], current["differ"], current["namespace"])
+        relabel = bool(changes and changes["relabel"])
         if self.dry or not p["wait"] or (not relabel and result["state"] == "success"):
-            return result
-        state, waited = wait_state(self.kube, node, p["timeout"], p["interval"])
+            return
+        polled = self.wait("mig_manager", lambda: mig_state(self.kube, node), p["timeout"], p["interval"])
+        state, waited = polled.seen, round(polled.waited, 1)
         result.update(state=state, waited=waited)
         if state != "success":
-            raise Failure(_gpu_operator.state_problem(node, state, config, namespace, waited))
-        return result
+            raise Failure(_gpu_operator.state_problem(node, state, current["config"], current["namespace"], waited))
 
 
 def main():

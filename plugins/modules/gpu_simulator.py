@@ -168,7 +168,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     simulated,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, ModuleRun, run_module
 
 REQUIRED = {
     "add_process": ["index", "pid"],
@@ -193,7 +193,8 @@ def _value(value):
 
 
 class SimulatorControl(ModuleRun):
-    """One test hook of the simulator (or its state, with action=show). Refuses real GPUs before anything."""
+    """One test hook of the simulator: validate (refuses real GPUs before anything) -> read the simulator (action=show:
+    its state is the answer) -> plan: the action -> apply it (check mode: reported as "would <action>")."""
 
     argument_spec = dict(
         action=dict(type="str", required=True,
@@ -218,33 +219,35 @@ class SimulatorControl(ModuleRun):
             raise Failure("action=%s needs %s" % (p["action"], ", ".join(missing)))
         return []
 
-    def converge(self):
-        p = self.params
-        sim = get_backend()
-        if p["action"] == "show":
-            self.result.update(changed=False, state=sim.raw_state())
-            return self.result
+    def read(self):
+        self.sim = get_backend()
+        if self.params["action"] == "show":
+            raise Done(changed=False, state=self.sim.raw_state())
+        return None
+
+    def plan(self, current):
         if self.module.check_mode:
-            self.result.update(changed=True, msg="would %s" % p["action"])
-            return self.result
-        if p["action"] == "reboot":
+            self.result["msg"] = "would %s" % self.params["action"]
+        return self.params["action"]
+
+    def apply(self, current, changes):
+        p, sim = self.params, self.sim
+        if changes == "reboot":
             self.result["boot_id"] = sim.reboot()
-        elif p["action"] == "add_process":
+        elif changes == "add_process":
             sim.add_process(p["index"], p["pid"], p["name"], p["used_memory_mib"], p["gi_id"], p["ci_id"])
-        elif p["action"] == "remove_process":
+        elif changes == "remove_process":
             sim.remove_process(p["pid"])
-        elif p["action"] == "inject_fault":
+        elif changes == "inject_fault":
             sim.inject_fault(p["after_calls"], p["error"], p["call"])
-        elif p["action"] == "set_reset_supported":
+        elif changes == "set_reset_supported":
             sim.set_reset_supported(p["index"], p["supported"])
-        elif p["action"] == "inject_health":
+        elif changes == "inject_health":
             sim.inject_health(p["index"], p["fault"], _value(p["value"]), p["link"])
-        elif p["action"] == "add_xid":
+        elif changes == "add_xid":
             self.result["line"] = sim.add_xid(p["index"], p["code"], p["xid_text"])
-        elif p["action"] == "set_kernel_log_readable":
+        elif changes == "set_kernel_log_readable":
             sim.set_kernel_log_readable(p["readable"])
-        self.result["changed"] = True
-        return self.result
 
 
 def main():

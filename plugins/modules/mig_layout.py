@@ -218,6 +218,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
 class MigLayout(ModuleRun):
@@ -231,7 +232,7 @@ class MigLayout(ModuleRun):
         config_file=dict(type="path"),
         config_name=dict(type="str"),
         force=dict(type="bool", default=False),
-        force_timeout=dict(type="int", default=30),
+        force_timeout=dict(type="int", default=WAITS["processes_exit"].timeout),
     )
     module_options = dict(mutually_exclusive=[("layout", "config_file"), ("layout", "config_name")],
                           required_one_of=[("layout", "config_file", "config_name")])

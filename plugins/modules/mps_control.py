@@ -202,7 +202,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, require_tool)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
     CONTROL_PACKAGE, MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
@@ -246,7 +246,7 @@ class Daemon(object):
         return True
 
     def wait(self, up, timeout):
-        return poll(self.running, lambda running: running == up, timeout, 0.2).done
+        return wait("mps_up" if up else "mps_down", self.running, timeout).done
 
     def read(self, indices):
         """What is in force: percentage, {index: MiB|None}, raw answers that could not be read, servers."""
@@ -342,7 +342,7 @@ class MpsControl(ModuleRun):
         unit_directory=dict(type="path", default="/etc/systemd/system"),
         backup=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
-        timeout=dict(type="int", default=30),
+        timeout=dict(type="int", default=WAITS["mps_up"].timeout),
     )
     errors = (ToolNotFound,)
 

@@ -171,8 +171,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
 
 
 def is_gpu_pod(pod, prefix):
@@ -207,7 +208,8 @@ def evict(kube, pod):
 
 
 def drain(kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Evict the node's GPU pods and wait (_poll, one read a second) until none is left; fails after ``timeout``
+    """Evict the node's GPU pods and wait (the table's ``drain``, one read a second) until none is left; fails after
+    ``timeout``
     seconds naming those still there (a Failure raised to the module's base). A pod is asked once while it stays
     (404: already gone; 429: a PodDisruptionBudget refuses it for now, asked again on the next read). Returns the
     pods found at the start."""
@@ -233,7 +235,7 @@ def drain(kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
         state["asked"] &= set(state["pending"])
         return state["pending"]
 
-    polled = poll(evict_then_list, lambda seen: not seen, timeout, 1, clock=clock, sleep=sleep)
+    polled = wait("drain", evict_then_list, timeout, clock=clock, sleep=sleep)
     if not polled.done:
         raise Failure("node %s is cordoned but these GPU pods are still there after %ss: %s. They may be "
                       "held by a PodDisruptionBudget or a long grace period; nothing else was changed. "
@@ -242,7 +244,7 @@ def drain(kube, node, prefix, timeout, clock=time.monotonic, sleep=time.sleep):
     return evicted
 
 
-class NodeCordon(ModuleRun):
+class NodeCordon(KubeRun):
     """validate -> read this host's Node -> plan (_kube_nodes.cordon_patch) -> apply the patch -> after: drain the
     GPU pods (in check mode, list those a drain would evict)."""
 
@@ -250,7 +252,7 @@ class NodeCordon(ModuleRun):
         state=dict(type="str", default="query", choices=["cordoned", "uncordoned", "query"]),
         drain=dict(type="bool", default=False),
         drain_resource_prefix=dict(type="str", default="nvidia.com/"),
-        drain_timeout=dict(type="int", default=300),
+        drain_timeout=dict(type="int", default=WAITS["drain"].timeout),
         node_name=dict(type="str"),
         hostname=dict(type="list", elements="str"),
         internal_ips=dict(type="list", elements="str"),
@@ -258,11 +260,9 @@ class NodeCordon(ModuleRun):
         owner=dict(type="str"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         errors = []
         if p["drain"] and p["state"] != "cordoned":
             errors.append("drain=true needs state=cordoned (a node is drained only after it is cordoned), got "
@@ -276,8 +276,6 @@ class NodeCordon(ModuleRun):
         return errors
 
     def read(self):
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube = _kube.Kube.from_params(self.params)
         node = _kube_nodes.find_this_node(self.kube, self.params)[0]
         self.name = node["metadata"]["name"]
         before = bool((node.get("spec") or {}).get("unschedulable"))

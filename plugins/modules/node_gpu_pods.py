@@ -17,19 +17,22 @@ description:
     started. This module makes them leave the node before a disruptive GPU change and come back after it.
   - O(state=paused) labels the node C(gpuops.nvidia/gpu-pods-paused=true), with the annotations
     C(gpuops.nvidia/gpu-pods-paused-by=OWNER) and C(gpuops.nvidia/gpu-pods-paused-daemonsets) (the DaemonSets that
-    had a pod there) in the same change, then waits until no pod of the O(daemonsets) is left on the node. Each of
+    had a pod there) in the same change, then waits (up to O(timeout) seconds) until no pod of the O(daemonsets) is
+    left on the node. Each of
     those DaemonSets must keep its pods off such a node; every term of its required node affinity holds the
     expression C(key=gpuops.nvidia/gpu-pods-paused operator=NotIn values=[true]) (the device plugin release of
     M(gpuops.nvidia.device_plugin) has it). One that does not is named, and nothing changes. The DaemonSet
     controller removes the pods, so nothing races it.
   - O(state=running) removes the label and annotations, only where the annotation says O(owner) paused the node, and
-    waits until each DaemonSet recorded at the pause has a Ready pod on the node again. A node paused by anyone else
+    waits (up to O(timeout) seconds) until each DaemonSet recorded at the pause has a Ready pod on the node again. A
+    node paused by anyone else
     is left as it is. A run killed in between leaves the mark, so the next run resumes the node.
   - O(state=query) only reads.
   - Check mode reads, and reports the change and the pods that would leave or come back.
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
+  - gpuops.nvidia.wait_options
 options:
   node_name:
     description: The Node's name, as C(kubectl get nodes) shows it.
@@ -65,12 +68,8 @@ options:
     type: str
     default: gpuops.nvidia.gpu_node
   timeout:
-    description: Seconds to wait for the pods to leave (V(paused)) or to be Ready again (V(running)), 0 to 86400.
-    type: int
     default: 300
   interval:
-    description: Seconds between two reads while waiting.
-    type: float
     default: 2.0
 attributes:
   check_mode:
@@ -139,11 +138,12 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
 
 
-class NodeGpuPods(ModuleRun):
+class NodeGpuPods(KubeRun):
     """validate -> read (node, DaemonSets, their pods on the node) -> plan (patch, reasons, diff) -> apply -> after:
     wait for the pods to leave or return."""
 
@@ -155,15 +155,13 @@ class NodeGpuPods(ModuleRun):
             selector=dict(type="str", default=""),
             name=dict(type="str"))),
         owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
-        timeout=dict(type="int", default=300),
-        interval=dict(type="float", default=2.0),
+        timeout=dict(type="int", default=WAITS["pods_gone"].timeout),
+        interval=dict(type="float", default=WAITS["pods_gone"].interval),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (_kube.KubeError,)
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         errors = [e for e in (seconds_error("timeout", p["timeout"]), interval_error("interval", p["interval"])) if e]
         errors.extend(_kube_names.dns_subdomain_errors(p["node_name"], "node_name"))
         for entry in p["daemonsets"]:
@@ -175,9 +173,6 @@ class NodeGpuPods(ModuleRun):
         return errors
 
     def read(self):
-        p = self.params
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube = _kube.Kube.from_params(p)
         node, daemonsets, warnings = self.read_daemonsets()
         for warning in warnings:
             self.module.warn(warning)
@@ -232,7 +227,7 @@ class NodeGpuPods(ModuleRun):
         if self.module.check_mode or p["state"] == "query":
             return
         if p["state"] == "paused" or changes is not None:    # an earlier run's pause may still be emptying the node
-            self.result["waited"] = self.wait(current["daemonsets"], _gpu_pods.mark(current["node"])[2])
+            self.result["waited"] = self.wait_pods(current["daemonsets"], _gpu_pods.mark(current["node"])[2])
 
     def patch(self, node, daemonsets, holding):
         """(patch or None, paused after) for the requested state."""
@@ -248,7 +243,7 @@ class NodeGpuPods(ModuleRun):
             return patch, label == _gpu_pods.PAUSE_VALUE and patch is None
         return None, label == _gpu_pods.PAUSE_VALUE
 
-    def wait(self, daemonsets, recorded):
+    def wait_pods(self, daemonsets, recorded):
         """Until no pod of the DaemonSets is on the node (paused), or each recorded DaemonSet that still exists has a
         Ready pod there (running). Fails after the timeout, naming the pods."""
         p = self.params
@@ -261,7 +256,8 @@ class NodeGpuPods(ModuleRun):
             known = set(_gpu_pods.daemonset_id(d) for d in daemonsets)
             return sorted(ds for ds in recorded if ds in known
                           and not any(_gpu_pods.pod_ready(pod) for pod in owned.get(ds, [])))
-        polled = poll(pending, lambda seen: not seen, p["timeout"], p["interval"])
+        polled = self.wait("pods_gone" if p["state"] == "paused" else "pods_ready", pending, p["timeout"],
+                           p["interval"])
         if polled.done:
             return round(polled.waited, 1)
         what = "still on the node" if p["state"] == "paused" else "without a Ready pod on the node"

@@ -168,8 +168,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
 
 # A node changed between our read and our taint write (a conflict): read and plan again, this many tries in all.
 ATTEMPTS = 3
@@ -179,9 +179,10 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class NodeHealthMarks(ModuleRun):
-    """validate -> converge: read -> plan (_health_marks) -> apply one write, then plan again on the node the API
-    server answers, until the plan has no work (the module shape of docs/architecture.md)."""
+class NodeHealthMarks(KubeRun):
+    """validate -> read the node -> plan (_health_marks) -> apply one write, then plan again on the node the API
+    server answers, until the plan has no work (check mode: the first plan only). A conflict (a taint added
+    meanwhile) reads and plans again (the base's retry). An error reports what was written before it."""
 
     argument_spec = dict(
         node_name=dict(type="str", required=True),
@@ -190,7 +191,7 @@ class NodeHealthMarks(ModuleRun):
         release_cordon=dict(type="bool", default=True),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (KubeError,)
+    conflict_tries = ATTEMPTS
 
     def __init__(self, module):
         super(NodeHealthMarks, self).__init__(module)
@@ -199,7 +200,6 @@ class NodeHealthMarks(ModuleRun):
         self.first = None           # the first plan: its ``before`` is the node as this task found it
 
     def validate(self):
-        _kube.require_client()
         errors = _health_marks.verdict_errors(self.params["verdict"])
         owner = self.params["owner"]
         if not (isinstance(owner, str) and 0 < len(owner) <= 253):
@@ -209,38 +209,32 @@ class NodeHealthMarks(ModuleRun):
             self.verdict = _health_marks.check_verdict(self.params["verdict"])
         return errors
 
-    def read(self, kube):
-        name = self.params["node_name"]
-        return _kube_nodes.lookup_node(kube, node_name=name, method="name")[0]
+    def read(self):
+        return _kube_nodes.lookup_node(self.kube, node_name=self.params["node_name"], method="name")[0]
 
-    def converge(self):
-        try:
-            return self.marks()
-        except KubeError:
+    def plan(self, current):
+        plan = self.replan(current)
+        # (a try after a conflict may find nothing left to write, but the writes of the try before stay changes)
+        return plan if plan["changes"] or self.written else None
+
+    def replan(self, node):
+        plan = _health_marks.plan(node, self.verdict, self.params["owner"], _now(),
+                                  release_cordon=self.params["release_cordon"])
+        self.report(self.params["node_name"], plan)
+        return plan
+
+    def apply(self, current, changes):
+        """One write, then plan again on the node it answers, until the plan has no work: the next write carries
+        that node's resourceVersion, and what the first wrote is not written again."""
+        plan = changes
+        while plan["changes"]:
+            plan = self.replan(self.apply_one(self.kube, self.params["node_name"], plan))
+
+    def failing(self, exc):
+        if isinstance(exc, KubeError):
             # what this task wrote before the error stays written: say so (changed) and what it was
             self.result.pop("diff", None)
             self.result.update(changed=bool(self.written), changes=list(self.written))
-            raise
-
-    def marks(self):
-        _kube.mask_kubeconfig_secrets(self.module)
-        kube = _kube.Kube.from_params(self.params)
-        # a conflict: the node changed meanwhile (a taint added); read it and plan on what is there now
-        return retry_on_conflict(lambda: self.write_marks(kube), tries=ATTEMPTS)
-
-    def write_marks(self, kube):
-        """Read the node, then plan and write until the plan has no work (check mode: plan only)."""
-        name = self.params["node_name"]
-        node = self.read(kube)
-        while True:
-            plan = _health_marks.plan(node, self.verdict, self.params["owner"], _now(),
-                                      release_cordon=self.params["release_cordon"])
-            self.report(name, plan)
-            if self.module.check_mode or not plan["changes"]:
-                return self.result
-            # one write, then plan again on the node it answers: the next write carries that node's
-            # resourceVersion, and what the first wrote is not written again
-            node = self.apply_one(kube, name, plan)
 
     def report(self, name, plan):
         self.first = self.first or plan

@@ -177,9 +177,8 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -224,10 +223,10 @@ def desired_changes(current, labels, state, purge_prefix=None):
     return to_set, sorted(to_remove)
 
 
-class NodeLabels(ModuleRun):
+class NodeLabels(KubeRun):
     """validate -> read this host's Node -> plan (desired_changes) -> apply one patch with the read's resourceVersion
     (in check mode the API server's dry run), read back. A conflict (someone changed the Node in between) reads and
-    plans again, three times at most."""
+    plans again (the base's retry), three tries in all."""
 
     argument_spec = dict(
         labels=dict(type="raw", default={}),
@@ -242,12 +241,12 @@ class NodeLabels(ModuleRun):
         node_lookup=dict(type="str", default="auto", choices=["auto", "name", "hostname", "internal_ip"]),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (KubeError,)
     apply_in_check_mode = True
+    conflict_tries = 3      # someone else changed the node between our read and our patch: read and plan again
+    name = None
 
     def validate(self):
         p, module = self.params, self.module
-        _kube.require_client()
         raw = p["labels"]
         state = p["state"]
         errors = []
@@ -284,12 +283,6 @@ class NodeLabels(ModuleRun):
             errors.append("device_plugin_config must name a config (a key of the device plugin's config.map), got ''")
         self.labels = labels
         return errors
-
-    def converge(self):
-        _kube.mask_kubeconfig_secrets(self.module)
-        self.kube, self.name = _kube.Kube.from_params(self.params), None
-        # someone else changed the node between our read and our patch: read again and plan again
-        return retry_on_conflict(super(NodeLabels, self).converge, tries=3)
 
     def read(self):
         if self.name is None:

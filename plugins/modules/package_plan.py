@@ -29,11 +29,6 @@ description:
   - Package manager commands run with C(LANG=C) and take the task's environment (C(APT_CONFIG), C(DPKG_ROOT) or a
     proxy), as C(ansible.builtin.apt) and C(ansible.builtin.dnf) do.
 options:
-  manager:
-    description: V(apt) (Debian, Ubuntu) or V(dnf) (RHEL and its rebuilds, Fedora, Amazon Linux).
-    type: str
-    choices: [apt, dnf]
-    required: true
   packages:
     description: The packages, all at O(version).
     type: list
@@ -78,11 +73,9 @@ options:
         default: auto
   package_files:
     description: Package files on the node, one per package (air-gapped installs). Missing files are reported, not read.
-    type: list
-    elements: path
-    default: []
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.package_repository
 attributes:
   check_mode:
     support: full
@@ -174,10 +167,8 @@ class PackagePlan(ModuleRun):
         version=dict(type="str", required=True),
         allow_downgrade=dict(type="bool", default=False),
         repository=dict(type="dict", options=dict(
-            sources=dict(type="str", required=True),
+            _package_repo.REPOSITORY_OPTIONS,
             sources_path=dict(type="path", required=True),
-            key=dict(type="str", required=True, no_log=False),
-            key_path=dict(type="path", required=True, no_log=False),
             check=dict(type="str", choices=["auto", "always", "never"], default="auto"),
         )),
         package_files=dict(type="list", elements="path", default=[]),

@@ -90,7 +90,8 @@ _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, run_module
 
 
 def _view(obj):
@@ -100,9 +101,9 @@ def _view(obj):
             "scheduling": obj.get("scheduling") or None}
 
 
-class RuntimeClass(ModuleRun):
-    """validate -> read the RuntimeClass -> plan (create, patch, recreate or delete) -> apply (in check mode the API
-    server's dry run) and read back."""
+class RuntimeClass(KubeRun):
+    """validate -> read the RuntimeClass (none needed where containerd's default runtime is the handler: done) ->
+    plan (create, patch, recreate or delete) -> apply (in check mode the API server's dry run) and read back."""
 
     argument_spec = dict(
         name=dict(type="str", default="nvidia"),
@@ -113,31 +114,22 @@ class RuntimeClass(ModuleRun):
         recreate=dict(type="bool", default=False),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
-    errors = (KubeError,)
     apply_in_check_mode = True
 
     def validate(self):
         p = self.params
-        _kube.require_client()
         errors = (_kube_names.dns_subdomain_errors(p["name"], "name")
                   + _kube_names.dns_label_errors(p["handler"], "handler"))
         self.selector = dict((k, _kube_names.normalize_label_value(v)) for k, v in (p["node_selector"] or {}).items())
         errors += _kube_names.validate_labels(self.selector)
         return errors
 
-    def converge(self):
-        p = self.params
-        _kube.mask_kubeconfig_secrets(self.module)
-        if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
-            self.result.update(runtime_class={}, skipped_reason=(
-                "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
-            return self.result
-        return super(RuntimeClass, self).converge()
-
     def read(self):
         p = self.params
+        if p["state"] == "present" and p["containerd_default_runtime"] == p["handler"]:
+            raise Done(runtime_class={}, skipped_reason=(
+                "containerd's default runtime already is %s: pods get it without a RuntimeClass" % p["handler"]))
         self.path = _kube.runtime_class_path(p["name"])
-        self.kube = _kube.Kube.from_params(p)
         try:
             return self.kube.get("read RuntimeClass %s" % p["name"], self.path)
         except KubeError as exc:

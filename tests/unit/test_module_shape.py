@@ -45,3 +45,110 @@ def test_every_module_but_the_known_exceptions_has_the_one_shape():
     wrong = {name: got for name, got in shapes.items() if got != "ModuleRun"}
     assert not wrong, "modules without the one shape (see docs/architecture.md, 'The module shape'): %s" % wrong
     assert len(set(shapes.values())) == 1      # the count of distinct shapes, the known exceptions aside
+
+
+# The modules that still override ``converge``, each with its reason; neither retries, waits nor reads GPUs there
+# (issue 48 item 2: the conflict retry is the base's ``retry``, filled by _kube_service.KubeRun; a wait is the base's
+# ``wait`` on the one table, _waits.WAITS; the GPUs are read by _gpu_run.GpuRun.read_gpus, from ``read``).
+CONVERGE_OVERRIDES = {
+    # its three states are three operations of the lease runner (_lease: a read; a compare-and-swap; the arrival
+    # barrier, the wait while another run holds it and the compare-and-swap), each one call that waits and retries
+    # inside the runner, through the wait table and retry_on_conflict
+    "cluster_lease": "the Lease's compare-and-swap is one operation of its runner",
+    # whether it changed is what its writes (or their dry runs) answer, in a fixed order after every check
+    "gpu_operator": "its changes are what its writes answer",
+}
+
+# What a converge override must not call (nor any method of its class that it calls): a retry, a wait, a sleep or a
+# read of the GPUs; nor may it loop (a ``while``: a retry or a wait of its own).
+FORBIDDEN = {"retry_on_conflict", "write_as_planned", "retry", "poll", "wait", "sleep", "get_backend", "read_facts",
+             "read_gpus", "read_all", "read_health"}
+
+
+def _called(node):
+    """The names called in ``node``: ``f()`` gives f, ``x.f()`` gives f (and ``self.f`` as ('self', f))."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name):
+                yield func.id, False
+            elif isinstance(func, ast.Attribute):
+                yield func.attr, isinstance(func.value, ast.Name) and func.value.id == "self"
+
+
+def converge_problems(source):
+    """For a module's source: {class name: what its converge (and the methods of its class and the functions of the
+    module that it calls) does that a converge override must not}, for every class that defines ``converge``."""
+    tree = ast.parse(source)
+    functions = dict((f.name, f) for f in tree.body if isinstance(f, ast.FunctionDef))
+    problems = {}
+    for cls in [node for node in tree.body if isinstance(node, ast.ClassDef)]:
+        methods = dict((f.name, f) for f in cls.body if isinstance(f, ast.FunctionDef))
+        if "converge" not in methods:
+            continue
+        found, todo, seen = set(), [("converge", True)], set()
+        while todo:
+            name, on_self = todo.pop()
+            body = methods.get(name) if on_self else functions.get(name)
+            if (name, on_self) in seen or body is None:
+                continue
+            seen.add((name, on_self))
+            if any(isinstance(sub, ast.While) for sub in ast.walk(body)):
+                found.add("a while loop in %s" % name)
+            for called, called_on_self in _called(body):
+                if called in FORBIDDEN:
+                    found.add("%s() in %s" % (called, name))
+                todo.append((called, called_on_self))
+        problems[cls.name] = sorted(found)
+    return problems
+
+
+def test_no_module_overrides_converge_to_retry_wait_or_read_gpus():
+    overrides, bad = {}, {}
+    for name in module_names():
+        with open(os.path.join(MODULES, name + ".py")) as handle:
+            found = converge_problems(handle.read())
+        if found:
+            overrides[name] = found
+            bad.update(("%s.%s" % (name, cls), what) for cls, what in found.items() if what)
+    assert not bad, "converge overrides that retry, wait or read GPUs (use the base's hooks and facilities): %s" % bad
+    assert sorted(overrides) == sorted(CONVERGE_OVERRIDES), (
+        "a converge override must be listed in CONVERGE_OVERRIDES with its reason (or be removed): %s" % sorted(overrides))
+
+
+def test_the_converge_check_finds_a_retry_a_wait_a_loop_and_a_gpu_read():
+    """The check above can fail: an override that retries, waits, loops or reads the GPUs, itself or through a method
+    of its class, is found; one that only calls its runner is not."""
+    source = '''
+class Retrying(ModuleRun):
+    def converge(self):
+        return retry_on_conflict(super(Retrying, self).converge, tries=3)
+
+class Waiting(ModuleRun):
+    def converge(self):
+        self.settle()
+        return self.result
+
+    def settle(self):
+        while not self.ready():
+            time.sleep(1)
+
+class Reading(ModuleRun):
+    def converge(self):
+        return self.helper()
+
+    def helper(self):
+        return read_them(self.module)
+
+def read_them(module):
+    return get_backend().read_all()
+
+class Running(ModuleRun):
+    def converge(self):
+        return self.lease.acquire(self.params["holder"])
+'''
+    got = converge_problems(source)
+    assert got["Retrying"] == ["retry_on_conflict() in converge"]
+    assert got["Waiting"] == ["a while loop in settle", "sleep() in settle"]
+    assert got["Reading"] == ["get_backend() in read_them", "read_all() in read_them"]
+    assert got["Running"] == []

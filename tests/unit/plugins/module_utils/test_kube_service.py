@@ -105,3 +105,53 @@ def test_write_as_planned_writes_the_plan_first_and_replans_only_after_a_conflic
     # no conflict: the plan is written once, nothing read again
     written[:], replans[:] = ["x"], []
     assert write_as_planned("p", replan, write) == "done" and replans == []
+
+
+def test_kube_run_tries_read_plan_apply_again_after_a_conflict_and_forgets_the_lost_try(kube_api, capsys):
+    """The Kubernetes modules' base: a write that another writer beat (409) makes the whole read -> plan -> apply
+    run again on what is there now, ``conflict_tries`` in all, ``forget`` called between; the client is built from
+    the authentication options; the last conflict fails the run with the API's status."""
+    from ansible.module_utils.testing import patch_module_args
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+
+    kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    kube_api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"},
+                  "data": {"other": "1"}})
+    path = _kube.configmap_path("ns", "cm")
+
+    class AddMine(KubeRun):
+        argument_spec = dict(_kube.AUTH_ARG_SPEC, beaten=dict(type="int", default=1))
+        conflict_tries = 3
+
+        def read(self):
+            current = self.kube.get("read ConfigMap ns/cm", path)
+            self.result.setdefault("reads", []).append(dict(current["data"]))
+            if len(self.result["reads"]) <= self.params["beaten"]:     # another writer, between read and write
+                kube_api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"},
+                              "data": {"other": str(len(self.result["reads"]) + 1)}})
+            return current
+
+        def plan(self, current):
+            return None if current["data"].get("mine") else dict(current["data"], mine="x")
+
+        def apply(self, current, changes):
+            self.result["data"] = _kube.write_configmap(self.kube, "ns", "cm", changes, current)["data"]
+
+        def forget(self, conflict):
+            self.result.setdefault("forgot", []).append(conflict.status)
+
+    def run(beaten):
+        with patch_module_args(dict(kubeconfig=kube_api.kubeconfig_path, beaten=beaten)):
+            with pytest.raises(SystemExit):
+                run_module(AddMine)
+        return json.loads(capsys.readouterr().out)
+
+    res = run(1)
+    assert res["changed"] is True and res["data"] == {"other": "2", "mine": "x"}       # the other's value kept
+    assert res["reads"] == [{"other": "1"}, {"other": "2"}] and res["forgot"] == [409]
+    kube_api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"},
+                  "data": {"other": "1"}})
+    res = run(3)
+    assert res["failed"] and res["status"] == 409 and "conflict (409)" in res["msg"]
+    assert len(res["reads"]) == 3 and res["forgot"] == [409, 409]

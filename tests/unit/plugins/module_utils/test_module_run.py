@@ -6,6 +6,7 @@ the result so far."""
 import json
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _module_run
@@ -123,3 +124,90 @@ def test_failure_maps_the_fields_an_error_carries_and_nothing_else():
         busy = [4242]
     got = _module_run.failure(Busy("GPU 0 is in use"), {"changed": False, "gpus": []})
     assert got == {"msg": "GPU 0 is in use", "busy": [4242], "changed": False, "gpus": []}
+
+
+def test_done_ends_the_run_with_its_answer_and_nothing_is_planned_or_applied(capsys):
+    """An answer known before any plan (a skip, a verified state that holds): the run succeeds with its fields and
+    the result so far; plan, apply and after do not run."""
+    class Skipped(Value):
+        def read(self):
+            self.result["before"] = "read"
+            raise _module_run.Done(skipped_reason="nothing to manage here")
+
+        def plan(self, current):
+            raise AssertionError("no plan after Done")
+    args = {"value": "on", "_ansible_check_mode": False, "_ansible_diff": False}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            run_module(Skipped)
+    res = json.loads(capsys.readouterr().out)
+    assert not res.get("failed") and res["changed"] is False
+    assert res["skipped_reason"] == "nothing to manage here" and res["before"] == "read" and "value" not in STORE
+
+
+def test_an_error_named_in_refusals_is_a_refusal_with_its_errors(capsys):
+    """A planner's error (it lists every problem) named in ``refusals``: one wording ("...; nothing changed"),
+    changed=False, its ``errors``; ``failing`` has the last word on the result first."""
+    class PlanError(ValueError):
+        def __init__(self, errors):
+            self.errors = errors
+            super(PlanError, self).__init__("; ".join(errors))
+
+    class Refusing(Value):
+        refusals = (PlanError,)
+
+        def plan(self, current):
+            raise PlanError(["a is wrong", "b is wrong"])
+
+        def failing(self, exc):
+            self.result["seen"] = type(exc).__name__
+    args = {"value": "on", "_ansible_check_mode": False, "_ansible_diff": False}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            run_module(Refusing)
+    res = json.loads(capsys.readouterr().out)
+    assert res["failed"] and res["changed"] is False and res["msg"] == "a is wrong; b is wrong; nothing changed"
+    assert res["errors"] == ["a is wrong", "b is wrong"] and res["seen"] == "Refusal"
+
+    class Worded(Value):
+        def failing(self, exc):         # the failure reported instead: a library's error in the module's words
+            return _module_run.Failure("install the thing: %s" % exc, changed=False)
+    with patch_module_args(dict(args, fail_read=True)):
+        with pytest.raises(SystemExit):
+            run_module(Worded)
+    res = json.loads(capsys.readouterr().out)
+    assert res["failed"] and res["msg"] == "install the thing: the API server said no" and "status" not in res
+
+
+def test_retry_makes_the_whole_attempt_again_and_wait_reads_the_table_with_the_runs_clock(capsys):
+    """``retry`` is the hook a layer's base fills (the Kubernetes one: on 409 Conflict): it runs read -> plan ->
+    apply -> after as one attempt. ``wait`` reads until the table's condition holds, on the run's clock and sleep."""
+    calls = []
+
+    class Twice(Value):
+        def retry(self, attempt):
+            calls.append("first")
+            attempt()
+            calls.append("again")
+            return attempt()
+    args = {"value": "on", "_ansible_check_mode": False, "_ansible_diff": False}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            run_module(Twice)
+    res = json.loads(capsys.readouterr().out)
+    assert calls == ["first", "again"] and STORE["reads"] == 2 and res["changed"] is False     # the second found it
+
+    now, slept = [0.0], []
+
+    class Waiting(Value):
+        def clock(self):                    # a test's clock and sleep, on the class
+            return now[0]
+
+        def sleep(self, seconds):
+            slept.append(seconds)
+            now[0] += seconds
+    with patch_module_args(dict(args)):
+        waiting = Waiting(AnsibleModule(argument_spec=Value.argument_spec))
+    states = iter(["pending", None, "success"])
+    polled = waiting.wait("mig_manager", lambda: next(states), timeout=60, interval=5)
+    assert polled.done and polled.seen == "success" and slept == [5, 5] and polled.waited == 10

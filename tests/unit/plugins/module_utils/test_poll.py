@@ -3,19 +3,7 @@
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
-
-
-class FakeClock(object):
-    def __init__(self):
-        self.now = 1000.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
+from tests.support.fake_clock import FakeClock
 
 
 def reader(values, clock=None, cost=0.0):
@@ -32,7 +20,7 @@ def reader(values, clock=None, cost=0.0):
 
 
 def test_returns_as_soon_as_the_state_is_reached():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     read, reads = reader(["pending", "pending", "ready"])
     got = poll(read, lambda seen: seen == "ready", timeout=60, interval=5, clock=clock, sleep=clock.sleep)
     assert got.done and got.seen == "ready" and got.waited == 10
@@ -40,7 +28,7 @@ def test_returns_as_soon_as_the_state_is_reached():
 
 
 def test_timeout_returns_what_was_seen_last_and_never_sleeps_past_the_deadline():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     read, reads = reader([["a", "b"], ["b"]])
     got = poll(read, lambda seen: not seen, timeout=12, interval=5, clock=clock, sleep=clock.sleep)
     assert not got.done and got.seen == ["b"] and got.waited == 12
@@ -48,7 +36,7 @@ def test_timeout_returns_what_was_seen_last_and_never_sleeps_past_the_deadline()
 
 
 def test_a_slow_read_counts_against_the_deadline():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     read, reads = reader([1], clock=clock, cost=4)
     got = poll(read, lambda seen: False, timeout=10, interval=5, clock=clock, sleep=clock.sleep)
     assert not got.done and got.waited == 13   # reads end at 4 and 13: the deadline (10) passed during the 2nd
@@ -56,14 +44,14 @@ def test_a_slow_read_counts_against_the_deadline():
 
 
 def test_zero_timeout_reads_once():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     read, reads = reader(["x"])
     got = poll(read, lambda seen: False, timeout=0, interval=5, clock=clock, sleep=clock.sleep)
     assert (got.done, got.seen, got.waited) == (False, "x", 0) and clock.sleeps == [] and reads == ["x"]
 
 
 def test_an_error_of_the_read_passes_through():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
 
     def read():
         raise RuntimeError("API down")

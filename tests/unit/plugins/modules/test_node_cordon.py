@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, failure
 from ansible_collections.gpuops.nvidia.plugins.modules import node_cordon
+from tests.support.fake_clock import FakeClock
 from tests.support.modrun import run_main as run_module
 
 
@@ -150,23 +151,11 @@ def test_owner_must_fit_an_annotation_value(kube_api, node):
     assert kube_api.writes() == []
 
 
-class _Clock(object):
-    def __init__(self):
-        self.now, self.sleeps = 100.0, []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def test_drain_asks_each_pod_once_retries_a_refused_one_and_gives_up_at_its_deadline(monkeypatch):
     """The drain's wait (the shared _poll): a fake clock places the deadline, nothing sleeps. A pod a
     PodDisruptionBudget refuses (429) is asked again on each read; one evicted is not asked twice; at the deadline the
     run fails naming the pod still there, with the node left cordoned (changed)."""
-    clock = _Clock()
+    clock = FakeClock(100.0)
     listings = iter([["jobs/a", "jobs/b"], ["jobs/a", "jobs/b"], ["jobs/b"]])
     monkeypatch.setattr(node_cordon, "gpu_pods", lambda kube, node, prefix: next(listings, ["jobs/b"]))
     asked = []
