@@ -98,7 +98,7 @@ def watched_files(config_path, drop_in_path):
 # module_utils file that containerd_runtime imports is missing here.
 CODE_PACKAGE = "ansible_collections.gpuops.nvidia.plugins.module_utils"
 CODE_MODULES = ("_containerd_config", "_containerd_run", "_containerd_stamp", "_input_file", "_live_file", "_module_run",
-                "_nvidia_ctk")
+                "_nvidia_ctk", "_poll", "_waits")
 
 
 def _payload():  # pragma: no cover  # never called
