@@ -46,6 +46,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
+
 STRATEGIES = ("mig", "mps", "time-slicing", "none")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 
@@ -91,13 +93,7 @@ def device_plugin_profiles(hostvars, nodes):
         raise AnsibleFilterError("device_plugin_profiles: nodes must be a list of node names, got %r" % (nodes,))
     profiles, chosen = {}, {}
     for node in nodes:
-        if not isinstance(node, str) or node not in hostvars:
-            raise AnsibleFilterError("device_plugin_profiles: node %r is not in the input (a mapping of node name to "
-                                     "variables, such as hostvars)" % (node,))
-        hv = hostvars[node]
-        if not hasattr(hv, "get"):
-            raise AnsibleFilterError("device_plugin_profiles: the variables of node %s are not a mapping, got %s"
-                                     % (node, type(hv).__name__))
+        hv = node_variables(hostvars, node, "device_plugin_profiles")
         try:
             profile = profile_for(hv.get("gpu_node_sharing", "none"), hv.get("gpu_node_replicas"),
                                   hv.get("gpu_node_mig_strategy", "mixed"),

@@ -56,6 +56,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
+
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health
 
 SETTING_NAME = "cluster_device_plugin_skip_xids"
@@ -93,14 +95,7 @@ def device_plugin_skip_xids(hostvars, nodes, setting="auto"):
     policies = {}
     if setting == "auto":
         for node in nodes:
-            if not isinstance(node, str) or node not in hostvars:
-                raise AnsibleFilterError("device_plugin_skip_xids: node %r is not in the input (a mapping of node "
-                                         "name to variables, such as hostvars)" % (node,))
-            variables = hostvars[node]
-            if not hasattr(variables, "get"):
-                raise AnsibleFilterError("device_plugin_skip_xids: the variables of node %s are not a mapping, got %s"
-                                         % (node, type(variables).__name__))
-            policy = variables.get("gpu_node_health_policy")
+            policy = node_variables(hostvars, node, "device_plugin_skip_xids").get("gpu_node_health_policy")
             policies[node] = dict(policy) if hasattr(policy, "items") else ({} if policy is None else policy)
     try:
         decided = _device_plugin_health.resolve(setting, policies, SETTING_NAME)
