@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 from fleet_common import SITE, Run, inventory, save_report  # noqa: E402  (bench/fleet_common.py, beside this file)
 from node_window import node_marks, phases  # noqa: E402  (bench/node_window.py)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend  # noqa: E402
 from tests.support.fake_daemonsets import FakeDaemonSets  # noqa: E402
 from tests.support.fake_kube_api import FakeKubeApi  # noqa: E402
 

@@ -52,7 +52,7 @@ def main():
               "(skipped).")
         return 0
     os.environ.pop("GPUOPS_SIMULATED_GPUS", None)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
 
     def nvml_read():
         backend = get_backend()

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 # MACHINE_SHAPES: re-exported, the bench modules read the machine shapes from here
 # pylint: disable=unused-import
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_catalog import MACHINE_SHAPES  # noqa: E402,F401
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_catalog import MACHINE_SHAPES  # noqa: E402,F401
 # pylint: enable=unused-import
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 

@@ -28,7 +28,7 @@ import time
 import yaml
 
 import fleet_common
-from ansible_collections.gpuops.nvidia.plugins.module_utils._lease import proc_stat
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._lease import proc_stat
 from tests.support.ansible_run import BIN, ROOT, ansible_env, parse_output
 from tests.support.fake_kube_api import FakeKubeApi
 

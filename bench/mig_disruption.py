@@ -28,20 +28,20 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan  # noqa: E402
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import (  # noqa: E402
     MigLayoutError,
     named_layout_for,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import (  # noqa: E402
     current_devices,
     plan_gpu,
     validate_gpu_layout,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_profiles import Catalog  # noqa: E402
 from mig_model import brute_force_best, gpu_facts, simulated  # noqa: E402
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError  # noqa: E402
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlError  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout, mig_mode  # noqa: E402
 from tests.support.modrun import run_main_ok  # noqa: E402
 

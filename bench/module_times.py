@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 sys.path.insert(0, ROOT)
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, mig_layout  # noqa: E402
 from tests.support.ansible_run import BIN, ansible_env  # noqa: E402
 from tests.support.modrun import run_main_ok  # noqa: E402

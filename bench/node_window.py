@@ -11,7 +11,7 @@ The marks, per node:
 - ready: the last of the node's GPU pods Running after the resume (the resume itself where none came back);
 - uncordon: the last PATCH that set spec.unschedulable false.
 """
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import PAUSE_LABEL
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._gpu_pods import PAUSE_LABEL
 
 MARKS = ("cordon", "pause", "gone", "resume", "ready", "uncordon")
 

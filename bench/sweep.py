@@ -29,7 +29,7 @@ from fleet_common import (  # (bench/fleet_common.py, beside this file)
 
 sys.path.insert(0, ROOT)
 # pylint: disable=wrong-import-position
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend  # noqa: E402
 from tests.support.fake_kube_api import FakeKubeApi  # noqa: E402
 # pylint: enable=wrong-import-position
 

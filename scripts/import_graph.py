@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def plugin_files(root):
     """{node name: path} for every Python file under ``root``/plugins; a node is named by its path below plugins/
-    without .py (``modules/device_plugin``, ``module_utils/_kube``)."""
+    without .py (``modules/device_plugin``, ``module_utils/kube/_kube``)."""
     base = os.path.join(root, "plugins")
     out = {}
     for folder, dirs, files in os.walk(base):
@@ -73,8 +73,8 @@ def _import_statements(tree):
 
 def imports_of(path, nodes):
     """{node: deferred} for the nodes that the file at ``path`` imports; deferred only when every import of it is
-    inside a function. In ``from PKG import A, B`` each name counts: A is a file of PKG (``module_utils import
-    _kube``) or a name in PKG's own file (``module_utils._kube import KubeError``)."""
+    inside a function. In ``from PKG import A, B`` each name counts: A is a file of PKG (``module_utils.kube
+    import _kube``) or a name in PKG's own file (``module_utils.kube._kube import KubeError``)."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), filename=path)
     found = {}

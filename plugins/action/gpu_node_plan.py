@@ -15,7 +15,7 @@ Nothing the build or the result needs the cyclic collector (ASTs, the zip and th
 reference counting); it runs again when the action returns, and the worker ends with the task.
 Inside the gpuops.nvidia.gpu_node role (its variables resolved: the fact ``__gpu_node``, from the lookup
 gpuops.nvidia.node_steps), a task that gives no step's options is given every planned step's options from the role's
-variables by the step registry (plugins/module_utils/_node_steps.py: each step's ``inputs``, and its role's
+variables by the step registry (plugins/module_utils/node/_node_steps.py: each step's ``inputs``, and its role's
 declaration for the files, units and packages), and its result gets ``gates`` (each node step -> whether it runs,
 and ``disruptive``) and ``runs`` (the steps that are not disruptive and run, in order), decided by the registry from
 the plan, the steps the role manages, check mode, whether this plan follows a change of this run
@@ -55,7 +55,7 @@ class ActionModule(NormalAction):
         variables (the task's own ``steps`` and ``lock_timeout`` kept). Returns what the gates need, or None."""
         if "__gpu_node" not in task_vars:
             return None
-        from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
         from ansible_collections.gpuops.nvidia.plugins.filter.declared import node_plan_checks
         options = set(option for step in _node_steps.STEPS for option in step.option_names)
         if options & set(self._task.args):
@@ -74,7 +74,7 @@ class ActionModule(NormalAction):
                 "node": v("__gpu_node_kube_node") if decided["kube"] else None}
 
     def _gates(self, role, result):
-        from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
         managed = dict((name, role["managed"][name]) for name in _node_steps.node_steps())
         node = role["node"] if isinstance(role["node"], dict) and not role["node"].get("skipped") else None
         try:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Doc fragment: the helm release options that every chart module shares (plugins/module_utils/_helm_release.py,
+"""Doc fragment: the helm release options that every chart module shares (plugins/module_utils/kube/_helm_release.py,
 release_argument_spec)."""
 
 from __future__ import absolute_import, division, print_function

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # The node lock every GPU-changing module takes (plugins/module_utils/_node_lock.py).
+    # The node lock every GPU-changing module takes (plugins/module_utils/node/_node_lock.py).
     DOCUMENTATION = r"""
 options:
   lock_timeout:

@@ -2,7 +2,7 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Doc fragment: the package manager and the package repository as it will be configured, which driver_plan and
-package_plan ask with the node's apt or dnf from a scratch directory (plugins/module_utils/_package_repo.py,
+package_plan ask with the node's apt or dnf from a scratch directory (plugins/module_utils/node/_package_repo.py,
 REPOSITORY_OPTIONS). A module that takes more of the repository (package_plan: where its file goes, when to ask it)
 documents its own O(repository)."""
 

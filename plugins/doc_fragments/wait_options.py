@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Doc fragment: the options of a module's wait (O(timeout), O(interval)) for the modules that name them so:
 gpu_operator_mig, node_gpu_pods, dra_node_verify and device_plugin_verify. What each waits for and when it ends is a
-row of the one table of waits (plugins/module_utils/_waits.py, WAITS), and so is each default, which the module
+row of the one table of waits (plugins/module_utils/common/_waits.py, WAITS), and so is each default, which the module
 states in its own documentation (the fragment's text is shared; a default is the module's own)."""
 
 from __future__ import absolute_import, division, print_function

@@ -77,7 +77,7 @@ def _shown(value):
 
 
 def _gpu_errors(gpus):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import NVIDIA_SMI_MODE
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import NVIDIA_SMI_MODE
     if not isinstance(gpus, list):
         return ["compute_mode_unit expects the gpus list of a compute_mode result (index, uuid, nvidia_smi_mode per "
                 "GPU), got %s" % _shown(gpus)]
@@ -99,7 +99,7 @@ def _gpu_errors(gpus):
 
 
 def compute_mode_unit(gpus, persistence=True, nvidia_smi="/usr/bin/nvidia-smi"):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import boot_unit
     errors = _gpu_errors(gpus)
     if not isinstance(nvidia_smi, str) or not re.match(_PATH, nvidia_smi):
         errors.append("nvidia_smi must be an absolute path without white space or control characters, got %s"

@@ -25,7 +25,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 
 def declared_files(entries, contents):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._node_plan import FILE_STATES, normal_mode, sha1
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_plan import FILE_STATES, normal_mode, sha1
     if not isinstance(entries, list):
         raise AnsibleFilterError("declared_files: the entries must be a list, got %s" % type(entries).__name__)
     if not isinstance(contents, dict):

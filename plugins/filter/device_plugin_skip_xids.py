@@ -58,7 +58,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
 
 SETTING_NAME = "cluster_device_plugin_skip_xids"
 

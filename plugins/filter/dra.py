@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters for the DRA provider: the ResourceClaimTemplates to publish (plugins/module_utils/_dra.py); documented in
+"""Filters for the DRA provider: the ResourceClaimTemplates to publish (plugins/module_utils/plan/_dra.py); documented in
 dra_templates.yml and dra_node_templates.yml."""
 
 from __future__ import absolute_import, division, print_function
@@ -18,7 +18,7 @@ from ansible.errors import AnsibleFilterError
 
 def _planners():
     """(_dra, _sharing), imported on first use."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra, _sharing
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra, _sharing
     return _dra, _sharing
 
 

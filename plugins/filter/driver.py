@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 def driver_packages(declaration, node, hold=True):
     # imported where the filter runs (plugins/filter/declared.py says why)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan
     if not isinstance(declaration, dict) or not isinstance(node, dict):
         raise AnsibleFilterError("driver_packages: the declaration and the node must be dicts")
     try:

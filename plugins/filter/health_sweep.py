@@ -26,8 +26,8 @@ REMEDIATION_CONSENT = "remediation"
 
 def health_sweep_settings_errors(settings):
     """Documented in health_sweep_settings_errors.yml."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._health_quarantine import settings_errors
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_remediation
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_quarantine import settings_errors
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_remediation
     if not isinstance(settings, dict):
         raise AnsibleFilterError("health_sweep_settings_errors: a mapping of settings, got %r" % (settings,))
     values, remediation, errors = {}, {}, []
@@ -110,7 +110,7 @@ def _remediation_text(done):
 
 
 def _rows(nodes, decisions, unanswered, now, release_after, remediation=None):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._health_quarantine import parse_time
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_quarantine import parse_time
     decided = dict((d["node"], d) for d in decisions or [])
     remedied = dict((d["node"], d) for d in remediation or [] if isinstance(d, dict) and d.get("node"))
     stamp = parse_time(now)

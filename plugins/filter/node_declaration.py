@@ -142,7 +142,7 @@ def node_declaration_errors(declared, node):
     if not errors:
         return errors
     # imported here, where an error is written (see the note above SHARING): the modules' one wording
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import nothing_changed
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import nothing_changed
     return [nothing_changed(e) for e in errors]
 
 
@@ -185,7 +185,8 @@ def _cdi_errors(declared, head, provider):
 def _health_errors(policy, head):
     """The health gate's policy (docs/health.md): known finding kinds, each block, warn or ignore."""
     # imported here: the planner only where the filter runs (see the note above SHARING)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, validate_policy
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
+        HealthPolicyError, validate_policy)
     try:
         validate_policy(policy if policy not in (None, "") else None)
     except HealthPolicyError as exc:
@@ -194,7 +195,7 @@ def _health_errors(policy, head):
 
 
 def _dra_errors(explicit):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
     try:
         _dra.explicit_templates(explicit)
     except _dra.DraError as exc:

@@ -2,7 +2,7 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Jinja filters over the gpu_node role's step registry (plugins/module_utils/_node_steps.py).
+"""Jinja filters over the gpu_node role's step registry (plugins/module_utils/node/_node_steps.py).
 
 Documentation of each filter lives next to this file (node_step_gates.yml, node_plan_args.yml) so that
 ``ansible-doc -t filter gpuops.nvidia.<name>`` renders it.
@@ -20,7 +20,7 @@ from ansible.errors import AnsibleFilterError
 
 def node_step_gates(plan, managed, check_mode=False):
     """Documented in node_step_gates.yml."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._node_steps import gates
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_steps import gates
     try:
         return gates(plan, managed, check_mode)
     except ValueError as exc:
@@ -29,7 +29,7 @@ def node_step_gates(plan, managed, check_mode=False):
 
 def node_plan_args(inputs, only=None):
     """Documented in node_plan_args.yml."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._node_steps import plan_args
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_steps import plan_args
     try:
         return plan_args(inputs, only)
     except ValueError as exc:

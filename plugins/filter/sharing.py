@@ -24,7 +24,7 @@ display = Display()
 
 def _planner():
     """The _sharing planner, imported on first use."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _sharing
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _sharing
     return _sharing
 
 

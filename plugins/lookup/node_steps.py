@@ -14,7 +14,7 @@ version_added: 0.3.0
 description:
   - The gpu_node role's one decision, before its node plan, of which of its steps the collection manages on this
     node and which the node plan checks, made from the role's variables (its defaults, the inventory, the other
-    roles' variables) by the step registry (C(plugins/module_utils/_node_steps.py)), each step's own rule -
+    roles' variables) by the step registry (C(plugins/module_utils/node/_node_steps.py)), each step's own rule -
     who owns it (the GPU Operator, NVIDIA's DRA driver, the collection), whether the node declares it.
   - Takes no terms. Reads only variables; changes nothing, contacts nothing.
   - Internal to the gpuops.nvidia.gpu_node role (its C(converge.yml) sets C(__gpu_node) from it, and molecule's gpu
@@ -50,7 +50,7 @@ class LookupModule(LookupBase):
         if terms:
             raise AnsibleLookupError("gpuops.nvidia.node_steps takes no terms, got %r" % (terms,))
         # the registry is imported here, not when ansible-core loads this file
-        from ansible_collections.gpuops.nvidia.plugins.module_utils._node_steps import resolve
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_steps import resolve
         try:
             return [resolve(role_vars(self._loader, self._templar, variables or {}))]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

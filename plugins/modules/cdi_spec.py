@@ -128,14 +128,15 @@ nvidia_ctk:
 """
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import ARGUMENT_SPEC, CdiError, param_problems
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError, ToolNotFound, require_tool
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi import ARGUMENT_SPEC, CdiError, param_problems
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi_run import CdiSpecRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import CTK_PACKAGE
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
+    LiveFileError, ToolNotFound, require_tool)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
 
 
 class CdiSpec(ModuleRun):

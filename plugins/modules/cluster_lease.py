@@ -220,15 +220,15 @@ import time
 from ansible.module_utils.basic import env_fallback
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _lease
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 # More slices than this is a typo: a slice runs ansible-playbook on an execution node of its own.
 MAX_SLICES = 1000

@@ -120,14 +120,14 @@ changes:
 import re
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _profile_record as record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Done, run_module
 
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 

@@ -146,15 +146,15 @@ calls:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import (
     ComputeModeError, plan_settings, planned_state, report, state_view)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, Failure, ModuleRun, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock_with_backend
 
 
 class ComputeMode(ModuleRun):

@@ -230,12 +230,13 @@ import traceback
 from ansible.module_utils.basic import missing_required_lib
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_config as containerd_config
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run as containerd_run
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _containerd_config as containerd_config
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_run as containerd_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import LiveFileError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
+    Done, Failure, ModuleRun, run_module)
 
 
 class ContainerdRuntime(ModuleRun):

@@ -291,19 +291,20 @@ rollback_error:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
 # _helm stays reachable as device_plugin._helm (the tests write the helm operation record through it)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (  # noqa: F401 pylint: disable=unused-import
+    _helm)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _helm_release
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, Failure, Refusal, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _rollout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 NODE_OPTIONS = dict(name=dict(type="str", required=True), profile=dict(type="str"), gpus=dict(type="raw"))
 

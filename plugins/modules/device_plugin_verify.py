@@ -111,16 +111,16 @@ allocatable:
 """
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _rollout
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _rollout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 
 class DevicePluginVerify(KubeRun):

@@ -127,13 +127,13 @@ import copy
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import run_module
 
 TEMPLATE_OPTIONS = dict(
     name=dict(type="str", required=True),

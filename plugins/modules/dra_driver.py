@@ -185,13 +185,13 @@ rolled_back_to:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra_driver
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm_release
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _helm_release
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
 
 ARGUMENT_SPEC = _helm_release.release_argument_spec(release_name="nvidia-dra-driver-gpu",
                                                     namespace="nvidia-dra-driver-gpu",

@@ -224,20 +224,20 @@ import signal
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-from ansible_collections.gpuops.nvidia.plugins.module_utils._device_holders import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_modules as dm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._device_holders import (
     describe_holder, device_patterns, find_holders)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import (
     InputFileError, check_shape, read_text as read_input_text)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     Failure, ModuleRun, Refusal, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
 
 NOTHING = "Nothing was stopped or unloaded."
 RECORD_BYTES = 1024 * 1024  # a record names a few daemons and modules: a few hundred bytes

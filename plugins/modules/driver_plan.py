@@ -116,12 +116,14 @@ kind:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import (
-    _driver_plan, _driver_state, _package_repo, _packages, _pci)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan, _driver_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _package_repo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import InputFileError, check_regular_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, ModuleRun, nothing_changed, run_module)
 
 
@@ -129,7 +131,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
 
 
 def read_devices(root):
-    """The driver layer's PCI reader (plugins/module_utils/_pci.py)."""
+    """The driver layer's PCI reader (plugins/module_utils/gpu/_pci.py)."""
     return _pci.read_nvidia_devices(root=root)
 
 

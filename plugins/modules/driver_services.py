@@ -140,17 +140,17 @@ fabric:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend, module_runner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 
 class DriverServices(ModuleRun):

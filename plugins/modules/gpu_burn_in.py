@@ -92,12 +92,12 @@ import json
 import os
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _burn_in, _dcgm
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import write_atomic
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in, _dcgm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend, module_runner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
 
 
 class GpuBurnIn(ModuleRun):

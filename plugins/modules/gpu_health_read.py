@@ -175,20 +175,22 @@ import math
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, get_host_reader, module_runner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import (
+    get_backend, get_host_reader, module_runner)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
     HealthPolicyError,
     summary,
     validate_policy,
     xid_kind,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._burn_in import read_record, record_path
-from ansible_collections.gpuops.nvidia.plugins.module_utils._health_deadline import HealthReadError, read_health
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import LiveFileError, read_live, write_atomic
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid_cursor import advance
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import read_record, record_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_deadline import HealthReadError, read_health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
+    LiveFileError, read_live, write_atomic)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._xid_cursor import advance
 
 MAX_DEADLINE = 3600.0
 

@@ -110,14 +110,15 @@ health:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_reset
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend, module_runner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_reset
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend, module_runner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
+    HealthPolicyError, summary, validate_policy)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock_with_backend
 
 
 class GpuHealthReset(ModuleRun):

@@ -321,19 +321,21 @@ ansible_facts:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     ENV_ROOT,
     NvmlInitError,
     select_gpus,
     simulated,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._dcgm import run_for_module as run_dcgm_diag
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import HealthPolicyError, summary, validate_policy
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_run import GpuRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import run_for_module as run_dcgm_diag
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
+    HealthPolicyError, summary, validate_policy)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_run import GpuRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Done, Failure, run_module
 
 
 def _pci_record(device):
@@ -374,8 +376,8 @@ def fabric_manager_section(module, root, version):
     """The Fabric Manager: its installed package(s) (the package database: dpkg-query, else rpm) and whether the
     daemon runs, with its version where the daemon says so (the simulated one does; the real one's pid file only says
     that it runs)."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _packages
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
     out = {"installed": None, "running": None, "running_version": None, "read_error": None}
     names = ds.fabric_manager_packages((version or "").split(".")[0])
     manager = "apt" if module.get_bin_path("dpkg-query") else ("dnf" if module.get_bin_path("rpm") else None)
@@ -388,7 +390,7 @@ def fabric_manager_section(module, root, version):
         except _packages.PackageError as exc:
             out["read_error"] = str(exc)
     if simulated():
-        from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host
         out["running_version"] = _simulator_host.fabric_manager_version(root)
         out["running"] = out["running_version"] is not None
     else:
@@ -448,7 +450,7 @@ class GpuInfo(GpuRun):
             facts["driver"]["fabric_manager"] = fabric_manager_section(
                 module, facts["driver"]["root"], facts["driver"]["loaded_version"] or facts["driver_version"])
         if health is not None:
-            from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
+            from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
             facts["driver"]["fabric"] = ds.fabric_state(health.get("gpus"))
         if nvml_error is not None:
             if facts["driver"]["read_error"]:

@@ -552,13 +552,13 @@ ansible_facts:
 """
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlInitError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_run import GpuRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlInitError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_run import GpuRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
 
 
 class NodePlan(GpuRun):

@@ -138,18 +138,18 @@ skipped_reason:
 from ansible.module_utils.basic import missing_required_lib
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import interval_error, seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun, write_as_planned
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, Refusal, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import name_source
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import interval_error, seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun, write_as_planned
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Done, Failure, Refusal, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import name_source
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 try:
     import yaml

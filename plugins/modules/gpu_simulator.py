@@ -159,16 +159,17 @@ state:
 """
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     ENV_STATE,
     GpuBackendError,
     NvmlError,
     simulated,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Done, Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
+    Done, Failure, ModuleRun, run_module)
 
 REQUIRED = {
     "add_process": ["index", "pid"],

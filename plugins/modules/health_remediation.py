@@ -122,14 +122,14 @@ nodes:
 import time
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_remediation as remediation
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import dns_subdomain_errors
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import write_as_planned
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_remediation as remediation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names import dns_subdomain_errors
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import write_as_planned
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
 
 SETTINGS = ("max_attempts", "window_hours")
 ATTEMPTS = 3

@@ -181,10 +181,10 @@ import os
 import tempfile
 
 # (first: the collection's module_utils below are compiled once, or read from the bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_report as hr
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_report as hr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, ModuleRun, run_module
 
 # An earlier report bigger than this is not loaded for the plot (a report of thousands of nodes is far smaller).
 MAX_REPORT_BYTES = 64 * 1024 * 1024

@@ -201,12 +201,12 @@ skipped_gpus:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import (
     apply_layout_plans,
     assumed_warning,
     layout_entry,
@@ -214,11 +214,12 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
     name_source,
     plan_layouts,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import MigBusyError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import MigBusyError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
+    Failure, ModuleRun, Refusal, run_module)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock_with_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
 
 
 class MigLayout(ModuleRun):

@@ -167,19 +167,20 @@ skipped_gpus:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import (
     apply_mode,
     desired_modes,
     mode_problems,
     mode_result,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, ModuleRun, Refusal, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock_with_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
+    Failure, ModuleRun, Refusal, run_module)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock_with_backend
 
 
 class MigMode(ModuleRun):

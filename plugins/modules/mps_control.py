@@ -194,17 +194,17 @@ import os
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, Failure, ModuleRun, Refusal, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, require_tool)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mps import (
     CONTROL_PACKAGE, MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults,
     parse_mem_answer, parse_percentage_answer, parse_pid_list, plan_defaults, render_unit, restart_relevant,
     unit_setting)

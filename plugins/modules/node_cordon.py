@@ -164,16 +164,16 @@ evicted:
 import time
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_nodes import OWNER_ANNOTATION, cordon_patch
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
-from ansible_collections.gpuops.nvidia.plugins.module_utils._waits import WAITS, wait
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import OWNER_ANNOTATION, cordon_patch
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
 
 
 def is_gpu_pod(pod, prefix):

@@ -162,14 +162,14 @@ import time
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_marks
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import run_module
 
 # A node changed between our read and our taint write (a conflict): read and plan again, this many tries in all.
 ATTEMPTS = 3

@@ -172,13 +172,13 @@ diff:
 
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
 
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"

@@ -149,11 +149,12 @@ kind:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _package_repo, _packages
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import InputFileError, check_regular_file
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _package_repo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import InputFileError, check_regular_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, ModuleRun, invalid_input, nothing_changed, run_module)
 
 

@@ -80,15 +80,15 @@ backup_file:
 import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import CTK_PACKAGE
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import CTK_PACKAGE
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
     LiveFileError, ToolNotFound, read_live, require_tool, write_atomic)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     ModuleRun, Refusal, nothing_changed, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import NvidiaCtkRunner
-from ansible_collections.gpuops.nvidia.plugins.module_utils._runtime_mode import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._nvidia_ctk import NvidiaCtkRunner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._runtime_mode import (
     ARGUMENT_SPEC, KEY, RuntimeModeError, current_mode, path_problem)
 
 

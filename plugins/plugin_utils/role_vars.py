@@ -14,7 +14,7 @@ __metaclass__ = type
 
 from ansible.plugins.loader import lookup_loader
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_steps import RoleVars
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_steps import RoleVars
 
 
 def role_vars(loader, templar, variables):

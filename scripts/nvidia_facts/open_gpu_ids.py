@@ -1,4 +1,4 @@
-"""Write plugins/module_utils/_nvidia_pci_ids.py, the collection's copy of two NVIDIA facts about PCI device ids, from
+"""Write plugins/module_utils/gpu/_nvidia_pci_ids.py, the collection's copy of two NVIDIA facts about PCI device ids, from
 NVIDIA's own files (which the user fetches; nothing is downloaded here):
 
 - the "Compatible GPUs" table of NVIDIA/open-gpu-kernel-modules' README.md at a tag: every product (device id, or
@@ -13,7 +13,7 @@ Usage (docs/driver.md, "The open-module table and the architecture of a device i
     curl -fsSLo README.md https://raw.githubusercontent.com/NVIDIA/open-gpu-kernel-modules/580.95.05/README.md
     curl -fsSLo default_pci.ids https://raw.githubusercontent.com/NVIDIA/go-nvlib/v0.7.4/pkg/pciids/default_pci.ids
     python scripts/nvidia_facts/open_gpu_ids.py --readme README.md --readme-tag 580.95.05 \\
-        --pci-ids default_pci.ids --pci-ids-tag v0.7.4 --output plugins/module_utils/_nvidia_pci_ids.py
+        --pci-ids default_pci.ids --pci-ids-tag v0.7.4 --output plugins/module_utils/gpu/_nvidia_pci_ids.py
 
 Without --output the module is printed. Exit status 2 with a message naming the file and line when a file is not
 what it should be (no table after the heading, a row whose ids are not 4 hex digits, no 10de vendor section).

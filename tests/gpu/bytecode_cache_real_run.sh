@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device-machine driver, READ-ONLY, for the modules' bytecode cache (plugins/module_utils/_bytecode_cache.py) on a
+# Device-machine driver, READ-ONLY, for the modules' bytecode cache (plugins/module_utils/common/_bytecode_cache.py) on a
 # lent GPU: gpuops.nvidia.gpu_info (NVML's read-only guard on) run through ansible four times - with an empty cache,
 # twice with it filled, and with it off - and the answers compared. Run from the repository root with ansible-core's
 # wheels in .whl/ (git-ignored, carried; tests/gpu/device_env.sh). Writes each answer, the CPU of each run, the

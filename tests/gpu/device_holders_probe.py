@@ -9,9 +9,9 @@ import sys
 
 import pynvml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_holders as dh
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import IN_USE_TEXT, NvmlInUse
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _device_holders as dh
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import IN_USE_TEXT, NvmlInUse
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
 
 
 def show(title, found):

@@ -34,7 +34,7 @@ time.sleep(120)') &
   m sh -c 'lsof /dev/nvidia0 2>&1'
   m python3 tests/gpu/device_holders_probe.py with-holder
   kill "$holder"; wait
-  m python3 -c 'from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_holders as d; print(d.describe(d.find_holders()))'
+  m python3 -c 'from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _device_holders as d; print(d.describe(d.find_holders()))'
   m nvidia-smi --query-gpu=index,persistence_mode,mig.mode.current,compute_mode --format=csv
 }
 run 2>&1 | tee "$OUT/holders.log"

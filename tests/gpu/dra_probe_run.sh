@@ -27,8 +27,8 @@ S=index,uuid,compute_mode,mig.mode.current,mig.mode.pending,persistence_mode
 # selectors name, which the probe compares with resource.Quantity.Cmp.
 PYTHONPATH=$PWD/.collections:$PYTHONPATH python3 - "$OUT/facts.json" > "$OUT/quantities.txt" <<'EOF' || echo "facts: exit $?"
 import json, re, sys
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import read_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 facts = read_facts()
 with open(sys.argv[1], "w") as handle:
     json.dump(facts, handle, indent=2, sort_keys=True)

@@ -79,8 +79,9 @@ def _bus(bus_id):
 def main():
     os.environ["GPUOPS_NVML_READ_ONLY"] = "1"
     _collection_on_path()
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
     gpu_info = _gpu_info_module()
 
     try:

@@ -34,8 +34,8 @@ def _import_backend():
     os.makedirs(os.path.join(top, "ansible_collections", "gpuops"))
     os.symlink(ROOT, os.path.join(top, "ansible_collections", "gpuops", "nvidia"))
     sys.path.insert(0, top)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
     return NvmlBackend, _gpu_health
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_modules, gpu_node_plan
 from tests.support.modrun import run_main
 

@@ -1,4 +1,4 @@
-"""On a real GPU host: the DRA claim templates' selectors (plugins/module_utils/_dra.py) against what NVIDIA's DRA
+"""On a real GPU host: the DRA claim templates' selectors (plugins/module_utils/plan/_dra.py) against what NVIDIA's DRA
 kubelet plugin would publish for the same GPUs, read by NVIDIA's own Go calls.
 
 The other side is scripts/nvidia_facts/dra_device_probe.go (ours), built against kubernetes-sigs/dra-driver-nvidia-gpu
@@ -67,7 +67,7 @@ def selects(expression, device):
 
 
 def template_objects(gpus):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
     decls = _dra.node_templates(PROFILE, gpus, NODE, per_gpu=True)
     return [_dra.template_object(d, "default", "test") for d in decls]
 
@@ -93,7 +93,7 @@ def quantity_literals(templates):
 # -- one reading of both sides --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def reading():
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import read_facts
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import read_facts
     facts = read_facts()
     templates = template_objects(facts["gpus"])
     proc = subprocess.run([PROBE] + quantity_literals(templates), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -199,7 +199,7 @@ def test_templates_select_exactly_the_probes_devices(reading):
 def test_expected_devices_are_what_the_plugin_publishes(reading):
     """_dra.expected_devices(facts) is the probe's device list (type gpu per GPU with MIG disabled), and
     slice_problems finds nothing in a ResourceSlice made of the probe's published devices."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
     gpus = reading["facts"]["gpus"]
     devices = reading["probe"]["gpus"]
     if any(d["migEnabled"] for d in devices):

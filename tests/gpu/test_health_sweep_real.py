@@ -80,8 +80,8 @@ def test_sweep_read_is_read_only_and_agrees_with_the_in_process_read_and_nvidia_
     assert applied["unresponsive"] == [] and again["unresponsive"] == []
 
     # the same verdict as the collection's one in-process read of the same GPUs
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
     backend = get_backend(run_command=_run)
     try:
         read = backend.read_health()

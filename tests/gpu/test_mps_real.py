@@ -112,7 +112,7 @@ def test_mps_caps_hold_through_the_module(capsys):
     work = tempfile.mkdtemp(prefix="gpuops-mps-", dir="/tmp")
     collections = _collections_dir(work)
     sys.path.insert(0, collections)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import workload_limits
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._sharing import workload_limits
 
     pipe, log = os.path.join(work, "pipe"), os.path.join(work, "log")
     no_daemon_pipe = os.path.join(work, "no-daemon")

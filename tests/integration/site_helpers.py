@@ -3,8 +3,8 @@ state and scratch file under a test's tmp_path (extra vars), and read the simula
 import os
 import shutil
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT, playbook_command, run_playbook
 

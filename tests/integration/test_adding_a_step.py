@@ -1,5 +1,5 @@
 """Adding a node step is one registry entry and one task file (issue 48): a throwaway step is added to a temporary copy
-of the collection - a ``Step`` in plugins/module_utils/_node_steps.py and roles/gpu_node/tasks/throwaway.yml, no other
+of the collection - a ``Step`` in plugins/module_utils/node/_node_steps.py and roles/gpu_node/tasks/throwaway.yml, no other
 file touched - and site.yml converges a lab node from that copy. The step's tasks run where its check finds work (its
 marker file is missing), and a converged re-run skips them (nothing changed, the step's task not run). The copy is
 compared with the collection file by file afterwards: a step that needed a second file edited would show here as a
@@ -105,7 +105,7 @@ def test_a_new_step_is_one_registry_entry_and_one_task_file(tmp_path):
     # nothing but the registry and the new task file differs from the collection
     before, after = _digests(ROOT, paths), _digests(str(copy), _files_in(copy))
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-    assert changed == ["plugins/module_utils/_node_steps.py", "roles/gpu_node/tasks/throwaway.yml"], changed
+    assert changed == ["plugins/module_utils/node/_node_steps.py", "roles/gpu_node/tasks/throwaway.yml"], changed
 
 
 def _files_in(root):

@@ -20,7 +20,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.integration.site_helpers import Site
 from tests.support import apt_rig
 from tests.support.ansible_run import first_failure, run_playbook

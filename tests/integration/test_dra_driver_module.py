@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_driver
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main as run_module

@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT, run_playbook
 from tests.support.fake_kube_api import FakeKubeApi

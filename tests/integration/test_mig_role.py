@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_devices
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.ansible_run import ROOT, run_playbook
 
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "mig_role.yml")

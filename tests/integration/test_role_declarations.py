@@ -14,8 +14,8 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._node_plan import observe
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_plan import observe
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support import apt_rig
 from tests.support.ansible_run import run_playbook
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.integration.site_helpers import Site
 from tests.support.ansible_run import ROOT, ansible_env
 

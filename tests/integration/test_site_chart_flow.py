@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health as _dph
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health as _dph
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
 from tests.support.fake_cluster import FakeCluster, node_writes

@@ -19,9 +19,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support import apt_rig, driver_files, driver_rig

@@ -7,7 +7,7 @@ test_site_chart_flow.py runs them).
 The driver's packages are installed with Debian's real apt and dpkg into the node's scratch root from the rig's local
 signed repository (as test_site_driver.py does); the modules are unloaded and loaded by the kmod stand-ins; the
 simulated GPUs lose their MIG instances, compute and persistence mode, and (Hopper) MIG mode when the driver is loaded
-again (plugins/module_utils/_simulator.py, _follow_driver_load), so "the layout is back" is something the run must do.
+again (plugins/module_utils/sim/_simulator.py, _follow_driver_load), so "the layout is back" is something the run must do.
 
 The node at OLD, converged under the chart, is the lab variant "driver-live-old" (tests/support/converged_lab.py):
 converged once per session (per xdist worker at most), each test takes a fresh copy of it. The rig lives inside the
@@ -22,7 +22,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.integration.site_helpers import HELM, Site
 from tests.integration.test_site_chart_flow import PAUSED, _kill_when, _released

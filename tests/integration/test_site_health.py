@@ -16,7 +16,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT

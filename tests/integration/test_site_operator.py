@@ -11,7 +11,7 @@ import copy
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.integration.site_helpers import NODES, Site
 from tests.support.fake_gpu_operator import FakeGpuOperator
 from tests.support.fake_kube_api import FakeKubeApi

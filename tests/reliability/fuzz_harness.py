@@ -97,7 +97,7 @@ _LIMITS = st.one_of(
                     st.one_of(st.sampled_from(["8G", "4096M", "9" * 40 + "M", "0M", "-1G", "1.5G"]), strings(),
                               st.sampled_from(HUGE_INTS)), max_size=4),
     hostile())
-# The DRA templates' pinned memory limits, Kubernetes quantities (plugins/module_utils/_dra.py quantity_bytes): its
+# The DRA templates' pinned memory limits, Kubernetes quantities (plugins/module_utils/plan/_dra.py quantity_bytes): its
 # valid forms, CUDA's notation and other near misses it must refuse, and values past any range or precision.
 _QUANTITIES = st.one_of(
     st.sampled_from(["10Gi", "512Mi", "2Gi", "1G", "1000M", "1e9", "1E+9", "1.5Gi", "+1Gi", ".5Gi", "1.Gi", "1048576",
@@ -134,7 +134,7 @@ def _facts_of(shape, mig_on=()):
     """gpu_info's facts of a simulated node of ``shape``; ``mig_on``: GPUs with MIG enabled and one 3g instance."""
     import shutil
     import tempfile
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
     directory = tempfile.mkdtemp()
     try:
         sim = SimulatedBackend(directory + "/state.json", shape=shape)

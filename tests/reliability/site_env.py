@@ -24,9 +24,9 @@ import sys
 import tomlkit
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._lease import RENEWER_FIELD_MANAGER
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import PAUSE_LABEL, PAUSED_BY
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._lease import RENEWER_FIELD_MANAGER
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._gpu_pods import PAUSE_LABEL, PAUSED_BY
 from ansible_collections.gpuops.nvidia.plugins.modules.node_cordon import OWNER_ANNOTATION
 from tests.integration.site_helpers import HELM, NODES, Site
 from tests.support.ansible_run import ROOT
@@ -139,7 +139,7 @@ class SmallSite(object):
 
 
 def lease_renewal(request):
-    """A write of the cluster lock's renewer (plugins/module_utils/_lease.py names itself as field manager)."""
+    """A write of the cluster lock's renewer (plugins/module_utils/kube/_lease.py names itself as field manager)."""
     return request["query"].get("fieldManager") == [RENEWER_FIELD_MANAGER]
 
 

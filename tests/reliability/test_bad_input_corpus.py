@@ -17,7 +17,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     cluster_lease, cluster_profiles, compute_mode, containerd_runtime, device_plugin, device_plugin_verify, driver_modules,
     driver_plan, driver_services, gpu_burn_in, gpu_health_read, gpu_info, gpu_operator, gpu_operator_mig,

@@ -1,4 +1,4 @@
-"""Two converges on one node never interleave GPU changes: the node lock (plugins/module_utils/_node_lock.py).
+"""Two converges on one node never interleave GPU changes: the node lock (plugins/module_utils/node/_node_lock.py).
 
 The runs are real processes started together (the modules run as `python -m ...` with an args file, as ansible
 runs them on a node), against one simulated node; the simulator's call_log records the PID of every mutating call.
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = "ansible_collections.gpuops.nvidia.plugins.modules."
@@ -150,7 +150,7 @@ def test_env_timeout_and_path(tmp_path, monkeypatch):
 
 def test_killed_holder_leaves_no_stale_lock(tmp_path):
     path = str(tmp_path / "k.lock")
-    code = ("import sys,time; sys.path.insert(0, %r); from ansible_collections.gpuops.nvidia.plugins.module_utils "
+    code = ("import sys,time; sys.path.insert(0, %r); from ansible_collections.gpuops.nvidia.plugins.module_utils.node "
             "import _node_lock; _node_lock.NodeLock(path=%r, timeout=0, owner='victim').acquire(); print('held', "
             "flush=True); time.sleep(60)" % (os.path.join(ROOT, ".collections"), path))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, universal_newlines=True)

@@ -13,9 +13,9 @@ import signal
 import subprocess
 import sys
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import named_layout_for
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import named_layout_for
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_devices
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.stop_points import wait_child_stopped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

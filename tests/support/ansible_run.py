@@ -59,7 +59,7 @@ def ansible_env(extra=None):
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
     })
     env.update(extra or {})
-    # The modules' bytecode cache (plugins/module_utils/_bytecode_cache.py) where a GPU node keeps it, under the run's
+    # The modules' bytecode cache (plugins/module_utils/common/_bytecode_cache.py) where a GPU node keeps it, under the run's
     # HOME, named explicitly so that a machine's PYTHONDONTWRITEBYTECODE does not turn it off for the tests: they run
     # the modules the way a default node does (a fleet of the bench with its own HOME starts with an empty cache).
     env.setdefault("GPUOPS_BYTECODE_CACHE", os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache",

@@ -14,7 +14,7 @@ host, a node's scratch directory in the lab), following the driver layer's file 
 - ``R/sys/bus/pci/devices/<bus id>/driver``: a symlink to ``R/sys/bus/pci/drivers/nvidia`` while ``nvidia`` binds
   the device (a GPU: vendor 0x10de, class 0x03xxxx).
 - A process holding the device files: ``R/proc/<pid>/{cmdline,cgroup}`` and ``R/proc/<pid>/fd/<n>`` symlinks to
-  ``R/dev/nvidia*`` files, which plugins/module_utils/_device_holders.py finds as it finds them under /proc; each
+  ``R/dev/nvidia*`` files, which plugins/module_utils/gpu/_device_holders.py finds as it finds them under /proc; each
   open file counts one reference on the module that owns it, as the kernel counts an open character device.
 
 The placeholder module file (the one format the lab's fake packages, the stand-ins and the tests share) is text:
@@ -178,7 +178,7 @@ def loaded(root):
 
 def new_load_address():
     """/proc/modules' last column for a module loaded now: each load has its own address, as the kernel's does (the
-    simulated NVML tells a driver reload by nvidia's: plugins/module_utils/_simulator_host.py, load_address)."""
+    simulated NVML tells a driver reload by nvidia's: plugins/module_utils/sim/_simulator_host.py, load_address)."""
     return "0x%016x" % (0xffffffffc0000000 + random.getrandbits(17) * 0x1000)
 
 

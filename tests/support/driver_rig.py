@@ -3,7 +3,7 @@ repository (``<url>/ubuntu2404/x86_64/``: a flat repository), built with Debian'
 Keyring, Root).
 
 The packages are NOT NVIDIA's or Canonical's: each is built here with dpkg-deb, named and versioned like the real ones
-(plugins/module_utils/_driver_plan.py says where each name comes from) and depending on each other at the exact
+(plugins/module_utils/driver/_driver_plan.py says where each name comes from) and depending on each other at the exact
 version as the real ones do. Two driver versions (570.195.03 and 580.95.05), the open and proprietary flavours, DKMS
 packages, NVIDIA's Fabric Manager at each version (depending on the driver at exactly its version), and the Ubuntu
 archive's packages of 580 with a precompiled ``linux-modules-nvidia-580-server-open-<KERNEL>`` for one kernel.
@@ -38,7 +38,7 @@ PERSISTENCED_STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 # The kernel modules one driver package installs (as placeholders: tests/support/driver_files.py's format, which the
 # kmod stand-ins and the simulated boot read).
 MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
-# NVML's library link (what the simulated NVML opens: plugins/module_utils/_simulator_host.NVML_LIBRARY_LINK).
+# NVML's library link (what the simulated NVML opens: plugins/module_utils/sim/_simulator_host.NVML_LIBRARY_LINK).
 LIBRARY_LINK = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 

@@ -4,7 +4,7 @@ The lab's fake Fabric Manager package (tests/support/driver_rig.py) installs ``/
 script that runs this file with the package's version first:
 
 - ``fabricmanager_standin.py VERSION [-c CONFIG]``: starts the simulated Fabric Manager of the node named by
-  GPUOPS_SIMULATED_ROOT (plugins/module_utils/_simulator_host.start_fabric_manager: refused, with the real program's
+  GPUOPS_SIMULATED_ROOT (plugins/module_utils/sim/_simulator_host.start_fabric_manager: refused, with the real program's
   message and exit status 1, when the loaded driver is another version or the node has no NVSwitch), then exits 0 as
   the real daemon does once it has forked;
 - ``fabricmanager_standin.py VERSION --stop``: the unit's ExecStopPost: the simulated Fabric Manager stops.
@@ -25,7 +25,7 @@ def _collections_path():
 
 
 sys.path.insert(0, _collections_path())
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host as host  # noqa: E402
 
 
 def main(argv):

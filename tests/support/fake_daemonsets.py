@@ -53,7 +53,7 @@ import time
 
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from . import fake_resource_api
 from .fake_loop import ReconcileLoop

@@ -37,11 +37,11 @@ import time
 
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig_apply
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError, resolve_layout
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices, plan_layout
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _mig_apply
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError, resolve_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_devices, plan_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from . import fake_crd
 from .fake_daemonsets import advertised, set_allocatable

@@ -93,7 +93,7 @@ def gpus_follow_load(root):
     collections = os.path.join(REPO, ".collections")
     if collections not in sys.path:
         sys.path.insert(0, collections)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
     SimulatedBackend(state, root=root).driver_loaded()
 
 

@@ -111,7 +111,7 @@ def read_gpus():
     path = os.environ.get("GPUOPS_SIMULATED_GPUS")
     if not path or not os.path.isfile(path):
         raise CdiError(NO_NVML)
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
     facts = SimulatedBackend(path).read_all()
     return facts["driver_version"], sorted(facts["gpus"], key=lambda g: g["index"])
 

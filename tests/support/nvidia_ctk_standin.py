@@ -65,7 +65,7 @@ if _COLLECTIONS not in sys.path:
 # version 2, keys without `version` are version 1, an integer is itself, any other type is an error. The
 # collection's config_version is that same rule, so the stand-in imports it instead of keeping a copy that could
 # drift; only the error's wording below is nvidia-ctk's. (get_in is a plain walk down nested tables.)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import (  # noqa: E402
     ContainerdConfigError, config_version, get_in)
 
 VERSION_ENV = "NVIDIA_CTK_STANDIN_VERSION"

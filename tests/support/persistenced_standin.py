@@ -4,7 +4,7 @@ The lab's fake nvidia-compute-utils package (tests/support/driver_rig.py) instal
 a script that runs this file with the package's version first:
 
 - ``persistenced_standin.py VERSION [--user U] [--verbose] [--persistence-mode | --no-persistence-mode]``: starts the
-  simulated daemon of the node named by GPUOPS_SIMULATED_ROOT (plugins/module_utils/_simulator_host.start_persistenced:
+  simulated daemon of the node named by GPUOPS_SIMULATED_ROOT (plugins/module_utils/sim/_simulator_host.start_persistenced:
   refused, exit status 1, without a loaded driver) with persistence mode on unless ``--no-persistence-mode`` is the
   last of the two (the real daemon's default is on: NVIDIA/nvidia-persistenced at 580.95.05, option-table.h), then
   exits 0 as the real daemon does once it has forked;
@@ -18,7 +18,7 @@ import sys
 from fabricmanager_standin import _collections_path  # noqa: E402  (the same directory: the collection beside it)
 
 sys.path.insert(0, _collections_path())
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host as host  # noqa: E402
 
 
 def main(argv):

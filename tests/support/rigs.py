@@ -22,7 +22,7 @@ import stat
 import subprocess
 import sys
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support import ctk_env
 from tests.support.ansible_run import ROOT
 

@@ -113,8 +113,8 @@ def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(
     compile(source, "imports_only", "exec")
     # every import of the module's file, the ones inside its functions too (ansible-core bundles those as well)
     # (the steps' checks, with their imports of the planners, are in _node_steps since issue 38's step registry)
-    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps",
-                 "from ansible_collections.gpuops.nvidia.plugins.module_utils._node_lock import module_lock"):
+    for line in ("from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps",
+                 "from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock"):
         assert line in source.splitlines()
     assert "from __future__" not in source and "def main" not in source
     assert source.count("from ansible.module_utils.basic import AnsibleModule") == 1

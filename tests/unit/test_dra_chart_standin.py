@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra_driver
 from tests.support.ansible_run import ROOT
 
 HELM = os.path.join(ROOT, "tools", "bin", "helm")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "dra", "gpuconfig-verdicts-v25.8.1.json")
 H200 = 150754820096

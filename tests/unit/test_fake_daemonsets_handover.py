@@ -2,7 +2,7 @@
 cluster handed to a new server and controller (a converged lab's copy, tests/support/converged_lab.py) goes on as
 if nothing happened: no plugin registers or publishes again, no pod restarts, and new pods do not take the names of
 the old ones. The controller is driven by calling reconcile() (no thread), so nothing here depends on timing."""
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.fake_daemonsets import FakeDaemonSets, dra_slices
 from tests.support.fake_kube_api import FakeKubeApi
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.fake_daemonsets import FakeDaemonSets, dra_slices
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support import fake_resource_api

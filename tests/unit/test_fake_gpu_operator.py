@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support import fake_crd
 from tests.support.ansible_run import ROOT
 from tests.support.fake_gpu_operator import POLICY_FIXTURE, FakeGpuOperator
@@ -171,7 +171,7 @@ def lab_hosts():
 
 def test_lab_cluster_runs_a_command_against_the_fake_and_keeps_its_objects(tmp_path):
     probe = ("import os, yaml, sys; sys.path.insert(0, '.collections');"
-             "from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube;"
+             "from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube;"
              "kc = [a.split('=', 1)[1] for a in sys.argv if a.startswith('gpuops_kubeconfig=')][0];"
              "k = _kube.Kube(_kube.build_configuration({'kubeconfig': kc}));"
              "print('POLICIES', [p['metadata']['name'] for p in k.get('x', '%s')['items']]);"

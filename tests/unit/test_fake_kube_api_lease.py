@@ -6,7 +6,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
 
 CONFLICT = ('Operation cannot be fulfilled on leases.coordination.k8s.io "lock": the object has been modified; '
             'please apply your changes to the latest version and try again')

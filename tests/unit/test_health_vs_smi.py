@@ -4,8 +4,8 @@ reading: the real comparison runs on the lent GPU)."""
 import importlib.util
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import NOT_SUPPORTED
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import NOT_SUPPORTED
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT
 

@@ -26,9 +26,11 @@ def test_the_repository_has_no_import_cycle_and_prints_its_graph():
     assert proc.returncode == 0, proc.stderr
     assert "import cycle" not in proc.stderr
     # a few edges any reader can check in the code
-    assert "- `modules/device_plugin` -> `module_utils/_bounds`, `module_utils/_bytecode_cache`, `module_utils/_device_plugin`," in proc.stdout
-    assert "- `module_utils/_kube_nodes` -> `module_utils/_kube`, `module_utils/_kube_names`\n" in proc.stdout
-    assert "- `module_utils/_kube` -> `module_utils/_input_file`\n" in proc.stdout
+    assert ("- `modules/device_plugin` -> `module_utils/common/_bounds`, `module_utils/common/_bytecode_cache`, "
+            "`module_utils/common/_module_run`, `module_utils/kube/_helm`," in proc.stdout)
+    assert ("- `module_utils/kube/_kube_nodes` -> `module_utils/kube/_kube`, `module_utils/kube/_kube_names`\n"
+            in proc.stdout)
+    assert "- `module_utils/kube/_kube` -> `module_utils/common/_input_file`\n" in proc.stdout
 
 
 def test_the_architecture_page_shows_exactly_the_graph_the_script_prints():

@@ -1,11 +1,11 @@
 """Every module has the one module shape (issue 38 part 2): its ``main()`` is only ``run_module(TheClass)`` of
-plugins/module_utils/_module_run.py, and TheClass is a ``ModuleRun`` (validate -> read -> plan -> apply or report,
+plugins/module_utils/common/_module_run.py, and TheClass is a ``ModuleRun`` (validate -> read -> plan -> apply or report,
 one mapping of errors to failures, one "nothing changed" wording). A new module written another way fails here."""
 import ast
 import importlib
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULES = os.path.join(ROOT, "plugins", "modules")

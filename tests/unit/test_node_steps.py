@@ -1,4 +1,4 @@
-"""The node steps are declared once, in plugins/module_utils/_node_steps.py (issue 38, part 1).
+"""The node steps are declared once, in plugins/module_utils/node/_node_steps.py (issue 38, part 1).
 
 Adding a step is one registry entry plus its role's tasks: the node plan's options (its argument spec, its
 documentation and the one input per step gpu_node gives it) and the role's gates (each step's task file included
@@ -15,7 +15,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_plan_args, node_step_gates
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,8 +12,8 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state import new_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator_state import new_state
 from tests.support import ctk_env
 
 FIXTURES = os.path.join(ctk_env.ROOT, "tests", "fixtures", "nvidia-ctk")

@@ -11,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = os.path.join(ROOT, "roles")

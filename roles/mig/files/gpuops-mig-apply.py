@@ -37,15 +37,18 @@ def run_command(argv):
 
 
 class BundleImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports PACKAGE's modules from the bundle: {"_gpu.py": "<source>", ...}."""
+    """Imports PACKAGE's modules from the bundle: {"gpu/_gpu.py": "<source>", ...}, a file's key its path below
+    module_utils; the folders of those paths are packages, as PACKAGE and its parents are."""
 
     def __init__(self, path):
         with open(path) as handle:
             sources = json.load(handle)
         self.path = path
-        self.modules = dict(("%s.%s" % (PACKAGE, name[:-3]), text) for name, text in sources.items())
+        self.modules = dict(("%s.%s" % (PACKAGE, name[:-3].replace("/", ".")), text)
+                            for name, text in sources.items())
         parts = PACKAGE.split(".")
         self.packages = set(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        self.packages.update(name.rsplit(".", 1)[0] for name in self.modules)
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.packages:
@@ -60,7 +63,7 @@ class BundleImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         text = self.modules.get(module.__name__)
         if text is not None:
-            module.__file__ = "%s/%s.py" % (self.path, module.__name__.rsplit(".", 1)[1])
+            module.__file__ = "%s/%s.py" % (self.path, module.__name__[len(PACKAGE) + 1:].replace(".", "/"))
             exec(compile(text, module.__file__, "exec"), module.__dict__)  # pylint: disable=exec-used
 
 
@@ -99,9 +102,9 @@ class BootModule(object):
 def write_cdi_spec(params):
     """cdi_spec's run for the GPUs as they are now; a summary entry, or StepFailed (a live file it cannot read:
     _live_file's LiveFileError, a ValueError, which main reports with the same message)."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import CdiError
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound, find_tool
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi import CdiError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi_run import CdiSpecRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import ToolNotFound, find_tool
 
     module = BootModule(params)
     try:
@@ -124,11 +127,11 @@ def main(argv=None):
     parser.add_argument("--lib", default=os.path.dirname(os.path.abspath(__file__)))
     args = parser.parse_args(argv)
     sys.meta_path.insert(0, BundleImporter(os.path.join(args.lib, BUNDLE)))
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_layout
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import (
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import plan_layout
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import (
         apply_layout_plans, apply_mode, busy_clear_problem, mode_step, resolve_from_params)
 
     with open(args.config) as handle:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_pci_ids as pci_ids
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _nvidia_pci_ids as pci_ids
 
 from tests.support.ansible_run import ROOT
 
@@ -14,7 +14,7 @@ SCRIPT = os.path.join(ROOT, "scripts", "nvidia_facts", "open_gpu_ids.py")
 _SPEC = importlib.util.spec_from_file_location("open_gpu_ids", SCRIPT)
 open_gpu_ids = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(open_gpu_ids)
-SHIPPED = os.path.join(ROOT, "plugins", "module_utils", "_nvidia_pci_ids.py")
+SHIPPED = os.path.join(ROOT, "plugins", "module_utils", "gpu", "_nvidia_pci_ids.py")
 
 README = """# NVIDIA Linux Open GPU Kernel Module Source
 

@@ -7,7 +7,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.gpuops.nvidia.plugins.lookup.node_steps import LookupModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_steps
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
 
 from tests.unit.test_node_steps import ROLE_VALUES
 

@@ -7,12 +7,12 @@ import itertools
 import json
 from collections import Counter
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as gpu_catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_instances
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state import new_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as gpu_catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_instances
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_profiles import Catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator_state import new_state
 
 # Every catalog model with MIG (A100 40/80GB, A30, H100, H100 NVL, GH200, H200, B200, GB200, B300, RTX PRO 6000).
 ALL_MODELS = sorted(key for key, model in gpu_catalog.GPU_MODELS.items() if model["mig"])

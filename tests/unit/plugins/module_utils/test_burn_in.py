@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _burn_in, _dcgm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in, _dcgm
 
 RECORD = {"level": "medium", "diag_level": 2, "verdict": "pass", "time": "2026-11-29T10:00:00Z",
           "driver": "580.95.05", "dcgm_version": "4.6.0", "failures": [], "warnings": []}

@@ -15,7 +15,7 @@ from tests.support.ansible_run import ROOT
 from tests.support.pythons import find_python
 
 PKG_DIR = "ansible_collections/gpuops/nvidia/plugins/module_utils"
-CACHE_SRC = os.path.join(ROOT, "plugins", "module_utils", "_bytecode_cache.py")
+CACHE_SRC = os.path.join(ROOT, "plugins", "module_utils", "common", "_bytecode_cache.py")
 TAG = sys.implementation.cache_tag
 
 # What a module does, then what the test reads off the process: how often each of the archive's module_utils was
@@ -28,9 +28,9 @@ RUNNER = textwrap.dedent("""
         compiled[str(filename).rsplit('/', 1)[-1]] += 1
         return _compile(source, filename, *args, **kwargs)
     builtins.compile = counting
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
     _bytecode_cache.install()
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _thing
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.layer import _thing
     try:
         _thing.fail()
     except RuntimeError as exc:
@@ -41,14 +41,18 @@ RUNNER = textwrap.dedent("""
 
 
 def _archive(path, value):
-    """A payload-like zip: the package chain, _bytecode_cache and one module_utils file _thing (VALUE = value)."""
+    """A payload-like zip: the package chain, common/_bytecode_cache and one module_utils file layer/_thing
+    (VALUE = value), each in a package below module_utils as the collection's files are."""
     with zipfile.ZipFile(str(path), "w") as archive:
         parts = PKG_DIR.split("/")
         for depth in range(1, len(parts) + 1):
             archive.writestr("/".join(parts[:depth]) + "/__init__.py", "")
+        for package in ("common", "layer"):
+            archive.writestr("%s/%s/__init__.py" % (PKG_DIR, package), "")
         with open(CACHE_SRC, "rb") as handle:
-            archive.writestr(PKG_DIR + "/_bytecode_cache.py", handle.read())
-        archive.writestr(PKG_DIR + "/_thing.py", "VALUE = %r\n\n\ndef fail():\n    raise RuntimeError('here')\n" % value)
+            archive.writestr(PKG_DIR + "/common/_bytecode_cache.py", handle.read())
+        archive.writestr(PKG_DIR + "/layer/_thing.py",
+                         "VALUE = %r\n\n\ndef fail():\n    raise RuntimeError('here')\n" % value)
     return str(path)
 
 
@@ -71,7 +75,8 @@ def home(tmp_path):
 
 
 def _entry(home_dir, tag=TAG):
-    return home_dir / ".cache" / "gpuops.nvidia" / "bytecode" / ("%s._thing.%s.code" % (PKG_DIR.replace("/", "."), tag))
+    name = "%s.layer._thing.%s.code" % (PKG_DIR.replace("/", "."), tag)
+    return home_dir / ".cache" / "gpuops.nvidia" / "bytecode" / name
 
 
 # the oldest Python the modules support and the newest, beside this one (where this machine has them)
@@ -97,7 +102,7 @@ def test_compiled_once_then_read_from_the_cache_by_the_next_run(tmp_path, home, 
     second_zip = _archive(tmp_path / "b.zip", 1)
     second = _run(second_zip, env, python)
     assert second["compiled"] == 0 and second["value"] == 1
-    assert second["file"] == os.path.join(second_zip, PKG_DIR, "_thing.py")
+    assert second["file"] == os.path.join(second_zip, PKG_DIR, "layer", "_thing.py")
     assert second["tb_file"] == second["file"]
 
 
@@ -157,18 +162,18 @@ def test_off_and_python_s_own_switch(tmp_path, home):
 
 def test_source_outside_an_archive_is_left_to_python(tmp_path):
     """Tests, ansible-test and the MIG boot unit's bundle import module_utils from files: the finder stays out."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 
     finder = _bytecode_cache.ArchiveFinder(_bytecode_cache.BytecodeCache(str(tmp_path / "unused")))
-    package = os.path.join(ROOT, "plugins", "module_utils")
-    assert finder.find_spec(_bytecode_cache.PACKAGE + "._gpu", [package]) is None
+    package = os.path.join(ROOT, "plugins", "module_utils", "gpu")
+    assert finder.find_spec(_bytecode_cache.PACKAGE + ".gpu._gpu", [package]) is None
     assert finder.find_spec("json", None) is None
     assert not (tmp_path / "unused").exists()
 
 
 def test_install_changes_nothing_outside_a_payload():
     """ansible-test's import check and the tests import the modules from disk: sys.meta_path stays as it was."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _bytecode_cache
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 
     before = list(sys.meta_path)
     assert _bytecode_cache.install() is None

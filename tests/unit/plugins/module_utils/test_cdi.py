@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _cdi
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia-ctk")
 
@@ -99,8 +99,8 @@ def test_a_cdi_spec_run_failure_is_a_cdi_error_that_the_base_and_the_boot_script
     """_cdi_run's failures are CdiError (the MIG boot script runs it without ansible-core, so not the base's
     Failure): the base reports its message and fields (changed=False, spec_path) over the result so far; the boot
     script's CDI step turns it into its StepFailed with the same message."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi_run import CdiSpecRun
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi_run import CdiSpecRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import failure
     spec = str(tmp_path / "cdi" / "nvidia.yaml")
     run = CdiSpecRun(_BootLikeModule(spec), sys.executable)
     with pytest.raises(_cdi.CdiError) as raised:

@@ -1,7 +1,7 @@
 """Compute-mode rules, pure: names, selectors, MIG refusal, what changes."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import (
     ComputeModeError, normalize_mode, plan, state_view)
 
 
@@ -88,7 +88,7 @@ def test_state_view():
 
 
 def test_settings_later_entries_win_and_nothing_flips():
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import plan_settings
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import plan_settings
     gpus = [gpu(0, mode="Exclusive_Process"), gpu(1, name="NVIDIA L40S")]
     out = plan_settings(gpus, [{"gpus": ["all"], "mode": "Default"}, {"gpus": ["0"], "mode": "Exclusive_Process"}])
     assert out["modes"] == {0: "Exclusive_Process", 1: "Default"} and out["mode"] is None
@@ -103,7 +103,7 @@ def test_settings_later_entries_win_and_nothing_flips():
     ([{"mode": "Default"}, {"gpus": ["1"], "mode": "Exclusive_Process"}], "MIG-enabled"),
 ])
 def test_bad_settings(settings, fragment):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import plan_settings
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import plan_settings
     with pytest.raises(ComputeModeError) as err:
         plan_settings([gpu(0), gpu(1, mig="Enabled")], settings)
     assert fragment in str(err.value)

@@ -16,13 +16,13 @@ import pytest
 
 from tests.support import ctk_env  # noqa: E402
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import (  # noqa: E402
     ContainerdConfigError, DEFAULT_CONFIG, DEFAULT_DROP_IN, DEFAULT_RUNTIME_PATH, TomlLibraryMissing,
     WRONG_DROP_IN_1180, analyse_source, check_candidate_dump, config_version, cri_key, diff_entries,
     effective_changes, effective_cri_tree, get_in, lost_imports, parse_toml, plan_files, runtimes_of,
     set_cri_v1_enable_cdi, source_runtime_name, systemd_cgroup_findings, systemd_cgroup_runtimes, toml_reader,
     validate_params)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvidia_ctk import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._nvidia_ctk import (  # noqa: E402
     NvidiaCtkRunner, choose_edit_mode, configure_args, parse_containerd_version, parse_ctk_version, substitute)
 
 GOLDEN_INPUT = ctk_env.fixture_text("golden-input-v2.toml")

@@ -17,14 +17,16 @@ from ansible.executor.module_common import ModuleDepFinder
 
 from tests.support.ansible_run import ROOT
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_stamp as containerd_stamp  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import (  # noqa: E402
+    _containerd_stamp as containerd_stamp)
 
 PACKAGE = ("ansible_collections", "gpuops", "nvidia", "plugins")
 MODULE_UTILS = os.path.join(ROOT, "plugins", "module_utils")
 
 
 def _payload(module):
-    """The collection's module_utils (names) that ansible-core packs with plugins/modules/``module``.py."""
+    """The collection's module_utils (``package._name`` below module_utils) that ansible-core packs with
+    plugins/modules/``module``.py."""
     todo = [(os.path.join(ROOT, "plugins", "modules", module + ".py"), ".".join(PACKAGE + ("modules", module)))]
     found = set()
     while todo:
@@ -32,18 +34,22 @@ def _payload(module):
         with open(path) as handle:
             finder = ModuleDepFinder(fqn, ast.parse(handle.read()))
         for names in finder.submodules:
-            if names[:5] != PACKAGE + ("module_utils",) or len(names) < 6 or names[5] in found:
+            if names[:5] != PACKAGE + ("module_utils",) or len(names) < 6:
                 continue
-            source = os.path.join(MODULE_UTILS, names[5] + ".py")
-            assert os.path.isfile(source), names
-            found.add(names[5])
-            todo.append((source, ".".join(names[:6])))
+            # the file an import names: the shortest run of names below module_utils that is a file
+            depth = next((d for d in range(6, len(names) + 1)
+                          if os.path.isfile(os.path.join(MODULE_UTILS, *names[5:d]) + ".py")), None)
+            assert depth, names
+            if ".".join(names[5:depth]) in found:
+                continue
+            found.add(".".join(names[5:depth]))
+            todo.append((os.path.join(MODULE_UTILS, *names[5:depth]) + ".py", ".".join(names[:depth])))
     return found
 
 
 # How the module's code is loaded, not code that decides its result: _bytecode_cache executes exactly the sources of
 # the payload (its entries are keyed by each source's SHA-256), so a change to it is no reason to validate again.
-LOADER_MODULES = {"_bytecode_cache"}
+LOADER_MODULES = {"common._bytecode_cache"}
 
 
 def test_the_code_digest_covers_every_module_utils_file_containerd_runtime_loads():
@@ -77,7 +83,7 @@ def test_gpu_node_plan_checks_the_stamp_without_loading_the_run():
         "import json, sys\n"
         "sys.path.insert(0, %r)\n"
         "from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan\n"
-        "from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_stamp\n"
+        "from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_stamp\n"
         "loaded = sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith("
         "'ansible_collections.gpuops.nvidia.plugins.module_utils.'))\n"
         "print(json.dumps({'loaded': loaded, 'digest': _containerd_stamp.code_digest()}))\n"
@@ -91,8 +97,8 @@ def test_gpu_node_plan_checks_the_stamp_without_loading_the_run():
 
 def test_missing_nvidia_ctk_message_lists_every_place_searched():
     # the search covers /usr/sbin; the message used to leave it out
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_stamp import find_tools
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import ToolNotFound
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._containerd_stamp import find_tools
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import ToolNotFound
     with pytest.raises(ToolNotFound) as err:
         find_tools(lambda name, opt_dirs=None: None, {"nvidia_ctk_path": None, "containerd_path": None})
     assert "(looked in PATH, /usr/bin, /usr/local/bin, /usr/sbin)" in str(err.value)

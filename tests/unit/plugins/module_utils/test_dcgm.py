@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dcgm
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _dcgm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health as health
 
 from tests.support.ansible_run import ROOT
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_holders as dh
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _device_holders as dh
 
 UID = "5c1f8a2e-3b4d-4e6f-9a0b-1c2d3e4f5a6b"
 CID = "0f3a9c27b1d84e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f"

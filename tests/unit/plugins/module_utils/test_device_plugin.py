@@ -5,7 +5,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
@@ -289,7 +289,7 @@ def test_global_value_would_reach_every_node_as_env(tmp_path):
 
 # ---- with GPU facts from the collection's simulator (the gpu_info facts shape) -----------------------------------
 def _sim(tmp_path, shape):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
     return SimulatedBackend(str(tmp_path / "state.json"), shape=shape)
 
 

@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._device_plugin import build
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_pods import excludes_paused
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._device_plugin import build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._gpu_pods import excludes_paused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 HELM = os.path.join(ROOT, "tools", "bin", "helm")

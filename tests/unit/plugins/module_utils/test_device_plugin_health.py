@@ -8,9 +8,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin_health as dph
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _xid
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health as dph
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _xid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 with open(os.path.join(ROOT, "tests", "fixtures", "device-plugin", "health-checks.yaml")) as _handle:

@@ -1,9 +1,9 @@
-"""The DRA pure layer (plugins/module_utils/_dra.py): the templates it builds, the limits it refuses, and the slice
+"""The DRA pure layer (plugins/module_utils/plan/_dra.py): the templates it builds, the limits it refuses, and the slice
 comparison the node verify runs before a node is uncordoned."""
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 
 H200_BYTES = 150754820096
 A100_BYTES = 85899345920

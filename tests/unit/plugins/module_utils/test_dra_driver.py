@@ -1,5 +1,5 @@
 """_dra_driver: the owned and refused chart values, and what on a node conflicts with NVIDIA's DRA driver."""
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin, _dra_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin, _dra_driver
 
 
 def _pod(owner, labels, phase="Running", namespace="ns"):

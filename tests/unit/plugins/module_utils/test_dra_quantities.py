@@ -1,4 +1,4 @@
-"""The DRA templates' pinned memory limits are Kubernetes quantities (plugins/module_utils/_dra.py quantity_bytes):
+"""The DRA templates' pinned memory limits are Kubernetes quantities (plugins/module_utils/plan/_dra.py quantity_bytes):
 Kubernetes' grammar with Kubernetes' meaning, written so that Kubernetes reads back the bytes the user's text means;
 everything else refused with the valid forms, naming its place once. The host MPS path's CUDA notation
 (_sharing.parse_mem_amount, 8G = 8 GiB) is a different grammar and stays as it was."""
@@ -8,7 +8,7 @@ from decimal import Decimal, localcontext
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra, _sharing
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra, _sharing
 
 KI, MI, GI, TI = 2 ** 10, 2 ** 20, 2 ** 30, 2 ** 40
 WHERE = "gpuops_dra_claim_templates[0]"

@@ -2,7 +2,7 @@
 unload/load orders, the daemons' orders and which holders are the daemons' own."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_modules as dm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_modules as dm
 
 # /proc/modules as a host with the driver loaded prints it (refcnt 2 on nvidia = nvidia_uvm + nvidia_modeset).
 IDLE = """\

@@ -5,7 +5,7 @@ otherwise get). Devices and driver state are written in the shapes of _pci.read_
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan as dp
 
 KERNEL = "6.8.0-87-generic"
 RHEL_KERNEL = "5.14.0-427.13.1.el9_4.x86_64"

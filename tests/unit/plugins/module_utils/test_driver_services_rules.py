@@ -3,9 +3,9 @@ simulated Fabric Manager of _simulator_host (refused at another version and with
 while it runs at the loaded driver's version, back after a boot at the same version)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host as host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 FM, PD = ds.FABRIC_MANAGER_UNIT, ds.PERSISTENCED_UNIT
 

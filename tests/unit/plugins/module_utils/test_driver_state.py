@@ -2,7 +2,7 @@
 every error naming its file)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state as ds
 
 # Real lines. Open: the H100 of the reference (driver.md, driver 580.159.04; its build-host tail elided there), and a
 # whole one quoted in github.com/nix-community/nixGL issue 186 (565.57.01). Proprietary: quoted in

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures")
 # Catalog model -> a read-only NVML reading of that model on real hardware (tests/gpu/nvml_reading.py).

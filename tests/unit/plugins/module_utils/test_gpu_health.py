@@ -3,8 +3,8 @@ import copy
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import NOT_SUPPORTED
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import NOT_SUPPORTED
 
 BUS = "00000000:47:00.0"
 
@@ -200,7 +200,7 @@ def test_the_gate_form_is_what_node_health_takes_and_names_the_gpus_a_reset_clea
     """summary's ``gate``: node_health's verdict (its own check accepts it), each finding with GPU, bus id, kind and the
     summary line; an Xid on a bus id of no GPU keeps its line but no bus id node_health would refuse; reset_clears only
     the GPUs with a blocking finding that a reset clears."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._health_marks import verdict_errors
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_marks import verdict_errors
     remap = healthy_gpu(3)
     remap["remapped_rows"]["pending"] = True
     narrow = healthy_gpu(5, "00000000:4a:00.0")
@@ -312,7 +312,7 @@ def test_the_xid_of_a_missing_gpu_is_that_gpus_and_comes_right_after_its_missing
 def test_the_run_and_the_node_condition_read_the_findings_in_one_order():
     """The run's failure message joins the gate's blocking messages (roles/gpu_node/tasks/steps.yml); node_health's
     condition numbers them and takes its reason and taint from the first: the same order, whatever the findings."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks as hm
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_marks as hm
     data = read(healthy_gpu(0, "00000000:19:00.0"), readable=True, source="journalctl", lines=[FELL_OFF])
     data["pci"] = _bus(("0000:19:00.0", "nvidia"), ("0000:47:00.0", "nvidia"))
     gate = health.summary(data)["gate"]

@@ -5,10 +5,10 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_operator
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import MigLayoutError, resolve_layout
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_operator
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import MigLayoutError, resolve_layout
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import plan_layout
 
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """The pause affinity (expression, check, message) owned by _gpu_pods, which both chart modules ask."""
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_pods
 
 DEFAULT_TERMS = ({"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},)
 

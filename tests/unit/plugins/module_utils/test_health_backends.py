@@ -6,11 +6,11 @@ import os
 import pynvml
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlError, NvmlNotSupported
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import NOT_SUPPORTED
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError, NvmlNotSupported
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import NOT_SUPPORTED
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from test_nvml_backend import FIXTURE, FakeNvml
 from test_pci import _function as pci_function
@@ -327,7 +327,7 @@ def test_simulated_missing_gpu_stays_on_the_bus_and_is_a_finding(tmp_path, monke
     read of its index answers INVALID_ARGUMENT) while its PCI function stays in the host tree: the health read names it
     by its sysfs bus id and the driver bound to it. The plan's read names it in "missing_gpus". A reboot brings it
     back."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_backend
     sim = SimulatedBackend(str(tmp_path / "s.json"), shape="h200-x2", root=str(tmp_path / "root"))
     assert health.findings(sim.read_health()) == []
     sim.inject_health(1, "missing")

@@ -10,11 +10,11 @@ import time
 import pynvml
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_health as health
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import HostReader
-from ansible_collections.gpuops.nvidia.plugins.module_utils._health_deadline import HealthReadError, read_health
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_health as health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import HostReader
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_deadline import HealthReadError, read_health
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from test_health_backends import NO_SYSFS, HealthNvml
 from test_nvml_backend import FIXTURE
@@ -148,7 +148,7 @@ def test_a_part_that_fails_is_an_error_not_a_finding(sim):
 
 def test_the_bus_id_comes_from_the_pci_bus_where_nvml_named_none():
     """_bus_from_pci: the one GPU on the bus NVML did not answer for; where two are left, none."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._health_deadline import _bus_from_pci
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_deadline import _bus_from_pci
     pci = {"readable": True, "gpus": [{"bus_id": "0000:19:00.0"}, {"bus_id": "0000:47:00.0"}]}
     assert _bus_from_pci(pci, [{"pci_bus_id": "00000000:19:00.0"}], []) == "0000:47:00.0"
     assert _bus_from_pci(pci, [], []) is None

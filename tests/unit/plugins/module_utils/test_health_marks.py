@@ -2,8 +2,8 @@
 
 from hypothesis import given, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_marks as hm
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_names import label_value_errors, to_label_value
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_marks as hm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names import label_value_errors, to_label_value
 
 
 def finding(gpu, kind="row_remap_pending", message=None, bus_id="00000000:47:00.0"):

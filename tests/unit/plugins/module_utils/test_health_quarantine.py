@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_quarantine as q
-from ansible_collections.gpuops.nvidia.plugins.module_utils._health_marks import CONDITION_TYPE, TAINT_KEY
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_quarantine as q
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_marks import CONDITION_TYPE, TAINT_KEY
 
 NOW = 1796000000.0      # 2026-11-29
 HOUR = 3600.0

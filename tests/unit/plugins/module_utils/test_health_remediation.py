@@ -4,8 +4,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_remediation as r
-from ansible_collections.gpuops.nvidia.plugins.module_utils._health_quarantine import format_time
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_remediation as r
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_quarantine import format_time
 
 NOW = 1796000000.0      # 2026-11-29
 HOUR = 3600.0

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_report as hr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_report as hr
 
 TIME = "2026-11-29T06:17:10Z"
 BREAKER = {"open": False, "limit": 3, "window_hours": 24, "quarantined_in_window": 1, "held": []}

@@ -1,6 +1,6 @@
 """The health gate's remediation planner (_health_reset): which GPUs a reset would clear, and which may be reset."""
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_reset as hr
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import findings, verdict
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_reset as hr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import findings, verdict
 
 BUS = "00000000:47:00.0"
 

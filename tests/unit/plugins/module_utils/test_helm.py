@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _helm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _helm
 
 
 class Recorder(object):

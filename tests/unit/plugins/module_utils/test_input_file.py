@@ -4,7 +4,7 @@ and a message that names the option, the path and what is wrong."""
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._input_file import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import (
     InputFileError, check_shape, load_yaml, read_text)
 from tests.support.fuzz_values import make_special
 

@@ -5,8 +5,8 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import failure
 
 
 @pytest.fixture(autouse=True)
@@ -159,6 +159,6 @@ def test_dra_paths_are_built_in_one_place():
 
 
 def test_claim_templates_are_written_at_the_api_the_paths_name():
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
     obj = _dra.template_object({"name": "gpu-1", "device_class": "gpu"}, "ml", "fleet")
     assert obj["apiVersion"] == _kube.DRA_API_VERSION == "%s/%s" % (_kube.DRA_GROUP, _kube.DRA_VERSION)

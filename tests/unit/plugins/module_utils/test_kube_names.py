@@ -1,7 +1,7 @@
 """_kube_names: label keys and values checked with apimachinery's rules before any API call."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_names
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_names
 
 
 @pytest.mark.parametrize("key", ["app", "example.com/app", "nvidia.com/device-plugin.config", "a.b-c/x_y.z",

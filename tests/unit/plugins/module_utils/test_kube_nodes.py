@@ -1,8 +1,8 @@
 """_kube_nodes: this host's Node found by name, hostname or InternalIP."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube_nodes
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
 
 
 def _node(name, hostname=None, ip=None, labels=None):

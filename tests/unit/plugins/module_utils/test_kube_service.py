@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import retry_on_conflict, write_as_planned
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import (
+    retry_on_conflict, write_as_planned)
 
 
 def _error(status, reason):
@@ -112,8 +113,8 @@ def test_kube_run_tries_read_plan_apply_again_after_a_conflict_and_forgets_the_l
     run again on what is there now, ``conflict_tries`` in all, ``forget`` called between; the client is built from
     the authentication options; the last conflict fails the run with the API's status."""
     from ansible.module_utils.testing import patch_module_args
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._kube_service import KubeRun
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import run_module
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import run_module
 
     kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
     kube_api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"},

@@ -1,4 +1,4 @@
-"""The cluster lock (plugins/module_utils/_lease.py): the pure rules, then the protocol against the fake API server
+"""The cluster lock (plugins/module_utils/kube/_lease.py): the pure rules, then the protocol against the fake API server
 (real HTTP, the real kubernetes client's configuration) with an injected clock, then the /proc owner helpers on
 real processes."""
 import json
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease as L
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _lease as L
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -239,7 +239,7 @@ def test_renew_loop_stops_when_the_owner_is_gone_or_the_lease_is_lost(lease_env)
 # ---- the owner process (/proc) -----------------------------------------------------------------------------------
 def test_find_owner_is_the_topmost_ansible_playbook_and_the_liveness_checks(tmp_path):
     code_child = ("import sys; sys.path.insert(0, %r); "
-                  "from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease as L; "
+                  "from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _lease as L; "
                   "print(L.find_owner())" % os.path.join(ROOT, ".collections"))
     # an "ansible-playbook" (argv[0]) whose forked worker is "ansible-playbook" too, which runs a module
     code_parent = ("import os, subprocess, sys\n"

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _live_file
-from ansible_collections.gpuops.nvidia.plugins.module_utils._live_file import TOOL_DIRS, ToolNotFound, require_tool
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _live_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import TOOL_DIRS, ToolNotFound, require_tool
 
 
 def _searching(found):
@@ -69,7 +69,7 @@ def test_a_named_path_that_is_not_executable_is_refused(tmp_path):
 
 
 def test_stamp_lies_hidden_beside_the_file_it_vouches_for():
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _containerd_stamp
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _cdi, _containerd_stamp
     assert _live_file.stamp_path("/var/run/cdi/nvidia.yaml", ".x") == "/var/run/cdi/.nvidia.yaml.x"
     # the file names the nodes already hold stay valid
     assert _cdi.stamp_path("/var/run/cdi/nvidia.yaml") == "/var/run/cdi/.nvidia.yaml.gpuops-verified"
@@ -103,7 +103,7 @@ def test_a_live_file_that_cannot_be_read_is_raised_to_the_base_unchanged(tmp_pat
     """read_live's failure (issue 48): a LiveFileError, not fail_json; the base reports the old message and
     changed=False (the old failure had no changed key) even over a result that says changed; the MIG boot script,
     which has no base, reports it as the ValueError it is."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import failure
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import failure
     path = tmp_path / "config.toml"
     path.write_bytes(b"\xff\xfe not UTF-8")
     assert _live_file.read_live(str(tmp_path / "absent.toml"), "config_path") is None

@@ -4,15 +4,15 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import (
     MigLayoutError,
     index_of,
     named_layout_for,
     parse_migparted_config,
     resolve_layout,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import (
     MigBusyError,
     current_devices,
     layout_view,
@@ -20,9 +20,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
     plan_layout,
     validate_gpu_layout,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import Catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_profiles import Catalog
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlError
 
 from mig_model import ALL_MODELS, brute_force_best, gpu_facts, simulated
 

@@ -8,31 +8,31 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_layouts import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import (
     MigLayoutError,
     named_layout_for,
     parse_inline_layout,
     resolve_layout,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import (
     current_devices,
     plan_gpu,
     plan_layout,
     validate_gpu_layout,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_profiles import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_profiles import (
     Catalog,
     format_profile_name,
     is_plain_profile,
     parse_profile_name,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     NVML_ERROR_CODES,
     NvmlInsufficientResources,
     NvmlInvalidArgument,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 SHAPES = {"B200": "hgx-b200", "B300": "hgx-b300", "GB200": "gb200-nvl", "GH200": "gh200",
           "H100-NVL": "h100-nvl-x2", "RTX-PRO-6000": "rtx-pro-6000-x8"}

@@ -5,15 +5,15 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import (
     MigBusyError,
     current_devices,
     layout_view,
     plan_gpu,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 SHAPES = {"A100-SXM4-40GB": "dgx-a100-40gb", "A100-SXM4-80GB": "dgx-a100-80gb", "A30": "a30-x4",
           "H100-80GB": "hgx-h100-80gb", "H200": "hgx-h200", "B200": "hgx-b200", "B300": "hgx-b300",

@@ -9,9 +9,9 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _module_run
-from ansible_collections.gpuops.nvidia.plugins.module_utils._kube import KubeError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _module_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
 
 STORE = {}      # the "device" the test module manages: one value
 

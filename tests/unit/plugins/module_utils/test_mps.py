@@ -1,7 +1,7 @@
 """Pure MPS pieces: declarations, the systemd unit, the commands, reading nvidia-cuda-mps-control answers."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mps import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mps import (
     MpsError, check_path, check_service_name, default_commands, mib_text, normalize_defaults, parse_mem_answer,
     parse_percentage_answer, parse_pid_list, plan_defaults, render_unit, restart_relevant)
 

@@ -3,8 +3,8 @@
 before and reported unchanged."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _node_lock
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Refusal, failure
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Refusal, failure
 
 
 class _Module(object):

@@ -4,10 +4,10 @@ them: every GPU of the table can run the open modules, every Blackwell id refuse
 pre-Turing id refuses the open ones, whether the catalog knows the GPU or not (issue 47, item 4)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan as dp
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_pci_ids as pci_ids
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan as dp
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _nvidia_pci_ids as pci_ids
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
 
 TURING = catalog.ARCHITECTURE_ORDER.index("turing")
 BLACKWELL = catalog.ARCHITECTURE_ORDER.index("blackwell")

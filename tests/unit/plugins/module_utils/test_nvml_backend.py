@@ -8,11 +8,11 @@ import re
 import pynvml
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvml_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _nvml_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     GpuBackendError, NvmlError, NvmlInUse, NvmlNotSupported)
-from ansible_collections.gpuops.nvidia.plugins.module_utils._nvml_backend import NvmlBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "h200", "nvml_reading.json")
 

@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _package_repo, _packages
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _package_repo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
 
 DEB_PAIRS = [
     ("1.18.1-1", "1.20.0-1"), ("1.20.0-1", "1.20.0-1"), ("1.20.0-1", "1.20.0-2"), ("1.20.0~rc.1-1", "1.20.0-1"),

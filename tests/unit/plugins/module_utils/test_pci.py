@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
 
 
 def _function(root, bus_id, vendor=0x10DE, device=0x2330, pci_class=0x030200, sub=(0x10DE, 0x16C1), driver=None):

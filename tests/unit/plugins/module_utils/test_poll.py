@@ -2,7 +2,7 @@
 """poll: reads until the state is reached or the deadline passes, with a fake clock (no real sleeping)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._poll import poll
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._poll import poll
 from tests.support.fake_clock import FakeClock
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import ShareError, replica_shares
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._sharing import ShareError, replica_shares
 
 H200 = {"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200", "memory_total_bytes": 150754820096,
         "memory_total_mib": 143771}

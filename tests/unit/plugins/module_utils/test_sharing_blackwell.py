@@ -3,10 +3,10 @@ returns them): resource names of the +gfx, -me and +me.all profiles, and per-rep
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.filter.sharing import mps_shares
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _device_plugin
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_apply import execute_plan
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import plan_gpu
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._mig_apply import execute_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import plan_gpu
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 
 def node(tmp_path, shape, layout=None, gpus=1):

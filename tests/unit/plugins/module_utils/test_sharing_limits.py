@@ -1,7 +1,7 @@
 """Per-workload MPS limits: strict validation (CUDA silently ignores a bad value and then caps nothing)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._sharing import (
     GIB, MIB, LimitError, daemon_defaults, daemon_mem_amount, parse_mem_limit, parse_thread_percentage,
     render_mem_limit, workload_limits)
 

@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._sharing import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._sharing import (
     LimitError, parse_mem_limit, render_mem_limit)
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     NVML_ERROR_CODES,
     GpuBackendError,
     NvmlError,
@@ -17,8 +17,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import (
     NvmlInvalidArgument,
     NvmlNotSupported,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.ansible_run import ROOT
 from tests.support.stop_points import wait_child_stopped
 
@@ -441,7 +441,7 @@ def test_errors_carry_nvml_codes():
 
 # ---------------------------------------------------------------- the stop hook (kills at a chosen call)
 _CALLER = ("import sys\n"
-           "from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend\n"
+           "from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend\n"
            "sim = SimulatedBackend(sys.argv[1])\n"
            "for n in range(5):\n"
            "    try:\n"

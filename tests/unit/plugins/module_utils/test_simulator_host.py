@@ -5,12 +5,13 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_state, _pci
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_catalog as catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu import GpuBackendError, NvmlInitError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator_state import SIM_DRIVER_VERSION
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host as host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlInitError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator_state import SIM_DRIVER_VERSION
 
 
 def _sim(tmp_path, shape="hgx-h200", options=None, root="root"):
@@ -149,7 +150,7 @@ def test_an_existing_state_is_not_rendered_again(tmp_path):
 
 
 def test_get_backend_passes_root_and_host_options(tmp_path, monkeypatch):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import get_backend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend
     monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", str(tmp_path / "s.json"))
     monkeypatch.setenv("GPUOPS_SIMULATED_MACHINE", "h200-x1")
     monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", str(tmp_path / "r"))

@@ -3,7 +3,7 @@ reads until its row's condition holds or the timeout passes, with the row's defa
 caller's options say otherwise. A fake clock drives every wait here: nothing sleeps."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _waits
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _waits
 from tests.support.fake_clock import FakeClock as Clock
 
 

@@ -1,7 +1,7 @@
 """The Xid parser, the catalog's classification and the kernel-log reader's fallbacks (real line formats)."""
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _xid
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _xid
 
 GPUS = [{"index": 0, "pci_bus_id": "00000000:07:00.0"}, {"index": 3, "pci_bus_id": "00000000:47:00.0"}]
 
@@ -121,7 +121,7 @@ def test_a_module_on_a_node_without_journalctl_reads_dmesg(tmp_path, monkeypatch
     from ansible.module_utils import basic
     from ansible.module_utils.testing import patch_module_args
 
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_backend import module_runner
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import module_runner
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

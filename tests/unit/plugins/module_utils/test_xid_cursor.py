@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _xid
-from ansible_collections.gpuops.nvidia.plugins.module_utils._xid_cursor import advance, parse_cursor
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _xid
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health._xid_cursor import advance, parse_cursor
 
 BOOT = "0f1e2d3c-aaaa-4bbb-8ccc-111122223333"
 OTHER_BOOT = "9a8b7c6d-aaaa-4bbb-8ccc-444455556666"

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.ansible_run import BIN, ROOT, ansible_env, run_module
 from tests.support.modrun import run_here
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _lease
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _lease
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_lease
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main

@@ -1,12 +1,12 @@
-"""cluster_profiles and its planner (plugins/module_utils/_profile_record.py): the fleet's device plugin profiles,
+"""cluster_profiles and its planner (plugins/module_utils/kube/_profile_record.py): the fleet's device plugin profiles,
 merged from what each run (an AWX job slice) declares, against the fake API server."""
 import json
 
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.filter.device_plugin_profiles import device_plugin_profiles
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _profile_record as record
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _profile_record as record
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_profiles
 from tests.support.modrun import run_main
 

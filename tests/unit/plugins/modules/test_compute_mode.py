@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.ansible_run import run_module
 from tests.support.modrun import run_here
 

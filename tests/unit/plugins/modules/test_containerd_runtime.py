@@ -12,8 +12,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from tests.support import ctk_env  # noqa: E402
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_stamp as containerd_stamp  # noqa: E402
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import (  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import (  # noqa: E402
+    _containerd_stamp as containerd_stamp)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import (  # noqa: E402
     parse_toml, runtimes_of)
 from ansible_collections.gpuops.nvidia.plugins.modules import containerd_runtime  # noqa: E402
 
@@ -280,7 +281,7 @@ def test_cdi_on_a_version_1_config_ends_on_where_containerd_reads_it(env):
 def test_a_result_with_cdi_off_for_the_cri_plugin_is_refused(env, monkeypatch):
     """Without the collection's [plugins.cri] setting, nvidia-ctk's version 1 output leaves CDI off: refused, and
     nothing changes (the guard that also holds for any later nvidia-ctk)."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _nvidia_ctk
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _nvidia_ctk
     monkeypatch.setattr(_nvidia_ctk.NvidiaCtkRunner, "_cri_v1_cdi", lambda *_args: False)
     env.set_ctk("1.17.8")
     env.config.write_text(V1_INPUT)
@@ -794,7 +795,7 @@ def test_a_failure_while_verifying_the_written_files_leaves_no_stamp_and_does_no
 def test_a_written_file_that_does_not_read_back_fails_changed(env, monkeypatch):
     """ContainerdRun.apply's read-back check raises a Failure to the base (issue 48): the same message, changed=True
     and the files with their actions, as when it called fail_json."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _containerd_run
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_run
     read_live = _containerd_run.read_live
 
     def tampered(path, what):

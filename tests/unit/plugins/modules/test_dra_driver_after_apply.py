@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _kube
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, failure
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, failure
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_driver
 
 

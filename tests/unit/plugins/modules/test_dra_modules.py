@@ -4,7 +4,7 @@ resource.k8s.io/v1 as Kubernetes 1.34 does (tests/support/fake_kube_api.py valid
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _dra
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_claim_templates, dra_node_verify
 from tests.conftest import KUBE_TOKEN
 from tests.support.fake_kube_api import FakeKubeApi

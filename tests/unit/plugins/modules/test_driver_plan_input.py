@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_plan
 from tests.support import fuzz_values, rigs
 from tests.support.modrun import run_main

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver_services as ds
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host as host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host as host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_services
 from tests.support import driver_rig
 from tests.support.modrun import run_main

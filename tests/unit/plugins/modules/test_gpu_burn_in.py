@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_health import summary
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import summary
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_burn_in
 
 from tests.support.modrun import run_main

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
 from tests.support.ansible_run import ROOT, run_module
 from tests.support.modrun import run_here
@@ -40,7 +40,7 @@ def test_reads_every_field_the_issue_lists(tmp_path):
 
 
 def test_reports_instances_mig_devices_and_processes(tmp_path):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
     env = _sim_env(tmp_path, "hgx-h200")
     sim = SimulatedBackend(env["GPUOPS_SIMULATED_GPUS"], shape="hgx-h200")
     sim.set_mig_mode(1, True)

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._compute_mode import boot_unit
-from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_config import parse_toml
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode import boot_unit
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import parse_toml
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
 from tests.support import ctk_env

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _simulator_host
-from ansible_collections.gpuops.nvidia.plugins.module_utils._driver_step import plan_driver
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_step import plan_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
 from tests.support.modrun import run_main
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.modules import device_plugin_verify, gpu_operator, gpu_operator_mig
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support.fake_gpu_operator import FakeGpuOperator
 from tests.support.modrun import run_main
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_quarantine as q
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_quarantine as q
 from ansible_collections.gpuops.nvidia.plugins.modules import health_quarantine
 from tests.support.modrun import run_main
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _health_remediation as r
+from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_remediation as r
 from ansible_collections.gpuops.nvidia.plugins.modules import health_remediation
 from tests.support.modrun import run_main
 

@@ -3,8 +3,8 @@ import hashlib
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._mig_plan import current_devices
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import MUTATING_CALLS, SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_devices
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import MUTATING_CALLS, SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_layout
 from tests.support.ansible_run import run_module
 from tests.support.modrun import run_main

@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import mig_mode
 from tests.support.ansible_run import run_module
 from tests.support.modrun import run_here, run_main

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._simulator import SimulatedBackend
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, mig_layout, mig_mode
 from tests.support.modrun import run_main
 

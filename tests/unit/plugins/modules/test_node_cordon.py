@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._module_run import Failure, failure
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, failure
 from ansible_collections.gpuops.nvidia.plugins.modules import node_cordon
 from tests.support.fake_clock import FakeClock
 from tests.support.modrun import run_main as run_module

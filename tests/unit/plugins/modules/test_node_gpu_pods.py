@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_pods
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.modules import node_gpu_pods
 from tests.support.modrun import run_main
 
