@@ -11,8 +11,14 @@ third-party libraries) are left out.
 
 Imports inside a function are marked: they run only when the function does (a backend chosen at run time, a
 declaration for ansible-core's bundler), so a cycle through one is a note, not an error (--strict: an error).
-Exit status 1 when the imports that run at import time have a cycle (each is printed on stderr), or with --check
-when the page is stale.
+
+plugins/module_utils/ is a set of packages, one per layer (LAYERS, top first), and a package may import only the
+packages that ALLOWED names for it: an import of any other package, a module_utils file outside a package of
+LAYERS, or an import from module_utils of a module, filter or action plugin is an error. ALLOWED points down the
+layers, except where UP_INSIDE_FUNCTIONS lets an import inside a function point up (the backend choice).
+
+Exit status 1 when the imports that run at import time have a cycle, when an import breaks the layers (each is
+printed on stderr), or with --check when the page is stale.
 """
 import argparse
 import ast
@@ -23,6 +29,25 @@ PREFIX = "ansible_collections.gpuops.nvidia.plugins"
 START = "<!-- import-graph:start -->"
 END = "<!-- import-graph:end -->"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UTILS = "module_utils"
+
+# The packages of plugins/module_utils/, top layer first (docs/architecture.md, "Layers", says what each holds).
+LAYERS = ("node", "health", "sim", "driver", "plan", "kube", "gpu", "common")
+# package -> the packages its files may import (its own always); all below it in LAYERS
+ALLOWED = {
+    "node": ("driver", "plan", "kube", "gpu", "common"),
+    "health": ("plan", "kube", "gpu", "common"),
+    "sim": ("driver", "gpu", "common"),
+    "driver": ("plan", "gpu", "common"),
+    "plan": ("kube", "gpu", "common"),
+    "kube": ("common",),
+    "gpu": ("common",),
+    "common": (),
+}
+# (package, package above it) -> why an import inside a function may point up
+UP_INSIDE_FUNCTIONS = {
+    ("gpu", "sim"): "the backend choice: _gpu_backend.get_backend imports the simulator only for a run that uses it",
+}
 
 
 def plugin_files(root):
@@ -110,6 +135,74 @@ def import_time(edges):
     return dict((node, dict((t, d) for t, d in targets.items() if not d)) for node, targets in edges.items())
 
 
+def _package(node):
+    """The module_utils package of ``node`` (``module_utils/kube/_kube`` -> ``kube``); None outside module_utils,
+    "" for a file directly in module_utils/."""
+    parts = node.split("/")
+    if parts[0] != UTILS:
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def package_edges(edges):
+    """{package: {imported package: deferred}} between module_utils' packages (deferred: only inside functions)."""
+    out = {}
+    for node, targets in edges.items():
+        source = _package(node)
+        if not source:
+            continue
+        mine = out.setdefault(source, {})
+        for target, deferred in targets.items():
+            other = _package(target)
+            if other and other != source:
+                mine[other] = mine.get(other, True) and deferred
+    return out
+
+
+def rule_problems():
+    """LAYERS, ALLOWED and UP_INSIDE_FUNCTIONS against each other: every allowed import points down the layers."""
+    order = list(LAYERS)
+    problems = []
+    if sorted(ALLOWED) != sorted(order):
+        problems.append("ALLOWED names the packages %s, LAYERS %s" % (sorted(ALLOWED), sorted(order)))
+    for package, targets in sorted(ALLOWED.items()):
+        for target in targets:
+            if target not in order or package not in order or order.index(target) <= order.index(package):
+                problems.append("ALLOWED lets %s import %s, which is not below it in LAYERS" % (package, target))
+    for package, target in sorted(UP_INSIDE_FUNCTIONS):
+        if package not in order or target not in order or order.index(target) >= order.index(package):
+            problems.append("UP_INSIDE_FUNCTIONS lets %s import %s, which is not above it in LAYERS"
+                            % (package, target))
+    return problems
+
+
+def layer_problems(edges):
+    """What breaks the layers: a module_utils file outside a package of LAYERS, an import between packages that
+    ALLOWED does not list (or that points up at import time), an import of a plugin from module_utils."""
+    known = list(LAYERS)
+    problems = []
+    for node in sorted(edges):
+        package = _package(node)
+        if package is None:
+            continue
+        if package not in known:
+            problems.append("%s is not in a package of module_utils' layers (%s): move it into one, or add its "
+                            "package to LAYERS and ALLOWED in scripts/import_graph.py" % (node, ", ".join(known)))
+            continue
+        for target, deferred in sorted(edges[node].items()):
+            other = _package(target)
+            if other is None:
+                problems.append("%s imports %s: module_utils imports no module, filter or action plugin"
+                                % (node, target))
+            elif other and other != package and other not in ALLOWED.get(package, ()):
+                if deferred and (package, other) in UP_INSIDE_FUNCTIONS:
+                    continue
+                problems.append("%s imports %s%s: package %s may import only %s" % (
+                    node, target, " (inside a function)" if deferred else "", package,
+                    ", ".join(ALLOWED.get(package, ())) or "nothing of the others"))
+    return problems
+
+
 def cycles(edges):
     """The import cycles: each strongly connected component of more than one node, as a sorted list (Tarjan)."""
     index, low, stack, on_stack, out = {}, {}, [], set(), []
@@ -162,10 +255,23 @@ def markdown(edges):
     return "\n".join(lines) + "\n"
 
 
+def packages_markdown(edges):
+    """module_utils' packages, top layer first, each with what it imports of the others."""
+    imported = package_edges(edges)
+    lines = ["module_utils packages, top layer first, with what each imports of the others:", ""]
+    for name in LAYERS:
+        targets = imported.get(name, {})
+        direct = ", ".join("`%s`" % t for t, deferred in sorted(targets.items()) if not deferred)
+        later = ", ".join("`%s`" % t for t, deferred in sorted(targets.items()) if deferred)
+        line = "- `%s/` -> %s" % (name, direct or "(none)")
+        lines.append(line + (" (inside functions: %s)" % later if later else ""))
+    return "\n".join(lines) + "\n"
+
+
 def block(edges):
     """What goes between the markers of docs/architecture.md."""
     return "%s\n<!-- generated by scripts/import_graph.py; regenerate with: python scripts/import_graph.py --write " \
-           "docs/architecture.md -->\n\n%s\n%s" % (START, markdown(edges), END)
+           "docs/architecture.md -->\n\n%s\n%s\n%s" % (START, packages_markdown(edges), markdown(edges), END)
 
 
 def page_block(text, path):
@@ -189,6 +295,9 @@ def main(argv=None):
     for cycle in hard:
         sys.stderr.write("import cycle: %s\n" % " <-> ".join(cycle))
         status = 1
+    for problem in rule_problems() + layer_problems(edges):
+        sys.stderr.write("layers: %s\n" % problem)
+        status = 1
     for cycle in cycles(edges):
         if not any(set(cycle) <= set(known) for known in hard):
             sys.stderr.write("%s: cycle through imports inside functions (not run at import time): %s\n"
@@ -209,7 +318,7 @@ def main(argv=None):
                              "--write %s\n" % (path, path))
             status = 1
     else:
-        sys.stdout.write(markdown(edges))
+        sys.stdout.write(packages_markdown(edges) + "\n" + markdown(edges))
     return status
 
 
