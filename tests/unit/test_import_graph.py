@@ -158,3 +158,21 @@ def test_a_file_outside_the_packages_or_an_import_of_a_plugin_fails(tmp_path, fi
     proc = _run("--root", _tree(tmp_path, files))
     assert proc.returncode == 1
     assert "layers: " + says in proc.stderr
+
+
+def test_the_architecture_page_draws_the_packages_of_the_layers_in_their_order():
+    with open(PAGE, encoding="utf-8") as handle:
+        text = handle.read()
+    section = text[text.index("## Layers\n"):text.index("## Who imports whom\n")]
+    tree = section[section.index("   plugins/module_utils/\n"):]
+    tree = tree[:tree.index("```")]
+    drawn = [line.split()[0].rstrip("/") for line in tree.splitlines()[1:] if line.strip()]
+    assert drawn == list(import_graph.LAYERS), "docs/architecture.md's tree of module_utils is not LAYERS"
+    # each package's paragraph names every file the package holds
+    paragraphs = section.split("\n   - `")[1:]
+    said = dict((p.split("/`", 1)[0], p) for p in paragraphs)
+    for package in import_graph.LAYERS:
+        files = sorted(name[:-3] for name in os.listdir(os.path.join(ROOT, "plugins", "module_utils", package))
+                       if name.endswith(".py") and name != "__init__.py")
+        unsaid = [name for name in files if "`%s`" % name not in said.get(package, "")]
+        assert not unsaid, "docs/architecture.md's paragraph on %s/ does not name %s" % (package, unsaid)
