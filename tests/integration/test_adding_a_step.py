@@ -1,7 +1,7 @@
-"""Adding a node step is one registry entry and one task file (issue 48): a throwaway step is added to a temporary copy
-of the collection - a ``Step`` in plugins/module_utils/node/_node_steps.py and roles/gpu_node/tasks/throwaway.yml, no other
-file touched - and site.yml converges a lab node from that copy. The step's tasks run where its check finds work (its
-marker file is missing), and a converged re-run skips them (nothing changed, the step's task not run). The copy is
+"""Adding a node step is one registry entry and one task file (issue 48): a throwaway step is added to a temporary
+copy of the collection - a ``Step`` in plugins/module_utils/node/_node_steps.py and roles/gpu_node/tasks/throwaway.yml,
+no other file touched - and site.yml converges a lab node from that copy. The step's tasks run where its check finds
+work (its marker file is missing), and a converged re-run skips them (nothing changed, the step's task not run). The copy is
 compared with the collection file by file afterwards: a step that needed a second file edited would show here as a
 difference (and without that edit the converge fails)."""
 import hashlib
@@ -60,7 +60,7 @@ def test_a_new_step_is_one_registry_entry_and_one_task_file(tmp_path):
     if os.path.isdir(os.path.join(ROOT, "tools")):
         os.symlink(os.path.join(ROOT, "tools"), str(copy / "tools"))
     # the two edits a new step takes
-    registry = copy / "plugins" / "module_utils" / "_node_steps.py"
+    registry = copy / "plugins" / "module_utils" / "node" / "_node_steps.py"
     text = registry.read_text()
     assert text.count(ANCHOR) == 1
     registry.write_text(text.replace(ANCHOR, STEP + ANCHOR))
