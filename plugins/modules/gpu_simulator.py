@@ -231,6 +231,11 @@ class SimulatorControl(ModuleRun):
             self.result["msg"] = "would %s" % self.params["action"]
         return self.params["action"]
 
+    def failing(self, exc):
+        # the simulator checks an action's input before it writes its state (one write, under its lock): an action it
+        # refuses changed nothing
+        self.result["changed"] = False
+
     def apply(self, current, changes):
         p, sim = self.params, self.sim
         if changes == "reboot":
