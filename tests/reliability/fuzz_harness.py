@@ -283,10 +283,6 @@ def _driver_declaration(anything):
         ("revision", ["0ubuntu1", "", "a b"])))), anything).filter(not_distribution)
 
 
-# the lab's dcgmi stand-in (tests/support/dcgmi_standin.py)
-DCGMI = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "support",
-                     "bin", "dcgmi")
-
 MODULES = {
     "compute_mode": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"mode": "Prohibited", "gpus": ["0"]}),
     "gpu_info": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={},
@@ -297,7 +293,7 @@ MODULES = {
                              hints={"health_policy": HEALTH_POLICY}),
     # the burn-in with the lab's dcgmi stand-in; a fuzzed command is looked up (one that does not answer as dcgmi fails
     # naming it), and nothing but the record may be written
-    "gpu_burn_in": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"level": "quick", "dcgmi": DCGMI},
+    "gpu_burn_in": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"level": "quick", "dcgmi": _DCGMI_STANDIN},
                         hints={"level": st.sampled_from(["quick", "medium", "long", "extended", "Quick", "", "5"]),
                                "dcgmi": st.sampled_from(["dcgmi", "/bin/false", "", "dcgmi\x00", "../dcgmi"])}),
     # The sweep's report, written into the sandbox: no node behind it (the sim rig is only its directory); the

@@ -38,7 +38,7 @@ NVML_ERRORS = ("UNKNOWN", "IN_USE", "INSUFFICIENT_RESOURCES")
 # - one helm upgrade --install; containerd validates the current config and the candidate on each node, then, after
 #   writing, the written config and its candidate again (containerd_runtime's check that the written state is a
 #   fixed point before it records it as verified; a fault there leaves no record, the converge still succeeds).
-STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 23, "helm": 1, "containerd": 8}
+STEPS = {MIG_NODE: 9, MPS_NODE: 1, "api": 24, "helm": 1, "containerd": 8}
 ALL_CASES = ([("nvml", node, i) for node in (MIG_NODE, MPS_NODE) for i in range(1, STEPS[node] + 1)]
              + [(kind, None, i) for kind in ("api", "helm", "containerd") for i in range(1, STEPS[kind] + 1)])
 # make test: a fixed sample of the steps (site_env.sampled); GPUOPS_RELIABILITY=full: every step

@@ -191,6 +191,10 @@ def apply_merge(target, patch, field=None):
                 out.append(copy.deepcopy(item))
             else:
                 out[index] = apply_merge(out[index], item)
+        # an applied config that names every item: the list takes its order (the chart's new order after an upgrade)
+        order = [item[key] for item in patch]
+        if sorted(order) == sorted(have[key] for have in out):
+            out.sort(key=lambda have: order.index(have[key]))
         return out
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -250,6 +254,12 @@ def _merge_list(target, patch, key, merge_keys, path):
             out.append(strategic_merge_patch({}, item, merge_keys, path))
         else:
             out[index] = strategic_merge_patch(out[index], item, merge_keys, path)
+    # A client's patch of the whole list (helm's three-way merge patch, kubectl apply) carries
+    # ``$setElementOrder/<list>``: the merged list takes the patch's order. A patch naming only some elements keeps the
+    # stored order.
+    order = [item.get(key) for item in patch if isinstance(item, dict) and item.get("$patch") != "delete"]
+    if sorted(order) == sorted(have.get(key) for have in out if isinstance(have, dict)):
+        out.sort(key=lambda have: order.index(have.get(key)))
     return out
 
 
