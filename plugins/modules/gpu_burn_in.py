@@ -92,15 +92,18 @@ import json
 import os
 import time
 
+# (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
+_bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in, _dcgm
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import GpuBackendError, NvmlError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_backend import get_backend, module_runner
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlInitError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_run import GpuRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import write_atomic
-from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, ModuleRun, run_module
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
 
 
-class GpuBurnIn(ModuleRun):
+class GpuBurnIn(GpuRun):
     """(node lock) read the GPUs and the record -> whether a burn-in is due -> dcgmi diag -r N -> the record."""
 
     argument_spec = dict(
@@ -114,15 +117,10 @@ class GpuBurnIn(ModuleRun):
         return module_lock(self.module, "gpu_burn_in")
 
     def read(self):
-        backend = None
         try:
-            backend = get_backend(run_command=module_runner(self.module))
-            facts = backend.read_all()
-        except (GpuBackendError, NvmlError) as exc:
+            facts, dummy = self.read_gpus()
+        except NvmlInitError as exc:
             raise Failure("cannot read the GPUs: %s; no burn-in ran" % exc, changed=False) from exc
-        finally:
-            if backend is not None:
-                backend.close()
         path = _burn_in.record_path()
         self.result.update(record_path=path, burn_in=None, reasons=[])
         return {"facts": facts, "path": path, "record": _burn_in.read_record(path)}
