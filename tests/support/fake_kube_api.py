@@ -192,10 +192,7 @@ def apply_merge(target, patch, field=None):
             else:
                 out[index] = apply_merge(out[index], item)
         # an applied config that names every item: the list takes its order (the chart's new order after an upgrade)
-        order = [item[key] for item in patch]
-        if sorted(order) == sorted(have[key] for have in out):
-            out.sort(key=lambda have: order.index(have[key]))
-        return out
+        return _in_order_of(out, [item[key] for item in patch], key)
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -257,10 +254,16 @@ def _merge_list(target, patch, key, merge_keys, path):
     # A client's patch of the whole list (helm's three-way merge patch, kubectl apply) carries
     # ``$setElementOrder/<list>``: the merged list takes the patch's order. A patch naming only some elements keeps the
     # stored order.
-    order = [item.get(key) for item in patch if isinstance(item, dict) and item.get("$patch") != "delete"]
-    if sorted(order) == sorted(have.get(key) for have in out if isinstance(have, dict)):
-        out.sort(key=lambda have: order.index(have.get(key)))
-    return out
+    return _in_order_of(out, [item.get(key) for item in patch
+                              if isinstance(item, dict) and item.get("$patch") != "delete"], key)
+
+
+def _in_order_of(items, order, key):
+    """``items`` (maps with merge key ``key``) in ``order`` where ``order`` names every one of them (what
+    ``$setElementOrder`` or a whole applied list asks for), else as they are."""
+    if sorted(order) == sorted(item.get(key) for item in items):
+        items.sort(key=lambda item: order.index(item.get(key)))
+    return items
 
 
 def _pointer(doc, path):
