@@ -129,6 +129,8 @@ def node_declaration_errors(declared, node):
                       % (head, _json(_truncate(_text(interval), 40))))
     errors.extend(_cdi_errors(declared, head, provider))
     errors.extend(_health_errors(declared.get("health_policy", {}), head))
+    if "device_plugin_skip_xids" in declared:
+        errors.extend(_skip_xids_errors(declared["device_plugin_skip_xids"], head))
     if _bool(declared.get("health_reset", False)) and _bool(declared.get("health_gate", True)) is False:
         errors.append("%s gpu_node_health_reset=true with gpu_node_health_gate=false: the reset is the gate's "
                       "remediation, decided from the health the gate reads; set gpu_node_health_gate=true, or "
@@ -192,6 +194,13 @@ def _health_errors(policy, head):
     except HealthPolicyError as exc:
         return ["%s gpu_node_health_policy: %s" % (head, _truncate(str(exc), 2000))]
     return []
+
+
+def _skip_xids_errors(setting, head):
+    """The fleet-wide device plugin Xid skip setting (the cluster role's cluster_device_plugin_skip_xids, or
+    gpuops_device_plugin_skip_xids): 'auto', 'all' or a list of Xid codes (docs/health.md)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._device_plugin_health import setting_errors
+    return ["%s %s" % (head, error) for error in setting_errors(setting, "cluster_device_plugin_skip_xids")]
 
 
 def _dra_errors(explicit):
