@@ -51,8 +51,9 @@ class Step(object):
     ``reruns`` names the later steps that run whenever this one runs (it changes what they read: the toolkit's
     install gives containerd's runtime, the runtime's mode and the CDI spec a new nvidia-ctk); ``after_change``: it
     runs whenever another step runs in a real run (the health gate reads the GPUs again after any change); ``marks``:
-    ``marks(node)`` says whether the Kubernetes node carries the step's own marks (the step then runs, to take them
-    off once they no longer hold). ``managed(v)`` says whether the collection manages the step on this node (who
+    ``marks(node, report)`` says whether the Kubernetes node (as read) carries the step's own marks, or lacks one
+    its plan's ``report`` asks for (the step then runs, to take them off once they no longer hold, or to put them
+    there). ``managed(v)`` says whether the collection manages the step on this node (who
     owns it: the GPU Operator, DRA, the collection), from the role's variables ``v`` (``RoleVars``; default: always);
     ``planned(v)`` whether the node plan checks it (default: where managed); ``inputs(v)`` its options of
     gpu_node_plan (option -> value) where planned; ``declares`` the fact its role's ``declared`` entry point sets (the
@@ -512,10 +513,15 @@ def _health_inputs(v):
                        "dcgmi": v("gpu_node_health_dcgmi")}}
 
 
-def _health_marks(node):
-    """The health gate's own marks on the Kubernetes node (node_cordon's query): its taint or its condition."""
+def _health_marks(node, report):
+    """The health gate's own marks on the Kubernetes node (node_cordon's query): its taint or its condition; or a
+    burn-in record (the plan's health read) that the node does not carry as it is (the annotation node_health
+    writes): a node burned in before the annotation existed, or whose annotation someone changed."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import annotation_value
+    burn_in = (report.get("health") or {}).get("burn_in")
     return (any(t.get("key") == "gpuops.nvidia/gpu-unhealthy" for t in node.get("taints") or [])
-            or any(c.get("type") == "GpuopsNvidiaGpuHealthy" for c in node.get("conditions") or []))
+            or any(c.get("type") == "GpuopsNvidiaGpuHealthy" for c in node.get("conditions") or [])
+            or (isinstance(burn_in, dict) and node.get("burn_in") != annotation_value(burn_in)))
 
 
 STEPS = (
@@ -701,18 +707,29 @@ def gates(plan, managed, check_mode=False, steps=None, after_change=False, node=
             continue
         others = any(out[name] for name in names if name != step.name) or disruptive
         out[step.name] = bool((step.after_change and not check_mode and others)
-                              or (step.marks is not None and node is not None and step.marks(node)))
+                              or (step.marks is not None and node is not None
+                                  and step.marks(node, plan.get(step.name) or {})))
     out["disruptive"] = disruptive
     return out
 
 
 def runs(gate_map, steps=None):
-    """The steps that are not disruptive and run (``gates``' answer), in the registry's order, each as its ``name`` and
-    its task file (``tasks``): what steps.yml's one loop includes after the disruptive steps (each by name, inside the
-    quiesce)."""
+    """The steps that are not disruptive and run (``gates``' answer), in the registry's order, each as its ``name``, its
+    task file (``tasks``) and the names of the steps that run before it in this list (``after``): what steps.yml's one
+    loop includes after the disruptive steps (each by name, inside the quiesce).
+
+    Why ``after``: ansible-core runs one loop of ``include_tasks`` over a batch of hosts by merging the includes of
+    equal file and loop item across hosts (playbook/included_file.py, ``IncludedFile.__eq__`` and
+    ``process_include_results``, ansible-core 2.16 to 2.21) and gives every host its includes in the order the merged
+    list first saw them, not in the order of its own loop: a host whose loop is [burn_in, health], after a host whose
+    loop is [health] alone, would run health first. With the steps before it in the item, an include merges only with
+    those of hosts whose loop is the same up to it, and each host keeps the registry's order."""
     steps = STEPS if steps is None else steps
-    return [{"name": step.name, "tasks": step.tasks} for step in steps
-            if step.tasks is not None and not step.disruptive and gate_map.get(step.name)]
+    out = []
+    for step in steps:
+        if step.tasks is not None and not step.disruptive and gate_map.get(step.name):
+            out.append({"name": step.name, "tasks": step.tasks, "after": [r["name"] for r in out]})
+    return out
 
 
 def resolve(v, steps=None):
