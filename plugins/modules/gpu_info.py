@@ -231,6 +231,13 @@ health:
           (no finding). Null where the bus is not read (simulated GPUs without C(GPUOPS_SIMULATED_ROOT)).
       type: dict
       returned: always
+    burn_in:
+      description:
+        - The node's burn-in record in short (C(level), C(verdict), C(time), C(driver), C(dcgm_version), and
+          C(failed), each failed test with its GPU), as M(gpuops.nvidia.node_health) carries it on the Node (its option
+          O(gpuops.nvidia.node_health#module:burn_in)); null where the node has no usable record.
+      type: dict
+      returned: always
     gate:
       description:
         - The verdict as M(gpuops.nvidia.node_health) takes it - C(healthy), C(blocking) and C(warnings), each finding

@@ -148,6 +148,11 @@ taints:
   type: list
   elements: dict
   sample: [{key: gpuops.nvidia/gpu-unhealthy, value: row_remap_pending, effect: NoSchedule}]
+burn_in:
+  description: The node's C(gpuops.nvidia/burn-in) annotation as read (the burn-in record the health gate put there,
+    see M(gpuops.nvidia.node_health)), or null.
+  returned: success
+  type: str
 conditions:
   description: The node's conditions as read, each C(type), C(status) and C(reason) (the health gate finds its own
     C(GpuopsNvidiaGpuHealthy) here).
@@ -170,7 +175,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import OWNER_ANNOTATION, cordon_patch
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import (BURN_IN_ANNOTATION, OWNER_ANNOTATION,
+                                                                                      cordon_patch)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
@@ -281,8 +287,10 @@ class NodeCordon(KubeRun):
         before = bool((node.get("spec") or {}).get("unschedulable"))
         marked_by = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
         status = node.get("status") or {}
+        annotations = node["metadata"].get("annotations") or {}
         self.result.update(node=self.name, labels=dict(node["metadata"].get("labels") or {}),
                            unschedulable_before=before, unschedulable=before, cordoned_by=marked_by, evicted=[],
+                           burn_in=annotations.get(BURN_IN_ANNOTATION),
                            taints=[dict(t) for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)],
                            conditions=[dict((k, c.get(k)) for k in ("type", "status", "reason"))
                                        for c in status.get("conditions") or [] if isinstance(c, dict)])

@@ -64,6 +64,15 @@ options:
         disruptive step and one this module made are the same cordon.
     type: str
     default: gpuops.nvidia.gpu_node
+  burn_in:
+    description:
+      - The node's burn-in record in short, as the health read returns it (C(health.burn_in) of
+        M(gpuops.nvidia.gpu_info) - C(level), C(verdict), C(time), C(driver), C(dcgm_version), C(failed)), carried by
+        the Node as the annotation C(gpuops.nvidia/burn-in) (compact JSON, written only when it differs), so that
+        whoever reads the Node sees when and how its GPUs were burned in and which tests failed.
+      - Null (the default, and the health read's value where the node has no burn-in record) leaves the annotation
+        as it is.
+    type: dict
   release_cordon:
     description:
       - With a healthy verdict, release a cordon marked O(owner). V(false) removes the taint and the condition but
@@ -76,7 +85,8 @@ attributes:
     details: Reads the node only; RV(changes) says what a real run would write.
   diff_mode:
     support: full
-    details: Before and after of the node's C(unschedulable), its cordon mark, its taints and the condition.
+    details: Before and after of the node's C(unschedulable), its cordon mark, its burn-in annotation, its taints
+      and the condition.
   idempotent:
     support: full
     details: A second run with the same verdict writes nothing (no heartbeat-only writes).
@@ -142,6 +152,11 @@ taint:
   returned: success
   type: dict
   sample: {key: gpuops.nvidia/gpu-unhealthy, value: row_remap_pending, effect: NoSchedule}
+burn_in:
+  description: The node's C(gpuops.nvidia/burn-in) annotation now (in check mode, would be), or null.
+  returned: success
+  type: str
+  sample: '{"dcgm_version":"4.2.3","driver":"570.172.08","failed":[],"level":"medium","time":"2026-11-29T10:00:00Z","verdict":"pass"}'
 condition:
   description: The node's C(GpuopsNvidiaGpuHealthy) condition now (in check mode, would be), or null.
   returned: success
@@ -164,6 +179,7 @@ import time
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in
 from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_marks
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
@@ -189,6 +205,7 @@ class NodeHealthMarks(KubeRun):
         verdict=dict(type="dict", required=True),
         owner=dict(type="str", default="gpuops.nvidia.gpu_node"),
         release_cordon=dict(type="bool", default=True),
+        burn_in=dict(type="dict"),
     )
     argument_spec.update(_kube.AUTH_ARG_SPEC)
     conflict_tries = ATTEMPTS
@@ -205,6 +222,8 @@ class NodeHealthMarks(KubeRun):
         if not (isinstance(owner, str) and 0 < len(owner) <= 253):
             errors.append("owner must be 1 to 253 characters (it is stored as the value of the %s annotation), got %r"
                           % (_kube_nodes.OWNER_ANNOTATION, owner))
+        if self.params["burn_in"] is not None:
+            errors.extend(_burn_in.summary_errors(self.params["burn_in"]))
         if not errors:
             self.verdict = _health_marks.check_verdict(self.params["verdict"])
         return errors
@@ -219,7 +238,7 @@ class NodeHealthMarks(KubeRun):
 
     def replan(self, node):
         plan = _health_marks.plan(node, self.verdict, self.params["owner"], _now(),
-                                  release_cordon=self.params["release_cordon"])
+                                  release_cordon=self.params["release_cordon"], burn_in=self.params["burn_in"])
         self.report(self.params["node_name"], plan)
         return plan
 
@@ -246,7 +265,8 @@ class NodeHealthMarks(KubeRun):
             node=name, state="healthy" if self.verdict["healthy"] else "unhealthy",
             changed=bool(changes), changes=changes,
             unschedulable_before=before["unschedulable"], unschedulable=after["unschedulable"],
-            cordoned_by=before[_kube_nodes.OWNER_ANNOTATION], taint=ours[0] if ours else None,
+            cordoned_by=before[_kube_nodes.OWNER_ANNOTATION], burn_in=after[_kube_nodes.BURN_IN_ANNOTATION],
+            taint=ours[0] if ours else None,
             condition=after["condition"], blocking=self.verdict["blocking"], warnings_found=self.verdict["warnings"])
         if self.module._diff and changes:
             header = "node/%s" % name
@@ -262,7 +282,7 @@ class NodeHealthMarks(KubeRun):
             writes.reverse()
         what, patch, done = [w for w in writes if w[1] is not None][0]
         if what == "spec":
-            answer = kube.patch("write the GPU health gate's cordon and taint on node %s" % name,
+            answer = kube.patch("write the GPU health gate's cordon, taint and burn-in record on node %s" % name,
                                 _kube.node_path(name), patch)
         else:
             answer = kube.patch("write the GPU health gate's condition on node %s (status subresource)" % name,

@@ -7,10 +7,12 @@ the lab's HGX H200 (several findings on several GPUs, among them the two an NVSw
 an incomplete fabric), one small node (one H200, ``h200-x1``) per blocking finding kind, a healthy one and a
 warning-only one, and a two-GPU node that allows the gate's reset (``gpu_node_health_reset``). The small nodes come from
 a second inventory file written by the test (the lab's group_vars apply to them through their groups). The healthy and
-the warning-only nodes also run DCGM's diagnostic (gpu_node_health_dcgm_diag, the lab's stand-in dcgmi). Faults are put
+the warning-only nodes also run DCGM's diagnostic (gpu_node_health_dcgm_diag, the lab's stand-in dcgmi); the healthy
+one is burned in (gpu_node_burn_in quick), and its Node carries the record (gpuops.nvidia/burn-in). Faults are put
 on the simulated GPUs with the simulator's own test hooks (SimulatedBackend.inject_health, add_xid, hold) before the
 runs; nothing is timed.
 """
+import json
 import os
 
 import pytest
@@ -33,6 +35,7 @@ CORDONED_BY = "gpuops.nvidia/cordoned-by"
 OURS = "gpuops.nvidia.gpu_node"
 TAINT = "gpuops.nvidia/gpu-unhealthy"
 CONDITION = "GpuopsNvidiaGpuHealthy"
+BURN_IN = "gpuops.nvidia/burn-in"
 ADMIN_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "NoSchedule"}
 FAIL_TASK = "GPU health - fail this node"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -71,6 +74,7 @@ def _inventory(path):
     hosts[RESET]["gpu_node_health_reset"] = True
     for node in (HEALTHY, WARNS):
         hosts[node]["gpu_node_health_dcgm_diag"] = True
+    hosts[HEALTHY]["gpu_node_burn_in"] = "quick"
     with open(path, "w") as handle:
         yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"mps_nodes": {"hosts": hosts}}}}}}, handle)
     return path
@@ -265,6 +269,16 @@ def test_each_blocking_finding_keeps_its_node_out_while_the_batch_goes_on_and_a_
                 if line.startswith("health, warns: GPU 0 (%s): %s" % (lab.bus_id(WARNS, 0), words))], (words, shown)
     (shown,) = res.task("Show the GPUs as they are now", HEALTHY)
     assert not [line for line in shown["msg"] if line.startswith("health, ")], shown
+    # the healthy node was burned in (the stand-in dcgmi passes): the Node carries the record the node keeps. (Its
+    # loop of steps is [burn_in, health] after nodes whose loop is [health]: ansible-core merges equal includes across
+    # hosts, and without each item naming the steps before it the gate read the GPUs before the burn-in ran.)
+    assert BURN_IN in (lab.node(HEALTHY)["metadata"].get("annotations") or {}), (
+        res.task("Burn the node in (DCGM's diagnostic, once per driver version and level)", HEALTHY),
+        res.task("GPU health - mark the node", HEALTHY), res.task("Read the GPUs and plan every step", HEALTHY))
+    burned = json.loads(lab.node(HEALTHY)["metadata"]["annotations"][BURN_IN])
+    assert burned["level"] == "quick" and burned["verdict"] == "pass" and burned["failed"] == [], burned
+    assert burned["driver"] and burned["time"], burned
+    assert BURN_IN not in (lab.node(WARNS)["metadata"].get("annotations") or {})      # never burned in
     for node in (HEALTHY, WARNS):       # DCGM's diagnostic ran (the stand-in), in the plan's one read
         (plan,) = res.task("Read the GPUs and plan every step", node)
         assert plan["health"]["dcgm"]["ran"] is True, (node, plan["health"]["dcgm"])

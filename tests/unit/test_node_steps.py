@@ -15,6 +15,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.nvidia.plugins.filter.node_steps import node_plan_args, node_step_gates
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
 
@@ -271,10 +272,12 @@ MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolki
            "cdi": True, "runtime_mode": True, "burn_in": False, "health": True}
 
 
-def _plan(steps, mig=None):
+def _plan(steps, mig=None, health=None):
     plan = {"changed": False, "steps": steps, "files": {}}
     if mig is not None:
         plan["mig"] = mig
+    if health is not None:
+        plan["health"] = health
     return plan
 
 
@@ -431,6 +434,30 @@ def test_the_health_gate_runs_after_a_change_and_where_the_node_carries_its_mark
     after = _node_steps.gates(quiet, on, after_change=True)
     assert after["disruptive"] and after["compute_mode"] and after["health"] and not after["mig"]
     assert [r["name"] for r in _node_steps.runs(after)] == ["compute_mode", "cdi", "health"]
-    assert _node_steps.runs(after)[0] == {"name": "compute_mode", "tasks": "compute_mode.yml"}
+    assert _node_steps.runs(after)[0] == {"name": "compute_mode", "tasks": "compute_mode.yml", "after": []}
+    # each item names the steps before it: ansible-core merges equal includes across a batch's hosts, and a host would
+    # otherwise run them in the order another host's loop listed them (runs' docstring)
+    assert _node_steps.runs(after)[2] == {"name": "health", "tasks": "health.yml", "after": ["compute_mode", "cdi"]}
     with pytest.raises(ValueError, match="node must be the Kubernetes node as read"):
         _node_steps.gates(quiet, on, node=["not", "a", "node"])
+
+
+def test_the_health_gate_runs_where_the_node_lacks_the_burn_in_record_the_plan_read():
+    summary = {"level": "medium", "verdict": "pass", "time": "2026-11-29T10:00:00Z", "driver": "570.172.08",
+               "dcgm_version": "4.2.3", "failed": []}
+    on = dict(MANAGED, health=True)
+    quiet = _plan(dict((name, []) for name in MANAGED), mig={"managed": True, "disruptive": []},
+                  health={"health": {"burn_in": summary}})
+    unmarked = {"taints": [], "conditions": []}
+    # burned in before the Node carried the record (or someone changed it): the gate runs to write it
+    assert _node_steps.gates(quiet, on, node=unmarked)["health"]
+    assert _node_steps.gates(quiet, on, node=dict(unmarked, burn_in='{"verdict":"fail"}'))["health"]
+    # the Node carries exactly this record: nothing to do
+    carried = dict(unmarked, burn_in=_burn_in.annotation_value(summary))
+    assert not _node_steps.gates(quiet, on, node=carried)["health"]
+    # no record on the node: the annotation is left alone, the gate does not run for it
+    none = _plan(dict((name, []) for name in MANAGED), mig={"managed": True, "disruptive": []},
+                 health={"health": {"burn_in": None}})
+    assert not _node_steps.gates(none, on, node=dict(unmarked, burn_in='{"verdict":"pass"}'))["health"]
+    # off a cluster there is no Node to carry it
+    assert not _node_steps.gates(quiet, on)["health"]

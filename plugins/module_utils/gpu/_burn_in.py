@@ -134,3 +134,60 @@ def findings(record):
     if record["verdict"] == "fail" and not [f for f in out if f[0] == "burn_in_failure"]:
         out.append(("burn_in_failure", None, "%s: failed" % when))
     return out
+
+
+# The record in short as the Kubernetes Node carries it (the annotation _kube_nodes.BURN_IN_ANNOTATION, written by the
+# health gate's node_health task): what a scheduler, an operator or a fleet report reads without a shell on the node.
+SUMMARY_KEYS = ("level", "verdict", "time", "driver", "dcgm_version", "failed")
+# (an annotation's value counts toward the Node's 256 KiB of annotations; a run of failures is cut, counted)
+SUMMARY_FAILED_LIMIT = 16
+
+
+def _failed_name(entry):
+    test = entry.get("test") or "diagnostic"
+    return "%s (GPU %s)" % (test, entry["gpu"]) if entry.get("gpu") is not None else str(test)
+
+
+def summary(record):
+    """The record's summary for the Node (``SUMMARY_KEYS``; ``failed``: the failed tests, each with its GPU), or None
+    where there is no usable record (none yet, or one that cannot be read: its finding says so)."""
+    if not isinstance(record, dict) or record.get("error"):
+        return None
+    failed = [_failed_name(e) for e in record.get("failures") or [] if isinstance(e, dict)]
+    if len(failed) > SUMMARY_FAILED_LIMIT:
+        failed = failed[:SUMMARY_FAILED_LIMIT] + ["... and %d more" % (len(failed) - SUMMARY_FAILED_LIMIT)]
+    return {"level": record["level"], "verdict": record["verdict"], "time": record.get("time"),
+            "driver": record["driver"], "dcgm_version": record.get("dcgm_version"), "failed": failed}
+
+
+def summary_errors(value):
+    """Every problem with a ``summary`` handed back (node_health's option), as sentences; [] when it is good."""
+    if not isinstance(value, dict):
+        return ["burn_in must be the health read's burn-in summary (a mapping with keys %s) or null, got %r"
+                % (", ".join(SUMMARY_KEYS), value)]
+    errors = []
+    unknown = sorted(str(k) for k in value if k not in SUMMARY_KEYS)
+    if unknown:
+        errors.append("burn_in has unknown keys %s (valid: %s)" % (", ".join(unknown), ", ".join(SUMMARY_KEYS)))
+    if value.get("level") not in LEVELS:
+        errors.append("burn_in.level must be one of %s, got %r" % (", ".join(LEVELS), value.get("level")))
+    if value.get("verdict") not in VERDICTS:
+        errors.append("burn_in.verdict must be one of %s, got %r" % (", ".join(VERDICTS), value.get("verdict")))
+    for key in ("driver",):
+        if not isinstance(value.get(key), str):
+            errors.append("burn_in.%s must be a string, got %r" % (key, value.get(key)))
+    for key in ("time", "dcgm_version"):
+        if value.get(key) is not None and not isinstance(value.get(key), str):
+            errors.append("burn_in.%s must be a string or null, got %r" % (key, value.get(key)))
+    failed = value.get("failed", [])
+    if not (isinstance(failed, list) and all(isinstance(f, str) for f in failed)
+            and len(failed) <= SUMMARY_FAILED_LIMIT + 1):
+        errors.append("burn_in.failed must be a list of at most %d test names, got %r"
+                      % (SUMMARY_FAILED_LIMIT + 1, failed))
+    return errors
+
+
+def annotation_value(value):
+    """The annotation's value for a checked summary: compact JSON with sorted keys, so the same record reads the
+    same on every run (a re-run writes nothing)."""
+    return json.dumps(dict((k, value.get(k)) for k in SUMMARY_KEYS), sort_keys=True, separators=(",", ":"))

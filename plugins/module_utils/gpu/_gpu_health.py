@@ -32,6 +32,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import findings as burn_in_findings
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import summary as burn_in_summary
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import describe as dcgm_describe
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._pci import sysfs_bus_id
@@ -508,7 +509,8 @@ def gate(decided):
 
 def summary(health, policy=None, gpus=True):
     """gpu_info's ``health`` section: the verdict over the read's findings, the gate's form of it (``gate``), the
-    kernel log's source, and (with ``gpus``) each GPU's read fields."""
+    kernel log's source, the burn-in record's summary (``burn_in``, _burn_in.summary), and (with ``gpus``) each GPU's
+    read fields."""
     result = verdict(findings(health), policy)
     result["gate"] = gate(result["findings"])
     log = health.get("kernel_log") or {}
@@ -523,6 +525,8 @@ def summary(health, policy=None, gpus=True):
     result["pci"] = None if not isinstance(pci, dict) else {
         "readable": bool(pci.get("readable")), "reason": pci.get("reason"),
         "gpus": [g["bus_id"] for g in pci.get("gpus") or []]}
+    # the node's burn-in record in short (None: none, or unreadable), which the gate writes onto the Kubernetes Node
+    result["burn_in"] = burn_in_summary(health.get("burn_in"))
     if gpus:
         result["gpus"] = health.get("gpus") or []
     return result

@@ -10,7 +10,10 @@ writes take a Node to the marks that verdict asks for:
   (``_kube_nodes.cordon_patch``), tainted ``gpuops.nvidia/gpu-unhealthy=<first blocking kind>:NoSchedule``, and
   carries a Node condition of its own type, ``GpuopsNvidiaGpuHealthy``, status ``False``, with the findings per GPU;
 - a healthy node loses that taint and that condition, and its cordon when the cordon carries the collection's mark;
-  another taint, another condition type and an unmarked cordon are never touched.
+  another taint, another condition type and an unmarked cordon are never touched;
+- where the node has a burn-in record (_burn_in.summary), the Node carries it as the annotation
+  ``gpuops.nvidia/burn-in`` (compact JSON: level, verdict, time, driver, DCGM version, failed tests), written when it
+  differs and never removed by this planner (a node without a record keeps what an earlier one wrote).
 
 The Kubernetes rules this relies on (kubernetes/api at v0.33.0, core/v1/types.go): ``NodeSpec.Taints`` is
 ``+listType=atomic``, so a patch carries the whole list (guarded by the node's resourceVersion, so a taint that
@@ -27,9 +30,11 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import annotation_value
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import order_key
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names import to_label_value
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import OWNER_ANNOTATION, cordon_patch
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import (BURN_IN_ANNOTATION, OWNER_ANNOTATION,
+                                                                                      cordon_patch)
 
 TAINT_KEY = "gpuops.nvidia/gpu-unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -185,13 +190,14 @@ def condition_message(blocking):
 
 
 def node_marks(node, owner):
-    """What the node carries now, as the module reports it: schedulability, the cordon mark, every taint, and our
-    condition (None when absent)."""
+    """What the node carries now, as the module reports it: schedulability, the cordon mark, the burn-in annotation,
+    every taint, and our condition (None when absent)."""
     spec = node.get("spec") or {}
     conditions = (node.get("status") or {}).get("conditions") or []
     ours = [c for c in conditions if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
     return {"unschedulable": bool(spec.get("unschedulable")),
-            OWNER_ANNOTATION: ((node.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION),
+            OWNER_ANNOTATION: annotations.get(OWNER_ANNOTATION), BURN_IN_ANNOTATION: annotations.get(BURN_IN_ANNOTATION),
             "taints": [dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)],
             "condition": dict(ours[0]) if ours else None}
 
@@ -200,12 +206,13 @@ def _is_ours(taint):
     return taint.get("key") == TAINT_KEY and taint.get("effect") == TAINT_EFFECT
 
 
-def plan(node, verdict, owner, now, release_cordon=True):
+def plan(node, verdict, owner, now, release_cordon=True, burn_in=None):
     """The writes that take ``node`` (the API's dict) to the marks ``verdict`` (checked) asks for.
 
     ``owner``: the cordon mark's value; ``now``: the RFC 3339 time a written condition carries (heartbeat, and
     transition when its status changes); ``release_cordon``: with a healthy verdict, release a cordon marked
-    ``owner`` too. Returns a dict: ``spec_patch`` (a JSON merge patch of the node, or None), ``status_patch`` (a
+    ``owner`` too; ``burn_in``: the node's burn-in summary (checked, _burn_in.summary_errors) to carry as the
+    annotation BURN_IN_ANNOTATION, None to leave the annotation as it is. Returns a dict: ``spec_patch`` (a JSON merge patch of the node, or None), ``status_patch`` (a
     strategic merge patch of node/status, or None), ``changes`` (sentences; ``spec_changes`` and ``status_changes``
     are those of each patch), ``before`` and ``after`` (node_marks-shaped)."""
     before = node_marks(node, owner)
@@ -232,6 +239,12 @@ def plan(node, verdict, owner, now, release_cordon=True):
         taints = [t for t in taints if not _is_ours(t)]
         if gone:
             changes.append("remove taint %s=%s:%s" % (TAINT_KEY, gone[0].get("value"), TAINT_EFFECT))
+    if burn_in is not None and annotation_value(burn_in) != before[BURN_IN_ANNOTATION]:
+        spec_patch = spec_patch or {}
+        spec_patch.setdefault("metadata", {}).setdefault("annotations", {})[BURN_IN_ANNOTATION] = \
+            annotation_value(burn_in)
+        changes.append("record the burn-in on the node (%s=%s: %s, driver %s)" % (
+            BURN_IN_ANNOTATION, burn_in["level"], burn_in["verdict"], burn_in["driver"]))
     if taints != before["taints"]:
         spec_patch = spec_patch or {}
         spec_patch.setdefault("spec", {})["taints"] = taints or None
@@ -260,8 +273,9 @@ def plan(node, verdict, owner, now, release_cordon=True):
     after = dict(before, taints=taints, condition=condition)
     if spec_patch and "unschedulable" in spec_patch.get("spec", {}):
         after["unschedulable"] = spec_patch["spec"]["unschedulable"]
-    if spec_patch and OWNER_ANNOTATION in (spec_patch.get("metadata") or {}).get("annotations", {}):
-        after[OWNER_ANNOTATION] = spec_patch["metadata"]["annotations"][OWNER_ANNOTATION]
+    for key in (OWNER_ANNOTATION, BURN_IN_ANNOTATION):
+        if spec_patch and key in (spec_patch.get("metadata") or {}).get("annotations", {}):
+            after[key] = spec_patch["metadata"]["annotations"][key]
     return {"spec_patch": spec_patch, "status_patch": status_patch, "changes": changes,
             "spec_changes": spec_changes, "status_changes": changes[len(spec_changes):], "before": before,
             "after": after}

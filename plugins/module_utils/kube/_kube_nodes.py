@@ -21,6 +21,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names imp
 
 # The annotation that says who cordoned a node (set in the same patch as spec.unschedulable).
 OWNER_ANNOTATION = "gpuops.nvidia/cordoned-by"
+# The node's burn-in record in short (gpu/_burn_in.summary), put there by the health gate (node_health).
+BURN_IN_ANNOTATION = "gpuops.nvidia/burn-in"
 
 
 def cordon_patch(want, before, marked_by, owner):

@@ -65,3 +65,23 @@ def test_a_runs_record_and_its_findings():
                                   _dcgm.describe, _dcgm.failed)
     assert crashed["verdict"] == "fail" and "could not run its tests: no GPUs" in crashed["failures"][0]["message"]
     assert [k for k, g, d in _burn_in.findings(crashed)] == ["burn_in_failure"]
+
+
+def test_the_summary_the_node_carries_names_each_failed_test_and_reads_the_same_every_time():
+    record = {"level": "medium", "diag_level": 2, "verdict": "fail", "time": "2026-11-29T10:00:00Z",
+              "driver": "570.172.08", "dcgm_version": "4.2.3",
+              "failures": [{"gpu": 3, "test": "memory_bandwidth", "message": "m"},
+                           {"gpu": None, "test": None, "message": "could not run"}],
+              "warnings": [{"gpu": 1, "test": "pcie", "message": "w"}]}
+    got = _burn_in.summary(record)
+    assert got == {"level": "medium", "verdict": "fail", "time": "2026-11-29T10:00:00Z", "driver": "570.172.08",
+                   "dcgm_version": "4.2.3", "failed": ["memory_bandwidth (GPU 3)", "diagnostic"]}
+    assert _burn_in.summary_errors(got) == []
+    value = _burn_in.annotation_value(got)
+    assert value == _burn_in.annotation_value(dict(reversed(list(got.items()))))
+    assert json.loads(value) == got and " " not in value.replace("memory_bandwidth (GPU 3)", "")
+    assert _burn_in.summary(None) is None and _burn_in.summary({"error": "unreadable"}) is None
+    many = dict(record, failures=[{"gpu": i, "test": "t", "message": "m"} for i in range(40)])
+    cut = _burn_in.summary(many)["failed"]
+    assert len(cut) == _burn_in.SUMMARY_FAILED_LIMIT + 1 and cut[-1] == "... and 24 more"
+    assert _burn_in.summary_errors(_burn_in.summary(many)) == []

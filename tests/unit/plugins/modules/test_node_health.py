@@ -1,6 +1,8 @@
 """node_health: the real kubernetes client over real HTTP against the fake API server (tests/support), which merges
 a Node's conditions by type, keeps spec and status apart as kube-apiserver does and validates taints."""
 
+import json
+
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.modules import node_health
@@ -12,6 +14,9 @@ MARK = "gpuops.nvidia/cordoned-by"
 OURS = "gpuops.nvidia.gpu_node"
 TAINT = "gpuops.nvidia/gpu-unhealthy"
 CONDITION = "GpuopsNvidiaGpuHealthy"
+BURN_IN = "gpuops.nvidia/burn-in"
+PASSED = {"level": "medium", "verdict": "pass", "time": "2026-11-29T10:00:00Z", "driver": "570.172.08",
+          "dcgm_version": "4.2.3", "failed": []}
 
 ROW_REMAP = {"gpu": 3, "bus_id": "00000000:47:00.0", "kind": "row_remap_pending",
              "message": "GPU 3 (00000000:47:00.0): remapped rows pending - reset the GPU or reboot; the gate clears "
@@ -165,7 +170,8 @@ def test_check_mode_reports_and_writes_nothing(kube_api, node):
     before = stored(kube_api)
     res = run_module(node_health.main, args(kube_api, UNHEALTHY), check_mode=True, diff=True)
     assert res["changed"] is True and len(res["changes"]) == 3 and res["unschedulable"] is True
-    assert res["diff"]["before"] == {"unschedulable": False, MARK: None, "taints": [], "condition": None}
+    assert res["diff"]["before"] == {"unschedulable": False, MARK: None, BURN_IN: None, "taints": [],
+                                     "condition": None}
     after = res["diff"]["after"]
     assert after["unschedulable"] is True and after[MARK] == OURS and after["condition"]["status"] == "False"
     assert after["taints"] == [{"key": TAINT, "value": "row_remap_pending", "effect": "NoSchedule"}]
@@ -257,3 +263,42 @@ def test_kind_is_made_a_valid_taint_value_and_reason(kube_api, node):
     value = spec(kube_api)["taints"][0]["value"]
     assert value.startswith("PCIe-link--x8-of-x16") and len(value) <= 63 and value[-1].isalnum()
     assert conditions(kube_api)[CONDITION]["reason"].startswith("PCIeLinkX8OfX16")
+
+
+def test_the_burn_in_record_is_carried_by_the_node_checked_first_then_written_then_left(kube_api, node):
+    res = run_module(node_health.main, args(kube_api, HEALTHY, burn_in=PASSED), check_mode=True, diff=True)
+    assert res["changed"] is True and kube_api.writes() == []
+    assert res["changes"] == ["record the burn-in on the node (%s=medium: pass, driver 570.172.08)" % BURN_IN]
+    assert res["diff"]["before"][BURN_IN] is None and res["burn_in"] == res["diff"]["after"][BURN_IN]
+    res = run_module(node_health.main, args(kube_api, HEALTHY, burn_in=PASSED))
+    value = (stored(kube_api)["metadata"].get("annotations") or {}).get(BURN_IN)
+    assert res["changed"] is True and res["burn_in"] == value
+    assert json.loads(value) == PASSED and spec(kube_api).get("unschedulable") is not True
+    seen = len(kube_api.writes())
+    res = run_module(node_health.main, args(kube_api, HEALTHY, burn_in=PASSED))
+    assert res["changed"] is False and len(kube_api.writes()) == seen
+    # no record given: the annotation stays as it is
+    res = run_module(node_health.main, args(kube_api, HEALTHY))
+    assert res["changed"] is False and res["burn_in"] == value
+    # a failed burn-in: the record changes in the same write as the cordon and the taint
+    failed = dict(PASSED, verdict="fail", failed=["Memory bandwidth (GPU 3)"])
+    res = run_module(node_health.main, args(kube_api, UNHEALTHY, burn_in=failed))
+    assert res["changed"] is True and json.loads(mark_value(kube_api, BURN_IN)) == failed
+    assert spec(kube_api)["unschedulable"] is True
+
+
+def mark_value(kube_api, key, name="gpu-node-1"):
+    return (stored(kube_api, name)["metadata"].get("annotations") or {}).get(key)
+
+
+@pytest.mark.parametrize("burn_in, wanted", [
+    (dict(PASSED, level="huge"), "burn_in.level must be one of quick, medium, long, extended, got 'huge'"),
+    (dict(PASSED, verdict="ok"), "burn_in.verdict must be one of pass, fail, got 'ok'"),
+    (dict(PASSED, driver=570), "burn_in.driver must be a string"),
+    (dict(PASSED, failed="all"), "burn_in.failed must be a list of at most 17 test names"),
+    (dict(PASSED, extra=1), "burn_in has unknown keys extra (valid: level, verdict, time, driver, dcgm_version, failed)"),
+])
+def test_a_bad_burn_in_record_is_refused_with_nothing_read_or_written(kube_api, node, burn_in, wanted):
+    res = run_module(node_health.main, args(kube_api, HEALTHY, burn_in=burn_in))
+    assert res["failed"] and wanted in res["msg"], res
+    assert kube_api.requests == []
