@@ -452,11 +452,16 @@ def _mig_resolved(v):
 
 def _mig_blockers(v):
     """The units the mig role stops before a reset: the registry's GPU holders (``reset_blockers``), the MPS control
-    daemon's unit as the mps_control role names it; the inventory's own mig_blocker_services where it sets one."""
-    given = v("mig_blocker_services")
-    if given is not None:
-        return given
-    return reset_blockers(mps_unit=v.text("mps_control_service_name") or _gpu_holders.DEFAULT_MPS_UNIT)
+    daemon's unit as the mps_control role names it, after any other unit that ``mig_blocker_services`` names (the
+    inventory's: gpu_node imports the mig role, so the variable is defined even where only the role's default, which
+    is the registry's list, sets it). A unit the registry holds cannot be left out this way (mig_manage_services:
+    false stops none)."""
+    derived = reset_blockers(mps_unit=v.text("mps_control_service_name") or _gpu_holders.DEFAULT_MPS_UNIT)
+    given = v("mig_blocker_services") or []
+    if not isinstance(given, list) or not all(isinstance(u, str) for u in given):
+        raise ValueError("mig_blocker_services must be a list of systemd unit names, got %r" % (given,))
+    extra = [u for u in given if u not in derived and u + ".service" not in derived]
+    return extra + derived
 
 
 def _mig_inputs(v):

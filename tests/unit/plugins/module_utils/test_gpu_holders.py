@@ -72,6 +72,22 @@ def test_the_mig_roles_own_default_is_the_registrys_list():
     assert spec["default"] == _node_steps.reset_blockers()
 
 
+@pytest.mark.parametrize("given, unit", [({}, "gpuops-mps-control"), ({"mps_control_service_name": "team-mps"},
+                                                                         "team-mps")])
+def test_the_mig_roles_default_names_the_mps_unit_as_the_mps_control_role_does(given, unit):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    # (the role's defaults file is trusted as ansible-core trusts a role's own files)
+    default = [trust_as_template(u) for u in _load(MIG_ROLE, "defaults", "main.yml")["mig_blocker_services"]]
+    assert Templar(loader=DataLoader(), variables=given).template(default) == _node_steps.reset_blockers(unit)
+
+
+def test_gpu_node_passes_the_registrys_list_to_the_mig_role():
+    tasks = _load(ROOT, "roles", "gpu_node", "tasks", "mig.yml")
+    includes = [t for t in tasks[0]["block"] if "ansible.builtin.include_role" in t]
+    assert [t["vars"]["mig_blocker_services"] for t in includes] == ["{{ __gpu_node.mig.blockers }}"]
+
+
 def test_a_new_step_that_holds_the_gpus_is_one_field():
     """A throwaway step with holds_gpus: its daemon is stopped by the driver's unload and by MIG's client stop, as a
     client of the driver (before persistenced and the fabric manager, started after them)."""
@@ -104,9 +120,14 @@ def test_gpu_node_hands_the_mig_role_the_registrys_list():
     # the MPS unit as the mps_control role names it
     named = _node_steps._mig_resolved(_v(dict(base, mps_control_service_name="team-mps")))["blockers"]
     assert "team-mps" in named and "gpuops-mps-control" not in named
-    # the inventory's own list, as given
-    own = _node_steps._mig_resolved(_v(dict(base, mig_blocker_services=["nvsm"])))["blockers"]
-    assert own == ["nvsm"]
+    # the mig role's own default (gpu_node imports the role, so it is defined): the registry's list
+    default = _node_steps.reset_blockers()
+    assert _node_steps._mig_resolved(_v(dict(base, mig_blocker_services=default)))["blockers"] == default
+    # another unit the inventory names is stopped first (and started last); one the registry holds is not doubled
+    own = _node_steps._mig_resolved(_v(dict(base, mig_blocker_services=["site-agent", "nvsm"])))["blockers"]
+    assert own == ["site-agent"] + default
+    with pytest.raises(ValueError, match="mig_blocker_services must be a list of systemd unit names"):
+        _node_steps._mig_resolved(_v(dict(base, mig_blocker_services="nvsm")))
 
 
 @pytest.mark.parametrize("holders, words", [
