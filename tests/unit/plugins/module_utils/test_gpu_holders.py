@@ -56,7 +56,7 @@ def test_mig_stops_what_it_stopped_plus_the_mps_control_daemon():
     # role restarts in the reverse order, which is the driver's start order)
     assert blockers.index("gpuops-mps-control") < blockers.index("nvidia-fabricmanager")
     table = _node_steps.driver_daemons()
-    restart = [u for u in reversed(blockers)]
+    restart = list(reversed(blockers))
     assert restart == [d["units"][0][:-len(".service")] for d in dm.start_order(table, table)]
     # the MPS unit as the node names it, with or without .service
     assert "my-mps" in _node_steps.reset_blockers("my-mps") and "gpuops-mps-control" not in \
@@ -66,14 +66,18 @@ def test_mig_stops_what_it_stopped_plus_the_mps_control_daemon():
 def test_the_mig_roles_own_default_is_the_registrys_list():
     """The mig role used alone keeps its own default; it is the list gpu_node passes (the MPS unit templated)."""
     default = _load(MIG_ROLE, "defaults", "main.yml")["mig_blocker_services"]
+    why = ("the step registry's GPU holders changed: gpu_node passes them to the mig role by itself; write the same "
+           "list as the mig role's own default (defaults/main.yml, meta/argument_specs.yml) for the role used alone")
     assert [u.replace("{{ mps_control_service_name | default('gpuops-mps-control') }}", "gpuops-mps-control")
-            for u in default] == _node_steps.reset_blockers()
+            for u in default] == _node_steps.reset_blockers(), why
     spec = _load(MIG_ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]["mig_blocker_services"]
-    assert spec["default"] == _node_steps.reset_blockers()
+    assert spec["default"] == _node_steps.reset_blockers(), why
 
 
-@pytest.mark.parametrize("given, unit", [({}, "gpuops-mps-control"), ({"mps_control_service_name": "team-mps"},
-                                                                         "team-mps")])
+@pytest.mark.parametrize("given, unit", [
+    ({}, "gpuops-mps-control"),
+    ({"mps_control_service_name": "team-mps"}, "team-mps"),
+])
 def test_the_mig_roles_default_names_the_mps_unit_as_the_mps_control_role_does(given, unit):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
