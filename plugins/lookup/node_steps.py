@@ -33,7 +33,9 @@ _raw:
   description:
     - One mapping - C(kube) (the node is on a cluster), C(standalone) (the device plugin chart or the DRA driver is
       this collection's), C(managed) (step -> whether the collection manages it here), C(planned) (step -> whether
-      the node plan checks it), C(mig) (what the mig role is given - C(manage), C(layout), C(config_name), C(cdi)).
+      the node plan checks it), C(mig) (what the mig role is given - C(manage), C(layout), C(config_name), C(cdi),
+      and C(blockers), the units it stops before a GPU reset - the step registry's daemons that hold the GPUs, after
+      any other unit C(mig_blocker_services) names).
   type: list
   elements: dict
 """

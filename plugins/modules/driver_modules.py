@@ -13,9 +13,10 @@ module: driver_modules
 short_description: Unload, load or reload the NVIDIA kernel modules on a live node, with the daemons that hold them
 version_added: 0.3.0
 description:
-  - The kernel-module half of a live driver upgrade. O(state=unloaded) stops the daemons that hold the driver (DCGM's
-    host engine, the MPS control daemon, nvidia-persistenced, the Fabric Manager, NVLSM; as systemd units where one
-    is active, else through their pid files as NVIDIA's driver container does) and removes C(nvidia_peermem),
+  - The kernel-module half of a live driver upgrade. O(state=unloaded) stops the daemons that hold the driver (the
+    step registry's GPU holders - the DCGM exporter, DCGM's host engine, NVSM, the MPS control daemon,
+    nvidia-persistenced, the Fabric Manager, NVLSM; as systemd units where one is active, else through their pid
+    files as NVIDIA's driver container does) and removes C(nvidia_peermem),
     C(nvidia_uvm), C(nvidia_drm), C(nvidia_modeset), then C(nvidia) (those loaded). O(state=loaded) loads
     C(nvidia), C(nvidia_uvm), C(nvidia_modeset) (C(nvidia_drm) and C(nvidia_peermem) where they were loaded before
     or O(also_load) asks) and starts again the daemons an unload stopped. O(state=reloaded) does both when the
@@ -83,7 +84,8 @@ options:
     type: list
     elements: str
   mps_unit:
-    description: The systemd unit of the MPS control daemon (M(gpuops.nvidia.mps_control)'s unit name).
+    description: The systemd unit of the MPS control daemon (M(gpuops.nvidia.mps_control)'s unit name; a name
+      without C(.service) gets it).
     type: str
     default: gpuops-mps-control.service
   daemon_timeout:
@@ -235,6 +237,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file i
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
     SYSTEM_TOOL_PACKAGES, ToolNotFound, command_program, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _gpu_holders, _node_steps
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     Failure, ModuleRun, Refusal, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
@@ -280,7 +283,10 @@ class Run(object):
         if not 1 <= p["daemon_timeout"] <= 600:
             raise Refusal("daemon_timeout must be 1 to 600 seconds, got %d. %s" % (p["daemon_timeout"], NOTHING))
         self.record_path = p["record_path"] or rooted(self.root, "/var/lib/gpuops/driver-modules.json")
-        self.table = dm.daemon_table(p["mps_unit"])
+        try:
+            self.table = _node_steps.driver_daemons(p["mps_unit"])
+        except ValueError as exc:
+            raise Refusal("mps_unit: %s. %s" % (exc, NOTHING))
         self.actions = []
         self.stopped = []
         self.stopped_full = []
@@ -454,7 +460,7 @@ class Run(object):
     def start_all(self, daemons):
         """Start ``daemons`` in start order; [errors]."""
         errors = []
-        for daemon in dm.start_order(daemons):
+        for daemon in dm.start_order(daemons, self.table):
             error = self.start_daemon(daemon)
             if error:
                 errors.append(error)
@@ -483,7 +489,7 @@ class Run(object):
         others = dm.not_ours(found["holders"], running)
         if others:
             self.refuse("the driver cannot be unloaded: " + dm.refusal(others, [], found["unreadable"]), others)
-        order = dm.stop_order(running)
+        order = dm.stop_order(running, self.table)
         self.planned_stop = order
         unload = dm.unload_plan(modules)
         self.actions += ["stop %s" % where(d) for d in order] + ["rmmod %s" % m for m in unload]
@@ -642,7 +648,7 @@ class DriverModules(ModuleRun):
         rmmod=dict(type="list", elements="str"),
         modinfo=dict(type="list", elements="str"),
         systemctl=dict(type="list", elements="str"),
-        mps_unit=dict(type="str", default=dm.DEFAULT_MPS_UNIT),
+        mps_unit=dict(type="str", default=_gpu_holders.DEFAULT_MPS_UNIT),
         daemon_timeout=dict(type="int", default=WAITS["daemon_exit"].timeout),
         preflight=dict(type="bool", default=False),
         preflight_pods=dict(type="str", choices=["block", "defer"], default="block"),
@@ -690,7 +696,7 @@ class DriverModules(ModuleRun):
         if wrong:  # reloaded, another driver loaded
             running = node.plan_unload(modules, check_installed=True)
             node.actions += ["modprobe %s" % m for m in wanted]
-            node.actions += ["start %s" % where(d) for d in dm.start_order(node.planned_stop)]
+            node.actions += ["start %s" % where(d) for d in dm.start_order(node.planned_stop, node.table)]
             self.planned = {"version": node.version, "flavour": p["flavour"] or before["flavour"], "modules": wanted}
             return {"flow": "reload", "running": running, "wanted": wanted}
         # loaded, or reloaded with the declared driver loaded: bring back what is missing
@@ -704,7 +710,7 @@ class DriverModules(ModuleRun):
                               "driver's packages for this kernel first. Nothing was loaded."
                               % (installed or "not readable (%s)" % error, node.version), previous=before)
         node.actions += ["modprobe %s" % m for m in missing]
-        node.actions += ["start %s" % where(d) for d in dm.start_order(to_start)]
+        node.actions += ["start %s" % where(d) for d in dm.start_order(to_start, node.table)]
         self.planned = {"version": node.version or before["version"], "flavour": p["flavour"] or before["flavour"],
                         "modules": [m for m in dm.LOAD_ORDER if m in set(missing) | set(before["modules"])]}
         if missing or to_start:

@@ -1,7 +1,8 @@
 """Adding a node step is one registry entry and one task file (issue 48): a throwaway step is added to a temporary
 copy of the collection - a ``Step`` in plugins/module_utils/node/_node_steps.py and roles/gpu_node/tasks/throwaway.yml,
 no other file touched - and site.yml converges a lab node from that copy. The step's tasks run where its check finds
-work (its marker file is missing), and a converged re-run skips them (nothing changed, the step's task not run). The copy is
+work (its marker file is missing), and a converged re-run skips them (nothing changed, the step's task not run). Its
+daemon holds the GPUs (``holds_gpus``): the units gpu_node hands the mig role to stop before a GPU reset name it. The copy is
 compared with the collection file by file afterwards: a step that needed a second file edited would show here as a
 difference (and without that edit the converge fails)."""
 import hashlib
@@ -21,7 +22,8 @@ STEP = '''    # a throwaway step (tests/integration/test_adding_a_step.py)
     Step("throwaway", {"throwaway": dict(type="dict", options=dict(marker=dict(type="path", required=True)))},
          check=lambda module, facts, params: (None, {"throwaway": [] if os.path.exists(params["throwaway"]["marker"])
                                                       else ["%s is missing" % params["throwaway"]["marker"]]}),
-         tasks="throwaway.yml", inputs=lambda v: {"throwaway": {"marker": v("gpuops_lab_root") + "/throwaway"}}),
+         tasks="throwaway.yml", inputs=lambda v: {"throwaway": {"marker": v("gpuops_lab_root") + "/throwaway"}},
+         holds_gpus=(Holder("throwaway", "Throwaway daemon", ("gpuops-throwaway.service",)),)),
 '''
 ANCHOR = "    # last: the gate before the node's release"
 TASKS = '''---
@@ -94,6 +96,13 @@ def test_a_new_step_is_one_registry_entry_and_one_task_file(tmp_path):
     # the plan found the work, and gave the step's task file to the loop
     assert plans[0]["steps"]["throwaway"] == ["%s is missing" % marker], plans[0]["steps"]
     assert {"name": "throwaway", "tasks": "throwaway.yml"} in plans[0]["runs"]
+    # its daemon is among what gpu_node hands the mig role to stop before a reset (a client of the driver: before the
+    # fabric manager)
+    decided = [task["hosts"][NODE]["ansible_facts"]["__gpu_node"] for play in first["plays"] for task in play["tasks"]
+               if "Decide which steps this node's declaration manages" in task["task"]["name"] and NODE in task["hosts"]]
+    blockers = decided[0]["mig"]["blockers"]
+    assert blockers.index("gpuops-mps-control") < blockers.index("gpuops-throwaway") < \
+        blockers.index("nvidia-fabricmanager"), blockers
 
     second = run()
     assert step_results(second) == []

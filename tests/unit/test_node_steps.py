@@ -389,7 +389,7 @@ def test_who_owns_each_step_is_decided_by_the_registry():
                                "health": True}
     # MIG planned (to disable it where it is on) though another sharing strategy is declared
     assert base["planned"]["mig"] and base["mig"] == {"manage": "disable", "layout": [], "config_name": "all-disabled",
-                                                      "cdi": {}}
+                                                      "cdi": {}, "blockers": _node_steps.reset_blockers()}
     assert not base["kube"] and not base["standalone"]
     assert not _node_steps.resolve(_role_vars(dict(ROLE_VALUES, gpu_node_disable_mig=False), []))["planned"]["mig"]
     # DRA's driver sets the compute mode per claim; CDI and the runtime's mode where CDI is declared

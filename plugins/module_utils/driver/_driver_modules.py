@@ -22,14 +22,11 @@ Sources of the rules encoded here:
   none (a reference on it is a DRM client: a display server, a console on its framebuffer). A module outside the
   driver that uses one of its modules (``/proc/modules``' "used by" column: ``nvidia_fs``, ``gdrdrv``) is named;
   the run does not unload it.
-- Daemons (stop order; start order is ``START_ORDER``): DCGM's host engine (``nvidia-dcgm.service``, DCGM
-  documentation "Customizing the systemd Service"; pid file ``/var/run/nvhostengine.pid``, the default of
-  ``nv-hostengine --pid`` in NVIDIA/DCGM's hostengine/src/HostEngineCommandLine.cpp) and the MPS control daemon
-  (this collection's ``mps_control`` unit) are clients of the driver and go first; then the driver container's
-  order and pid files. ``nvidia-persistenced.service`` and ``nvidia-fabricmanager.service`` are the units NVIDIA's
-  packages install; ``nvidia-nvlsm.service`` is NOT confirmed by an NVIDIA source (on NVLink5 systems the fabric
-  manager's unit starts NVLSM through ``nvidia-fabricmanager-start.sh``): where no such unit is active the pid file
-  decides.
+- Daemons: which daemons hold the driver, their units and pid files, and their stop and start orders are the step
+  registry's table of GPU holders (``_node_steps.gpu_holders``: each step's ``holds_gpus`` and ``OTHER_GPU_HOLDERS``,
+  made into this module's table by ``_gpu_holders.driver_table``; the sources are named there). Clients of the driver
+  (DCGM, the MPS control daemon) go first, then the driver container's order and pid files; where a daemon's unit is
+  not active its pid file decides. ``driver_modules`` builds the table and hands it to the functions below.
 
 Holders of ``/dev/nvidia*`` come from ``_device_holders`` (the same records and words as a refused GPU reset).
 """
@@ -41,8 +38,6 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._device_holders import describe_holder
-from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_services import (
-    FABRIC_MANAGER_UNIT, PERSISTENCED_UNIT)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_state import DriverStateError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_state import (
     parse_proc_modules as _parse_modules)
@@ -57,40 +52,11 @@ DRIVER_MODULES = frozenset(LOAD_ORDER)
 # The driver module each one uses.
 USES = {"nvidia_uvm": "nvidia", "nvidia_modeset": "nvidia", "nvidia_peermem": "nvidia", "nvidia_drm": "nvidia_modeset"}
 
-DEFAULT_MPS_UNIT = "gpuops-mps-control.service"
-# Stop order. "units": systemd units that run it (the first active one counts); "pid_file": under the root, where
-# no unit runs it.
-DAEMONS = (
-    {"name": "dcgm", "label": "DCGM host engine (nv-hostengine)", "units": ("nvidia-dcgm.service",),
-     "pid_file": "/var/run/nvhostengine.pid"},
-    {"name": "mps", "label": "MPS control daemon (nvidia-cuda-mps-control)", "units": (DEFAULT_MPS_UNIT,),
-     "pid_file": None},
-    {"name": "persistenced", "label": "nvidia-persistenced", "units": (PERSISTENCED_UNIT,),
-     "pid_file": "/var/run/nvidia-persistenced/nvidia-persistenced.pid"},
-    {"name": "fabricmanager", "label": "NVIDIA Fabric Manager (nv-fabricmanager)",
-     "units": (FABRIC_MANAGER_UNIT,), "pid_file": "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid"},
-    {"name": "nvlsm", "label": "NVLink Subnet Manager (nvlsm)", "units": ("nvidia-nvlsm.service",),
-     "pid_file": "/var/run/nvidia-fabricmanager/nvlsm.pid"},
-)
-DAEMON_NAMES = tuple(d["name"] for d in DAEMONS)
-START_ORDER = ("persistenced", "nvlsm", "fabricmanager", "mps", "dcgm")
-
 _NVRM = re.compile(r"^NVRM version: NVIDIA UNIX (Open Kernel Module for \S+|\S+ Kernel Module)\s+(\S+)")
 
 
 class DriverModulesError(ValueError):
     """Input that cannot be used; the message says what is wrong and what is valid."""
-
-
-def daemon_table(mps_unit=DEFAULT_MPS_UNIT):
-    """DAEMONS with the MPS control daemon's unit as this node runs it."""
-    table = []
-    for entry in DAEMONS:
-        entry = dict(entry)
-        if entry["name"] == "mps":
-            entry["units"] = (mps_unit,)
-        table.append(entry)
-    return table
 
 
 def parse_proc_modules(text):
@@ -165,15 +131,22 @@ def not_ours(holders, daemons):
     return [h for h in holders if h.get("unit") not in units and h.get("pid") not in pids]
 
 
-def stop_order(running):
-    """The running daemons ({"name", ...}) in the order they are stopped."""
-    rank = dict((n, i) for i, n in enumerate(DAEMON_NAMES))
-    return sorted(running, key=lambda d: rank[d["name"]])
+def _ranked(daemons, table, key):
+    """``daemons`` ({"name", ...}) sorted by the table's ``key`` rank (``stop`` or ``start``); a name the table does
+    not hold (an unload record of another release) last, in the order given."""
+    rank = dict((entry["name"], entry[key]) for entry in table)
+    last = max(rank.values()) + 1 if rank else 0
+    return [d for dummy, d in sorted(enumerate(daemons), key=lambda item: (rank.get(item[1]["name"], last), item[0]))]
 
 
-def start_order(daemons):
-    rank = dict((n, i) for i, n in enumerate(START_ORDER))
-    return sorted(daemons, key=lambda d: rank[d["name"]])
+def stop_order(running, table):
+    """The running daemons ({"name", ...}) in the order they are stopped (``table``: the daemons table)."""
+    return _ranked(running, table, "stop")
+
+
+def start_order(daemons, table):
+    """The daemons ({"name", ...}) in the order they are started (``table``: the daemons table)."""
+    return _ranked(daemons, table, "start")
 
 
 def unload_plan(modules):

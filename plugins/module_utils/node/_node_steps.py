@@ -35,7 +35,8 @@ import os
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _gpu_holders, _node_plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._gpu_holders import Holder
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Refusal, nothing_changed
 
 
@@ -58,14 +59,17 @@ class Step(object):
     ``planned(v)`` whether the node plan checks it (default: where managed); ``inputs(v)`` its options of
     gpu_node_plan (option -> value) where planned; ``declares`` the fact its role's ``declared`` entry point sets (the
     files, units and packages the plan compares). ``needs_nvml``: its check reads the GPUs through NVML (where NVML
-    cannot start yet, it waits for the driver step)."""
+    cannot start yet, it waits for the driver step). ``holds_gpus``: the daemons the step runs that hold the GPUs
+    (``_gpu_holders.Holder``s): the driver's unload and MIG's client stop before a GPU reset stop them first, with
+    ``OTHER_GPU_HOLDERS`` (``gpu_holders``)."""
 
     __slots__ = ("name", "_options", "check", "validate", "settle", "tasks", "disruptive", "after_disruption",
-                 "reruns", "needs_nvml", "managed", "planned", "inputs", "declares", "after_change", "marks")
+                 "reruns", "needs_nvml", "managed", "planned", "inputs", "declares", "after_change", "marks",
+                 "holds_gpus")
 
     def __init__(self, name, options, check=None, validate=None, settle=None, tasks=None, disruptive=False,
                  after_disruption=False, reruns=(), needs_nvml=False, managed=None, planned=None, inputs=None,
-                 declares=None, after_change=False, marks=None):
+                 declares=None, after_change=False, marks=None, holds_gpus=()):
         self.name = name
         self._options = options
         self.check = check
@@ -82,6 +86,7 @@ class Step(object):
         self.declares = declares
         self.after_change = after_change
         self.marks = marks
+        self.holds_gpus = tuple(holds_gpus)
 
     @property
     def options(self):
@@ -442,7 +447,22 @@ def _mig_resolved(v):
     cdi = {}
     if _cdi_managed(v):
         cdi = dict((k, val) for k, val in v("__gpu_node_cdi").items() if k != "state")
-    return {"manage": _mig_manage(v), "layout": layout, "config_name": config_name, "cdi": cdi}
+    return {"manage": _mig_manage(v), "layout": layout, "config_name": config_name, "cdi": cdi,
+            "blockers": _mig_blockers(v)}
+
+
+def _mig_blockers(v):
+    """The units the mig role stops before a reset: the registry's GPU holders (``reset_blockers``), the MPS control
+    daemon's unit as the mps_control role names it, after any other unit that ``mig_blocker_services`` names (the
+    inventory's: gpu_node imports the mig role, so the variable is defined even where only the role's default, which
+    is the registry's list, sets it). A unit the registry holds cannot be left out this way (mig_manage_services:
+    false stops none)."""
+    derived = reset_blockers(mps_unit=v.text("mps_control_service_name") or _gpu_holders.DEFAULT_MPS_UNIT)
+    given = v("mig_blocker_services") or []
+    if not isinstance(given, list) or not all(isinstance(u, str) for u in given):
+        raise ValueError("mig_blocker_services must be a list of systemd unit names, got %r" % (given,))
+    extra = [u for u in given if u not in derived and u + ".service" not in derived]
+    return extra + derived
 
 
 def _mig_inputs(v):
@@ -524,6 +544,23 @@ def _health_marks(node, report):
             or (isinstance(burn_in, dict) and node.get("burn_in") != annotation_value(burn_in)))
 
 
+# The daemons that hold the GPUs that no node step runs, but that the driver's unload and a GPU reset must stop first
+# (where they run): NVIDIA's DCGM host engine (nvidia-dcgm.service, DCGM documentation "Customizing the systemd
+# Service"; its pid file the default of nv-hostengine --pid, NVIDIA/DCGM hostengine/src/HostEngineCommandLine.cpp),
+# its Prometheus exporter and NVSM (DGX systems; the host services NVIDIA's MIG manager stops before a mode change,
+# NVIDIA/mig-parted at bd7160f4 deployments/systemd/hooks.sh), and the MPS control daemon of the mps_control role
+# (not a step of gpu_node; its unit is the role's mps_control_service_name). A step that runs such a daemon names it
+# in its ``holds_gpus`` instead. Ranks: _gpu_holders.Holder (clients of the driver: stopped before the driver's own
+# daemons, started after them; the exporter stops first and starts last, as it reads DCGM).
+OTHER_GPU_HOLDERS = (
+    Holder("dcgm_exporter", "DCGM exporter (dcgm-exporter)", ("dcgm-exporter.service",), stop=10, start=90),
+    Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
+           pid_file="/var/run/nvhostengine.pid", stop=20, start=80),
+    Holder("nvsm", "NVIDIA System Management (nvsm)", ("nvsm.service",), stop=30, start=70),
+    Holder("mps", "MPS control daemon (nvidia-cuda-mps-control)", (_gpu_holders.DEFAULT_MPS_UNIT,), stop=40,
+           start=60),
+)
+
 STEPS = (
     # first: a driver change loses MIG's instances and the compute mode and changes the files the CDI spec lists
     Step("driver", {"driver": dict(type="dict", options=dict(
@@ -539,7 +576,18 @@ STEPS = (
         allow_downgrade=dict(type="bool", default=False),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
         reruns=("mig", "compute_mode", "cdi"), managed=_driver_managed, inputs=_driver_inputs,
-        declares="__driver_declared"),
+        declares="__driver_declared",
+        # the daemons driver_services starts with the driver (NVIDIA/gpu-driver-container's nvidia-driver: stopped in
+        # this order through their pid files, persistenced started first; the fabric manager's start script starts
+        # NVLSM on NVLink5 systems, whose nvidia-nvlsm.service is not confirmed by an NVIDIA source: its pid file
+        # decides where no such unit runs)
+        holds_gpus=(
+            Holder("persistenced", "nvidia-persistenced", ("nvidia-persistenced.service",),
+                   pid_file="/var/run/nvidia-persistenced/nvidia-persistenced.pid", stop=80, start=10),
+            Holder("fabricmanager", "NVIDIA Fabric Manager (nv-fabricmanager)", ("nvidia-fabricmanager.service",),
+                   pid_file="/var/run/nvidia-fabricmanager/nv-fabricmanager.pid", stop=85, start=30),
+            Holder("nvlsm", "NVLink Subnet Manager (nvlsm)", ("nvidia-nvlsm.service",),
+                   pid_file="/var/run/nvidia-fabricmanager/nvlsm.pid", stop=90, start=20))),
     Step("mig", {"mig": dict(type="dict", options=dict(
         manage=dict(type="str", choices=["declared", "disable"], required=True),
         layout=dict(type="list", elements="dict"),
@@ -636,7 +684,29 @@ def registry_problems(steps):
         if step.disruptive and any(s.after_disruption for s in steps[:index]):
             problems.append("disruptive step %s comes after %s, which runs again after a disruptive change"
                             % (step.name, ", ".join(s.name for s in steps[:index] if s.after_disruption)))
+    problems.extend(_gpu_holders.problems(gpu_holders(steps)))
     return problems
+
+
+def gpu_holders(steps=None, others=None):
+    """Every daemon that holds the GPUs: each step's ``holds_gpus`` in registry order, then ``others`` (default
+    ``OTHER_GPU_HOLDERS``). The one table the driver's unload and MIG's client stop are made from
+    (``_gpu_holders.driver_table`` and ``reset_blockers``)."""
+    steps = STEPS if steps is None else steps
+    others = OTHER_GPU_HOLDERS if others is None else others
+    return [holder for step in steps for holder in step.holds_gpus] + list(others)
+
+
+def driver_daemons(mps_unit=_gpu_holders.DEFAULT_MPS_UNIT, steps=None):
+    """What gpuops.nvidia.driver_modules stops before an unload and starts after a load: ``_gpu_holders.driver_table``
+    of every holder, the MPS control daemon run by ``mps_unit``."""
+    return _gpu_holders.driver_table(gpu_holders(steps), {"mps": (mps_unit,)})
+
+
+def reset_blockers(mps_unit=_gpu_holders.DEFAULT_MPS_UNIT, steps=None):
+    """The units the mig role stops before a MIG-mode change that needs a GPU reset (``mig_blocker_services``):
+    ``_gpu_holders.reset_blockers`` of every holder, the MPS control daemon run by ``mps_unit``."""
+    return _gpu_holders.reset_blockers(gpu_holders(steps), {"mps": (mps_unit,)})
 
 
 def node_steps():

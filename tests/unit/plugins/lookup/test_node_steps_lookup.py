@@ -28,3 +28,10 @@ def test_terms_and_foreign_variables_are_refused():
         _lookup().run(["gpu_node_sharing"], variables=dict(ROLE_VALUES))
     with pytest.raises(AnsibleLookupError, match="the gpu_node role's variables are not what it expects"):
         _lookup().run([], variables=dict(ROLE_VALUES, gpu_node_cdi=True, __gpu_node_cdi="not a mapping"))
+
+
+def test_the_mig_role_is_handed_the_registrys_gpu_holders_or_the_inventorys_list():
+    (got,) = _lookup().run([], variables=dict(ROLE_VALUES, mps_control_service_name="team-mps"))
+    assert got["mig"]["blockers"] == _node_steps.reset_blockers("team-mps") and "team-mps" in got["mig"]["blockers"]
+    (got,) = _lookup().run([], variables=dict(ROLE_VALUES, mig_blocker_services=["site-agent", "nvidia-dcgm"]))
+    assert got["mig"]["blockers"] == ["site-agent"] + _node_steps.reset_blockers()

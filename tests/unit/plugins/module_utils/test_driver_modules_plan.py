@@ -3,6 +3,7 @@ unload/load orders, the daemons' orders and which holders are the daemons' own."
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_modules as dm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_steps
 
 # /proc/modules as a host with the driver loaded prints it (refcnt 2 on nvidia = nvidia_uvm + nvidia_modeset).
 IDLE = """\
@@ -89,10 +90,17 @@ def test_unload_and_load_orders():
 
 
 def test_daemon_orders():
+    # the orders before the table came from the step registry, kept (the registry's table adds nvsm and the exporter)
+    table = _node_steps.driver_daemons()
     running = [{"name": n} for n in ("nvlsm", "persistenced", "dcgm", "fabricmanager", "mps")]
-    assert [d["name"] for d in dm.stop_order(running)] == ["dcgm", "mps", "persistenced", "fabricmanager", "nvlsm"]
-    assert [d["name"] for d in dm.start_order(running)] == ["persistenced", "nvlsm", "fabricmanager", "mps", "dcgm"]
-    assert dm.daemon_table("my-mps.service")[1]["units"] == ("my-mps.service",)
+    assert [d["name"] for d in dm.stop_order(running, table)] == ["dcgm", "mps", "persistenced", "fabricmanager",
+                                                                  "nvlsm"]
+    assert [d["name"] for d in dm.start_order(running, table)] == ["persistenced", "nvlsm", "fabricmanager", "mps",
+                                                                   "dcgm"]
+    assert [d["units"] for d in _node_steps.driver_daemons("my-mps.service") if d["name"] == "mps"] == [
+        ("my-mps.service",)]
+    # a name the table does not hold (an unload record of another release) is started last, not an error
+    assert [d["name"] for d in dm.start_order([{"name": "gone"}, {"name": "dcgm"}], table)] == ["dcgm", "gone"]
 
 
 def test_not_ours_keeps_only_holders_that_are_not_the_stopped_daemons():

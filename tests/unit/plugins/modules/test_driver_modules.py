@@ -180,6 +180,29 @@ def test_a_daemon_that_keeps_the_files_open_is_found_after_the_stop_and_everythi
     assert stops == [["stop", "nvidia-dcgm.service"], ["stop", "nvidia-persistenced.service"]]  # DCGM first
 
 
+def test_every_gpu_holder_of_the_step_registry_is_stopped_and_started_again_in_its_order(node):
+    """NVSM and the MPS control daemon (its unit named without .service, as the mps_control role names it) hold the
+    driver: the registry's table has them, so the reload stops them first and starts them after persistenced."""
+    node.add_unit("nvsm.service", 902, "/usr/bin/nvsm")
+    node.add_unit("team-mps.service", 903, "/usr/bin/nvidia-cuda-mps-control")
+    upgrade_files(node)
+    res = node.run(state="reloaded", version=NEW, mps_unit="team-mps")
+    assert not res.get("failed"), res
+    assert [d["unit"] for d in res["daemons_stopped"]] == ["nvsm.service", "team-mps.service",
+                                                           "nvidia-persistenced.service"]
+    assert [d["unit"] for d in res["daemons_started"]] == ["nvidia-persistenced.service", "team-mps.service",
+                                                           "nvsm.service"]
+    assert node.version() == NEW and node.active("nvsm.service") and node.active("team-mps.service")
+
+
+def test_an_mps_unit_that_is_not_a_unit_name_is_refused_before_anything(node):
+    before = node.snapshot()
+    res = node.run(state="reloaded", version=NEW, mps_unit="a b")
+    assert res["failed"] is True
+    assert "mps_unit: 'a b' is not a systemd service unit name: give letters" in res["msg"], res["msg"]
+    assert node.snapshot() == before and node.active("nvidia-persistenced.service")
+
+
 def test_a_kernel_reference_without_a_process_refuses_by_the_driver_containers_rule(node):
     df.set_refcnt(node.root, "nvidia_uvm", +1)
     res = node.run(state="unloaded")
