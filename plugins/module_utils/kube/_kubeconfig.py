@@ -16,7 +16,8 @@ incluster_config.py, kubernetes/client/configuration.py and rest.py, followed li
   does) and CA, with the client's own error messages;
 - a kubeconfig (a dict, or files: several separated by ``:`` are merged as the client merges them, the first
   cluster/context/user of a name wins, the last current-context wins, relative paths are relative to the file an
-  entry came from): the context (given or current), its cluster's server, certificate-authority(-data),
+  entry came from; files naming different current contexts go to the client, as versions differ there): the
+  context (given or current), its cluster's server, certificate-authority(-data),
   insecure-skip-tls-verify, tls-server-name and proxy-url, its user's token / tokenFile, client-certificate(-data)
   and client-key(-data), or username and password;
 - the proxy from the environment (https_proxy, no_proxy ...), as the client's Configuration reads it.
@@ -326,7 +327,7 @@ def load_files(paths, context, cfg):
     try:
         import yaml
         doc = {"current-context": None, "unique": False, "clusters": [], "contexts": [], "users": []}
-        seen = 0
+        seen, named = 0, False
         for path in paths.split(os.pathsep):
             path = os.path.expanduser(path) if path else path
             if not path or not os.path.exists(path):
@@ -339,7 +340,10 @@ def load_files(paths, context, cfg):
                     if not any(_shaped(old)["name"] == _shaped(entry)["name"] for old, _where in doc[item]):
                         doc[item].append((entry, path))
             if "current-context" in config:
-                doc["current-context"] = config["current-context"]
+                if context is None and named and config["current-context"] != doc["current-context"]:
+                    # client 37 takes the last file's, older clients and kubectl the first's: the installed one says
+                    raise Unsupported("files name different current contexts")
+                doc["current-context"], named = config["current-context"], True
         if not seen:
             raise Unsupported("no file")
         _apply(doc, context, cfg)
@@ -384,7 +388,9 @@ def pool_arguments(cfg):
     """(manager class name, keyword arguments) of the urllib3 pool the client's RESTClientObject makes of ``cfg``."""
     import ssl
     args = {"cert_reqs": ssl.CERT_REQUIRED if cfg.verify_ssl else ssl.CERT_NONE, "ca_certs": cfg.ssl_ca_cert,
-            "cert_file": cfg.cert_file, "key_file": cfg.key_file, "ca_cert_data": cfg.ca_cert_data}
+            "cert_file": cfg.cert_file, "key_file": cfg.key_file}
+    if cfg.ca_cert_data is not None:    # urllib3 before 2 has no such key (client 37 passes None: the same default)
+        args["ca_cert_data"] = cfg.ca_cert_data
     if cfg.assert_hostname is not None:
         args["assert_hostname"] = cfg.assert_hostname
     if cfg.retries is not None:
