@@ -9,6 +9,16 @@ the same order: host + api_key (or client cert) need nothing else; else kubeconf
 then the default kubeconfig. One difference: the configuration is built into a private ``Configuration`` object
 instead of the client's process-wide default, so two clusters in one process do not leak into each other.
 
+Two paths build it (issue 49). The light one (_kubeconfig) reads the common configurations itself (a kubeconfig whose
+user has a token, tokenFile, client certificate and key or a username and password; the in-cluster service account;
+host and api_key) into the same settings and talks to the API server over urllib3 as the client does, without
+importing the ``kubernetes`` package, whose import costs about 0.15 to 0.2 CPU s per module process. Everything else
+(exec credential plugins, auth providers, any kubeconfig it does not recognise, including every malformed one) is
+built by the kubernetes client as before, so errors keep their wording. That hand-written kubeconfig reading is a
+piece a library could replace (see _kubeconfig). The modules still require the kubernetes client to be installed,
+as kubernetes.core does (its absence fails the module before anything is read): it is the fallback, and a user
+whose kubeconfig changes to a credential plugin must not find the module broken then.
+
 Also here: API errors turned into messages that say what to do (KubeError), the REST paths of the objects the
 modules touch, and the two small writes several modules share (ensure_namespace, write_configmap). Name and label
 syntax lives in _kube_names, finding this host's Node in _kube_nodes; both import this file, never the reverse.
@@ -25,21 +35,6 @@ import socket
 from urllib.parse import quote, urlencode, urlsplit
 
 try:
-    import kubernetes
-    import kubernetes.client.rest
-    from kubernetes.client.exceptions import ApiException
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
-except ImportError as _exc:  # pragma: no cover - exercised only where the library is missing
-    kubernetes = None
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = _exc
-
-    class ApiException(Exception):
-        status = None
-        body = None
-
-try:
     from urllib3.exceptions import HTTPError as _Urllib3Error
 except ImportError:  # pragma: no cover
     _Urllib3Error = OSError
@@ -48,6 +43,19 @@ from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import (
     InputFileError, check_regular_file, load_yaml, read_text)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kubeconfig
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kubeconfig import ApiError
+
+# The modules require the kubernetes client (the doc fragment's requirements, as kubernetes.core does) but import it
+# only where the light path (_kubeconfig) does not read the configuration: whether it is installed is asked of the
+# import system without importing it (issue 49). A client that is installed but does not import is said when it is
+# needed (_client_library).
+try:
+    from importlib.util import find_spec as _find_spec
+    HAS_KUBERNETES = _find_spec("kubernetes") is not None
+except (ImportError, ValueError):  # pragma: no cover
+    HAS_KUBERNETES = False
+KUBERNETES_IMPORT_ERROR = None if HAS_KUBERNETES else ImportError("No module named 'kubernetes'")
 
 # Same names, types and env fallbacks as kubernetes.core's k8s_auth_options / helm_args_common.
 AUTH_ARG_SPEC = dict(
@@ -87,6 +95,17 @@ class KubeError(Exception):
 def missing_library_message():
     from ansible.module_utils.basic import missing_required_lib
     return missing_required_lib("kubernetes")
+
+
+def _client_library():
+    """The kubernetes package, imported (the fallback path); a KubeError naming what to install when it does not."""
+    try:
+        import kubernetes
+        import kubernetes.client.rest
+        import kubernetes.config
+    except ImportError as exc:
+        raise KubeError(missing_library_message(), exception=str(exc))
+    return kubernetes
 
 
 def require_client():
@@ -211,15 +230,61 @@ def kubeconfig_file_errors(paths, option):
     return errors
 
 
-def build_configuration(params, environ=None):
-    """Build a kubernetes.client.Configuration from module parameters (already env-fallback resolved)."""
+class _ClientLoaders(object):
+    """The kubernetes client's Configuration and loaders (the fallback path), under the light path's names."""
+
+    light = False
+
+    def __init__(self):
+        self.kubernetes = _client_library()
+        self.ConfigException = self.kubernetes.config.ConfigException
+
+    def configuration(self):
+        return self.kubernetes.client.Configuration()
+
+    def load_incluster(self, cfg):
+        self.kubernetes.config.load_incluster_config(client_configuration=cfg)
+
+    def load_dict(self, config, context, cfg):
+        self.kubernetes.config.load_kube_config_from_dict(config, context=context, client_configuration=cfg,
+                                                          persist_config=False)
+
+    def load_files(self, path, context, cfg):
+        self.kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
+                                                persist_config=False)
+
+
+class _LightLoaders(object):
+    """_kubeconfig's reading: no import of the kubernetes package; Unsupported where it does not read a config."""
+
+    light = True
+    ConfigException = _kubeconfig.ConfigException
+    configuration = staticmethod(_kubeconfig.Configuration)
+    load_incluster = staticmethod(_kubeconfig.load_incluster)
+    load_dict = staticmethod(_kubeconfig.load_dict)
+    load_files = staticmethod(_kubeconfig.load_files)
+
+
+def build_configuration(params, environ=None, light=True):
+    """Build the client configuration from module parameters (already env-fallback resolved): the light path's
+    (_kubeconfig.Configuration) where it reads the configuration, else a kubernetes.client.Configuration, with the
+    same settings either way (``gpuops_light`` says which). ``light=False``: the kubernetes client's only."""
     if not HAS_KUBERNETES:
         raise KubeError(missing_library_message())
     errors = auth_param_errors(params)
     if errors:
         raise KubeError("; ".join(errors))
     environ = os.environ if environ is None else environ
-    cfg = kubernetes.client.Configuration()
+    if light:
+        try:
+            return _configuration(params, environ, _LightLoaders())
+        except _kubeconfig.Unsupported:
+            pass
+    return _configuration(params, environ, _ClientLoaders())
+
+
+def _configuration(params, environ, loaders):
+    cfg = loaders.configuration()
     host = params.get("host")
     if host:
         host = host.rstrip("/")
@@ -231,14 +296,13 @@ def build_configuration(params, environ=None):
     source = None
     try:
         if in_cluster:
-            kubernetes.config.load_incluster_config(client_configuration=cfg)
+            loaders.load_incluster(cfg)
             source = "in-cluster service account"
         elif has_direct:
             source = "host and credentials"
         elif kube_dict is not None:
             source = "kubeconfig content"
-            kubernetes.config.load_kube_config_from_dict(kube_dict, context=context, client_configuration=cfg,
-                                                         persist_config=False)
+            loaders.load_dict(kube_dict, context, cfg)
         elif kube_path or context:
             path = kube_path or environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
             if not os.path.exists(path.split(os.pathsep)[0]):
@@ -247,14 +311,13 @@ def build_configuration(params, environ=None):
             source = "kubeconfig %s" % path
             if not kube_path:           # the parameter's file was checked with the parameters
                 _raise_any(kubeconfig_file_errors(path, "kubeconfig (KUBECONFIG or %s)" % DEFAULT_KUBECONFIG))
-            kubernetes.config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
-                                               persist_config=False)
+            loaders.load_files(path, context, cfg)
         else:
             # kubernetes.core: in-cluster first, then the default kubeconfig.
             try:
-                kubernetes.config.load_incluster_config(client_configuration=cfg)
+                loaders.load_incluster(cfg)
                 source = "in-cluster service account"
-            except kubernetes.config.ConfigException:
+            except loaders.ConfigException:
                 path = environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
                 if not os.path.exists(path.split(os.pathsep)[0]) and not host:
                     raise KubeError(
@@ -264,11 +327,10 @@ def build_configuration(params, environ=None):
                 if os.path.exists(path.split(os.pathsep)[0]):
                     source = "kubeconfig %s" % path
                     _raise_any(kubeconfig_file_errors(path, "kubeconfig (KUBECONFIG or %s)" % DEFAULT_KUBECONFIG))
-                    kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg,
-                                                       persist_config=False)
+                    loaders.load_files(path, None, cfg)
                 else:
                     source = "host"
-    except (kubernetes.config.ConfigException, IOError, OSError, ValueError) as exc:
+    except (loaders.ConfigException, IOError, OSError, ValueError) as exc:
         raise KubeError("cannot load Kubernetes configuration from %s: %s" % (_source_option(source, in_cluster), exc))
     except (TypeError, AttributeError, KeyError) as exc:
         # the client walks the kubeconfig as kubectl writes it and breaks on another shape (a user that is a number)
@@ -289,6 +351,7 @@ def build_configuration(params, environ=None):
     if not cfg.host:
         raise KubeError("no API server address: set host (K8S_AUTH_HOST) or a kubeconfig with a cluster server")
     cfg.gpuops_source = source
+    cfg.gpuops_light = loaders.light
     return cfg
 
 
@@ -309,8 +372,9 @@ def _source_option(source, in_cluster):
 
 
 class Kube(object):
-    """The API calls the modules make, as plain REST over the kubernetes client's own HTTP layer: its Configuration
-    (kubeconfig, in-cluster account, TLS, proxy, token refresh) and its RESTClientObject. Objects are the JSON dicts
+    """The API calls the modules make, as plain REST over urllib3: the light path's Configuration and Rest
+    (_kubeconfig), or the kubernetes client's own HTTP layer, its Configuration (kubeconfig, in-cluster account, TLS,
+    proxy, token refresh) and its RESTClientObject, for what the light path does not read. Objects are the JSON dicts
     the API server sends. The client's typed API classes are not used: with kubernetes 37 building CoreV1Api alone
     costs about 2.5 s of CPU per module run (pydantic models), more than everything else a module does; older
     clients import every model at once instead. Their models also refuse answers they cannot read."""
@@ -318,7 +382,10 @@ class Kube(object):
     def __init__(self, configuration, timeout=30.0):
         self.configuration = configuration
         self.timeout = timeout
-        self.rest = kubernetes.client.rest.RESTClientObject(configuration)
+        if isinstance(configuration, _kubeconfig.Configuration):
+            self.rest = _kubeconfig.Rest(configuration)
+        else:
+            self.rest = _ClientRest(configuration)
 
     @classmethod
     def from_params(cls, params):
@@ -340,7 +407,7 @@ class Kube(object):
             answer = self.rest.request(method, url, headers=headers, body=body, _request_timeout=self.timeout)
             status, reason = answer.status, answer.reason
             data = answer.data if getattr(answer, "data", None) is not None else answer.read()
-        except ApiException as exc:
+        except ApiError as exc:
             # clients before 35 raise for every answer that is not 2xx; all raise status 0 when no answer came
             status, reason, data = exc.status, exc.reason, exc.body
             if not status:
@@ -391,6 +458,21 @@ class Kube(object):
         if field_manager:
             query["fieldManager"] = field_manager
         return self.request(what, "PUT", path, query=query or None, body=body)
+
+
+class _ClientRest(object):
+    """The kubernetes client's RESTClientObject (the fallback path), its ApiException raised as ApiError."""
+
+    def __init__(self, configuration):
+        kubernetes = _client_library()
+        self.rest = kubernetes.client.rest.RESTClientObject(configuration)
+        self.api_exception = kubernetes.client.rest.ApiException
+
+    def request(self, method, url, headers=None, body=None, _request_timeout=None):
+        try:
+            return self.rest.request(method, url, headers=headers, body=body, _request_timeout=_request_timeout)
+        except self.api_exception as exc:
+            raise ApiError(status=exc.status, reason=exc.reason, body=exc.body)
 
 
 def write_configmap(kube, namespace, name, data, current, dry_run=False, labels=None):

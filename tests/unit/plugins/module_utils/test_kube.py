@@ -5,7 +5,7 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube, _kubeconfig
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import failure
 
 
@@ -64,12 +64,14 @@ def test_in_cluster_service_account(tmp_path, monkeypatch):
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("sa-token")
     ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    for module in (incluster_config, _kubeconfig):     # the client's loader and the light path's (issue 49)
+        monkeypatch.setattr(module, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(module, "SERVICE_CERT_FILENAME", str(ca))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cfg = _kube.build_configuration(params())
     assert cfg.host == "https://10.96.0.1:443" and cfg.gpuops_source == "in-cluster service account"
+    assert cfg.gpuops_light is True
     # the header every request carries (kubernetes 24 keeps the token under "authorization", 37 "BearerToken")
     assert cfg.auth_settings()["BearerToken"]["value"].lower() == "bearer sa-token"
 
