@@ -83,6 +83,12 @@ def validate(params):
     for path in params.get("package_files") or []:
         if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
             errors.append("package_files: %r must be an absolute path on the node" % (path,))
+        elif ":" in path:
+            # (apt-get install skips such a path without an error: seen with apt 2.6.1; the repository's file names
+            # carry no epoch)
+            errors.append("package_files: %r must not contain a colon (apt-get does not install such a path); name "
+                          "the files as the repository does, like datacenter-gpu-manager-4-core_4.5.2-1_amd64.deb"
+                          % (path,))
     return errors
 
 
