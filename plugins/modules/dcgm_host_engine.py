@@ -53,7 +53,8 @@ options:
   package_files:
     description:
       - Absolute paths of package files on the node to install from instead of the configured repository (an
-        air-gapped node; the gpu_node role copies them there first). The packages and version are still checked.
+        air-gapped node; the gpu_node role copies them there first). Each file is read before anything is installed
+        (C(dpkg-deb -f) or C(rpm -qp)) - one file per package, each at O(version), no other package - or nothing is.
     type: list
     elements: str
     default: []
@@ -139,7 +140,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytec
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     Failure, ModuleRun, run_module)
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node._dcgm_node import find_systemctl, read_node
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._dcgm_node import (
+    find_systemctl, read_files, read_node)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._node_lock import module_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan, _packages
 
@@ -188,7 +190,17 @@ class DcgmHostEngine(ModuleRun):
                             {"enabled": self.params["state"] == "present",
                              "active": self.params["state"] == "present"}),
                       header="DCGM (%s)" % self.params["service"])
-        return todo if todo["reasons"] else None
+        if not todo["reasons"]:
+            return None
+        installs = [p for p in todo["packages"] if p["action"] not in ("none", "remove")]
+        if installs and self.params["package_files"]:
+            problems = _dcgm_plan.files_problems(current["manager"], current["names"], self.params["version"],
+                                                 read_files(self.module, current["manager"],
+                                                            self.params["package_files"]))
+            if problems:
+                raise _dcgm_plan.DcgmPlanError("package_files cannot install DCGM %s: %s"
+                                               % (self.params["version"], "; ".join(problems)))
+        return todo
 
     def apply(self, current, changes):
         manager, names = current["manager"], current["names"]

@@ -35,3 +35,32 @@ def read_node(module, params, systemctl):
         active_rc = module.run_command(systemctl + ["is-active", params["service"]])[0]
         unit = _dcgm_plan.unit_state(rc, out, active_rc)
     return {"manager": manager, "names": names, "installed": installed, "unit": unit}
+
+
+def read_files(module, manager, paths):
+    """{path: (package name, version)} of each package file as dpkg-deb (apt) or rpm (dnf) reads it, or an error
+    text where it cannot be read."""
+    out = {}
+    for path in paths:
+        if manager == "apt":
+            argv = [module.get_bin_path("dpkg-deb") or "dpkg-deb", "-f", path, "Package", "Version"]
+        else:
+            argv = [module.get_bin_path("rpm") or "rpm", "-qp", "--qf", "%{NAME}\n%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n",
+                    path]
+        try:
+            rc, stdout, stderr = module.run_command(argv)
+        except (IOError, OSError) as exc:
+            out[path] = "cannot be read: %s" % exc
+            continue
+        if rc != 0:
+            out[path] = "is not a package file (%s: %s)" % (argv[0].rsplit("/", 1)[-1],
+                                                            (stderr or stdout).strip()[:300] or "rc %d" % rc)
+            continue
+        fields = dict(line.split(": ", 1) for line in stdout.splitlines() if ": " in line) if manager == "apt" else {}
+        if manager == "apt":
+            out[path] = (fields.get("Package", ""), fields.get("Version", ""))
+        else:
+            lines = stdout.splitlines()
+            evr = lines[1] if len(lines) > 1 else ""
+            out[path] = (lines[0] if lines else "", evr[2:] if evr.startswith("0:") else evr)
+    return out

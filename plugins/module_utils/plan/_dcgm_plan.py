@@ -139,6 +139,31 @@ def plan(state, manager, names, version, installed, unit, allow_downgrade=False)
     return {"packages": packages, "service": service if reasons else [], "reasons": reasons}
 
 
+def files_problems(manager, names, version, files):
+    """What is wrong with the package files before anything is installed: ``files`` maps each path to (package name,
+    version) as the package tool read it, or to an error text. Each declared package must come from exactly one file
+    at the pin, and no file may hold another package."""
+    problems, seen = [], {}
+    for path in sorted(files):
+        found = files[path]
+        if isinstance(found, str):
+            problems.append("%s: %s" % (path, found))
+            continue
+        name, have = found
+        if name not in names:
+            problems.append("%s holds %s, which is not one of DCGM's declared packages (%s)" % (path, name,
+                                                                                           ", ".join(names)))
+        elif _packages.compare(manager, have, version) != 0:
+            problems.append("%s holds %s at %s, declared %s" % (path, name, have, version))
+        elif name in seen:
+            problems.append("%s and %s both hold %s" % (seen[name], path, name))
+        seen.setdefault(name, path)
+    missing = [n for n in names if n not in seen]
+    if missing and not problems:
+        problems.append("no package file holds %s" % ", ".join(missing))
+    return problems
+
+
 def install_command(manager, names, version, package_files, allow_downgrade):
     """The one transaction that installs the packages at the pin (an argument list): from the repository, or from the
     package files on the node (air-gapped)."""

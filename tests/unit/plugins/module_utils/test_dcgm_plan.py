@@ -130,3 +130,16 @@ def test_applying_the_plan_leaves_nothing_to_do(versions, unit, state):
         assert todo["reasons"], todo      # installed packages without their unit: reported, never "converged"
         return
     assert dp.plan(state, "apt", NAMES, V, after_packages, after_unit)["reasons"] == []
+
+
+def test_package_files_are_checked_before_anything_is_installed():
+    files = {"/f/core.deb": (NAMES[0], V), "/f/cuda12.deb": (NAMES[1], V)}
+    assert dp.files_problems("apt", NAMES, V, files) == []
+    assert dp.files_problems("apt", NAMES, V, {"/f/core.deb": (NAMES[0], V)}) == [
+        "no package file holds datacenter-gpu-manager-4-cuda12"]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/cuda12.deb": (NAMES[1], "1:4.4.2-1")})) == [
+        "/f/cuda12.deb holds datacenter-gpu-manager-4-cuda12 at 1:4.4.2-1, declared 1:4.5.2-1"]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/x.deb": ("curl", "8.0")})) == [
+        "/f/x.deb holds curl, which is not one of DCGM's declared packages (%s)" % ", ".join(NAMES)]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/x.deb": "is not a package file (dpkg-deb: x)"})) == [
+        "/f/x.deb: is not a package file (dpkg-deb: x)"]

@@ -106,6 +106,16 @@ def test_absent_stops_disables_and_removes(node, debs):
     assert run_main(dcgm_host_engine.main, dict(args, state="absent"))["changed"] is False
 
 
+def test_package_files_at_another_version_install_nothing(node, debs):
+    args = _args(node, debs)
+    older = _args(node, debs, version=dcgm_rig.OLD)["package_files"]
+    out = run_main(dcgm_host_engine.main, dict(args, package_files=[args["package_files"][0], older[1]]))
+    assert out.get("failed") and out["changed"] is False, out
+    assert "datacenter-gpu-manager-4-cuda12 at 1:4.4.2-1, declared 1:4.5.2-1" in out["msg"]
+    assert "nothing changed" in out["msg"]
+    assert driver_rig.installed(node, dcgm_rig.NAMES) == {}
+
+
 @pytest.mark.parametrize("more, words", [
     ({"version": "latest"}, "version 'latest' is not a package version"),
     ({"service": "dcgm"}, "is not a systemd service name (like nvidia-dcgm.service)"),
