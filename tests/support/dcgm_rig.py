@@ -9,6 +9,7 @@ text, run by the systemctl stand-in). ``datacenter-gpu-manager-4-cuda12`` depend
 holds a placeholder."""
 import os
 import shutil
+import sys
 
 from tests.support import apt_rig, driver_rig
 
@@ -29,11 +30,17 @@ ExecStop=/usr/bin/nv-hostengine -t
 WantedBy=multi-user.target
 """
 
-_ENGINE = """#!/bin/sh
+_ENGINE = """#!%s
 # TEST STAND-IN for nv-hostengine %s (tests/support/dcgm_rig.py), NOT NVIDIA's: records that the host engine runs
-record="${GPUOPS_SIMULATED_ROOT:?}/run/nvidia-dcgm/host-engine"
-if [ "$1" = "-t" ]; then rm -f "$record"; exit 0; fi
-mkdir -p "$(dirname "$record")" && echo "version=%s port=5555" > "$record"
+import os, sys
+record = os.path.join(os.environ["GPUOPS_SIMULATED_ROOT"], "run", "nvidia-dcgm", "host-engine")
+if sys.argv[1:] == ["-t"]:
+    if os.path.exists(record):
+        os.remove(record)
+    sys.exit(0)
+os.makedirs(os.path.dirname(record), exist_ok=True)
+with open(record, "w") as handle:
+    handle.write("version=%s port=5555\\n")
 """
 
 
@@ -43,7 +50,7 @@ def build(workdir, version):
     upstream = version.split(":", 1)[-1].split("-")[0]
     folder = os.path.join(str(workdir), version.replace(":", "_"))
     os.makedirs(folder)
-    core = {"usr/bin/nv-hostengine": _ENGINE % (upstream, upstream),
+    core = {"usr/bin/nv-hostengine": _ENGINE % (sys.executable, upstream, upstream),
             "usr/bin/dcgmi": "#!/bin/sh\n# TEST STAND-IN packaged as dcgmi %s, NOT NVIDIA's\nexec %s \"$@\"\n"
                              % (upstream, os.path.join(ROOT, "tests", "support", "bin", "dcgmi")),
             "usr/lib/systemd/system/%s" % UNIT: _UNIT_TEXT}
