@@ -151,8 +151,8 @@ def files_problems(manager, names, version, files):
             continue
         name, have = found
         if name not in names:
-            problems.append("%s holds %s, which is not one of DCGM's declared packages (%s)" % (path, name,
-                                                                                           ", ".join(names)))
+            problems.append("%s holds %s, which is not one of DCGM's declared packages (%s)"
+                            % (path, name, ", ".join(names)))
         elif _packages.compare(manager, have, version) != 0:
             problems.append("%s holds %s at %s, declared %s" % (path, name, have, version))
         elif name in seen:
