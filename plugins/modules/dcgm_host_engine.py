@@ -127,6 +127,11 @@ reasons:
   type: list
   elements: str
   sample: ["package datacenter-gpu-manager-4-core is not installed, declared 1:4.5.2-1"]
+package_files_unread:
+  description: In check mode, the package files not on the node yet (not read; a real run reads them before installing).
+  returned: in check mode, where some of O(package_files) are not on the node
+  type: list
+  elements: str
 host_engine:
   description: The unit after the run (in check mode, as read) - C(unit), C(enabled), C(active), C(port) (the
     host engine's default port).
@@ -134,6 +139,8 @@ host_engine:
   type: dict
   sample: {unit: nvidia-dcgm.service, enabled: true, active: true, port: 5555}
 """
+
+import os
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
@@ -193,10 +200,13 @@ class DcgmHostEngine(ModuleRun):
         if not todo["reasons"]:
             return None
         installs = [p for p in todo["packages"] if p["action"] not in ("none", "remove")]
-        if installs and self.params["package_files"]:
+        files = self.params["package_files"]
+        if installs and files and self.module.check_mode and not all(os.path.exists(f) for f in files):
+            # check mode: the gpu_node role has not copied them yet (its copy reports the change); read at the install
+            self.result["package_files_unread"] = [f for f in files if not os.path.exists(f)]
+        elif installs and files:
             problems = _dcgm_plan.files_problems(current["manager"], current["names"], self.params["version"],
-                                                 read_files(self.module, current["manager"],
-                                                            self.params["package_files"]))
+                                                 read_files(self.module, current["manager"], files))
             if problems:
                 raise _dcgm_plan.DcgmPlanError("package_files cannot install DCGM %s: %s"
                                                % (self.params["version"], "; ".join(problems)))

@@ -127,3 +127,15 @@ def test_bad_input_changes_nothing(node, debs, more, words):
     out = run_main(dcgm_host_engine.main, args)
     assert out.get("failed") and out.get("changed", False) is False and words in out["msg"], out
     assert driver_rig.installed(node, dcgm_rig.NAMES) == {}
+
+
+def test_check_mode_before_the_files_are_copied_reports_the_install(node, debs):
+    """In check mode the gpu_node role has not copied the package files yet: the install is reported, the files named
+    as not read; a real run with them missing reads them first and fails with nothing changed."""
+    args = dict(_args(node, debs), package_files=["/nonexistent/datacenter-gpu-manager-4-core_4.5.2-1_amd64.deb"])
+    check = run_main(dcgm_host_engine.main, args, check_mode=True)
+    assert check["changed"] is True and not check.get("failed"), check
+    assert check["package_files_unread"] == args["package_files"]
+    real = run_main(dcgm_host_engine.main, args)
+    assert real.get("failed") and real["changed"] is False and "nothing changed" in real["msg"], real
+    assert driver_rig.installed(node, dcgm_rig.NAMES) == {}
