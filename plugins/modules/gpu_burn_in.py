@@ -143,7 +143,8 @@ class GpuBurnIn(GpuRun):
         self.dcgmi = _dcgm.find_dcgmi(self.module, self.params["dcgmi"])
         if self.dcgmi is None:
             self.refuse("burn-in level %s runs DCGM's diagnostic, and dcgmi (%r) is not installed on this node: "
-                        "install DCGM (package datacenter-gpu-manager) or declare no burn-in (gpu_node_burn_in: none)"
+                        "install DCGM (gpu_node_dcgm: present installs datacenter-gpu-manager-4-core) or declare no "
+                        "burn-in (gpu_node_burn_in: none)"
                         % (self.params["level"], self.params["dcgmi"]))
         self.set_diff(_text(record), "(the record of dcgmi diag -r %d, written after it runs)\n"
                       % _burn_in.level_of(self.params["level"]), header=current["path"])

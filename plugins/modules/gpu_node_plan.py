@@ -345,6 +345,47 @@ options:
         description: As runtime_mode's (not compared).
         type: bool
         default: false
+  dcgm:
+    description:
+      - NVIDIA DCGM on the node, as M(gpuops.nvidia.dcgm_host_engine) takes it - the step C(dcgm) has work where its
+        packages are not at O(dcgm.version) or its host engine's unit is not enabled and running (with
+        O(dcgm.state=absent), where any of them is still there).
+    type: dict
+    suboptions:
+      state:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:state).
+        type: str
+        required: true
+        choices: [present, absent]
+      version:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:version).
+        type: str
+        required: true
+      cuda:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:cuda).
+        type: int
+        default: 12
+      proprietary:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:proprietary).
+        type: bool
+        default: false
+      package_manager:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:package_manager).
+        type: str
+        choices: [apt, dnf, auto]
+        default: auto
+      allow_downgrade:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:allow_downgrade).
+        type: bool
+        default: false
+      service:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:service).
+        type: str
+        default: nvidia-dcgm.service
+      systemctl:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:systemctl).
+        type: list
+        elements: str
   burn_in:
     description:
       - The node's burn-in, as M(gpuops.nvidia.gpu_burn_in) takes it - the step C(burn_in) has work where the node's
@@ -393,7 +434,7 @@ options:
         role's variables by the step registry, and its result holds the role's gates (RV(gates), RV(runs)).
     type: list
     elements: str
-    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, burn_in, health]
+    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, dcgm, burn_in, health]
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts

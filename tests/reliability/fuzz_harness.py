@@ -504,6 +504,18 @@ MODULES = {
     # throwaway apt root (APT_CONFIG, DPKG_ROOT: an empty package database), never this machine's. The repository
     # is never drawn (its probe runs apt-get update against the URL its sources name: a network fetch, see
     # package_plan), nor package_source distribution (_DRIVER_DECLARATION). package_files are read with dpkg-deb.
+    # On the rig's throwaway apt/dpkg root (APT_CONFIG, DPKG_ROOT) with package files shaped like DCGM 4's, never this
+    # machine's package database; systemctl is the rig's stand-in (never unset: the module would look it up in /usr/bin).
+    # A fuzzed unit name that no package holds fails at systemctl after the install, an outcome, not an input error.
+    "dcgm_host_engine": dict(rig="dcgm", args={},
+                             hints={"systemctl": _tool_argv("systemctl"),
+                                    "version": st.one_of(st.sampled_from(["1:4.5.2-1", "1:4.4.2-1", "4.5.2-1", "latest",
+                                                                          "", "1:", "9" * 5000]), strings()),
+                                    "service": st.one_of(st.sampled_from(["nvidia-dcgm.service", "other.service",
+                                                                          "nvidia-dcgm", "a b.service", ""]),
+                                                         strings()),
+                                    "package_files": st.lists(paths(), max_size=3)},
+                             outcomes=("check the host engine's log: journalctl -u",)),
     "driver_plan": dict(rig="driver", rig_kwargs={"module": "driver_plan"},
                         args={"manager": "apt", "declaration": {"version": rigs.DRIVER_NEW}},
                         fixed={"repository": None},

@@ -59,7 +59,9 @@ PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"
           "cdi": ("spec_path", "spec_dirs", "config_path", "nvidia_ctk_path"),
           "helm": ("binary_path",), "operator": (), "dra": ("binary_path",), "dra_api": (),
           # driver_modules' and driver_plan's: the node root is this machine's /, the tools its own kmod/systemctl
-          "driver": ("root", "modprobe", "rmmod", "modinfo", "systemctl")}
+          "driver": ("root", "modprobe", "rmmod", "modinfo", "systemctl"),
+          # dcgm_host_engine's: systemctl unset is this machine's (looked up in /usr/bin)
+          "dcgm": ("systemctl",)}
 
 
 def discovered(kind):

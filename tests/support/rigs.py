@@ -499,5 +499,43 @@ class DriverRig(SystemctlRig):
             self.args = dict(root=self.root)
 
 
+class DcgmRig(SystemctlRig):
+    """dcgm_host_engine on a throwaway apt/dpkg root of its own (tests/support/apt_rig.Root: APT_CONFIG, DPKG_ROOT),
+    with package files shaped like DCGM 4's (tests/support/dcgm_rig.py, NOT NVIDIA's; built once per process) in
+    ``debs/``, installed with Debian's real apt-get and dpkg into that root only, and the systemctl stand-in running
+    their unit (its state in systemd.json). PATH holds only the rig's own bin directory: wrappers of the real
+    apt-get, dpkg, dpkg-query, dpkg-deb and tar (and ldconfig and start-stop-daemon, which dpkg requires on PATH), of
+    the systemctl stand-in; a command a fuzzed option names by a bare name is not found there."""
+
+    kind = "dcgm"
+    exclude = ("systemd.json",)
+    _debs = {}
+
+    def __init__(self, directory):
+        super(DcgmRig, self).__init__(directory)
+        from tests.support import apt_rig, dcgm_rig
+        apt = apt_rig.Root(self.path("root"))
+        bin_dir = self.path(PRIVATE, "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        for tool in ("apt-get", "dpkg", "dpkg-query", "dpkg-deb", "tar", "ldconfig", "start-stop-daemon"):
+            real = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
+            if real:
+                tool_wrapper(os.path.join(bin_dir, tool), [real])
+        self.tools = {"systemctl": tool_wrapper(os.path.join(bin_dir, "systemctl"), [
+            sys.executable, os.path.join(ROOT, "tests", "support", "systemctl_standin.py")])}
+        if not DcgmRig._debs:
+            import tempfile
+            DcgmRig._debs.update(dcgm_rig.build(tempfile.mkdtemp(prefix="gpuops-dcgm-debs-"), dcgm_rig.NEW))
+        files = dcgm_rig.place(DcgmRig._debs, self.path("debs"))
+        self.env.update(dict(apt.env, PATH=bin_dir, GPUOPS_SIMULATED_ROOT=apt.path,
+                             FAKE_SYSTEMD_STATE=self.path("systemd.json"),
+                             FAKE_SYSTEMD_UNIT_DIR=os.path.join(apt.path, "usr", "lib", "systemd", "system"),
+                             GPUOPS_NODE_LOCK=self.path("node.lock"), GPUOPS_SIMULATED_GPUS=None,
+                             GPUOPS_SIMULATED_MACHINE=None))
+        self.args = dict(version=dcgm_rig.NEW, package_manager="apt", package_files=files,
+                         systemctl=[self.tools["systemctl"]])
+
+
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
-        "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig}
+        "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig,
+        "dcgm": DcgmRig}

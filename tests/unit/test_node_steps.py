@@ -215,8 +215,8 @@ def test_the_driver_and_health_steps_fit_the_registry():
     plan["driver"] = {"disruptive": ["driver 570 -> 580"]}
     gates = _node_steps.gates(plan, managed, steps=steps)
     assert gates == {"driver": True, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "burn_in": False,
-                     "health": True, "disruptive": True}
+                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "dcgm": False,
+                     "burn_in": False, "health": True, "disruptive": True}
     # an unhealthy node with nothing else to do: health alone, nothing disruptive
     plan = _plan(dict(quiet, driver=[], health=["GPU 3: XID 79"]), mig={"managed": True, "disruptive": []})
     gates = _node_steps.gates(plan, managed, steps=steps)
@@ -247,7 +247,8 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
 def test_the_plan_arguments_come_from_one_input_per_step():
     inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
-              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "burn_in": None, "health": None}
+              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "dcgm": None, "burn_in": None,
+              "health": None}
     assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
                                       "runtime_mode": {"mode": "cdi"}}
     assert node_plan_args(inputs, ["mig"]) == {"mig": inputs["mig"]}
@@ -255,8 +256,8 @@ def test_the_plan_arguments_come_from_one_input_per_step():
     assert node_plan_args(dict(inputs, driver="", cdi=" ")) == node_plan_args(inputs)
     with pytest.raises(AnsibleFilterError, match=re.escape(
             "node_plan_args: expects, for each step of the node plan (driver, mig, compute_mode, declared, "
-            "containerd_runtime, runtime_mode, cdi, burn_in, health), its options or none; got burn_in, cdi, "
-            "compute_mode, containerd_runtime, declared, driver, health, mig")):
+            "containerd_runtime, runtime_mode, cdi, dcgm, burn_in, health), its options or none; got burn_in, cdi, "
+            "compute_mode, containerd_runtime, dcgm, declared, driver, health, mig")):
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
         node_plan_args(inputs, ["gpu_reset"])
@@ -269,7 +270,7 @@ def test_the_plan_arguments_come_from_one_input_per_step():
 
 
 MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True,
-           "cdi": True, "runtime_mode": True, "burn_in": False, "health": True}
+           "cdi": True, "runtime_mode": True, "dcgm": False, "burn_in": False, "health": True}
 
 
 def _plan(steps, mig=None, health=None):
@@ -296,7 +297,7 @@ def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
                  mig={"managed": True, "disruptive": ["MIG layout changes on GPU(s) 0"]})
     gates = node_step_gates(plan, MANAGED)
     assert gates == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "burn_in": False,
+                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "dcgm": False, "burn_in": False,
                      "health": True, "disruptive": True}
     # MIG left to the GPU Operator (not managed here): nothing of it runs, nothing is disruptive
     gates = node_step_gates(plan, dict(MANAGED, mig=False))
@@ -319,7 +320,7 @@ def test_a_step_runs_only_where_managed_and_with_work():
 @pytest.mark.parametrize("plan, managed, words", [
     ({"steps": {}}, dict(MANAGED, gpu_reset=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
     ({"steps": {}}, dict((k, v) for k, v in MANAGED.items() if k != "cdi"),
-     "got burn_in, compute_mode, container_toolkit, containerd_runtime, driver, health, mig, runtime_mode"),
+     "got burn_in, compute_mode, container_toolkit, containerd_runtime, dcgm, driver, health, mig, runtime_mode"),
     ({"steps": {}}, dict(MANAGED, cdi="maybe"), "whether step cdi is managed must be a boolean, got 'maybe'"),
     ("plan", MANAGED, "expects gpu_node_plan's result (a dict with steps), got str"),
     ({"steps": {"cdi": "stale"}}, MANAGED, "steps.cdi must be the list of reasons the plan found, got str"),
@@ -344,7 +345,7 @@ ROLE_VALUES = {
     "gpu_node_mig_config_name": "all-balanced", "gpu_node_cdi": False, "gpu_node_manage_containerd": True,
     "gpu_node_install_container_toolkit": False, "gpu_node_runtime_mode": "auto", "gpu_node_health_gate": True,
     "gpu_node_device_plugin_managed": True, "gpu_node_health_policy": {}, "gpu_node_health_dcgm_diag": False,
-    "gpu_node_burn_in": "none",
+    "gpu_node_burn_in": "none", "gpu_node_dcgm": "unmanaged",
     "gpu_node_health_dcgmi": "dcgmi", "__compute_mode_declared": {
         "settings": [{"gpus": ["all"], "mode": "Default"}], "persistence_mode": True, "boot_unit": None},
     "__containerd_runtime_declared": {"config_path": "/etc/containerd/config.toml"},
@@ -385,7 +386,7 @@ def test_the_driver_options_are_read_only_where_the_driver_step_is_planned(drive
 def test_who_owns_each_step_is_decided_by_the_registry():
     base = _node_steps.resolve(_role_vars(ROLE_VALUES, []))
     assert base["managed"] == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "burn_in": False,
+                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dcgm": False, "burn_in": False,
                                "health": True}
     # MIG planned (to disable it where it is on) though another sharing strategy is declared
     assert base["planned"]["mig"] and base["mig"] == {"manage": "disable", "layout": [], "config_name": "all-disabled",
@@ -461,3 +462,27 @@ def test_the_health_gate_runs_where_the_node_lacks_the_burn_in_record_the_plan_r
     assert not _node_steps.gates(none, on, node=dict(unmarked, burn_in='{"verdict":"pass"}'))["health"]
     # off a cluster there is no Node to carry it
     assert not _node_steps.gates(quiet, on)["health"]
+
+
+def test_dcgm_is_the_collections_where_declared_and_never_under_the_gpu_operator():
+    """DCGM's step (issue 50 item 4): managed where the node declares it present or absent, off by default, never on a
+    GPU Operator cluster (the operator runs its own DCGM); before the burn-in and the gate, whose dcgmi uses its
+    engine; its inputs are the role's variables."""
+    names = [s.name for s in _node_steps.STEPS]
+    assert names.index("dcgm") < names.index("burn_in") < names.index("health")
+    dcgm = _node_steps.BY_NAME["dcgm"]
+    assert dcgm.tasks == "dcgm.yml" and not dcgm.disruptive and not dcgm.needs_nvml
+    values = dict(ROLE_VALUES, gpu_node_dcgm="present", gpu_node_dcgm_version="1:4.5.2-1", gpu_node_dcgm_cuda=13,
+                  gpu_node_dcgm_proprietary=False, gpu_node_dcgm_package_manager="apt",
+                  gpu_node_dcgm_allow_downgrade=False, gpu_node_dcgm_service="nvidia-dcgm.service",
+                  gpu_node_driver_systemctl=["/x/systemctl"])
+    assert not _node_steps.resolve(_role_vars(ROLE_VALUES, []))["managed"]["dcgm"]
+    resolved = _node_steps.resolve(_role_vars(values, []))
+    assert resolved["managed"]["dcgm"] and resolved["planned"]["dcgm"]
+    assert dcgm.inputs(_role_vars(values, [])) == {"dcgm": {
+        "state": "present", "version": "1:4.5.2-1", "cuda": 13, "proprietary": False, "package_manager": "apt",
+        "allow_downgrade": False, "service": "nvidia-dcgm.service", "systemctl": ["/x/systemctl"]}}
+    operator = dict(values, gpu_node_kubernetes=True, gpu_node_device_plugin_provider="gpu_operator")
+    assert not _node_steps.resolve(_role_vars(operator, []))["managed"]["dcgm"]
+    chart = dict(values, gpu_node_kubernetes=True, gpu_node_device_plugin_provider="chart")
+    assert _node_steps.resolve(_role_vars(chart, []))["managed"]["dcgm"]

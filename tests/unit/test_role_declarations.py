@@ -29,6 +29,11 @@ NOT_DECLARED = {
     # absent yet: a marker left by a run killed between the boot and this task stays until the next driver reboot,
     # which the guard then refuses, naming the marker (docs/driver.md, known limits)
     ("gpu_node", "driver.yml", "Remove the reboot marker once the driver is loaded after the reboot"),
+    # DCGM's air-gapped package files: the install's input, copied only where the dcgm step runs; the state the node
+    # plan compares is the installed packages and the host engine's unit (dcgm_host_engine reads each file before it
+    # installs, docs/dcgm.md), so a cache directory cleaned later is not work
+    ("gpu_node", "dcgm.yml", "Create the directory of DCGM's package files"),
+    ("gpu_node", "dcgm.yml", "Copy DCGM's package files"),
 }
 
 
@@ -128,3 +133,25 @@ def test_gpu_node_runs_cdi_spec_and_runtime_mode_with_exactly_what_the_node_plan
         return {"the": "fact"}
     inputs = _node_steps.BY_NAME[step].inputs(_node_steps.RoleVars(get))
     assert asked == [fact] and inputs == {_node_steps.BY_NAME[step].option_names[0]: {"the": "fact"}}
+
+
+def test_gpu_node_runs_dcgm_host_engine_with_the_variables_the_node_plan_compares():
+    """Every option of the step dcgm is passed to dcgm_host_engine by tasks/dcgm.yml from the same role variable the
+    registry's inputs read (the systemctl the driver step's), so the plan and the apply cannot disagree."""
+    read = []
+    values = {"gpu_node_dcgm": "present", "gpu_node_dcgm_version": "1:4.5.2-1", "gpu_node_dcgm_cuda": 12,
+              "gpu_node_dcgm_proprietary": False, "gpu_node_dcgm_package_manager": "auto",
+              "gpu_node_dcgm_allow_downgrade": False, "gpu_node_dcgm_service": "nvidia-dcgm.service",
+              "gpu_node_driver_systemctl": []}
+
+    def get(name):
+        read.append(name)
+        return values[name]
+    options = _node_steps.BY_NAME["dcgm"].inputs(_node_steps.RoleVars(get))["dcgm"]
+    (call,) = [task["gpuops.nvidia.dcgm_host_engine"] for _name, task in tasks_of("gpu_node")
+               if "gpuops.nvidia.dcgm_host_engine" in task]
+    by_option = {"state": "gpu_node_dcgm", "systemctl": "gpu_node_driver_systemctl"}
+    for option in options:
+        variable = by_option.get(option, "gpu_node_dcgm_" + option)
+        assert variable in read, (option, read)
+        assert variable in str(call[option]), (option, call[option])

@@ -321,6 +321,46 @@ def _cdi(module, facts, params):
     return None, {p["step"]: [reason] if reason else []}
 
 
+def _dcgm_validate(module, params):
+    """Refuse a version, CUDA major, unit name or package file path that is not one (before anything is read)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan
+    errors = _dcgm_plan.validate(params["dcgm"])
+    if errors:
+        raise Refusal(nothing_changed("dcgm: %s" % "; ".join(errors)))
+
+
+def _dcgm_check(module, facts, params):
+    """DCGM's packages against the pin and its host engine's unit (enabled, running), read and planned as
+    dcgm_host_engine reads and plans them (node/_dcgm_node, plan/_dcgm_plan). What cannot be read or planned (no
+    package manager, a downgrade not allowed) is work: the module then fails with its own message."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._dcgm_node import find_systemctl, read_node
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan, _packages
+    p = params["dcgm"]
+    try:
+        current = read_node(module, p, find_systemctl(module, p["systemctl"]))
+        todo = _dcgm_plan.plan(p["state"], current["manager"], current["names"], p["version"], current["installed"],
+                               current["unit"], p["allow_downgrade"])
+    except (_dcgm_plan.DcgmPlanError, _packages.PackageError) as exc:
+        return None, {"dcgm": [str(exc)]}
+    return {"dcgm": {"packages": todo["packages"], "service": todo["service"]}}, {"dcgm": todo["reasons"]}
+
+
+def _dcgm_managed(v):
+    """Where the node declares DCGM (present or absent), except on a GPU Operator cluster: the operator runs its own
+    DCGM (and dcgm-exporter) there, and a second host engine on the node would compete with it for the GPUs'
+    profiling counters (NVIDIA/dcgm-exporter issues 22 and 707)."""
+    return v("gpu_node_dcgm", "unmanaged") != "unmanaged" and not (_kube(v) and _provider(v) == "gpu_operator")
+
+
+def _dcgm_inputs(v):
+    return {"dcgm": {"state": v("gpu_node_dcgm"), "version": v.text("gpu_node_dcgm_version"),
+                     "cuda": int(v("gpu_node_dcgm_cuda", 12)), "proprietary": v.flag("gpu_node_dcgm_proprietary"),
+                     "package_manager": v("gpu_node_dcgm_package_manager", "auto"),
+                     "allow_downgrade": v.flag("gpu_node_dcgm_allow_downgrade"),
+                     "service": v("gpu_node_dcgm_service", "nvidia-dcgm.service"),
+                     "systemctl": v("gpu_node_driver_systemctl") or None}}
+
+
 def _burn_in_check(module, facts, params):
     """The node's burn-in record against the loaded driver and the declared level (_burn_in.reasons)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in
@@ -554,8 +594,6 @@ def _health_marks(node, report):
 # daemons, started after them; the exporter stops first and starts last, as it reads DCGM).
 OTHER_GPU_HOLDERS = (
     Holder("dcgm_exporter", "DCGM exporter (dcgm-exporter)", ("dcgm-exporter.service",), stop=10, start=90),
-    Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
-           pid_file="/var/run/nvhostengine.pid", stop=20, start=80),
     Holder("nvsm", "NVIDIA System Management (nvsm)", ("nvsm.service",), stop=30, start=70),
     Holder("mps", "MPS control daemon (nvidia-cuda-mps-control)", (_gpu_holders.DEFAULT_MPS_UNIT,), stop=40,
            start=60),
@@ -640,6 +678,21 @@ STEPS = (
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True,
          managed=_cdi_managed, inputs=lambda v: {"cdi": v("__gpu_node_cdi")}),
+    # NVIDIA DCGM and its host engine (nvidia-dcgm.service): before the burn-in and the health gate, whose dcgmi
+    # talks to this engine
+    Step("dcgm", {"dcgm": dict(type="dict", options=dict(
+        state=dict(type="str", choices=["present", "absent"], required=True),
+        version=dict(type="str", required=True),
+        cuda=dict(type="int", default=12),
+        proprietary=dict(type="bool", default=False),
+        package_manager=dict(type="str", choices=["apt", "dnf", "auto"], default="auto"),
+        allow_downgrade=dict(type="bool", default=False),
+        service=dict(type="str", default="nvidia-dcgm.service"),
+        systemctl=dict(type="list", elements="str"),
+    ))}, check=_dcgm_check, validate=_dcgm_validate, tasks="dcgm.yml", managed=_dcgm_managed, inputs=_dcgm_inputs,
+         # its host engine holds the GPUs (a node whose image brings DCGM runs the same unit: quiesced either way)
+         holds_gpus=(Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
+                            pid_file="/var/run/nvhostengine.pid", stop=20, start=80),)),
     # the node's burn-in (DCGM's diagnostic, once per driver version and level; its record is read by the health gate
     # after it, which keeps the node out where it failed)
     Step("burn_in", {"burn_in": dict(type="dict", options=dict(level=dict(type="str", required=True,

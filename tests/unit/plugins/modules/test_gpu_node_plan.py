@@ -10,8 +10,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._compute_mode i
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import parse_toml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
-    compute_mode, containerd_runtime, gpu_node_plan, mig_layout, mig_mode)
-from tests.support import ctk_env
+    compute_mode, containerd_runtime, dcgm_host_engine, gpu_node_plan, mig_layout, mig_mode)
+from tests.support import apt_rig, ctk_env, dcgm_rig
 from tests.support.ansible_run import ROOT
 from tests.support.modrun import run_main, run_main_ok
 
@@ -422,3 +422,33 @@ def test_the_health_step_runs_dcgms_diagnostic_only_when_asked(node):
     plan = _plan({"health": {"dcgm_diag": True, "dcgmi": os.path.join(ROOT, "tests", "support", "bin", "dcgmi")}})
     (reason,) = plan["steps"]["health"]
     assert reason.startswith("GPU 1 (%s): DCGM's diagnostic failed a test" % sim.read_all()["gpus"][1]["pci_bus_id"])
+
+
+@pytest.mark.skipif(bool(apt_rig.missing_tools()), reason="needs Debian's apt and dpkg tools")
+def test_dcgm_is_planned_as_dcgm_host_engine_reads_it(node, tmp_path, monkeypatch):
+    """The dcgm step: DCGM's packages and host engine as dcgm_host_engine reads and plans them (the same read and
+    planner); work before the install, none after it; bad input refused before anything is read."""
+    node("hgx-h200")
+    root = apt_rig.Root(tmp_path / "root")
+    for key, value in root.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", root.path)
+    systemctl = [os.path.join(ROOT, "tests", "support", "bin", "systemctl")]
+    step = {"state": "present", "version": dcgm_rig.NEW, "package_manager": "apt", "systemctl": systemctl}
+    res = _plan({"dcgm": step}, check=True)
+    assert not res.get("failed") and res["changed"] is False, res
+    assert res["steps"]["dcgm"] == ["package %s is not installed, declared %s" % (n, dcgm_rig.NEW)
+                                    for n in dcgm_rig.NAMES]
+    assert res["dcgm"]["service"] == ["daemon-reload", "enable", "start"]
+    files = dcgm_rig.place(dcgm_rig.build(tmp_path / "debs", dcgm_rig.NEW), os.path.join(root.path, "debs"))
+    run_main_ok(dcgm_host_engine.main, {"version": dcgm_rig.NEW, "package_manager": "apt", "package_files": files,
+                                        "systemctl": systemctl})
+    res = _plan({"dcgm": step})
+    assert res["steps"]["dcgm"] == [] and res["dcgm"]["service"] == [], res
+    # another pin is work again (an upgrade)
+    res = _plan({"dcgm": dict(step, version="1:4.6.0-1")})
+    assert res["steps"]["dcgm"] == ["package %s is at %s, declared 1:4.6.0-1" % (n, dcgm_rig.NEW)
+                                    for n in dcgm_rig.NAMES], res
+    bad = _plan({"dcgm": dict(step, version="latest")})
+    assert bad.get("failed") and "dcgm: version 'latest' is not a package version" in bad["msg"], bad
+    assert "nothing changed" in bad["msg"]

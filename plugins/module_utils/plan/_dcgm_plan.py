@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NVIDIA DCGM on the node, planned (PRIVATE to gpuops.nvidia): its packages at one pinned version and its host engine
+service, from what the package database and systemctl say. Pure functions, no I/O (docs/dcgm.md).
+
+Facts (public sources, read for this code; nothing of NVIDIA's is copied):
+- DCGM 4 is split in packages named ``datacenter-gpu-manager-4-<part>``: ``-core`` holds ``dcgmi``, ``nv-hostengine``
+  and the systemd unit ``nvidia-dcgm.service`` (NVIDIA/DCGM at commit 0d22068b8af4ff97ed8dc126da427ce4cf613e23,
+  scripts/verify_package_contents/datacenter-gpu-manager-core_amd64.deb.txt, where the name's ``<MAJORVERSION>`` is 4);
+  ``-cuda12`` and ``-cuda13`` hold the parts built against one CUDA major (the same folder lists
+  datacenter-gpu-manager-cuda12_amd64.deb.txt and -cuda13_amd64.deb.txt); ``-proprietary`` and
+  ``-proprietary-cuda<N>`` hold NVIDIA's closed parts. NVIDIA's installation guide installs
+  ``datacenter-gpu-manager-4-cuda<N>`` for the CUDA major of the node's driver
+  (https://docs.nvidia.com/datacenter/dcgm/latest/installation.html).
+- The packages are in NVIDIA's CUDA repository, versioned ``1:<dcgm version>-1`` on apt (an epoch of 1: for example
+  ``datacenter-gpu-manager-4-core=1:4.4.0-1`` as NVIDIA's own container builds pin it).
+- The host engine listens on TCP port 5555 by default (``DCGM_HE_PORT_NUMBER`` in NVIDIA/DCGM's dcgmlib/dcgm_structs.h).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
+
+STATES = ("present", "absent")
+CUDA_MAJORS = (12, 13)
+SERVICE = "nvidia-dcgm.service"
+PORT = 5555
+# What a unit name may be (systemd's own characters for a unit name, ending in .service).
+UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
+
+
+class DcgmPlanError(Exception):
+    """A declaration that cannot be planned (what is wrong and what is valid), before anything changes."""
+
+
+def package_names(cuda, proprietary=False):
+    """The DCGM 4 packages for CUDA major ``cuda``: core and the CUDA part, plus NVIDIA's closed parts where asked."""
+    if cuda not in CUDA_MAJORS:
+        raise DcgmPlanError("cuda must be the CUDA major of DCGM 4's packages, one of %s; got %r"
+                            % (", ".join(str(c) for c in CUDA_MAJORS), cuda))
+    names = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda%d" % cuda]
+    if proprietary:
+        names += ["datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda%d" % cuda]
+    return names
+
+
+def resolve_manager(manager, found):
+    """``manager`` (apt, dnf or auto) as the node has it: auto is apt where ``found`` (tool name -> whether the node
+    has it) has dpkg-query and apt-get, dnf where it has rpm and dnf."""
+    if manager in _packages.MANAGERS:
+        return manager
+    if manager != "auto":
+        raise DcgmPlanError("package_manager must be one of apt, dnf, auto; got %r" % (manager,))
+    if found.get("dpkg-query") and found.get("apt-get"):
+        return "apt"
+    if found.get("rpm") and found.get("dnf"):
+        return "dnf"
+    raise DcgmPlanError("package_manager auto: this node has neither apt (dpkg-query, apt-get) nor dnf (rpm, dnf); "
+                        "DCGM's packages are served for both by NVIDIA's CUDA repository: set package_manager")
+
+
+def validate(params):
+    """What is wrong with the parameters (a list; empty: valid), before anything is read."""
+    errors = []
+    if params.get("state") not in STATES:
+        errors.append("state must be one of %s, got %r" % (", ".join(STATES), params.get("state")))
+    version = params.get("version")
+    if not isinstance(version, str) or not _packages.VERSION_RE.match(version):
+        errors.append("version %r is not a package version (the package manager's, like 1:4.5.2-1 on apt: it starts "
+                      "with a digit; A-Z, a-z, 0-9, .+~^_:-)" % (version,))
+    try:
+        package_names(params.get("cuda"))
+    except DcgmPlanError as exc:
+        errors.append(str(exc))
+    service = params.get("service")
+    if not isinstance(service, str) or not UNIT_RE.match(service):
+        errors.append("service %r is not a systemd service name (like %s)" % (service, SERVICE))
+    for path in params.get("package_files") or []:
+        if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
+            errors.append("package_files: %r must be an absolute path on the node" % (path,))
+        elif ":" in path:
+            # (apt-get install skips such a path without an error: seen with apt 2.6.1; the repository's file names
+            # carry no epoch)
+            errors.append("package_files: %r must not contain a colon (apt-get does not install such a path); name "
+                          "the files as the repository does, like datacenter-gpu-manager-4-core_4.5.2-1_amd64.deb"
+                          % (path,))
+    return errors
+
+
+def unit_state(enabled_rc, enabled_out, active_rc):
+    """The service as systemctl answered ``is-enabled`` (its exit status and output) and ``is-active`` (its exit
+    status): {enabled, active, known}; ``known``: systemctl has the unit (a package installed it)."""
+    words = (enabled_out or "").split()
+    known = enabled_rc == 0 or bool(words) and words[-1] in ("disabled", "masked", "static", "indirect", "linked")
+    return {"enabled": enabled_rc == 0, "active": active_rc == 0, "known": known}
+
+
+def plan(state, manager, names, version, installed, unit, allow_downgrade=False):
+    """What to change: {"packages": the package plan (_packages.plan's; for absent each installed one "remove"),
+    "service": the systemctl verbs in order, "reasons": why (empty: nothing to change)}. ``installed`` is
+    _packages.read_installed's answer, ``unit`` unit_state's. Raises DcgmPlanError on a downgrade that is not
+    allowed."""
+    reasons = []
+    if state == "absent":
+        packages = [{"name": n, "installed": (installed.get(n) or {}).get("version"), "version": None,
+                     "action": "remove" if (installed.get(n) or {}).get("version") else "none"} for n in names]
+        service = (["stop"] if unit["active"] else []) + (["disable"] if unit["enabled"] else [])
+        reasons += ["the host engine is running (state absent)"] if unit["active"] else []
+        reasons += ["the host engine is enabled (state absent)"] if unit["enabled"] else []
+        reasons += ["package %s is installed at %s (state absent)" % (p["name"], p["installed"])
+                    for p in packages if p["action"] == "remove"]
+        return {"packages": packages, "service": service, "reasons": reasons}
+    packages = _packages.plan(manager, names, version, installed)
+    downgrades = [p for p in packages if p["action"] == "downgrade"]
+    if downgrades and not allow_downgrade:
+        raise DcgmPlanError("DCGM %s is declared and %s installed: a downgrade is refused unless allowed "
+                            "(allow_downgrade: true)" % (version, ", ".join(
+                                "%s at %s" % (p["name"], p["installed"]) for p in downgrades)))
+    reasons += _packages.reasons([{"name": n, "version": version, "manager": manager, "hold": False} for n in names],
+                                 installed)
+    changing = any(p["action"] != "none" for p in packages)
+    service = ["daemon-reload"] if changing else []
+    if not unit["enabled"]:
+        service.append("enable")
+        if not changing:
+            reasons.append("the host engine is not enabled" if unit["known"] else
+                           "systemctl does not know the host engine's unit although its packages are installed")
+    if not unit["active"]:
+        service.append("start")
+        if not changing and unit["known"]:
+            reasons.append("the host engine is not running")
+    elif changing:
+        service.append("restart")       # the running engine is the old version's
+    return {"packages": packages, "service": service if reasons else [], "reasons": reasons}
+
+
+def files_problems(manager, names, version, files):
+    """What is wrong with the package files before anything is installed: ``files`` maps each path to (package name,
+    version) as the package tool read it, or to an error text. Each declared package must come from exactly one file
+    at the pin, and no file may hold another package."""
+    problems, seen = [], {}
+    for path in sorted(files):
+        found = files[path]
+        if isinstance(found, str):
+            problems.append("%s: %s" % (path, found))
+            continue
+        name, have = found
+        if name not in names:
+            problems.append("%s holds %s, which is not one of DCGM's declared packages (%s)"
+                            % (path, name, ", ".join(names)))
+        elif _packages.compare(manager, have, version) != 0:
+            problems.append("%s holds %s at %s, declared %s" % (path, name, have, version))
+        elif name in seen:
+            problems.append("%s and %s both hold %s" % (seen[name], path, name))
+        seen.setdefault(name, path)
+    missing = [n for n in names if n not in seen]
+    if missing and not problems:
+        problems.append("no package file holds %s" % ", ".join(missing))
+    return problems
+
+
+def install_command(manager, names, version, package_files, allow_downgrade):
+    """The one transaction that installs the packages at the pin (an argument list): from the repository, or from the
+    package files on the node (air-gapped)."""
+    if manager == "apt":
+        cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "--allow-change-held-packages",
+               "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+        cmd += ["--allow-downgrades"] if allow_downgrade else []
+        return cmd + (list(package_files) if package_files else ["%s=%s" % (n, version) for n in names])
+    cmd = ["dnf", "install", "-y"]
+    return cmd + (list(package_files) if package_files else ["%s-%s" % (n, version) for n in names])
+
+
+def remove_command(manager, names):
+    if manager == "apt":
+        return ["apt-get", "remove", "-y", "-q"] + list(names)
+    return ["dnf", "remove", "-y"] + list(names)

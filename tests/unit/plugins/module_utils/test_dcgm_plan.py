@@ -1,0 +1,145 @@
+"""DCGM's planner (plan/_dcgm_plan): the package names per CUDA major, the plan from the package database and the
+unit's state (install, upgrade, refuse a downgrade, enable, start, restart after an upgrade, remove), and the property
+that applying the plan's answer leaves nothing to change (idempotency of the plan itself)."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan as dp
+
+NAMES = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
+V = "1:4.5.2-1"
+UP = {"enabled": True, "active": True, "known": True}
+DOWN = {"enabled": False, "active": False, "known": True}
+NONE = {"enabled": False, "active": False, "known": False}
+
+
+def _installed(version):
+    return dict((n, {"version": version, "held": False, "status": "install ok installed"}) for n in NAMES)
+
+
+def test_package_names_per_cuda_major():
+    assert dp.package_names(12) == NAMES
+    assert dp.package_names(13, proprietary=True) == [
+        "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-proprietary",
+        "datacenter-gpu-manager-4-proprietary-cuda13"]
+    with pytest.raises(dp.DcgmPlanError, match="one of 12, 13; got 11"):
+        dp.package_names(11)
+
+
+def test_a_fresh_node_installs_enables_and_starts():
+    todo = dp.plan("present", "apt", NAMES, V, {}, NONE)
+    assert [p["action"] for p in todo["packages"]] == ["install", "install"]
+    assert todo["service"] == ["daemon-reload", "enable", "start"]
+    assert todo["reasons"] == ["package %s is not installed, declared %s" % (n, V) for n in NAMES]
+
+
+def test_a_converged_node_has_nothing_to_do():
+    assert dp.plan("present", "apt", NAMES, V, _installed(V), UP) == {
+        "packages": [{"name": n, "installed": V, "version": V, "action": "none"} for n in NAMES],
+        "service": [], "reasons": []}
+
+
+def test_a_stopped_or_disabled_engine_is_started_and_enabled():
+    todo = dp.plan("present", "apt", NAMES, V, _installed(V), DOWN)
+    assert todo["service"] == ["enable", "start"]
+    assert todo["reasons"] == ["the host engine is not enabled", "the host engine is not running"]
+    todo = dp.plan("present", "apt", NAMES, V, _installed(V), dict(UP, active=False))
+    assert todo["service"] == ["start"] and todo["reasons"] == ["the host engine is not running"]
+
+
+def test_an_upgrade_restarts_the_running_engine_and_a_downgrade_is_refused_unless_allowed():
+    todo = dp.plan("present", "apt", NAMES, V, _installed("1:4.4.2-1"), UP)
+    assert [p["action"] for p in todo["packages"]] == ["upgrade", "upgrade"]
+    assert todo["service"] == ["daemon-reload", "restart"]
+    with pytest.raises(dp.DcgmPlanError, match=r"downgrade is refused unless allowed \(allow_downgrade: true\)"):
+        dp.plan("present", "apt", NAMES, "1:4.4.2-1", _installed(V), UP)
+    allowed = dp.plan("present", "apt", NAMES, "1:4.4.2-1", _installed(V), UP, allow_downgrade=True)
+    assert [p["action"] for p in allowed["packages"]] == ["downgrade", "downgrade"]
+
+
+def test_absent_stops_disables_and_removes_only_what_is_there():
+    todo = dp.plan("absent", "apt", NAMES, V, dict(_installed(V), **{NAMES[1]: {"version": None}}), UP)
+    assert todo["service"] == ["stop", "disable"]
+    assert [p["action"] for p in todo["packages"]] == ["remove", "none"]
+    assert dp.plan("absent", "apt", NAMES, V, {}, NONE)["reasons"] == []
+
+
+def test_the_commands_are_argument_lists_with_the_pin():
+    assert dp.install_command("apt", NAMES, V, [], False)[-2:] == ["%s=%s" % (n, V) for n in NAMES]
+    assert "--allow-downgrades" in dp.install_command("apt", NAMES, V, [], True)
+    assert dp.install_command("apt", NAMES, V, ["/x/a.deb"], False)[-1] == "/x/a.deb"
+    assert dp.install_command("dnf", NAMES, "4.5.2-1", [], False) == [
+        "dnf", "install", "-y", "datacenter-gpu-manager-4-core-4.5.2-1", "datacenter-gpu-manager-4-cuda12-4.5.2-1"]
+    assert dp.remove_command("apt", NAMES) == ["apt-get", "remove", "-y", "-q"] + NAMES
+
+
+def test_the_package_manager_is_resolved_from_the_node_tools():
+    assert dp.resolve_manager("auto", {"dpkg-query": True, "apt-get": True}) == "apt"
+    assert dp.resolve_manager("auto", {"rpm": True, "dnf": True}) == "dnf"
+    assert dp.resolve_manager("dnf", {}) == "dnf"
+    with pytest.raises(dp.DcgmPlanError, match="neither apt .* nor dnf"):
+        dp.resolve_manager("auto", {"rpm": True})
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"version": "latest"}, "version 'latest' is not a package version"),
+    ({"version": ""}, "is not a package version"),
+    ({"cuda": 11}, "one of 12, 13; got 11"),
+    ({"service": "nvidia-dcgm"}, "is not a systemd service name (like nvidia-dcgm.service)"),
+    ({"service": "a b.service"}, "is not a systemd service name"),
+    ({"state": "running"}, "state must be one of present, absent"),
+    ({"package_files": ["relative.deb"]}, "must be an absolute path on the node"),
+    ({"package_files": ["/x/datacenter-gpu-manager-4-core_1:4.5.2-1_amd64.deb"]}, "must not contain a colon"),
+])
+def test_bad_input_says_what_is_wrong_and_what_is_valid(params, words):
+    base = {"state": "present", "version": V, "cuda": 12, "service": "nvidia-dcgm.service", "package_files": []}
+    assert dp.validate(base) == []
+    errors = dp.validate(dict(base, **params))
+    assert len(errors) == 1 and words in errors[0], errors
+
+
+def test_the_unit_state_as_systemctl_answers():
+    assert dp.unit_state(0, "enabled\n", 0) == UP
+    assert dp.unit_state(1, "disabled\n", 3) == DOWN
+    assert dp.unit_state(1, "", 3) == NONE              # no such unit file: a package has not installed it yet
+
+
+VERSIONS = st.sampled_from([None, "1:4.4.2-1", V, "1:4.6.0-1"])
+UNITS = st.fixed_dictionaries({"enabled": st.booleans(), "active": st.booleans(), "known": st.booleans()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(VERSIONS, min_size=2, max_size=2), UNITS, st.sampled_from(["present", "absent"]))
+def test_applying_the_plan_leaves_nothing_to_do(versions, unit, state):
+    """Whatever the node holds, the state the plan's actions lead to plans nothing more (or the plan refused)."""
+    installed = dict((n, {"version": v, "held": False, "status": "x"}) for n, v in zip(NAMES, versions))
+    if unit["enabled"] or unit["active"]:
+        unit = dict(unit, known=True)
+    try:
+        todo = dp.plan(state, "apt", NAMES, V, installed, unit)
+    except dp.DcgmPlanError:
+        assert state == "present" and any(v == "1:4.6.0-1" for v in versions)
+        return
+    after_packages = dict((p["name"], {"version": p["version"] if state == "present" else None}
+                           if p["action"] != "none" else installed[p["name"]]) for p in todo["packages"])
+    verbs = todo["service"]
+    after_unit = {"known": unit["known"] or state == "present" and any(p["action"] != "none" for p in todo["packages"]),
+                  "enabled": (unit["enabled"] or "enable" in verbs) and "disable" not in verbs,
+                  "active": (unit["active"] or "start" in verbs or "restart" in verbs) and "stop" not in verbs}
+    if state == "present" and not after_unit["known"]:
+        assert todo["reasons"], todo      # installed packages without their unit: reported, never "converged"
+        return
+    assert dp.plan(state, "apt", NAMES, V, after_packages, after_unit)["reasons"] == []
+
+
+def test_package_files_are_checked_before_anything_is_installed():
+    files = {"/f/core.deb": (NAMES[0], V), "/f/cuda12.deb": (NAMES[1], V)}
+    assert dp.files_problems("apt", NAMES, V, files) == []
+    assert dp.files_problems("apt", NAMES, V, {"/f/core.deb": (NAMES[0], V)}) == [
+        "no package file holds datacenter-gpu-manager-4-cuda12"]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/cuda12.deb": (NAMES[1], "1:4.4.2-1")})) == [
+        "/f/cuda12.deb holds datacenter-gpu-manager-4-cuda12 at 1:4.4.2-1, declared 1:4.5.2-1"]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/x.deb": ("curl", "8.0")})) == [
+        "/f/x.deb holds curl, which is not one of DCGM's declared packages (%s)" % ", ".join(NAMES)]
+    assert dp.files_problems("apt", NAMES, V, dict(files, **{"/f/x.deb": "is not a package file (dpkg-deb: x)"})) == [
+        "/f/x.deb: is not a package file (dpkg-deb: x)"]
