@@ -30,7 +30,7 @@ def test_the_repository_has_no_import_cycle_and_prints_its_graph():
             "`module_utils/common/_module_run`, `module_utils/common/_waits`, `module_utils/kube/_helm`," in proc.stdout)
     assert ("- `module_utils/kube/_kube_nodes` -> `module_utils/kube/_kube`, `module_utils/kube/_kube_names`\n"
             in proc.stdout)
-    assert "- `module_utils/kube/_kube` -> `module_utils/common/_input_file`\n" in proc.stdout
+    assert "- `module_utils/kube/_kube` -> `module_utils/common/_input_file`, `module_utils/kube/_kubeconfig`\n" in proc.stdout
     # the packages, top layer first, each with the packages it imports
     assert "- `kube/` -> `common`\n" in proc.stdout
     assert "- `gpu/` -> `common` (inside functions: `sim`)\n" in proc.stdout
