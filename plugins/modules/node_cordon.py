@@ -175,8 +175,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_nodes
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import (BURN_IN_ANNOTATION, OWNER_ANNOTATION,
-                                                                                      cordon_patch)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import BURN_IN_ANNOTATION
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import OWNER_ANNOTATION, cordon_patch
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import KubeRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Failure, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait

@@ -33,8 +33,8 @@ import re
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import annotation_value
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import order_key
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names import to_label_value
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import (BURN_IN_ANNOTATION, OWNER_ANNOTATION,
-                                                                                      cordon_patch)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import BURN_IN_ANNOTATION
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_nodes import OWNER_ANNOTATION, cordon_patch
 
 TAINT_KEY = "gpuops.nvidia/gpu-unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -212,8 +212,8 @@ def plan(node, verdict, owner, now, release_cordon=True, burn_in=None):
     ``owner``: the cordon mark's value; ``now``: the RFC 3339 time a written condition carries (heartbeat, and
     transition when its status changes); ``release_cordon``: with a healthy verdict, release a cordon marked
     ``owner`` too; ``burn_in``: the node's burn-in summary (checked, _burn_in.summary_errors) to carry as the
-    annotation BURN_IN_ANNOTATION, None to leave the annotation as it is. Returns a dict: ``spec_patch`` (a JSON merge patch of the node, or None), ``status_patch`` (a
-    strategic merge patch of node/status, or None), ``changes`` (sentences; ``spec_changes`` and ``status_changes``
+    annotation BURN_IN_ANNOTATION, None to leave the annotation as it is. Returns a dict: ``spec_patch`` (a JSON
+    merge patch of the node, or None), ``status_patch`` (a strategic merge patch of node/status, or None), ``changes`` (sentences; ``spec_changes`` and ``status_changes``
     are those of each patch), ``before`` and ``after`` (node_marks-shaped)."""
     before = node_marks(node, owner)
     unhealthy = not verdict["healthy"]
