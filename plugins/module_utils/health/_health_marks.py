@@ -213,8 +213,9 @@ def plan(node, verdict, owner, now, release_cordon=True, burn_in=None):
     transition when its status changes); ``release_cordon``: with a healthy verdict, release a cordon marked
     ``owner`` too; ``burn_in``: the node's burn-in summary (checked, _burn_in.summary_errors) to carry as the
     annotation BURN_IN_ANNOTATION, None to leave the annotation as it is. Returns a dict: ``spec_patch`` (a JSON
-    merge patch of the node, or None), ``status_patch`` (a strategic merge patch of node/status, or None), ``changes`` (sentences; ``spec_changes`` and ``status_changes``
-    are those of each patch), ``before`` and ``after`` (node_marks-shaped)."""
+    merge patch of the node, or None), ``status_patch`` (a strategic merge patch of node/status, or None), ``changes``
+    (sentences; ``spec_changes`` and ``status_changes`` are those of each patch), ``before`` and ``after``
+    (node_marks-shaped)."""
     before = node_marks(node, owner)
     unhealthy = not verdict["healthy"]
     changes = []            # the node's (spec_patch) first, then its status's (status_patch)
