@@ -15,7 +15,7 @@ description:
   - Finds the Ready pod of NVIDIA's DCGM exporter on the node (the release of M(gpuops.nvidia.dcgm_exporter), found by
     O(namespace) and O(selector)), reads its C(/metrics) once through the API server's proxy to the pod (the
     controller needs no route to the pod network), and checks that it lists a C(DCGM_FI_DEV_GPU_TEMP) series for
-    every GPU of the node (O(gpus): the GPU facts the collection read on the node), matched by GPU UUID (the
+    every GPU of the node (O(gpus), the GPU facts the collection read on the node), matched by GPU UUID (the
     exporter's C(UUID) label), else by index (its C(gpu) label).
   - Polls until that holds or O(timeout) seconds passed (the exporter starts, then collects every 30 s by default),
     then fails naming each GPU with no series, what the exporter listed, and what to check (the node's

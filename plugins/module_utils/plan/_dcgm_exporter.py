@@ -215,5 +215,5 @@ def describe_missing(check, node, pod, metric=TEMPERATURE):
                 "%s/%s" % (o.get("gpu"), o.get("UUID", o.get("uuid"))) for o in check["others"][:4]))
     return ("the DCGM exporter on node %s (pod %s) serves no %s series for %s: it lists %s%s. The exporter reads the "
             "GPUs through the node's host engine (nv-hostengine): check that nvidia-dcgm.service runs on the node and "
-            "sees every GPU (dcgmi discovery -l), and the exporter pod's log" % (node, pod, metric, gpus, listed,
-                                                                                  others))
+            "sees every GPU (dcgmi discovery -l), and the exporter pod's log"
+            % (node, pod, metric, gpus, listed, others))

@@ -125,7 +125,8 @@ DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:07:00.0",devic
 # HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).
 # TYPE DCGM_FI_DEV_GPU_TEMP gauge
 DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:07:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-1"} 34
-DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-bbbb",pci_bus_id="00000000:0F:00.0",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="1g.10gb",GPU_I_ID="7",Hostname="gpu-1",container="",namespace="",pod=""} 36
+DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-bbbb",pci_bus_id="00000000:0F:00.0",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",\
+GPU_I_PROFILE="1g.10gb",GPU_I_ID="7",Hostname="gpu-1",container="",namespace="",pod=""} 36
 """
 GPUS = [{"index": 0, "uuid": "GPU-aaaa"}, {"index": 1, "uuid": "GPU-bbbb"}]
 
