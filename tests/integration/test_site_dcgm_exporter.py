@@ -6,8 +6,8 @@ One node only (the lab's HGX H200, MPS with 4 replicas: a disruptive change on t
 are paused and let back). The cluster is the fake API server with the real helm and the stand-in charts of the
 device plugin and of the exporter (tests/fixtures/charts), the fake DaemonSet controller, and the stand-in exporter
 that serves /metrics through the API server's pod proxy from the node's simulated GPUs, only where the exporter
-reaches the node's host engine (tests/support/dcgm_exporter_standin.py). Two runs: the converge, and a re-run in
-which one GPU has no series.
+reaches the node's host engine (tests/support/dcgm_exporter_standin.py). Three runs: check mode, the converge, and a
+re-run in which one GPU has no series.
 """
 import os
 import pathlib
@@ -69,6 +69,16 @@ def cluster(tmp_path):
 
 
 def test_the_exporter_is_installed_paused_around_the_change_and_lists_every_gpu(cluster):
+    # check mode first: the release is reported, nothing is installed, the scrape only warns
+    check = cluster.site.run(check=True)
+    assert check.rc == 0, check
+    [would] = check.task("NVIDIA's DCGM exporter", H200)
+    assert would["changed"] is True and would["changes"] == [
+        "release dcgm-exporter is not installed in namespace %s" % NS]
+    assert cluster.api.get("apps", "daemonsets", "dcgm-exporter", NS) is None
+    [looked] = check.task("The DCGM exporter on this node lists a GPU temperature", H200)
+    assert not looked.get("failed") and looked["pod"] is None and "no Ready DCGM exporter pod" in looked["problems"][0]
+
     res = cluster.site.run()
     assert res.rc == 0, res
     ds = cluster.api.get("apps", "daemonsets", "dcgm-exporter", NS)
