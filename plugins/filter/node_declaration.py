@@ -131,6 +131,8 @@ def node_declaration_errors(declared, node):
     errors.extend(_health_errors(declared.get("health_policy", {}), head))
     if "device_plugin_skip_xids" in declared:
         errors.extend(_skip_xids_errors(declared["device_plugin_skip_xids"], head))
+    if "dcgm_exporter" in declared:
+        errors.extend("%s %s" % (head, e) for e in _dcgm_exporter_errors(declared["dcgm_exporter"]))
     if _bool(declared.get("health_reset", False)) and _bool(declared.get("health_gate", True)) is False:
         errors.append("%s gpu_node_health_reset=true with gpu_node_health_gate=false: the reset is the gate's "
                       "remediation, decided from the health the gate reads; set gpu_node_health_gate=true, or "
@@ -201,6 +203,29 @@ def _skip_xids_errors(setting, head):
     gpuops_device_plugin_skip_xids): 'auto', 'all' or a list of Xid codes (docs/health.md)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._device_plugin_health import setting_errors
     return ["%s %s" % (head, error) for error in setting_errors(setting, "cluster_device_plugin_skip_xids")]
+
+
+def _dcgm_exporter_errors(declared):
+    """The cluster role's DCGM exporter settings (cluster_dcgm_exporter_*): the host engine's port, the chart values
+    the module would refuse, the scrape's timeout - refused here, before the cluster play installs anything."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_exporter
+    errors = []
+    port = declared.get("port", _dcgm_exporter.DEFAULT_HOST_ENGINE_PORT)
+    if isinstance(port, str) and re.match(_WHOLE, port.strip()) and len(port.strip()) < 7:
+        port = int(port)
+    error = _dcgm_exporter.port_error("cluster_dcgm_exporter_host_engine_port", port)
+    if error:
+        errors.append(error.replace(", got", " (the port of the nodes' nv-hostengine), got"))
+    values = declared.get("values") or {}
+    if isinstance(values, dict):
+        errors.extend("cluster_dcgm_exporter_" + e for e in _dcgm_exporter.values_errors(values))
+    timeout = declared.get("verify_timeout", 300)
+    if isinstance(timeout, str) and re.match(_WHOLE, timeout.strip()) and len(timeout.strip()) < 7:
+        timeout = int(timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 86400:
+        errors.append("cluster_dcgm_exporter_verify_timeout must be a whole number of seconds from 0 to 86400 (one "
+                      "day), got %s" % _json(_truncate(_text(timeout), 40)))
+    return errors
 
 
 def _dra_errors(explicit):

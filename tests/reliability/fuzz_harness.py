@@ -348,6 +348,27 @@ MODULES = {
                                                  "timeout": st.one_of(st.sampled_from(
                                                      ["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]), hostile())}),
                        files=KUBE_FILES),
+    "dcgm_exporter": dict(rig="exporter", args={},
+                          hints=dict(KUBE_HINTS, **{"values": st.one_of(json_values(), hostile(), st.sampled_from([
+                              {"hostNetwork": False}, {"arguments": ["-r", "h:1"]}, {"arguments": ["-f", "x.csv"]},
+                              {"extraEnv": [{"name": "DCGM_REMOTE_HOSTENGINE_INFO", "value": "x"}]}])),
+                              "host_engine_port": st.one_of(st.integers(-2, 70000), st.sampled_from(HUGE_INTS),
+                                                            hostile()),
+                              "pending_timeout": TIMEOUTS,
+                              "timeout": st.one_of(st.sampled_from(["5m0s", "1h", "99999999999h", "-1s", "1", "5x"]),
+                                                   hostile())}),
+                          files=KUBE_FILES),
+    "dcgm_exporter_verify": dict(rig="exporter", rig_kwargs={"module": "verify"}, args={"timeout": 1, "interval": 0.05},
+                                 hints=dict(KUBE_HINTS, **{
+                                     "timeout": TIMEOUTS, "interval": INTERVALS,
+                                     "port": st.one_of(st.integers(-2, 70000), hostile()),
+                                     "node_name": st.one_of(strings(["gpu-node-1", "nope", "a b"]), hostile()),
+                                     "gpus": st.one_of(st.just([{"index": 0, "uuid": rigs.EXPORTER_GPUS[0]["uuid"]}]),
+                                                       st.just([{"index": 5}]), _ANY)}),
+                                 # the exporter lists no temperature for a GPU given, or no pod answers (within timeout)
+                                 outcomes=("serves no DCGM_FI_DEV_GPU_TEMP series", "no Ready DCGM exporter pod",
+                                           "reading /metrics of pod"),
+                                 files=KUBE_FILES),
     "node_labels": dict(rig="kube", args={"node_name": "gpu-node-1", "hostname": [], "internal_ips": [],
                                           "labels": {"gpuops.example.com/x": "1"}},
                         hints=dict(KUBE_HINTS, labels=st.one_of(

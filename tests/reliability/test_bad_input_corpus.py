@@ -19,9 +19,10 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
-    cluster_lease, cluster_profiles, compute_mode, containerd_runtime, dcgm_host_engine, device_plugin,
-    device_plugin_verify, driver_modules, driver_plan, driver_services, gpu_burn_in, gpu_health_read, gpu_info,
-    gpu_operator, gpu_operator_mig, gpu_node_plan, gpu_simulator, health_quarantine, mig_layout, mig_mode, mps_control, node_cordon, node_labels,
+    cluster_lease, cluster_profiles, compute_mode, containerd_runtime, dcgm_exporter, dcgm_exporter_verify,
+    dcgm_host_engine, device_plugin, device_plugin_verify, driver_modules, driver_plan, driver_services, gpu_burn_in,
+    gpu_health_read, gpu_info, gpu_operator, gpu_operator_mig, gpu_node_plan, gpu_simulator, health_quarantine,
+    mig_layout, mig_mode, mps_control, node_cordon, node_labels,
     runtime_class)
 from tests.support import ctk_env, fuzz_values, rigs
 from tests.support.ansible_run import CANARY, first_failure, run_playbook, site_validation_play
@@ -39,7 +40,8 @@ MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": 
            "cluster_profiles": cluster_profiles, "gpu_node_plan": gpu_node_plan, "driver_modules": driver_modules,
            "driver_plan": driver_plan, "driver_services": driver_services, "gpu_health_read": gpu_health_read,
            "health_quarantine": health_quarantine, "gpu_burn_in": gpu_burn_in,
-           "dcgm_host_engine": dcgm_host_engine}
+           "dcgm_host_engine": dcgm_host_engine, "dcgm_exporter": dcgm_exporter,
+           "dcgm_exporter_verify": dcgm_exporter_verify}
 KIND_MODULE = {"mps": "mps_control", "containerd": "containerd_runtime", "helm": "device_plugin"}
 
 

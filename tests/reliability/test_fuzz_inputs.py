@@ -57,7 +57,7 @@ PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"
           "containerd": ("config_path", "drop_in_path", "containerd_path", "nvidia_ctk_path"), "kube": (),
           # cdi_spec's and runtime_mode's: the spec directories and the runtime config are the host's real ones
           "cdi": ("spec_path", "spec_dirs", "config_path", "nvidia_ctk_path"),
-          "helm": ("binary_path",), "operator": (), "dra": ("binary_path",), "dra_api": (),
+          "helm": ("binary_path",), "operator": (), "dra": ("binary_path",), "dra_api": (), "exporter": ("binary_path",),
           # driver_modules' and driver_plan's: the node root is this machine's /, the tools its own kmod/systemctl
           "driver": ("root", "modprobe", "rmmod", "modinfo", "systemctl"),
           # dcgm_host_engine's: systemctl unset is this machine's (looked up in /usr/bin)

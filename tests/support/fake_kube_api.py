@@ -432,6 +432,10 @@ def _bad_times(obj):
     return None
 
 
+class ProxiedText(str):
+    """What a pod served through the API server's proxy: sent as text, not JSON."""
+
+
 class _Failure(object):
     def __init__(self, method, path_re, code, reason, message, times):
         self.method, self.path_re, self.code = method, re.compile(path_re), code
@@ -460,6 +464,9 @@ class FakeKubeApi(object):
         self.uncounted = None      # predicate(request record): writes fail_nth_write neither counts nor fails
         self._write_hold = None    # [writes still to let through, reached Event, release Event] for hold_nth_write
         self.on_request = None     # callable(request record), run as each request comes, before it is answered
+        # The API server's proxy to a pod's port (GET pods/<name>:<port>/proxy/<path>): callable(pod object, port,
+        # path) -> (status code, text) of what the pod serves there, or None; None: no pod serves anything.
+        self.pod_proxy = None
         self._rv = 1000
         self._lock = threading.RLock()
         self._local = threading.local()   # the request record of the request this thread serves (answer code)
@@ -721,6 +728,9 @@ class FakeKubeApi(object):
                 {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in vs],
                  "preferredVersion": {"groupVersion": "%s/%s" % (g, vs[0]), "version": vs[0]}}
                 for g, vs in groups.items()]}
+        m = re.match(r"^/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy(/.*)?$", path)
+        if m and method == "GET":
+            return self._proxy(m.group(1), m.group(2), int(m.group(3)), m.group(4) or "/")
         m = re.match(r"^/api/(v1)(/.*)?$", path) or re.match(r"^/apis/([^/]+/[^/]+)(/.*)?$", path)
         if not m:
             return status(404, "NotFound", "the server could not find the requested resource")
@@ -757,6 +767,23 @@ class FakeKubeApi(object):
         with self._lock:
             return self._crud(method, group, api_version, plural, kind, namespaced, namespace, name, sub,
                               query, ctype, body, dry_run)
+
+    def _proxy(self, namespace, name, port, path):
+        """GET through the proxy to a pod's port, as the API server answers it: 404 for no such pod, 503 when the pod
+        is not running or nothing listens there (the server's "error trying to reach service"), else what the pod
+        serves (text)."""
+        with self._lock:
+            pod = self.objects.get(("", "pods", namespace, name))
+            pod = copy.deepcopy(pod) if pod else None
+        if pod is None:
+            return self._not_found("pods", name)
+        answer = self.pod_proxy(pod, port, path) if self.pod_proxy is not None and \
+            (pod.get("status") or {}).get("phase") == "Running" else None
+        if answer is None:
+            return status(503, "ServiceUnavailable", "error trying to reach service: dial tcp %s:%d: connect: "
+                          "connection refused" % ((pod.get("status") or {}).get("podIP") or "", port))
+        code, text = answer
+        return code, ProxiedText(text)
 
     def _not_found(self, plural, name, group=""):
         res = plural if not group else "%s.%s" % (plural, group)
@@ -985,7 +1012,9 @@ class _Handler(BaseHTTPRequestHandler):
             if record.get("held") and hold:
                 hold[1].set()          # applied, not answered: the client waits here (hold_nth_write)
                 hold[2].wait(600)
-        if isinstance(body, bytes):
+        if isinstance(body, ProxiedText):
+            payload, ctype = body.encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8"
+        elif isinstance(body, bytes):
             payload, ctype = body, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
         else:
             payload, ctype = json.dumps(body).encode("utf-8"), "application/json"

@@ -29,6 +29,7 @@ from tests.support.ansible_run import ROOT
 HELM = os.path.join(ROOT, "tools", "bin", "helm")
 CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-device-plugin")
 DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver-gpu")
+EXPORTER_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "dcgm-exporter")
 FAKE_HELM = os.path.join(ROOT, "tests", "support", "fake_helm.py")
 FAKE_BIN = os.path.join(ROOT, "tests", "support", "bin")
 HELM_MUTATING = {"upgrade", "rollback", "uninstall", "install"}
@@ -536,6 +537,58 @@ class DcgmRig(SystemctlRig):
                          systemctl=[self.tools["systemctl"]])
 
 
+# The GPUs of gpu-node-1 that ExporterRig's exporter lists (as the simulator's records: index, uuid, bus id, model).
+EXPORTER_GPUS = [{"index": i, "uuid": "GPU-0a1b2c3d-0000-1111-2222-33334444555%d" % i,
+                  "pci_bus_id": "00000000:%02X:00.0" % (0x18 + i), "model": "H200"} for i in range(2)]
+
+
+class ExporterRig(KubeRig):
+    """dcgm_exporter (``module="release"``: real helm for show/template through tests/support/fake_helm.py, the fake
+    release store for the rest, the stand-in of NVIDIA's dcgm-exporter chart copied into the rig) and
+    dcgm_exporter_verify (``module="verify"``: a Ready exporter pod on gpu-node-1 that serves, through the fake API
+    server's pod proxy, the series of EXPORTER_GPUS in the exporter's format, tests/support/dcgm_exporter_standin.py)."""
+
+    kind = "exporter"
+    exclude = ("helm-state.json",)
+
+    def __init__(self, directory, module="release"):
+        super(ExporterRig, self).__init__(directory)
+        from tests.support.dcgm_exporter_standin import metrics_text
+        if module == "release":
+            self.store = self.path("helm-state.json")
+            binary = tool_wrapper(self.path(PRIVATE, "helm"), [sys.executable, FAKE_HELM])
+            self.env.update({"FAKE_HELM_STATE": self.store, "FAKE_HELM_REAL": HELM})
+            chart = self.path("chart")
+            shutil.copytree(EXPORTER_CHART, chart)
+            self.args = dict(self.args, binary_path=binary, chart_path=chart)
+            return
+        self.store = None
+        self.api.put({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "dcgm-exporter-fuzz", "namespace": "nvidia-dcgm-exporter",
+                                   "labels": {"app.kubernetes.io/name": "dcgm-exporter",
+                                              "app.kubernetes.io/instance": "dcgm-exporter"}},
+                      "spec": {"nodeName": "gpu-node-1", "hostNetwork": True,
+                               "containers": [{"name": "exporter", "ports": [{"containerPort": 9400}]}]},
+                      "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+        text = metrics_text("gpu-node-1", EXPORTER_GPUS)
+        self.api.pod_proxy = lambda pod, port, path: (200, text) if (port, path) == (9400, "/metrics") else None
+        self.args = dict(self.args, node_name="gpu-node-1",
+                         gpus=[dict(index=g["index"], uuid=g["uuid"]) for g in EXPORTER_GPUS])
+
+    def state(self):
+        out = super(ExporterRig, self).state()
+        if self.store:
+            out.update(helm_store_state(self.store))
+        return out
+
+    def changes(self, before):
+        out = super(ExporterRig, self).changes(before)
+        return out + (helm_store_changes(before, self.state()) if self.store else [])
+
+
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
         "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig,
         "dcgm": DcgmRig}
+
+
+        "exporter": ExporterRig}

@@ -62,6 +62,10 @@ WAITS = {
         "the device plugin's rollout (device_plugin with verify=true, device_plugin_verify)",
         "every node advertises the allocatable GPUs its profile promises, and an MPS node runs a Ready MPS control "
         "daemon pod", _no_problem, 300, 5.0),
+    "exporter_metrics": Wait(
+        "the DCGM exporter's metrics on a node (dcgm_exporter_verify)",
+        "a Ready exporter pod runs on the node and its /metrics lists a GPU temperature series for every GPU of the "
+        "node", _no_problem, 300, 5.0),
     "dra_slices": Wait(
         "the ResourceSlices of gpu.nvidia.com that a node publishes (dra_node_verify)",
         "they list exactly the devices of the node's GPUs", lambda seen: not seen[1], 300, 5.0),

@@ -135,7 +135,10 @@ class HelmRelease(ModuleRun):
         if p["binary_path"] and not (os.path.isfile(p["binary_path"]) and os.access(p["binary_path"], os.X_OK)):
             errors.append("binary_path %s is not an executable file (give the path of the helm program)"
                           % p["binary_path"])
-        if os.path.lexists(p["record_dir"]) and not os.path.isdir(p["record_dir"]):
+        if not p["record_dir"] or not str(p["record_dir"]).strip():
+            errors.append("record_dir is empty: give the directory where helm operations in progress are recorded "
+                          "(default ~/.ansible/gpuops; created when missing)")
+        elif os.path.lexists(p["record_dir"]) and not os.path.isdir(p["record_dir"]):
             errors.append("record_dir %s exists and is not a directory; give a directory (created when missing)"
                           % p["record_dir"])
         if p["chart_path"] and not os.path.exists(p["chart_path"]):

@@ -393,11 +393,12 @@ class Kube(object):
         cfg = build_configuration(params)
         return cls(cfg, timeout=timeout)
 
-    def request(self, what, method, path, query=None, body=None, content_type="application/json"):
-        """One API request; returns the decoded JSON answer (a dict) or raises KubeError worded with ``what``."""
+    def request(self, what, method, path, query=None, body=None, content_type="application/json", text=False):
+        """One API request; returns the decoded JSON answer (a dict), or with ``text`` the answer's text as it came
+        (a pod's proxied /metrics), or raises KubeError worded with ``what``."""
         host = self.configuration.host
         url = host + path + ("?" + urlencode(query) if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "gpuops.nvidia"}
+        headers = {"Accept": "text/plain, */*" if text else "application/json", "User-Agent": "gpuops.nvidia"}
         if body is not None:
             headers["Content-Type"] = content_type
         for auth in (self.configuration.auth_settings() or {}).values():
@@ -423,6 +424,8 @@ class Kube(object):
             data = data.decode("utf-8", "replace")
         if not 200 <= int(status) < 300:
             raise api_error(int(status), reason, data, what, host)
+        if text:
+            return data or ""
         try:
             return json.loads(data) if data else {}
         except ValueError:
@@ -595,6 +598,12 @@ def dra_path(resource, namespace=None, name=None):
         path += "/namespaces/%s" % quote(namespace, safe="")
     path += "/" + resource
     return path + ("/%s" % quote(name, safe="") if name else "")
+
+
+def pod_proxy_path(namespace, name, port, path):
+    """The API server's proxy to port ``port`` of pod ``name`` (``pods/<name>:<port>/proxy/<path>``): the controller
+    reads a pod's HTTP endpoint through the API server, which reaches the pod network."""
+    return "%s:%d/proxy/%s" % (pods_path(namespace, name), port, path.lstrip("/"))
 
 
 def daemonsets_path(namespace, name=None):
