@@ -588,7 +588,4 @@ class ExporterRig(KubeRig):
 
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
         "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig,
-        "dcgm": DcgmRig}
-
-
-        "exporter": ExporterRig}
+        "dcgm": DcgmRig, "exporter": ExporterRig}
