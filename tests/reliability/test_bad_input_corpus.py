@@ -73,7 +73,7 @@ def assert_clear_failure(case, res):
 def test_corpus_is_big_enough():
     kinds = set(c["kind"] for c in CASES)
     assert len(CASES) >= 60 and len(set(c["id"] for c in CASES)) == len(CASES)
-    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "operator", "driver", "role", "site", "filter"}
+    assert kinds == {"sim", "containerd", "mps", "kube", "helm", "operator", "driver", "dcgm", "role", "site", "filter"}
     modules = set(c.get("module") or KIND_MODULE.get(c["kind"]) for c in CASES if c["kind"] != "role")
     assert modules >= set(MODULES)
 
