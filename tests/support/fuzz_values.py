@@ -7,6 +7,7 @@ Every absolute path a strategy makes lies in the run's sandbox: a generated stri
 is prefixed with SANDBOX, which the runner replaces by the directory the example runs in (and ``~`` is that
 directory too: HOME points there). So no generated input can make a module write outside its sandbox.
 """
+import json
 import os
 import socket
 import stat
@@ -255,8 +256,27 @@ def suboptions(options, hints, path):
         [("unknown_key", st.just("x"))]))
 
 
+# option()'s strategies, built once per process for each (spec, hints, path). The fuzzer asks for an option's strategy
+# at every example it draws (tests/reliability/test_fuzz_inputs.py: mutations, role_examples); built afresh each time,
+# hypothesis validated the new strategy again at each draw: about a third of the fuzzer's CPU in make test (the test
+# process's own 64 of the file's 185 CPU s; docs/readings/test-time-session16.md). A strategy is a description, so the
+# one built first draws the same values as a new one (the examples are unchanged).
+_OPTIONS = {}
+
+
 def option(spec, hints=None, path=""):
-    """One option: mostly of its type (so runs get deep), else anything."""
+    """One option: mostly of its type (so runs get deep), else anything (built once: _OPTIONS)."""
+    try:
+        key = (json.dumps(spec, sort_keys=True, default=repr), tuple(sorted((hints or {}).items())), path)
+        hash(key)
+    except TypeError:               # a hint that cannot be a key (none of the harness's): built each time
+        return _option(spec, hints, path)
+    if key not in _OPTIONS:
+        _OPTIONS[key] = _option(spec, hints, path)
+    return _OPTIONS[key]
+
+
+def _option(spec, hints=None, path=""):
     if spec.get("type") == "list" and spec.get("elements") == "dict" and spec.get("options"):
         one = suboptions(spec["options"], hints or {}, path + "[]")
         return st.one_of(st.lists(one, min_size=1, max_size=3), typed(spec, hints, path), hostile())
