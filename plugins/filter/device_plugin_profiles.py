@@ -46,7 +46,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
+# (plugin_utils is imported where the filter runs, not when this file loads: ansible-core loads every filter file of the
+# collection in every task's worker to find any one gpuops.nvidia filter; see declared.py)
 
 STRATEGIES = ("mig", "mps", "time-slicing", "none")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
@@ -86,6 +87,7 @@ def _sharing_profile(sharing, replicas, mig_strategy):
 
 
 def device_plugin_profiles(hostvars, nodes):
+    from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
     if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
         raise AnsibleFilterError("device_plugin_profiles: the input must be a mapping of node name to variables "
                                  "(hostvars), got %s" % type(hostvars).__name__)

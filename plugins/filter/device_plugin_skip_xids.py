@@ -56,14 +56,16 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
-
-from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
+# The planner and plugin_utils are imported where the filter runs, not when this file loads: ansible-core loads every
+# filter file of the collection to find any one gpuops.nvidia filter, in every task's fresh worker process, and compiles
+# the collection's Python from source each time (issue 36; at load time this file cost every worker that used any
+# gpuops.nvidia filter the health planners' import, docs/readings/fleet-compare-session16-2cores.md).
 
 SETTING_NAME = "cluster_device_plugin_skip_xids"
 
 
 def _summary(decided, nodes):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
     skip = decided["skip"]
     if skip == _device_plugin_health.ALL:
         text = "the device plugin's Xid check is off: no node's health policy blocks an Xid"
@@ -84,6 +86,8 @@ def _summary(decided, nodes):
 
 
 def device_plugin_skip_xids(hostvars, nodes, setting="auto"):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
+    from ansible_collections.gpuops.nvidia.plugins.plugin_utils.hostvars import node_variables
     if not hasattr(hostvars, "get") or not hasattr(hostvars, "__getitem__"):
         raise AnsibleFilterError("device_plugin_skip_xids: the input must be a mapping of node name to variables "
                                  "(hostvars), got %s" % type(hostvars).__name__)
@@ -108,6 +112,7 @@ def device_plugin_skip_xids(hostvars, nodes, setting="auto"):
 
 
 def _policy_error(policy):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _device_plugin_health
     try:
         _device_plugin_health.node_skips(policy)
     except ValueError:
