@@ -690,9 +690,9 @@ STEPS = (
         service=dict(type="str", default="nvidia-dcgm.service"),
         systemctl=dict(type="list", elements="str"),
     ))}, check=_dcgm_check, validate=_dcgm_validate, tasks="dcgm.yml", managed=_dcgm_managed, inputs=_dcgm_inputs,
-         # its host engine holds the GPUs (a node whose image brings DCGM runs the same unit: quiesced either way)
-         holds_gpus=(Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
-                            pid_file="/var/run/nvhostengine.pid", stop=20, start=80),)),
+        # its host engine holds the GPUs (a node whose image brings DCGM runs the same unit: quiesced either way)
+        holds_gpus=(Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
+                           pid_file="/var/run/nvhostengine.pid", stop=20, start=80),)),
     # the node's burn-in (DCGM's diagnostic, once per driver version and level; its record is read by the health gate
     # after it, which keeps the node out where it failed)
     Step("burn_in", {"burn_in": dict(type="dict", options=dict(level=dict(type="str", required=True,
