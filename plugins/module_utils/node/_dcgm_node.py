@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan, _packages
 
 
@@ -28,13 +29,19 @@ def read_node(module, params, systemctl):
     manager = _dcgm_plan.resolve_manager(params["package_manager"], found)
     names = _dcgm_plan.package_names(params["cuda"], params["proprietary"])
     installed = _packages.read_installed(module, manager, names)
-    if systemctl is None:
-        unit = {"enabled": False, "active": False, "known": False}
-    else:
-        rc, out, dummy = module.run_command(systemctl + ["is-enabled", params["service"]])
-        active_rc = module.run_command(systemctl + ["is-active", params["service"]])[0]
-        unit = _dcgm_plan.unit_state(rc, out, active_rc)
+    unit = unit_state(module.run_command, systemctl, params["service"])
     return {"manager": manager, "names": names, "installed": installed, "unit": unit}
+
+
+def unit_state(run, systemctl, service):
+    """The host engine's unit as the planner takes it, {enabled, active, known} (``known``: systemctl has the unit, a
+    package installed it), from the driver's own reading of ``systemctl is-enabled`` and ``is-active``
+    (_driver_services.unit_state and its ENABLED_STATES); none of it where there is no systemctl."""
+    if systemctl is None:
+        return {"enabled": False, "active": False, "known": False}
+    read = _driver_services.unit_state(run, systemctl, service)
+    return {"enabled": read["enabled"] in _driver_services.ENABLED_STATES, "active": read["active"] == "active",
+            "known": read["enabled"] != "not-found"}
 
 
 def read_files(module, manager, paths):

@@ -92,18 +92,10 @@ def validate(params):
     return errors
 
 
-def unit_state(enabled_rc, enabled_out, active_rc):
-    """The service as systemctl answered ``is-enabled`` (its exit status and output) and ``is-active`` (its exit
-    status): {enabled, active, known}; ``known``: systemctl has the unit (a package installed it)."""
-    words = (enabled_out or "").split()
-    known = enabled_rc == 0 or bool(words) and words[-1] in ("disabled", "masked", "static", "indirect", "linked")
-    return {"enabled": enabled_rc == 0, "active": active_rc == 0, "known": known}
-
-
 def plan(state, manager, names, version, installed, unit, allow_downgrade=False):
     """What to change: {"packages": the package plan (_packages.plan's; for absent each installed one "remove"),
     "service": the systemctl verbs in order, "reasons": why (empty: nothing to change)}. ``installed`` is
-    _packages.read_installed's answer, ``unit`` unit_state's. Raises DcgmPlanError on a downgrade that is not
+    _packages.read_installed's answer, ``unit`` _dcgm_node.unit_state's. Raises DcgmPlanError on a downgrade that is not
     allowed."""
     reasons = []
     if state == "absent":

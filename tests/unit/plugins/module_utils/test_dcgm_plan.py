@@ -4,6 +4,7 @@ that applying the plan's answer leaves nothing to change (idempotency of the pla
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _dcgm_node
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan as dp
 
 NAMES = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
@@ -98,10 +99,22 @@ def test_bad_input_says_what_is_wrong_and_what_is_valid(params, words):
     assert len(errors) == 1 and words in errors[0], errors
 
 
+def _systemctl(enabled_rc, enabled_out, active_rc):
+    """A run() answering is-enabled and is-active as systemctl does."""
+    def run(argv):
+        if argv[1] == "is-enabled":
+            return enabled_rc, enabled_out, "" if enabled_out else "Failed to get unit file state"
+        return active_rc, "active\n" if active_rc == 0 else "inactive\n", ""
+    return run
+
+
 def test_the_unit_state_as_systemctl_answers():
-    assert dp.unit_state(0, "enabled\n", 0) == UP
-    assert dp.unit_state(1, "disabled\n", 3) == DOWN
-    assert dp.unit_state(1, "", 3) == NONE              # no such unit file: a package has not installed it yet
+    unit_state = _dcgm_node.unit_state
+    assert unit_state(_systemctl(0, "enabled\n", 0), ["systemctl"], "nvidia-dcgm.service") == UP
+    assert unit_state(_systemctl(1, "disabled\n", 3), ["systemctl"], "nvidia-dcgm.service") == DOWN
+    # no such unit file: a package has not installed it yet
+    assert unit_state(_systemctl(1, "", 3), ["systemctl"], "nvidia-dcgm.service") == NONE
+    assert unit_state(None, None, "nvidia-dcgm.service") == NONE      # no systemctl
 
 
 VERSIONS = st.sampled_from([None, "1:4.4.2-1", V, "1:4.6.0-1"])
