@@ -24,6 +24,13 @@ description:
   - A failed burn-in does not fail this module; the record does - the GPU health read of every gpuops.nvidia module
     (M(gpuops.nvidia.gpu_info), the gpu_node role's gate, the fleet sweep) turns it into the blocking finding
     C(burn_in_failure), naming the failed test, so the node stays out of service until a burn-in passes.
+  - At the V(medium) level and above, also checks the bandwidth between every pair of GPUs with NVIDIA's
+    C(nvbandwidth) where the node has it (O(nvbandwidth)) - its four device-to-device tests (copy engine and copy
+    kernel, read and write), C(nvbandwidth -j -t ...) - against the catalog's floor for the GPUs' model (70 % of
+    half the NVLink bandwidth NVIDIA publishes, for example 315 GB/s for H100 and H200 SXM, 630 GB/s for B200). A
+    pair below its floor fails the burn-in, named - C(nvbandwidth device_to_device_memcpy_read_ce: GPU 0 -> GPU 3
+    180 GB/s below floor 315). A node without C(nvbandwidth), or without two GPUs of a model with a floor, is burned
+    in on dcgmi alone, and the record says the check was not run and why.
   - Refuses to run where a GPU runs processes (the diagnostic's stress tests need the GPUs to themselves, and would
     disturb a workload) or where C(dcgmi) is not installed; nothing is run or written then.
   - With the environment variable C(GPUOPS_SIMULATED_GPUS) set, works on simulated GPUs (the record then lies under the
@@ -38,6 +45,12 @@ options:
     description: The C(dcgmi) command, a name looked up on C(PATH) or a path.
     type: str
     default: dcgmi
+  nvbandwidth:
+    description:
+      - The C(nvbandwidth) command of the GPU-to-GPU bandwidth check, a name looked up on C(PATH) or a path. Where it
+        is not there the check is not run (a note in the record, no failure).
+    type: str
+    default: nvbandwidth
   force:
     description: Burn in again even where the record covers the node.
     type: bool
@@ -75,6 +88,16 @@ burn_in:
   type: dict
   sample: {level: medium, diag_level: 2, verdict: pass, time: "2026-11-29T10:40:00Z", driver: 580.95.05,
            dcgm_version: 4.6.0, failures: [], warnings: []}
+bandwidth:
+  description:
+    - The GPU-to-GPU bandwidth check of this run - C(ran), C(note) (why it was not run), C(version) (nvbandwidth's),
+      C(tests) (per test its C(status), the pairs C(checked) against a floor, the C(lowest_gbps)), C(notes); the
+      failures are in the record's C(failures), each with its C(test) and C(link). In check mode, whether it would run.
+      Null where nothing ran.
+  returned: always
+  type: dict
+  sample: {ran: false, note: "nvbandwidth ('nvbandwidth') is not installed on this node: the GPU-to-GPU bandwidth
+           check was not run"}
 reasons:
   description: Why a burn-in runs (or would, in check mode); empty where the record covers the node.
   returned: always
@@ -95,7 +118,7 @@ import time
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in, _dcgm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _burn_in, _dcgm, _gpu_catalog, _nvbandwidth
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import NvmlInitError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_run import GpuRun
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import write_atomic
@@ -110,6 +133,7 @@ class GpuBurnIn(GpuRun):
         lock_timeout=dict(type="int"),
         level=dict(type="str", required=True, choices=list(_burn_in.LEVELS)),
         dcgmi=dict(type="str", default="dcgmi"),
+        nvbandwidth=dict(type="str", default="nvbandwidth"),
         force=dict(type="bool", default=False),
     )
 
@@ -122,10 +146,13 @@ class GpuBurnIn(GpuRun):
         except NvmlInitError as exc:
             raise Failure("cannot read the GPUs: %s; no burn-in ran" % exc, changed=False) from exc
         path = _burn_in.record_path()
-        self.result.update(record_path=path, burn_in=None, reasons=[])
+        self.result.update(record_path=path, burn_in=None, reasons=[], bandwidth=None)
         return {"facts": facts, "path": path, "record": _burn_in.read_record(path)}
 
     def plan(self, current):
+        errors = _nvbandwidth.command_errors(self.params["nvbandwidth"])
+        if errors:
+            self.refuse(errors[0])
         record, driver = current["record"], current["facts"].get("driver_version") or ""
         reasons = _burn_in.reasons(record, self.params["level"], driver)
         if self.params["force"] and not reasons:
@@ -146,9 +173,41 @@ class GpuBurnIn(GpuRun):
                         "install DCGM (gpu_node_dcgm: present installs datacenter-gpu-manager-4-core) or declare no "
                         "burn-in (gpu_node_burn_in: none)"
                         % (self.params["level"], self.params["dcgmi"]))
-        self.set_diff(_text(record), "(the record of dcgmi diag -r %d, written after it runs)\n"
-                      % _burn_in.level_of(self.params["level"]), header=current["path"])
+        self.bandwidth = self.plan_bandwidth(current["facts"].get("gpus") or [])
+        if self.module.check_mode:
+            self.result["bandwidth"] = {"would_run": bool(self.bandwidth.get("binary")),
+                                        "note": self.bandwidth.get("note")}
+        self.set_diff(_text(record), "(the record of dcgmi diag -r %d%s, written after it runs)\n"
+                      % (_burn_in.level_of(self.params["level"]),
+                         " and nvbandwidth" if self.bandwidth.get("binary") else ""), header=current["path"])
         return reasons
+
+    def plan_bandwidth(self, gpus):
+        """{"binary": nvbandwidth's path} where the check runs, else {"ran": False, "note": why not}."""
+        run, note = _nvbandwidth.plan(_burn_in.level_of(self.params["level"]), gpus, _floor_for)
+        if not run:
+            return {"ran": False, "note": note}
+        binary = _dcgm.find_dcgmi(self.module, self.params["nvbandwidth"])
+        if binary is None:
+            return {"ran": False, "note": "nvbandwidth (%r) is not installed on this node: the GPU-to-GPU bandwidth "
+                                          "check was not run (the burn-in's verdict is dcgmi's alone)"
+                                          % self.params["nvbandwidth"]}
+        return {"binary": binary}
+
+    def run_bandwidth(self, gpus):
+        """The check's part of the record (_burn_in.new_record's ``bandwidth``)."""
+        if not self.bandwidth.get("binary"):
+            return self.bandwidth
+        parsed = _nvbandwidth.run(lambda argv, env: self.module.run_command(argv, check_rc=False,
+                                                                            environ_update=env),
+                                  self.bandwidth["binary"])
+        if not parsed.get("ran"):
+            raise Failure("nvbandwidth did not give a verdict: %s; nothing was recorded" % parsed["error"],
+                          changed=False)
+        found = _nvbandwidth.verdict(parsed, gpus, _floor_for)
+        return {"ran": True, "version": parsed.get("version"), "tests": found["tests"], "notes": found["notes"],
+                "failures": found["failures"],
+                "floors": dict((g["name"], _floor_for(g["name"])) for g in gpus if _floor_for(g.get("name")))}
 
     def apply(self, current, changes):
         level = self.params["level"]
@@ -157,9 +216,12 @@ class GpuBurnIn(GpuRun):
         if not parsed.get("ran"):
             raise Failure("dcgmi diag -r %d did not give a verdict: %s; nothing was recorded" % (
                 _burn_in.level_of(level), parsed.get("error") or parsed.get("note")), changed=False)
+        bandwidth = self.run_bandwidth(current["facts"].get("gpus") or [])
         record = _burn_in.new_record(parsed, level, current["facts"].get("driver_version") or "",
                                      time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                     lambda result: _dcgm.describe(result, _burn_in.level_of(level)), _dcgm.failed)
+                                     lambda result: _dcgm.describe(result, _burn_in.level_of(level)), _dcgm.failed,
+                                     bandwidth=bandwidth)
+        self.result["bandwidth"] = record.get("bandwidth")
         text = _text(record)
         try:
             write_atomic(self.module, current["path"], text)
@@ -172,6 +234,12 @@ class GpuBurnIn(GpuRun):
         if record["verdict"] == "fail":
             self.module.warn("the burn-in failed: %s. The node's health read blocks on it (burn_in_failure) until a "
                              "burn-in passes" % "; ".join(f["message"] for f in record["failures"]))
+
+
+def _floor_for(name):
+    """The catalog's bandwidth floor (GB/s) of a GPU of this NVML name, or None."""
+    key = _gpu_catalog.model_key_for_name(name)
+    return _gpu_catalog.nvbandwidth_floor_gbps(key) if key else None
 
 
 def _text(record):

@@ -402,6 +402,10 @@ options:
         description: As gpu_burn_in's O(gpuops.nvidia.gpu_burn_in#module:dcgmi) (not used by the check).
         type: str
         default: dcgmi
+      nvbandwidth:
+        description: As gpu_burn_in's O(gpuops.nvidia.gpu_burn_in#module:nvbandwidth) (not used by the check).
+        type: str
+        default: nvbandwidth
   health:
     description:
       - The GPUs' health, read with the facts (the same read as M(gpuops.nvidia.gpu_info)'s O(gpuops.nvidia.gpu_info#module:health)),

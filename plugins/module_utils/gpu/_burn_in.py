@@ -96,9 +96,11 @@ def reasons(record, level, driver):
     return out
 
 
-def new_record(parsed, level, driver, now, describe, failed):
+def new_record(parsed, level, driver, now, describe, failed, bandwidth=None):
     """The record of one run: ``parsed`` is _dcgm.run_diag's answer (``ran`` True), ``describe``/``failed`` _dcgm's
-    functions for one result. A diagnostic that reported a runtime error fails the burn-in."""
+    functions for one result. A diagnostic that reported a runtime error fails the burn-in. ``bandwidth``: the
+    GPU-to-GPU bandwidth check's part (_nvbandwidth; {"ran", "note", "version", "tests", "notes", "failures"}), whose
+    failures (each naming its test and GPU pair) fail the burn-in too; None where it was not considered."""
     failures, warnings = [], []
     if parsed.get("runtime_error"):
         failures.append({"gpu": None, "test": None, "message": "dcgmi diag -r %d could not run its tests: %s"
@@ -110,9 +112,14 @@ def new_record(parsed, level, driver, now, describe, failed):
         entry = {"gpu": result["entity_id"] if result["entity_group"] == "GPU" else None, "test": result["test"],
                  "message": describe(result)}
         (failures if how == "failure" else warnings).append(entry)
-    return {"level": level, "diag_level": level_of(level), "verdict": "fail" if failures else "pass", "time": now,
-            "driver": driver or "", "dcgm_version": parsed.get("version"), "failures": failures,
-            "warnings": warnings}
+    record = {"level": level, "diag_level": level_of(level), "time": now,
+              "driver": driver or "", "dcgm_version": parsed.get("version"), "failures": failures,
+              "warnings": warnings}
+    if bandwidth is not None:
+        failures.extend(bandwidth.get("failures") or [])
+        record["bandwidth"] = dict((k, v) for k, v in bandwidth.items() if k != "failures")
+    record["verdict"] = "fail" if failures else "pass"
+    return record
 
 
 def findings(record):
@@ -145,6 +152,8 @@ SUMMARY_FAILED_LIMIT = 16
 
 def _failed_name(entry):
     test = entry.get("test") or "diagnostic"
+    if entry.get("link"):
+        return "%s (%s)" % (test, entry["link"])
     return "%s (GPU %s)" % (test, entry["gpu"]) if entry.get("gpu") is not None else str(test)
 
 

@@ -559,3 +559,42 @@ def simulated_subsystem(model_key):
 def nvswitch_bus_id(position):
     """PCI bus id (sysfs form, 4-hex-digit domain) of the simulated machine's NVSwitch at this position."""
     return "0000:%02x:00.0" % _NVSWITCH_BUS_NUMBERS[position]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU-to-GPU bandwidth floors of the burn-in's nvbandwidth check (_nvbandwidth.py; docs/health.md, "Burn-in").
+#
+# NVLINK_GBPS: NVIDIA's published NVLink bandwidth per GPU, in GB/s, BIDIRECTIONAL (the sum of both directions, as
+# NVIDIA states it), for the models whose GPUs of one node all reach each other over NVLink (through NVSwitches on
+# HGX/DGX boards, or the GB200 tray's NVLink). Sources: NVIDIA's product pages and datasheets - "NVIDIA H100 Tensor
+# Core GPU" datasheet, H100 SXM: NVLink 900GB/s (NVLink 4, 18 links of 50 GB/s); "NVIDIA H200 Tensor Core GPU",
+# H200 SXM: NVLink 900GB/s; "NVIDIA A100 Tensor Core GPU" datasheet, A100 SXM: NVLink 600GB/s (NVLink 3, 12 links);
+# "NVIDIA HGX Platform" (HGX B200, HGX B300) and "NVIDIA GB200 NVL72": fifth-generation NVLink, 1.8TB/s per GPU
+# (18 links of 100 GB/s). The same figures are in NVIDIA's MLPerf system descriptions (mlcommons/inference_results
+# v4.1 closed/NVIDIA/systems H200-SXM-141GBx8: "18x 4th Gen NVLink, 900GB/s").
+# Models left out skip the check with a note: H100 NVL and A30 join GPUs in PAIRS with NVLink bridges (the other pairs
+# of a node cross PCIe, and which pairs are bridged is not known here); GH200 is one GPU per node; RTX PRO 6000 and
+# L40S have no NVLink.
+NVLINK_GBPS = {
+    "H100-SXM5-80GB": 900, "H200": 900, "A100-SXM4-40GB": 600, "A100-SXM4-80GB": 600,
+    "B200": 1800, "B300": 1800, "GB200": 1800,
+}
+# The floor: a stated fraction of the unidirectional peak (half the bidirectional figure: nvbandwidth's
+# device_to_device tests copy one way at a time). A healthy link measures well below the peak but well above this
+# floor: nvbandwidth's README (NVIDIA/nvbandwidth at v0.8) shows device_to_device_memcpy_write_ce at 274.9-276.8 GB/s
+# on every pair of an 8-GPU node (it does not name the GPUs: 92 % of 300 if they are A100s), and a public H100 SXM
+# report (NVIDIA/nccl issue 1264, CUDA's p2pBandwidthLatencyTest) measures 376-380 GB/s one way of 450 (84 %). 0.7
+# leaves a healthy pair a margin of 14 points or more against run-to-run noise
+# and catches what a burn-in must catch: a pair that falls back to PCIe (tens of GB/s), or one that lost a third or
+# more of its links or bandwidth. A single NVLink down of 18 (a 6 % loss) is NOT caught by it; the health read's NVLink
+# state finds that one.
+NVBANDWIDTH_FLOOR_FRACTION = 0.7
+
+
+def nvbandwidth_floor_gbps(model_key):
+    """The GB/s that every GPU-to-GPU copy between two GPUs of this model must reach in nvbandwidth's
+    device_to_device tests (NVLINK_GBPS / 2 x NVBANDWIDTH_FLOOR_FRACTION), or None: no floor, not checked."""
+    peak = NVLINK_GBPS.get(model_key)
+    if peak is None:
+        return None
+    return round(peak / 2.0 * NVBANDWIDTH_FLOOR_FRACTION, 1)

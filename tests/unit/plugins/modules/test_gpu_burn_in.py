@@ -107,3 +107,51 @@ def test_no_dcgmi_is_refused_before_anything_runs(sim, tmp_path):
     assert res["failed"] and res["changed"] is False, res
     assert "dcgmi" in res["msg"] and "datacenter-gpu-manager" in res["msg"] and "gpu_node_burn_in: none" in res["msg"]
     assert not os.path.exists(sim.path + ".burn-in.json")
+
+
+NVBANDWIDTH = os.path.join(ROOT, "tests", "support", "bin", "nvbandwidth")
+
+
+def test_a_slow_gpu_pair_fails_a_medium_burn_in_named_and_blocks_the_health_read(sim):
+    with open(sim.path + ".nvbandwidth.json", "w") as handle:
+        json.dump({"links": [{"from": 0, "to": 3, "gbps": 180.0, "tests": ["device_to_device_memcpy_read_ce"]}]},
+                  handle)
+    args = {"level": "medium", "dcgmi": DCGMI, "nvbandwidth": NVBANDWIDTH}
+    check = run_main(gpu_burn_in.main, args, check_mode=True, diff=True)
+    assert check["bandwidth"] == {"would_run": True, "note": None} and "and nvbandwidth" in check["diff"]["after"]
+    res = run_main(gpu_burn_in.main, args)
+    assert res["changed"] is True and not res.get("failed"), res
+    record = _record(sim)
+    assert record["verdict"] == "fail" and record["bandwidth"]["ran"] is True, record
+    assert [f["message"] for f in record["failures"]] == [
+        "nvbandwidth device_to_device_memcpy_read_ce: GPU 0 -> GPU 3 180 GB/s below floor 315"]
+    assert record["bandwidth"]["tests"]["device_to_device_memcpy_write_sm"] == {
+        "status": "Passed", "checked": 56, "lowest_gbps": 396.0}
+    assert record["bandwidth"]["floors"] == {"NVIDIA H200": 315.0}
+    verdict = summary(sim.read_health())
+    assert not verdict["healthy"] and any("GPU 0 -> GPU 3 180 GB/s below floor 315" in b for b in verdict["blocking"])
+    assert verdict["burn_in"]["failed"] == ["nvbandwidth device_to_device_memcpy_read_ce (GPU 0 -> GPU 3)"], verdict
+    # the link mended: burned in again, passed on both, and once is enough
+    os.unlink(sim.path + ".nvbandwidth.json")
+    healed = run_main(gpu_burn_in.main, args)
+    assert healed["changed"] is True and _record(sim)["verdict"] == "pass"
+    assert healed["bandwidth"]["ran"] is True and healed["bandwidth"]["tests"]["device_to_device_memcpy_read_ce"][
+        "lowest_gbps"] == 396.0
+    assert run_main(gpu_burn_in.main, args)["changed"] is False
+
+
+def test_without_nvbandwidth_or_at_quick_the_burn_in_passes_on_dcgmi_with_a_note(sim, tmp_path):
+    res = run_main(gpu_burn_in.main, {"level": "medium", "dcgmi": DCGMI, "nvbandwidth": str(tmp_path / "none")})
+    assert res["changed"] is True and not res.get("failed"), res
+    record = _record(sim)
+    assert record["verdict"] == "pass" and record["bandwidth"]["ran"] is False
+    assert "is not installed on this node: the GPU-to-GPU bandwidth check was not run" in record["bandwidth"]["note"]
+    os.unlink(sim.path + ".burn-in.json")
+    quick = run_main(gpu_burn_in.main, {"level": "quick", "dcgmi": DCGMI, "nvbandwidth": NVBANDWIDTH})
+    assert _record(sim)["verdict"] == "pass" and "medium level and above" in quick["bandwidth"]["note"]
+
+
+def test_a_bad_nvbandwidth_command_is_refused_and_nothing_runs(sim):
+    res = run_main(gpu_burn_in.main, {"level": "medium", "dcgmi": DCGMI, "nvbandwidth": " "})
+    assert res["failed"] and res["changed"] is False and "nvbandwidth must be a command name" in res["msg"], res
+    assert not os.path.exists(sim.path + ".burn-in.json")
