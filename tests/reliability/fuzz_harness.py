@@ -158,6 +158,9 @@ _ANY = st.one_of(json_values(), hostile(), st.sampled_from(fuzz_values.NOT_UTF8)
 # lab's stand-in dcgmi, names no PATH holds, and odd strings that name no executable (a plain string drawn at random
 # could name one, which would then run with "diag -r 1 -j")
 _DCGMI_STANDIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin", "dcgmi")
+# gpu_burn_in's nvbandwidth: the lab's stand-in, or a fuzzed command (one that does not print nvbandwidth's JSON fails
+# naming it and records nothing)
+_NVBANDWIDTH_STANDIN = os.path.join(os.path.dirname(_DCGMI_STANDIN), "nvbandwidth")
 DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/",
                          "gpuops-no-such-dir/dcgmi", "é" * 300])
 HEALTH_POLICY = st.one_of(st.dictionaries(
@@ -293,9 +296,12 @@ MODULES = {
                              hints={"health_policy": HEALTH_POLICY}),
     # the burn-in with the lab's dcgmi stand-in; a fuzzed command is looked up (one that does not answer as dcgmi fails
     # naming it), and nothing but the record may be written
-    "gpu_burn_in": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"}, args={"level": "quick", "dcgmi": _DCGMI_STANDIN},
+    "gpu_burn_in": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
+                        args={"level": "quick", "dcgmi": _DCGMI_STANDIN, "nvbandwidth": _NVBANDWIDTH_STANDIN},
                         hints={"level": st.sampled_from(["quick", "medium", "long", "extended", "Quick", "", "5"]),
-                               "dcgmi": st.sampled_from(["dcgmi", "/bin/false", "", "dcgmi\x00", "../dcgmi"])}),
+                               "dcgmi": st.sampled_from(["dcgmi", "/bin/false", "", "dcgmi\x00", "../dcgmi"]),
+                               "nvbandwidth": st.sampled_from([_NVBANDWIDTH_STANDIN, "gpuops-no-such-nvbandwidth",
+                                                               "/bin/false", "", " ", "nvbandwidth\x00", "../x"])}),
     # The sweep's report, written into the sandbox: no node behind it (the sim rig is only its directory); the
     # fuzzer's sweeps and rows must be refused naming the field, its dest paths refused or written cleanly.
     "health_report": dict(rig="sim", args={

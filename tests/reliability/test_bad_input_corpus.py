@@ -81,11 +81,13 @@ def test_corpus_is_big_enough():
 def make_rig(case, directory):
     """The case's rig (tests/support/rigs.py) with the case's files in it (``files``: {name: text};
     ``special_files``: {name: kind of tests/support/fuzz_values.make_special}), and the {placeholder: path} it
-    offers the case's arguments ({tmp}: the rig's directory; {etc}: containerd's config directory; {9x5000}: 5000
+    offers the case's arguments ({tmp}: the rig's directory; {etc}: containerd's config directory; {standins}: the lab's
+    stand-in tools, tests/support/bin; {9x5000}: 5000
     nines; {x64}: 64 x; {a,x300}: 300 a's joined by commas)."""
     kind = case["kind"]
     mapping = {"9x5000": "9" * 5000,        # a number longer than int() converts (4300 digits)
                "x64": "x" * 64, "a,x300": ",".join("a" * 300)}     # a label value past 63; a node name past 253
+    mapping["standins"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "bin")
     if kind == "sim":
         rig = rigs.SimRig(directory, shape=case.get("shape"), enable=case.get("enable", []), setup=case.get("setup"),
                           state_text=case.get("state_text"), state_dir=case.get("state_dir", False))
