@@ -13,7 +13,9 @@ after each run: the level, the verdict (``pass`` or ``fail``), the time, the loa
 and the failures and warnings in dcgmi's own words (``_dcgm.describe``). A node is burned in once per driver version
 and level: a record that passed at this driver and at the declared level or above is enough; a failed record is not
 (the next run burns in again), and the health read turns it into a blocking finding of every GPU it names
-(``findings``), so that the health gate keeps the node out of service until a burn-in passes.
+(``findings``), so that the health gate keeps the node out of service until a burn-in passes. At medium and above
+the record also holds the GPU-to-GPU bandwidth check (``bandwidth``: _nvbandwidth), whose failures, each naming its
+test and GPU pair (``link``), are the burn-in's failures like dcgmi's.
 Pure but for ``read_record`` (one small file).
 """
 
