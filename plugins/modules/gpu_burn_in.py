@@ -28,9 +28,9 @@ description:
     C(nvbandwidth) where the node has it (O(nvbandwidth)) - its four device-to-device tests (copy engine and copy
     kernel, read and write), C(nvbandwidth -j -t ...) - against the catalog's floor for the GPUs' model (70 % of
     half the NVLink bandwidth NVIDIA publishes, for example 315 GB/s for H100 and H200 SXM, 630 GB/s for B200). A
-    pair below its floor fails the burn-in, named - C(nvbandwidth device_to_device_memcpy_read_ce: GPU 0 -> GPU 3
-    180 GB/s below floor 315). A node without C(nvbandwidth), or without two GPUs of a model with a floor, is burned
-    in on dcgmi alone, and the record says the check was not run and why.
+    pair below its floor fails the burn-in, named with its test, the two GPUs, the GB/s measured and the floor. A
+    node without C(nvbandwidth), or without two GPUs of a model with a floor, is burned in on dcgmi alone, and the
+    record says the check was not run and why.
   - Refuses to run where a GPU runs processes (the diagnostic's stress tests need the GPUs to themselves, and would
     disturb a workload) or where C(dcgmi) is not installed; nothing is run or written then.
   - With the environment variable C(GPUOPS_SIMULATED_GPUS) set, works on simulated GPUs (the record then lies under the

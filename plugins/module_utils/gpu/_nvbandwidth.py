@@ -38,6 +38,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import re
 
 SOURCE = "NVIDIA/nvbandwidth at v0.8 (commit 66746a3b)"
@@ -91,7 +92,7 @@ def _cell(value):
         number = float(value)
     except (TypeError, ValueError):
         raise NvbandwidthError("a bandwidth matrix cell is neither a number nor N/A: %r" % (value,))
-    if number != number or number < 0:
+    if math.isnan(number) or number < 0:
         raise NvbandwidthError("a bandwidth matrix cell is not a bandwidth: %r" % (value,))
     return number
 

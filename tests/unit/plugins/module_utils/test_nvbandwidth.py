@@ -43,14 +43,16 @@ def document(node, matrices, order=None, error=None):
         cases.append({"name": test, "status": "Passed", "bandwidth_matrix": cells, "sum": 0.0,
                       "bandwidth_description": "memcpy CE GPU(row) %s GPU(column) bandwidth (GB/s)" % arrow})
     root = {"version": "v0.8", "git_version": "66746a3", "Driver Version": "580.95.05", "CUDA Runtime Version": 13000,
-            "GPU Device list": ["%d: %s (%s:%s:%s): (node-a)" % (k, node[i]["name"], node[i]["pci_bus_id"][:8],
-                                                                   node[i]["pci_bus_id"][9:11].lower(),
-                                                                   node[i]["pci_bus_id"][12:14])
-                                for k, i in enumerate(order)],
+            "GPU Device list": [_device(k, node[i]) for k, i in enumerate(order)],
             "testcases": cases}
     if error:
         root["error"] = error
     return json.dumps({"nvbandwidth": root}, indent=3, sort_keys=True)
+
+
+def _device(ordinal, gpu):
+    bus = gpu["pci_bus_id"]
+    return "%d: %s (%s:%s:%s): (node-a)" % (ordinal, gpu["name"], bus[:8], bus[9:11].lower(), bus[12:14])
 
 
 def healthy(n, value=389.5):
