@@ -69,8 +69,8 @@ options:
         C(nvlink_crc_data), C(pcie_generation), C(pcie_width), C(clock_events), C(temperature), C(fabric_state),
         C(fabric_status), C(fabric_degraded), C(fabric_route_recovery), C(fabric_route_unhealthy),
         C(fabric_access_timeout_recovery), C(fabric_incorrect_configuration), C(fabric_clique_id) (a tray in another
-        clique), C(fabric_cluster_uuid) (a tray of another NVLink domain), C(hang) (the GPU's health read blocks until the reading process is
-        killed, as a GPU whose driver never answers; M(gpuops.nvidia.gpu_health_read)'s deadline ends it), or
+        clique), C(fabric_cluster_uuid) (a tray of another NVLink domain), C(hang) (the GPU's health read blocks
+        until the reading process is killed, as a GPU whose driver never answers; M(gpuops.nvidia.gpu_health_read)'s deadline ends it), or
         C(healthy) (back to the healthy defaults).
       - A fault on what the GPU answers NOT_SUPPORTED for (an NVLink of a PCIe card, page retirement on Ampere and
         later) is refused.

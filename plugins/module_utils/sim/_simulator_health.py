@@ -12,7 +12,7 @@ machine's topology:
   row remapping (NVIDIA "Dynamic Page Retirement" and "A100 GPU Memory Error Management" docs; nvidia-smi prints N/A on
   the H100 of ../shared reading, reference/driver.md "Health fields"). Every model of _gpu_catalog is Ampere or later.
 - row remapping (nvmlDeviceGetRemappedRows): Ampere and later (nvml.h: "For Ampere or newer fully supported devices").
-- NVLink (nvmlDeviceGetNvLinkState): the SXM parts on an NVSwitch baseboard (DGX/HGX shapes, GB200 NVL): A100 SXM4 has
+- NVLink (nvmlDeviceGetNvLinkState): the SXM parts on an NVSwitch baseboard (DGX/HGX shapes, GB200/GB300 NVL): A100 SXM4 has
   12 links (third-generation NVLink, A100 datasheet), H100/H200 SXM5 and the Blackwell SXM parts 18 (H100 and HGX B200
   datasheets). PCIe cards and the single-GPU or PCIe shapes answer NOT_SUPPORTED, as the real H100 passthrough VM did
   (reference/driver.md "Health fields"); PCIe NVLink bridges (A30, H100 NVL) are not modelled.
@@ -55,10 +55,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health impo
 )
 
 _NVLINK_LINKS = {"A100-SXM4-40GB": 12, "A100-SXM4-80GB": 12, "H100-SXM5-80GB": 18, "H200": 18, "B200": 18,
-                 "B300": 18, "GB200": 18}
-_NVSWITCH_SHAPES = ("dgx-", "hgx-", "gb200-nvl")
+                 "B300": 18, "GB200": 18, "GB300": 18}
+_NVSWITCH_SHAPES = ("dgx-", "hgx-", "gb200-nvl", "gb300-nvl")
 # The machine shapes whose NVLink domain spans nodes (a compute tray of a rack): their GPUs carry the rack's cluster.
-MULTI_NODE_FABRIC_SHAPES = ("gb200-nvl",)
+MULTI_NODE_FABRIC_SHAPES = ("gb200-nvl", "gb300-nvl")
 DEFAULT_CLIQUE_ID = 32766
 _NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 _RACK_NAMESPACE = uuid.UUID("0b5c6a1e-52d4-4c37-9f0e-5a1d7c3e2b90")

@@ -169,3 +169,14 @@ def test_fabric_health_faults_set_and_clear_their_field(tmp_path):
     assert sim.read_gpu(3)["fabric"]["health_mask"] == "0x%08x" % (0xAA | (5 << 8))
     sim.inject_health(3, "healthy", True)
     assert sim.read_gpu(3)["fabric"]["health_mask"] == "0x000000aa"
+
+
+def test_gb300_trays_are_rack_trays_too(tmp_path):
+    a = SimulatedBackend(str(tmp_path / "a.json"), shape="gb300-nvl", rack="rack-c")
+    b = SimulatedBackend(str(tmp_path / "b.json"), shape="gb300-nvl", rack="rack-c")
+    gpus = a.read_all()["gpus"] + b.read_all()["gpus"]
+    assert len(gpus) == 8 and set(g["name"] for g in gpus) == {"NVIDIA GB300"}
+    assert len(set((g["fabric"]["cluster_uuid"], g["fabric"]["clique_id"], g["fabric"]["health_mask"])
+                   for g in gpus)) == 1
+    assert gpus[0]["fabric"]["cluster_uuid"] != "00000000-0000-0000-0000-000000000000"
+    assert len(a.read_health()["gpus"][0]["nvlink"]) == 18
