@@ -167,7 +167,7 @@ def rack_check(rack, node_gpus):
     in_clique = sum(1 for gpus in read.values() for g in gpus
                     if fabric_attached(g["fabric"]) and _pair(g["fabric"]) == ident)
     if in_clique < rack["gpus"]:
-        where = ("cluster %s clique %d" % ident) if ident else "any NVLink clique"
+        where = "cluster %s clique %d" % (ident[0], ident[1]) if ident else "any NVLink clique"
         problems.append({"node": None, "message": (
             "rack %s: %d of the declared %d GPUs are in %s (%d node(s) declared%s): fix the nodes named above, or "
             "declare the rack's GPU count as it is built" % (

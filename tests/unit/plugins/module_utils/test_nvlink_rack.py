@@ -111,7 +111,7 @@ def _declared(**extra):
 def test_a_fresh_simulated_rack_is_one_clique_of_72_gpus(trays):
     got = rack.rack_check(_declared(), _read(trays))
     assert got["ready"] is True and got["problems"] == [] and got["gpus"] == 72 and got["clique_id"] == 32766
-    value = "%s.%d" % (got["cluster_uuid"], got["clique_id"])
+    value = "%s.%s" % (got["cluster_uuid"], got["clique_id"])
     assert set(got["labels"].values()) == {value}
     assert len(got["labels"]) == 18
 
@@ -226,7 +226,7 @@ def test_a_rack_is_ready_exactly_when_every_gpu_agrees_and_the_count_is_held(nod
         len(set((f["cluster_uuid"], f["clique_id"]) for f in every)) == 1
     assert got["ready"] == (agree and len(every) == 4 * len(names))
     if got["ready"]:
-        assert set(got["labels"].values()) == {"%s.%d" % (got["cluster_uuid"], got["clique_id"])}
+        assert set(got["labels"].values()) == {"%s.%s" % (got["cluster_uuid"], got["clique_id"])}
     else:
         assert got["problems"]
     # every node with a GPU out of the rack's clique, or not completed with SUCCESS, is named
