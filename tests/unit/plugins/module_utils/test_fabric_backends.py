@@ -180,3 +180,15 @@ def test_gb300_trays_are_rack_trays_too(tmp_path):
                    for g in gpus)) == 1
     assert gpus[0]["fabric"]["cluster_uuid"] != "00000000-0000-0000-0000-000000000000"
     assert len(a.read_health()["gpus"][0]["nvlink"]) == 18
+
+
+def test_a_tray_state_written_before_racks_reads_a_rack_of_its_own(tmp_path):
+    path = tmp_path / "old.json"
+    SimulatedBackend(str(path), shape="gb200-nvl", rack="rack-a").read_all()
+    state = json.loads(path.read_text())
+    del state["fabric"]
+    path.write_text(json.dumps(state))
+    gpus = SimulatedBackend(str(path)).read_all()["gpus"]
+    pairs = set((g["fabric"]["cluster_uuid"], g["fabric"]["clique_id"]) for g in gpus)
+    assert len(pairs) == 1 and list(pairs)[0][0] != "00000000-0000-0000-0000-000000000000"
+    assert SimulatedBackend(str(path)).read_all()["gpus"][0]["fabric"] == gpus[0]["fabric"]
