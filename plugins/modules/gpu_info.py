@@ -17,7 +17,8 @@ description:
     compute capability, compute mode, persistence mode, MIG support and MIG mode (current and pending), the
     GPU-instance profiles it offers (with their compute-instance profiles and possible placements), the
     existing GPU and compute instances with their MIG device UUIDs, and the processes on each GPU and MIG
-    device; plus the driver and CUDA driver versions.
+    device, and its NVLink fabric (cluster UUID, clique id, probe state and status, the decoded health mask); plus
+    the driver and CUDA driver versions.
   - Registers the result as the fact C(nvidia_gpus).
   - Uses NVML through pynvml on a real host. When the environment variable C(GPUOPS_SIMULATED_GPUS) names a
     state file, it reads simulated GPUs instead (see docs/simulator.md); C(GPUOPS_SIMULATED_MACHINE) names the
@@ -188,6 +189,27 @@ gpus:
       type: list
       elements: dict
       returned: always
+    fabric:
+      description:
+        - The GPU's NVLink fabric as NVML's GPU fabric info gives it (nvmlDeviceGetGpuFabricInfoV with the v2 struct,
+          else nvmlDeviceGetGpuFabricInfo), or C(not supported) where the GPU has no NVSwitch fabric.
+        - C(state) (C(not_started), C(in_progress) or C(completed)), C(status) (C(SUCCESS) or the NVML error name the
+          probe ended with; it counts only once the state is completed), C(cluster_uuid) (lower case; all zero on a
+          single-node NVSwitch baseboard), C(clique_id), C(health_mask) (C(0x%08x); C(not supported) without the v2
+          struct) and C(health), the mask decoded into C(degraded_bandwidth), C(route_recovery_in_progress),
+          C(route_unhealthy), C(access_timeout_recovery), C(partition_assigned) (true/false),
+          C(incorrect_configuration) (C(none) or what is wrong), C(gfm_state) (C(connected)/C(disconnected)), each
+          C(not supported) where the driver does not report it, and C(unknown_bits) where bits no field names are set.
+        - The node's C(nvidia.com/gpu.clique) label, as GPU Feature Discovery writes it, is
+          C(<cluster_uuid>.<clique_id>) of its GPUs that completed with C(SUCCESS) and a cluster UUID, where they all
+          agree (docs/gpu-info.md).
+      type: raw
+      returned: always
+      sample: {state: completed, status: SUCCESS, cluster_uuid: 6a130f54-faaa-4b8f-847f-be44ab70f917,
+               clique_id: 32766, health_mask: "0x000000aa",
+               health: {degraded_bandwidth: false, route_recovery_in_progress: false, route_unhealthy: false,
+                        access_timeout_recovery: false, incorrect_configuration: not supported,
+                        partition_assigned: not supported, gfm_state: not supported}}
 health:
   description: The GPUs' health (with O(health)) - the findings, the policy's verdict, the kernel log's source and
     each GPU's health read. Not part of C(nvidia_gpus).

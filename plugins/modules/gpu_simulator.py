@@ -67,8 +67,10 @@ options:
         C(remapped_rows_uncorrected), C(retired_pages_pending), C(retired_pages_single_bit),
         C(retired_pages_double_bit), C(nvlink_down), C(nvlink_replay), C(nvlink_recovery), C(nvlink_crc_flit),
         C(nvlink_crc_data), C(pcie_generation), C(pcie_width), C(clock_events), C(temperature), C(fabric_state),
-        C(fabric_status), C(fabric_degraded), C(hang) (the GPU's health read blocks until the reading process is
-        killed, as a GPU whose driver never answers; M(gpuops.nvidia.gpu_health_read)'s deadline ends it), or
+        C(fabric_status), C(fabric_degraded), C(fabric_route_recovery), C(fabric_route_unhealthy),
+        C(fabric_access_timeout_recovery), C(fabric_incorrect_configuration), C(fabric_clique_id) (a tray in another
+        clique), C(fabric_cluster_uuid) (a tray of another NVLink domain), C(hang) (the GPU's health read blocks
+        until the reading process is killed, as a GPU whose driver never answers; M(gpuops.nvidia.gpu_health_read)'s deadline ends it), or
         C(healthy) (back to the healthy defaults).
       - A fault on what the GPU answers NOT_SUPPORTED for (an NVLink of a PCIe card, page retirement on Ampere and
         later) is refused.
@@ -76,7 +78,7 @@ options:
   value:
     description:
       - For C(inject_health), the fault's value (true/false, a count, a generation or width, a list of clock event
-        reasons, a fabric state or status).
+        reasons, a fabric state or status, a clique id, a cluster UUID, an incorrect configuration's name).
     type: raw
     default: true
   link:

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from tests.gpu import fabric_vs_smi
 from tests.support.ansible_run import run_module
 
 pytestmark = pytest.mark.gpu
@@ -87,6 +88,8 @@ def test_gpu_info_matches_nvidia_smi():
                  "%s:%s" % lgipp[(i, p["id"])]),
             ]
         assert len(gpu["gi_profiles"]) == len([k for k in lgip if k[0] == i])
+    # each GPU's NVLink fabric against nvidia-smi -q's Fabric section (tests/gpu/fabric_vs_smi.py)
+    rows += [(field, str(ours), str(theirs)) for field, ours, theirs in fabric_vs_smi.rows(result["gpus"], _smi("-q"))]
     _report(rows)
     mismatches = [r for r in rows if r[1] != r[2]]
     assert not mismatches, mismatches

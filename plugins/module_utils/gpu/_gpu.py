@@ -25,6 +25,8 @@ ENV_SHAPE = "GPUOPS_SIMULATED_MACHINE"
 # The simulated node's root below NVML and its host options at creation (_simulator_host).
 ENV_ROOT = "GPUOPS_SIMULATED_ROOT"
 ENV_HOST = "GPUOPS_SIMULATED_HOST"
+# The rack a new simulated tray of an NVL shape belongs to: its GPUs share that rack's NVLink cluster and clique.
+ENV_RACK = "GPUOPS_SIMULATED_RACK"
 
 # NVML return codes (nvml.h nvmlReturn_t) and the names this collection reports them by.
 NVML_ERROR_NAMES = {

@@ -12,7 +12,8 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import ENV_HOST, ENV_ROOT, ENV_SHAPE, ENV_STATE
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
+    ENV_HOST, ENV_RACK, ENV_ROOT, ENV_SHAPE, ENV_STATE)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import missing_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._pci import bus_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import read_kernel_log_timed
@@ -40,7 +41,8 @@ def get_backend(run_command=None):
         from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
         # GPUOPS_SIMULATED_ROOT / GPUOPS_SIMULATED_HOST: the simulated node below NVML (_simulator_host).
         return SimulatedBackend(state_path, shape=os.environ.get(ENV_SHAPE) or None,
-                                root=os.environ.get(ENV_ROOT) or None, host_options=os.environ.get(ENV_HOST) or None)
+                                root=os.environ.get(ENV_ROOT) or None, host_options=os.environ.get(ENV_HOST) or None,
+                                rack=os.environ.get(ENV_RACK) or None)
     from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._nvml_backend import NvmlBackend
     return NvmlBackend(run_command=run_command)
 

@@ -211,6 +211,19 @@ GPU_MODELS = {
             ("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
             _derived_seven_slice_mib(275040), _B200_SMS)},
     },
+    # GB300 (one GPU of a GB300 NVL72 compute tray): name, 284208 MiB and compute capability 10.3 from public
+    # nvidia-smi output of a four-GPU GB300 tray (driver 580.82.07); PCI 0x31C2 (config-default's GB300 device-filter;
+    # NVIDIA's open table row "31C2 10DE 21F1 NVIDIA GB300"). The UG has no GB300 table: names and counts are
+    # config-default's (1g.35gb x7, 1g.35gb+me x1, 1g.70gb x4, 2g.70gb x3, 3g.139gb x2, 4g.139gb x1, 7g.278gb x1;
+    # mig-parted commit 75449116). All memory DERIVED (it gives exactly those names); SMs DERIVED as B300's per
+    # profile (the same Blackwell Ultra GPU and 7-slice geometry); the GPU's SM count is not in a source we read.
+    "GB300": {
+        "name": "NVIDIA GB300", "pci_device_id": 0x31C210DE, "memory_total_mib": 284208,
+        "compute_capability": "10.3", "architecture": "blackwell", "sms": None,
+        "mig": {"memory_slices": 8, "compute_slices": 7, "profiles": _seven_slice(
+            ("1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
+            _derived_seven_slice_mib(284208), _B200_SMS)},
+    },
     # GH200 (H100 96GB HBM3 on Grace Hopper): name, 132 SMs and 97871 MiB from public nvidia-smi output of GH200
     # nodes; PCI 0x2342 (pci.ids "GH200 120GB / 480GB"; config-default all-balanced filter "H100-96GB, PG506-96GB,
     # GH200, H20"); cc 9.0 (UG gpus). Rows: the UG table for "H100 96GB (H100 on GH200)". Memory DERIVED; SMs
@@ -288,7 +301,11 @@ MACHINE_SHAPES = {
     # Blackwell and the other Hopper memory sizes (sources in GPU_MODELS).
     "hgx-b200": ["B200"] * 8,
     "hgx-b300": ["B300"] * 8,
-    "gb200-nvl": ["GB200"] * 4,          # one compute tray of a GB200 NVL rack: 2 Grace CPUs, 4 GB200 GPUs
+    # One compute tray of a GB200 / GB300 NVL72 rack: 2 Grace CPUs, 4 GPUs; 18 trays make the rack's 72 GPUs, one
+    # NVLink domain (NVIDIA's GB200 NVL72 and GB300 NVL72 product pages: 36 Grace CPUs and 72 GPUs in one NVLink
+    # domain). The simulator gives the trays of one rack its cluster and clique (GPUOPS_SIMULATED_RACK).
+    "gb200-nvl": ["GB200"] * 4,
+    "gb300-nvl": ["GB300"] * 4,
     "gh200": ["GH200"],
     "rtx-pro-6000-x8": ["RTX-PRO-6000"] * 8,
     "h100-nvl-x2": ["H100-NVL"] * 2,
@@ -409,6 +426,7 @@ OPEN_MODULE_ROWS = {
     "B200": [(0x10DE, 0x1999), (0x10DE, 0x199B), (0x10DE, 0x20DA)],
     "GB200": [(0x10DE, 0x2046), (0x10DE, 0x20CA), (0x10DE, 0x20D5), (0x10DE, 0x21C9), (0x10DE, 0x21CA)],
     "B300": [(0x10DE, 0x20E6)],
+    "GB300": [(0x10DE, 0x21F1)],
     "GH200": [(0x10DE, 0x16EB), (0x10DE, 0x1805), (0x10DE, 0x1809)],   # GH200 120GB (x2), GH200 480GB
     "H100-NVL": [(0x10DE, 0x1839)],
     "RTX-PRO-6000": [(0x10DE, 0x204E)],

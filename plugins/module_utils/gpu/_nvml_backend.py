@@ -24,8 +24,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._device_holders 
     for_device,
     gpu_file,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_fabric import facts as fabric_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_fabric import health_entry as fabric_health_entry
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
-    FABRIC_STATES,
     NOT_SUPPORTED,
     decode_clock_events,
 )
@@ -190,6 +191,10 @@ class NvmlBackend(GpuBackend):
             if mig[0] == 1:
                 facts["gpu_instances"] = self._gpu_instances(h, facts["gi_profiles"])
         facts["processes"] = self._processes(h)
+        try:
+            facts["fabric"] = self._fabric_info(h)
+        except nv.NVMLError as exc:
+            raise NvmlError.for_code(getattr(exc, "value", 999), str(exc))
         self._attach_mig_processes(h, facts)
         facts["mig_devices"] = mig_devices(facts)
         return facts
@@ -468,8 +473,13 @@ class NvmlBackend(GpuBackend):
         return mask if mask == NOT_SUPPORTED else decode_clock_events(mask)
 
     def _fabric(self, h):
-        """nvmlDeviceGetGpuFabricInfoV (the v2 struct, with the health mask) where the driver has it, else
-        nvmlDeviceGetGpuFabricInfo. State NOT_SUPPORTED (no NVSwitch fabric) is recorded as NOT_SUPPORTED."""
+        """The health read's fabric entry (_gpu_health's shape) from the same read as the facts' (``_fabric_info``)."""
+        return fabric_health_entry(self._fabric_info(h))
+
+    def _fabric_info(self, h):
+        """The GPU's fabric facts (_gpu_fabric.facts): nvmlDeviceGetGpuFabricInfoV with the v2 struct (the health
+        mask) where the driver has it, else nvmlDeviceGetGpuFabricInfo (no mask). NOT_SUPPORTED where NVML answers
+        so (no NVSwitch fabric) or the state is NOT_SUPPORTED. Other NVML errors go up as pynvml raised them."""
         nv = self.nvml
         info, has_mask = None, False
         if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfo_v2_t"):
@@ -484,19 +494,19 @@ class NvmlBackend(GpuBackend):
                     raise
                 info = None
         if info is None:
-            info = nv.c_nvmlGpuFabricInfo_t()
-            if self._ns(nv.nvmlDeviceGetGpuFabricInfo, h, nv.byref(info)) == NOT_SUPPORTED:
+            if not hasattr(nv, "nvmlDeviceGetGpuFabricInfo"):
                 return NOT_SUPPORTED
-        if info.state not in FABRIC_STATES:
-            return NOT_SUPPORTED
-        degraded = NOT_SUPPORTED
-        if has_mask:
-            bits = (info.healthMask >> nv.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & \
-                nv.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
-            degraded = {nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
-                        nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False}.get(bits, NOT_SUPPORTED)
+            info = nv.c_nvmlGpuFabricInfo_t()
+            try:
+                if self._ns(nv.nvmlDeviceGetGpuFabricInfo, h, nv.byref(info)) == NOT_SUPPORTED:
+                    return NOT_SUPPORTED
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                return NOT_SUPPORTED
         status = NVML_ERROR_NAMES.get(info.status, str(info.status)) if info.status else "SUCCESS"
-        return {"state": FABRIC_STATES[info.state], "status": status, "degraded_bandwidth": degraded}
+        return fabric_facts(info.state, status, bytes(bytearray(info.clusterUuid)), info.cliqueId,
+                            info.healthMask if has_mask else None)
 
     # ------------------------------------------------------------------ mutations
     def _mutating(self, call, **args):

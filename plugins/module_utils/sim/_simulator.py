@@ -132,7 +132,7 @@ class SimulatedBackend(GpuBackend):
     _nvml_started = False
     _loaded_version = None
 
-    def __init__(self, state_path, shape=None, root=None, host_options=None):
+    def __init__(self, state_path, shape=None, root=None, host_options=None, rack=None):
         if not state_path:
             raise GpuBackendError("GPUOPS_SIMULATED_GPUS is empty: set it to the path of a state file")
         self.path = os.path.abspath(state_path)
@@ -141,6 +141,8 @@ class SimulatedBackend(GpuBackend):
         # (GPUOPS_SIMULATED_HOST); see _simulator_host.
         self.root = os.path.abspath(root) if root else None
         self.host_options = host_options
+        # The rack a new tray of an NVL shape belongs to (GPUOPS_SIMULATED_RACK; _simulator_health.rack_fabric).
+        self.rack = rack
         self._nvml_started = False
         self._loaded_version = None
         if not os.path.exists(self.path):
@@ -169,7 +171,7 @@ class SimulatedBackend(GpuBackend):
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
             if not os.path.exists(self.path) and create_shape:
-                state = new_state(create_shape, self.path)
+                state = new_state(create_shape, self.path, self.rack)
                 if self.root:
                     self._render_host(state)
                 self._save(state)
@@ -308,7 +310,7 @@ class SimulatedBackend(GpuBackend):
                 "driver_version": version,
                 "cuda_driver_version": cuda_version_text(state["cuda_driver_version"]),
                 "nvml_version": "13.%s" % version,
-                "gpus": [self._persistenced(gpu_facts(state, sim_health.raise_if_lost(g))) for g in sim_health.listed(state)
+                "gpus": [self._gpu_facts(state, sim_health.raise_if_lost(g)) for g in sim_health.listed(state)
                          if not (skip_lost and sim_health.is_lost(g))],
             }
             if skip_lost:
@@ -321,7 +323,14 @@ class SimulatedBackend(GpuBackend):
         with self._locked(write=False) as state:
             gpu = sim_health.raise_if_missing(gpu_by_index(state, index))
             sim_health.raise_if_lost(gpu)
-            return self._persistenced(gpu_facts(state, gpu))
+            return self._gpu_facts(state, gpu)
+
+    def _gpu_facts(self, state, gpu):
+        """A GPU's facts as NVML reads them: _simulator_state's, with its fabric (_simulator_health.fabric_facts, not
+        started where no Fabric Manager registered the GPUs) and persistence mode as nvidia-persistenced keeps it."""
+        facts = gpu_facts(state, gpu)
+        facts["fabric"] = sim_health.fabric_facts(state, gpu, self._fabric_unregistered(state))
+        return self._persistenced(facts)
 
     def _persistenced(self, facts):
         """A GPU's facts as NVML reads them while the simulated nvidia-persistenced runs on the modelled host with

@@ -12,12 +12,21 @@ machine's topology:
   row remapping (NVIDIA "Dynamic Page Retirement" and "A100 GPU Memory Error Management" docs; nvidia-smi prints N/A on
   the H100 of ../shared reading, reference/driver.md "Health fields"). Every model of _gpu_catalog is Ampere or later.
 - row remapping (nvmlDeviceGetRemappedRows): Ampere and later (nvml.h: "For Ampere or newer fully supported devices").
-- NVLink (nvmlDeviceGetNvLinkState): the SXM parts on an NVSwitch baseboard (DGX/HGX shapes, GB200 NVL): A100 SXM4 has
+- NVLink (nvmlDeviceGetNvLinkState): the SXM parts on an NVSwitch baseboard (DGX/HGX shapes, GB200/GB300 NVL): A100 SXM4 has
   12 links (third-generation NVLink, A100 datasheet), H100/H200 SXM5 and the Blackwell SXM parts 18 (H100 and HGX B200
   datasheets). PCIe cards and the single-GPU or PCIe shapes answer NOT_SUPPORTED, as the real H100 passthrough VM did
   (reference/driver.md "Health fields"); PCIe NVLink bridges (A30, H100 NVL) are not modelled.
-- fabric (nvmlDeviceGetGpuFabricInfo): Hopper and later on an NVSwitch fabric (nvml.h: "For Hopper or newer fully
-  supported devices"); elsewhere its state is NOT_SUPPORTED.
+- fabric (nvmlDeviceGetGpuFabricInfoV, _gpu_fabric's facts): Hopper and later on an NVSwitch fabric (nvml.h: "For
+  Hopper or newer fully supported devices"); elsewhere its state is NOT_SUPPORTED. On a single-node NVSwitch baseboard
+  (the HGX/DGX shapes) the probe completes with an all-zero cluster UUID, clique 0 and no health field reported, as
+  nvidia-smi -q shows an HGX H100 node (driver 560.35.03: State Completed, Status Success, CliqueId 0, ClusterUUID
+  00000000-..., Bandwidth N/A) and meta-pytorch/torchcomms#1385 describes it. A tray of a rack-scale NVLink domain
+  (the NVL shapes) carries its rack's cluster UUID and clique id (every tray created with the same GPUOPS_SIMULATED_RACK
+  shares them; without one the tray is a rack of its own) and the health mask 0xaa (bandwidth not degraded, no route
+  recovery, route healthy, no access timeout recovery), as NVIDIA/nccl#2186 quotes it from a GB200 NVL72; clique id
+  32766 as NVIDIA's DRA driver logs one (NVIDIA/k8s-dra-driver-gpu#630). Until the probe completes the GPU reports no
+  cluster (all-zero UUID, clique 0): the simulator's choice, nvml.h says only that the status counts once the probe
+  completed.
 - PCIe: Gen4 x16 for Ampere and Ada, Gen5 x16 for Hopper and Blackwell (the H100 reading: 5/5, 16/16).
 """
 
@@ -29,6 +38,7 @@ import copy
 import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_fabric as fabric_info
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     NVML_ERROR_CODES,
     GpuBackendError,
@@ -45,8 +55,21 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health impo
 )
 
 _NVLINK_LINKS = {"A100-SXM4-40GB": 12, "A100-SXM4-80GB": 12, "H100-SXM5-80GB": 18, "H200": 18, "B200": 18,
-                 "B300": 18, "GB200": 18}
-_NVSWITCH_SHAPES = ("dgx-", "hgx-", "gb200-nvl")
+                 "B300": 18, "GB200": 18, "GB300": 18}
+_NVSWITCH_SHAPES = ("dgx-", "hgx-", "gb200-nvl", "gb300-nvl")
+# The machine shapes whose NVLink domain spans nodes (a compute tray of a rack): their GPUs carry the rack's cluster.
+MULTI_NODE_FABRIC_SHAPES = ("gb200-nvl", "gb300-nvl")
+DEFAULT_CLIQUE_ID = 32766
+_NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
+_RACK_NAMESPACE = uuid.UUID("0b5c6a1e-52d4-4c37-9f0e-5a1d7c3e2b90")
+# A healthy GPU's health fields per kind of fabric (module docstring): a tray's 0xaa, nothing on a baseboard.
+_HEALTHY_FIELDS = {True: {"degraded_bandwidth": False, "route_recovery_in_progress": False, "route_unhealthy": False,
+                          "access_timeout_recovery": False},
+                   False: {}}
+# fault name -> the health field it sets (a bool: true sets the field, false gives it back its healthy value)
+_FABRIC_HEALTH_FAULTS = {"fabric_degraded": "degraded_bandwidth", "fabric_route_recovery": "route_recovery_in_progress",
+                         "fabric_route_unhealthy": "route_unhealthy",
+                         "fabric_access_timeout_recovery": "access_timeout_recovery"}
 _PCIE_GENERATION = {"ampere": 4, "ada": 4, "hopper": 5, "blackwell": 5}
 _PAGE_RETIREMENT_ARCHS = ()         # before Ampere; no such model is simulated
 _SIM_TEMPERATURE_C = 29             # the H200 reading's temperature at idle
@@ -68,7 +91,12 @@ FAULTS = {
     "pcie_generation": "current generation", "pcie_width": "current width",
     "clock_events": "list of clock event reason names", "temperature": "degrees C",
     "fabric_state": "not_started, in_progress or completed", "fabric_status": "SUCCESS or an NVML error name",
-    "fabric_degraded": "bool",
+    "fabric_degraded": "bool", "fabric_route_recovery": "bool", "fabric_route_unhealthy": "bool",
+    "fabric_access_timeout_recovery": "bool",
+    "fabric_incorrect_configuration": "none or what is wrong (%s)" % ", ".join(
+        sorted(fabric_info.INCORRECT_CONFIGURATION.values())),
+    "fabric_clique_id": "the GPU's clique id, 0 to 4294967295 (a tray moved to another clique)",
+    "fabric_cluster_uuid": "the GPU's cluster UUID (a tray of another NVLink domain)",
     "hang": "the GPU's health read blocks, as a GPU whose driver never answers, until the reading process is killed "
             "or the fault is set false (bool)",
     "healthy": "back to the healthy defaults (any value)",
@@ -94,6 +122,40 @@ def nvlink_count(state, gpu):
 
 def has_fabric(state, gpu):
     return nvlink_count(state, gpu) > 0 and _model(gpu)["architecture"] in ("hopper", "blackwell")
+
+
+def multi_node_fabric(state):
+    return state.get("shape") in MULTI_NODE_FABRIC_SHAPES
+
+
+def rack_fabric(shape, seed, rack=None):
+    """A new machine's fabric identity, kept in its state as "fabric": {"rack", "cluster_uuid", "clique_id"}. A tray of
+    an NVL shape takes its rack's (from the rack's name: every tray of one rack gets the same; without a name, from
+    ``seed``, a rack of its own); any other shape has no cluster (all-zero UUID, clique 0)."""
+    if shape not in MULTI_NODE_FABRIC_SHAPES:
+        return {"rack": None, "cluster_uuid": _NO_CLUSTER, "clique_id": 0}
+    return {"rack": rack, "cluster_uuid": str(uuid.uuid5(_RACK_NAMESPACE, "rack/%s" % (rack or seed))),
+            "clique_id": DEFAULT_CLIQUE_ID}
+
+
+def fabric_facts(state, gpu, unregistered=False):
+    """GPU ``gpu``'s fabric facts as NVML gives them (_gpu_fabric.facts), or NOT_SUPPORTED where it has no fabric;
+    ``unregistered``: no Fabric Manager has registered the GPUs yet (state not_started)."""
+    if not has_fabric(state, gpu):
+        return NOT_SUPPORTED
+    stored = (gpu.get("health") or default_health())["fabric"]
+    ident = state.get("fabric") or rack_fabric(state.get("shape"), state["gpus"][0]["uuid"])
+    probe = "not_started" if unregistered else stored["state"]
+    fields = dict(_HEALTHY_FIELDS[multi_node_fabric(state)])
+    fields.update(stored.get("health") or {})
+    if stored.get("degraded_bandwidth"):
+        fields["degraded_bandwidth"] = True
+    cluster, clique = _NO_CLUSTER, 0
+    if probe == "completed":
+        cluster = stored.get("cluster_uuid", ident["cluster_uuid"])
+        clique = stored.get("clique_id", ident["clique_id"])
+    return fabric_info.facts(fabric_info.FABRIC_STATE_CODES[probe], stored["status"],
+                             fabric_info.cluster_uuid_bytes(cluster), clique, fabric_info.encode_health(fields))
 
 
 def has_page_retirement(gpu):
@@ -165,9 +227,7 @@ def health_facts(state, gpu):
             nvlink.append({"link": link, "active": link not in stored["nvlink_down"],
                            "errors": dict((name, counts.get(name, 0)) for name in NVLINK_COUNTERS)})
     best = _PCIE_GENERATION[m["architecture"]]
-    fabric = NOT_SUPPORTED
-    if has_fabric(state, gpu):
-        fabric = dict(stored["fabric"])
+    fabric = fabric_info.health_entry(fabric_facts(state, gpu))
     entry.update({
         "lost": False,
         "ecc": {"mode_current": "Enabled" if stored["ecc_mode"] else "Disabled",
@@ -261,19 +321,46 @@ def inject(state, gpu, fault, value, link=None):
         if not has_fabric(state, gpu):
             raise NvmlNotSupported("%s has no NVSwitch fabric on this machine shape (%s): its fabric state is "
                                    "NOT_SUPPORTED" % (where, state.get("shape")))
-        if fault == "fabric_state":
-            if value not in FABRIC_STATES.values():
-                raise GpuBackendError("fault fabric_state needs one of %s; got %r" % (
-                    ", ".join(sorted(FABRIC_STATES.values())), value))
-            work["fabric"]["state"] = value
-        elif fault == "fabric_status":
-            if value != "SUCCESS" and value not in NVML_ERROR_CODES:
-                raise GpuBackendError("fault fabric_status needs SUCCESS or an NVML error name (%s); got %r" % (
-                    ", ".join(sorted(NVML_ERROR_CODES)), value))
-            work["fabric"]["status"] = value
-        else:
-            work["fabric"]["degraded_bandwidth"] = _flag(value, fault)
+        work["fabric"] = _fabric_fault(work["fabric"], fault, value)
     gpu["health"] = work
+
+
+def _fabric_fault(stored, fault, value):
+    """``stored`` (a GPU's stored fabric) with one fabric fault set; GpuBackendError naming what is valid."""
+    if fault == "fabric_state":
+        if value not in FABRIC_STATES.values():
+            raise GpuBackendError("fault fabric_state needs one of %s; got %r" % (
+                ", ".join(sorted(FABRIC_STATES.values())), value))
+        stored["state"] = value
+    elif fault == "fabric_status":
+        if value != "SUCCESS" and value not in NVML_ERROR_CODES:
+            raise GpuBackendError("fault fabric_status needs SUCCESS or an NVML error name (%s); got %r" % (
+                ", ".join(sorted(NVML_ERROR_CODES)), value))
+        stored["status"] = value
+    elif fault == "fabric_degraded":
+        stored["degraded_bandwidth"] = _flag(value, fault)
+    elif fault in _FABRIC_HEALTH_FAULTS:
+        health = stored.setdefault("health", {})
+        if _flag(value, fault):
+            health[_FABRIC_HEALTH_FAULTS[fault]] = True
+        else:
+            health.pop(_FABRIC_HEALTH_FAULTS[fault], None)
+    elif fault == "fabric_incorrect_configuration":
+        if value not in fabric_info.INCORRECT_CONFIGURATION.values():
+            raise GpuBackendError("fault fabric_incorrect_configuration needs one of %s; got %r" % (
+                ", ".join(sorted(fabric_info.INCORRECT_CONFIGURATION.values())), value))
+        stored.setdefault("health", {})["incorrect_configuration"] = value
+    elif fault == "fabric_clique_id":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= fabric_info.CLIQUE_ID_MAX:
+            raise GpuBackendError("fault fabric_clique_id needs a whole number from 0 to %d; got %r" % (
+                fabric_info.CLIQUE_ID_MAX, value))
+        stored["clique_id"] = value
+    else:
+        try:
+            stored["cluster_uuid"] = str(uuid.UUID(bytes=fabric_info.cluster_uuid_bytes(value)))
+        except fabric_info.FabricValueError as exc:
+            raise GpuBackendError("fault fabric_cluster_uuid: %s" % exc)
+    return stored
 
 
 def boot_id(state):

@@ -14,7 +14,7 @@ __metaclass__ = type
 import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
-from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator_health import after_reset
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator_health import after_reset, rack_fabric
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
     GpuBackendError,
     NvmlInvalidArgument,
@@ -29,8 +29,10 @@ SIM_CUDA_DRIVER_VERSION = 13000
 _UUID_NAMESPACE = uuid.UUID("6c1c0f9e-3f0e-4b3a-9a55-8d2b5c7e4a10")
 
 
-def new_state(shape, seed):
-    """A fresh state for a machine shape. `seed` (usually the state file's path) makes UUIDs differ per node."""
+def new_state(shape, seed, rack=None):
+    """A fresh state for a machine shape. `seed` (usually the state file's path) makes UUIDs differ per node; `rack`
+    (GPUOPS_SIMULATED_RACK) names the rack a tray of an NVL shape belongs to (its fabric's cluster and clique,
+    _simulator_health.rack_fabric)."""
     if shape not in catalog.MACHINE_SHAPES:
         raise GpuBackendError(
             "unknown simulated machine shape %r; valid shapes: %s" % (shape, ", ".join(catalog.shape_names())))
@@ -53,6 +55,7 @@ def new_state(shape, seed):
     return {
         "format": STATE_FORMAT,
         "shape": shape,
+        "fabric": rack_fabric(shape, seed, rack),
         "driver_version": SIM_DRIVER_VERSION,
         "cuda_driver_version": SIM_CUDA_DRIVER_VERSION,
         "boot_id": 1,

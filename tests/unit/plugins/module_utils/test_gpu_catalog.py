@@ -157,6 +157,7 @@ UG_TABLES = {
 CONFIG_DEFAULT_TABLES = {
     "GB200": {"1g.23gb": 7, "1g.23gb+me": 1, "1g.47gb": 4, "2g.47gb": 3, "3g.93gb": 2, "4g.93gb": 1, "7g.186gb": 1},
     "B300": {"1g.34gb": 7, "1g.34gb+me": 1, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1},
+    "GB300": {"1g.35gb": 7, "1g.35gb+me": 1, "1g.70gb": 4, "2g.70gb": 3, "3g.139gb": 2, "4g.139gb": 1, "7g.278gb": 1},
 }
 
 
@@ -207,6 +208,7 @@ IDENTITY = {
     "B200": ("NVIDIA B200", 0x290110DE, 183359, "10.0", "blackwell"),
     "GB200": ("NVIDIA GB200", 0x294110DE, 189471, "10.0", "blackwell"),
     "B300": ("NVIDIA B300 SXM6 AC", 0x318210DE, 275040, "10.3", "blackwell"),
+    "GB300": ("NVIDIA GB300", 0x31C210DE, 284208, "10.3", "blackwell"),
     "GH200": ("NVIDIA GH200 480GB", 0x234210DE, 97871, "9.0", "hopper"),
     "H100-NVL": ("NVIDIA H100 NVL", 0x232110DE, 95830, "9.0", "hopper"),
     "RTX-PRO-6000": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 0x2BB510DE, 97887, "12.0", "blackwell"),
@@ -262,4 +264,5 @@ def test_new_shapes():
     shapes = catalog.MACHINE_SHAPES
     assert shapes["hgx-b200"] == ["B200"] * 8 and shapes["hgx-b300"] == ["B300"] * 8
     assert shapes["gb200-nvl"] == ["GB200"] * 4 and shapes["gh200"] == ["GH200"]
+    assert shapes["gb300-nvl"] == ["GB300"] * 4
     assert shapes["rtx-pro-6000-x8"] == ["RTX-PRO-6000"] * 8 and shapes["h100-nvl-x2"] == ["H100-NVL"] * 2

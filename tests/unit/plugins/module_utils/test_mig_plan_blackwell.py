@@ -34,7 +34,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 
-SHAPES = {"B200": "hgx-b200", "B300": "hgx-b300", "GB200": "gb200-nvl", "GH200": "gh200",
+SHAPES = {"B200": "hgx-b200", "B300": "hgx-b300", "GB200": "gb200-nvl", "GB300": "gb300-nvl", "GH200": "gh200",
           "H100-NVL": "h100-nvl-x2", "RTX-PRO-6000": "rtx-pro-6000-x8"}
 
 
@@ -162,6 +162,7 @@ BALANCED = {
     "B200": {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1},
     "GB200": {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1},
     "B300": {"1g.34gb": 2, "2g.67gb": 1, "3g.135gb": 1},
+    "GB300": {"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1},
     "GH200": {"1g.12gb": 2, "2g.24gb": 1, "3g.48gb": 1},
     "H100-NVL": {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1},
     "RTX-PRO-6000": {"1g.24gb": 2, "2g.48gb": 1},
@@ -274,6 +275,10 @@ PUBLISHED = {"version": "v1", "mig-configs": {
     "all-1g.34gb": _all("1g.34gb", 7), "all-1g.34gb.me": _all("1g.34gb+me", 1), "all-1g.67gb": _all("1g.67gb", 4),
     "all-2g.67gb": _all("2g.67gb", 3), "all-3g.135gb": _all("3g.135gb", 2), "all-4g.135gb": _all("4g.135gb", 1),
     "all-7g.269gb": _all("7g.269gb", 1),
+    # GB300 (commit 75449116; all-1g.35gb filtered, as it is shared with the H200)
+    "all-1g.35gb": [_filtered(["0x233510DE"], {"1g.35gb": 4}), _filtered(["0x31C210DE"], {"1g.35gb": 7})],
+    "all-1g.35gb.me": _all("1g.35gb+me", 1), "all-1g.70gb": _all("1g.70gb", 4), "all-2g.70gb": _all("2g.70gb", 3),
+    "all-3g.139gb": _all("3g.139gb", 2), "all-4g.139gb": _all("4g.139gb", 1), "all-7g.278gb": _all("7g.278gb", 1),
 }}
 
 

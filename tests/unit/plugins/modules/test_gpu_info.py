@@ -328,3 +328,24 @@ def test_dcgm_diag_is_off_by_default_a_note_without_dcgmi_and_judged_when_it_run
     (finding,) = result["health"]["gate"]["blocking"]
     assert finding["kind"] == "dcgm_diag_failure" and finding["gpu"] == 1, finding
     assert "DCGM error 85, severity RESET" in finding["message"]
+
+
+def test_reports_each_gpus_fabric_and_a_tray_in_another_clique(tmp_path):
+    """Two trays of one simulated GB200 rack (GPUOPS_SIMULATED_RACK): gpu_info gives every GPU the rack's cluster UUID
+    and clique id, completed with SUCCESS and the health mask decoded; a tray moved to another clique reads so."""
+    env = dict(_sim_env(tmp_path, "gb200-nvl", "a.json"), GPUOPS_SIMULATED_RACK="rack-a")
+    other = dict(_sim_env(tmp_path, "gb200-nvl", "b.json"), GPUOPS_SIMULATED_RACK="rack-a")
+    moved = SimulatedBackend(other["GPUOPS_SIMULATED_GPUS"], shape="gb200-nvl", rack="rack-a")
+    for index in range(4):
+        moved.inject_health(index, "fabric_clique_id", 7)
+    first = run_here(MODULE, {"health": False}, env=env)
+    second = run_here(MODULE, {"health": False}, env=other)
+    fabrics = [g["fabric"] for g in first["gpus"]]
+    assert len(fabrics) == 4 and len(set(json.dumps(f, sort_keys=True) for f in fabrics)) == 1
+    fabric = fabrics[0]
+    assert (fabric["state"], fabric["status"], fabric["clique_id"], fabric["health_mask"]) == (
+        "completed", "SUCCESS", 32766, "0x000000aa")
+    assert fabric["health"]["degraded_bandwidth"] is False
+    assert [g["fabric"]["cluster_uuid"] for g in second["gpus"]] == [fabric["cluster_uuid"]] * 4
+    assert [g["fabric"]["clique_id"] for g in second["gpus"]] == [7] * 4
+    assert first["ansible_facts"]["nvidia_gpus"]["gpus"][0]["fabric"] == fabric
