@@ -358,10 +358,10 @@ def dkms_status(run, tool):
     return parse_dkms_status(out), None
 
 
-def read(run, root, running, pin, tools, precompiled_names=None, installed=None):
+def read(run, root, running, pin, tools, precompiled=None, installed=None):
     """The readings of the node plan and the driver plan: {"running", "next", "next_source", "next_modules",
     "dkms"}. ``tools``: {"grubby": path or None, "modinfo": argv or None, "dkms": argv or None};
-    ``precompiled_names``: the precompiled package names for the next kernel; ``installed``: a function(names) ->
+    ``precompiled``: a function(kernel) -> the precompiled package names for it; ``installed``: a function(names) ->
     {name: version or None} (the package database). KernelReadError where a file says something that cannot be."""
     kernel, how = next_kernel(run, root, tools.get("grubby"))
     out = {"running": running, "next": kernel, "next_source": how, "next_modules": None, "dkms": None,
@@ -372,6 +372,44 @@ def read(run, root, running, pin, tools, precompiled_names=None, installed=None)
     out["dkms"] = dkms if dkms is not None else dkms_why
     info = modinfo(run, tools["modinfo"], kernel) if tools.get("modinfo") else {
         "version": None, "license": None, "error": "modinfo not found"}
-    packages = installed(precompiled_names) if installed and precompiled_names else {}
+    names = precompiled(kernel) if precompiled else []
+    packages = installed(names) if installed and names else {}
     out["next_modules"] = modules_verdict(kernel, info, dkms, packages, pin)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the kernel hold
+# The packages that bring a new kernel on an upgrade: apt's kernel metapackages and images (linux-generic,
+# linux-image-generic, linux-headers-generic and their -hwe-<release> forms, linux-image-<release> ...), and the RHEL
+# family's kernel packages (kernel, kernel-core, kernel-modules, kernel-modules-core, kernel-modules-extra,
+# kernel-devel). Holding the metapackages is what stops an upgrade from pulling in a newer kernel.
+APT_KERNEL_PATTERNS = ("linux-generic*", "linux-image-*", "linux-headers-*", "linux-modules-*", "linux-virtual*",
+                       "linux-lowlatency*")
+DNF_KERNEL_PACKAGES = ("kernel", "kernel-core", "kernel-modules", "kernel-modules-core", "kernel-modules-extra",
+                       "kernel-devel")
+
+
+def apt_kernel_packages(text):
+    """[{"name", "version", "held"}] of the installed kernel packages in ``dpkg-query -W -f
+    '${Package}\\t${Version}\\t${Status}\\n' <APT_KERNEL_PATTERNS>``' output (not the NVIDIA modules' packages,
+    which the driver's own hold owns)."""
+    out = []
+    for line in (text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[2].endswith(" installed"):
+            continue
+        if fields[0].startswith("linux-modules-nvidia-"):
+            continue
+        out.append({"name": fields[0], "version": fields[1], "held": fields[2].split()[0] == "hold"})
+    return out
+
+
+def rpm_kernel_packages(text):
+    """[{"name", "version", "held": None}] from ``rpm -q --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n' <names>``' output
+    (names rpm does not know print "package ... is not installed" and are skipped)."""
+    out = []
+    for line in (text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) == 2 and fields[0] in DNF_KERNEL_PACKAGES:
+            out.append({"name": fields[0], "version": fields[1], "held": None})
     return out
