@@ -323,7 +323,7 @@ class DriverPlan(ModuleRun):
 
     def command(self, argv):
         try:
-            return self.module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"})
+            return self.module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"}, handle_exceptions=False)
         except (IOError, OSError) as exc:
             return 127, "", str(exc)
 
