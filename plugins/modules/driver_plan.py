@@ -320,7 +320,6 @@ class DriverPlan(ModuleRun):
             self.fail_kind(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))
         return None
 
-
     def command(self, argv):
         try:
             return self.module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"}, handle_exceptions=False)
@@ -372,12 +371,12 @@ class DriverPlan(ModuleRun):
         """The installed kernel packages a kernel hold holds (_driver_kernel)."""
         if self.p["manager"] == "apt":
             binary = self.module.get_bin_path("dpkg-query", required=True)
-            rc, out, err = self.command([binary, "-W", "-f", "${Package}\t${Version}\t${Status}\n"]
-                                    + list(_driver_kernel.APT_KERNEL_PATTERNS))
+            argv = [binary, "-W", "-f", "${Package}\t${Version}\t${Status}\n"] + list(_driver_kernel.APT_KERNEL_PATTERNS)
+            rc, out, err = self.command(argv)
             return _driver_kernel.apt_kernel_packages(out)
         binary = self.module.get_bin_path("rpm", required=True)
-        rc, out, err = self.command([binary, "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
-                                + list(_driver_kernel.DNF_KERNEL_PACKAGES))
+        argv = [binary, "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"] + list(_driver_kernel.DNF_KERNEL_PACKAGES)
+        rc, out, err = self.command(argv)
         return _driver_kernel.rpm_kernel_packages(out)
 
 

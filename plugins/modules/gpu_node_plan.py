@@ -526,7 +526,7 @@ driver:
       C(persistence_mode) (its C(owner), nvidia-persistenced, and its C(dropin)) where nvidia-persistenced is managed.
     - C(next_kernel) - C(running) (C(uname -r)), C(next) (the boot loader's default entry's kernel; null where the boot
       loader does not say, C(next_source) saying how it was read or why not), C(next_differs), C(next_modules)
-      (C(present), C(version), C(flavour), C(how), C(detail): the declared driver's modules for that kernel) and
+      (C(present), C(version), C(flavour), C(how), C(detail) - the declared driver's modules for that kernel) and
       C(dkms) (C(dkms status), parsed). A reading, not work of the step - the driver role's C(driver_next_kernel)
       acts on it before a reboot the collection makes.
   returned: when O(driver) is given

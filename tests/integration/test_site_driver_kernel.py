@@ -23,15 +23,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 NEW, KERNEL, NEXT = driver_rig.NEW, driver_rig.KERNEL, driver_rig.NEXT_KERNEL
 GRUB_CFG = """set default="0"
 menuentry 'Ubuntu' --class ubuntu $menuentry_id_option 'gnulinux-simple-lab' {
-	linux	/boot/vmlinuz-%(next)s root=UUID=lab ro
+    linux    /boot/vmlinuz-%(next)s root=UUID=lab ro
 }
 submenu 'Advanced options for Ubuntu' $menuentry_id_option 'gnulinux-advanced-lab' {
-	menuentry 'Ubuntu, with Linux %(next)s' $menuentry_id_option 'gnulinux-%(next)s-advanced-lab' {
-		linux	/boot/vmlinuz-%(next)s root=UUID=lab ro
-	}
-	menuentry 'Ubuntu, with Linux %(running)s' $menuentry_id_option 'gnulinux-%(running)s-advanced-lab' {
-		linux	/boot/vmlinuz-%(running)s root=UUID=lab ro
-	}
+    menuentry 'Ubuntu, with Linux %(next)s' $menuentry_id_option 'gnulinux-%(next)s-advanced-lab' {
+        linux    /boot/vmlinuz-%(next)s root=UUID=lab ro
+    }
+    menuentry 'Ubuntu, with Linux %(running)s' $menuentry_id_option 'gnulinux-%(running)s-advanced-lab' {
+        linux    /boot/vmlinuz-%(running)s root=UUID=lab ro
+    }
 }
 """
 
@@ -43,7 +43,7 @@ def rig(tmp_path_factory):
 
 def newer_kernel_installed(root):
     """An upgrade's result: kernel NEXT installed (its own modules directory) and the boot loader's default."""
-    driver_files.write(root, "boot/grub/grub.cfg", GRUB_CFG % {"next": NEXT, "running": KERNEL})
+    driver_files.write(root, "boot/grub/grub.cfg", (GRUB_CFG % {"next": NEXT, "running": KERNEL}).replace("    ", "\t"))
     driver_files.write(root, "lib/modules/%s/modules.dep" % NEXT, "")
 
 

@@ -531,8 +531,8 @@ def boot_loader_kernel(root, running):
             with open(path) as handle:
                 lines = handle.read().splitlines()
             if any(line.startswith("next_entry=") and line != "next_entry=" for line in lines):
-                _write(root, relative, "\n".join("next_entry=" if line.startswith("next_entry=") else line
-                                                  for line in lines) + "\n")
+                kept = ["next_entry=" if line.startswith("next_entry=") else line for line in lines]
+                _write(root, relative, "\n".join(kept) + "\n")
             break
     if kernel != running:
         _write(root, KERNEL_RELEASE, kernel + "\n")

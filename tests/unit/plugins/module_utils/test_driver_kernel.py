@@ -25,24 +25,25 @@ function load_video {
   fi
 }
 menuentry 'Ubuntu' --class ubuntu --class gnu-linux $menuentry_id_option 'gnulinux-simple-1234' {
-	recordfail
-	linux	/boot/vmlinuz-6.8.0-90-generic root=UUID=1234 ro quiet
-	initrd	/boot/initrd.img-6.8.0-90-generic
+    recordfail
+    linux    /boot/vmlinuz-6.8.0-90-generic root=UUID=1234 ro quiet
+    initrd    /boot/initrd.img-6.8.0-90-generic
 }
 submenu 'Advanced options for Ubuntu' $menuentry_id_option 'gnulinux-advanced-1234' {
-	menuentry 'Ubuntu, with Linux 6.8.0-90-generic' --class ubuntu $menuentry_id_option 'gnulinux-6.8.0-90-generic-advanced-1234' {
-		linux	/boot/vmlinuz-6.8.0-90-generic root=UUID=1234 ro quiet
-	}
-	menuentry 'Ubuntu, with Linux 6.8.0-87-generic' --class ubuntu $menuentry_id_option 'gnulinux-6.8.0-87-generic-advanced-1234' {
-		linux	/boot/vmlinuz-6.8.0-87-generic root=UUID=1234 ro quiet
-	}
+    menuentry 'Ubuntu, with Linux 6.8.0-90-generic' --class ubuntu $menuentry_id_option 'gnulinux-6.8.0-90-generic-advanced-1234' {
+        linux    /boot/vmlinuz-6.8.0-90-generic root=UUID=1234 ro quiet
+    }
+    menuentry 'Ubuntu, with Linux 6.8.0-87-generic' --class ubuntu $menuentry_id_option 'gnulinux-6.8.0-87-generic-advanced-1234' {
+        linux    /boot/vmlinuz-6.8.0-87-generic root=UUID=1234 ro quiet
+    }
 }
 """
 GRUBENV = "# GRUB Environment Block\n%s\n" + "#" * 64
 
 
 def cfg(default="0"):
-    return UBUNTU_CFG % {"default": default}
+    # grub-mkconfig indents with tabs
+    return (UBUNTU_CFG % {"default": default}).replace("    ", "\t")
 
 
 @pytest.mark.parametrize("default, env, kernel", [
