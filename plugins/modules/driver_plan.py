@@ -54,6 +54,27 @@ options:
     type: dict
   package_files:
     description: Package files on the node (air-gapped installs); their names and versions are what is offered.
+  next_kernel:
+    description:
+      - What the plan's C(next_kernel) says to do when the kernel the next boot runs (the boot loader's default entry)
+        has no NVIDIA modules of the declared version and flavour - V(ensure) (install the precompiled package for it,
+        or build them with DKMS), V(refuse) (a reboot is refused, naming the kernel and the fix), V(ignore) (not
+        checked). This module only reads and reports; the role acts before any reboot it makes.
+    type: str
+    choices: [ensure, refuse, ignore]
+    default: ensure
+  kernel_hold:
+    description: Read the installed kernel packages that O(kernel_hold) holds (C(plan.kernel_hold)).
+    type: bool
+    default: false
+  modinfo:
+    description: The modinfo command as an argument list (C(modinfo -k <kernel> -F version nvidia)); from PATH when not set.
+    type: list
+    elements: str
+  dkms:
+    description: The dkms command as an argument list (C(dkms status)); from PATH when not set (none - no DKMS).
+    type: list
+    elements: str
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.package_repository
@@ -91,6 +112,11 @@ plan:
       package C(name), C(version), C(group), C(installed), C(action)), C(extra) (unpinned - kernel headers, nvlsm),
       C(remove) (apt - the installed packages of another branch that the install removes in its transaction),
       C(fabric_manager), C(persistenced), C(changes), C(notes), C(reboot_needed) and C(reboot_reason), C(refusals).
+    - C(next_kernel) - the running kernel (C(running)), the kernel the next boot runs (C(next), null where the boot
+      loader does not say; C(next_source) says how it was read or why not), C(next_modules) (C(present), C(version),
+      C(flavour), C(how), C(detail)), C(dkms) (C(dkms status), parsed), and what O(next_kernel) does (C(action) none,
+      install, build, refuse or unknown; C(packages), C(dkms), C(msg)).
+    - C(kernel_hold) (with O(kernel_hold)) - the installed kernel packages (C(name), C(version), C(held)).
   returned: always
   type: dict
 installed:
@@ -118,7 +144,7 @@ import os
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
-from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_plan, _driver_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_kernel, _driver_plan, _driver_state
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _package_repo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _packages
@@ -158,6 +184,10 @@ class DriverPlan(ModuleRun):
         state=dict(type="dict"),
         repository=dict(type="dict", options=_package_repo.REPOSITORY_OPTIONS),
         package_files=dict(type="list", elements="path", default=[]),
+        next_kernel=dict(type="str", choices=list(_driver_kernel.SETTINGS), default="ensure"),
+        kernel_hold=dict(type="bool", default=False),
+        modinfo=dict(type="list", elements="str"),
+        dkms=dict(type="list", elements="str"),
     )
 
     def __init__(self, module):
@@ -282,10 +312,72 @@ class DriverPlan(ModuleRun):
                                      installed_driver=current["installed_driver"])
         except _driver_plan.DriverPlanError as exc:
             self.fail_kind("input", "the driver cannot be planned for this node, %s: %s" % (NOTHING_CHANGED, exc))
+        plan["next_kernel"] = self.next_kernel(current, plan)
+        if self.p["kernel_hold"]:
+            plan["kernel_hold"] = self.kernel_packages()
         self.result["plan"] = plan
         if plan["refusals"]:
             self.fail_kind(plan["refusals"][0]["kind"], _driver_plan.refusal_text(plan))
         return None
+
+    def command(self, argv):
+        try:
+            return self.module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"}, handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 127, "", str(exc)
+
+    def tool(self, name):
+        """The tool's argv: as given; from PATH on a real root only (a lab root is never read with this host's tools)."""
+        given = self.p.get(name)
+        if given:
+            return list(given)
+        if self.p["root"] not in ("/", ""):
+            return None
+        found = self.module.get_bin_path(name)
+        return [found] if found else None
+
+    def next_kernel(self, current, plan):
+        """The next boot's kernel and its NVIDIA modules (_driver_kernel), and what O(next_kernel) does."""
+        decl = _driver_plan.validate(self.p["declaration"])
+        node = current["node"]
+        pin = {"version": decl["version"] or plan["version"], "branch": decl["branch"], "flavour": decl["flavour"]}
+        names = {}
+
+        def precompiled(kernel):
+            if kernel not in names:
+                names[kernel] = _driver_plan.names(decl, dict(node, kernel=kernel), "precompiled")["kernel"]
+            return names[kernel]
+
+        def installed(wanted):
+            try:
+                found = _packages.read_installed(self.module, node["manager"], wanted)
+            except _packages.PackageError:
+                return {}
+            return dict((n, (found.get(n) or {}).get("version")) for n in wanted)
+        grubby = self.module.get_bin_path("grubby")
+        running = (current["state"] or {}).get("kernel") or node["kernel"]
+        try:
+            readings = _driver_kernel.read(
+                self.command, self.p["root"], running, pin,
+                {"grubby": grubby, "modinfo": self.tool("modinfo"), "dkms": self.tool("dkms")}, precompiled, installed)
+            decision = _driver_kernel.plan(readings, self.p["next_kernel"], plan["module_source"],
+                                           precompiled(readings["next"]) if readings["next"] else [], pin["version"])
+        except _driver_kernel.KernelReadError as exc:
+            readings = {"running": running, "next": None, "next_source": str(exc)}
+            decision = _driver_kernel.plan(readings, self.p["next_kernel"], plan["module_source"], [], pin["version"])
+        return dict(readings, **decision)
+
+    def kernel_packages(self):
+        """The installed kernel packages a kernel hold holds (_driver_kernel)."""
+        if self.p["manager"] == "apt":
+            binary = self.module.get_bin_path("dpkg-query", required=True)
+            argv = [binary, "-W", "-f", "${Package}\t${Version}\t${Status}\n"] + list(_driver_kernel.APT_KERNEL_PATTERNS)
+            rc, out, err = self.command(argv)
+            return _driver_kernel.apt_kernel_packages(out)
+        binary = self.module.get_bin_path("rpm", required=True)
+        argv = [binary, "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"] + list(_driver_kernel.DNF_KERNEL_PACKAGES)
+        rc, out, err = self.command(argv)
+        return _driver_kernel.rpm_kernel_packages(out)
 
 
 def main():

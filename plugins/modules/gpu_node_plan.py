@@ -97,6 +97,16 @@ options:
           declared driver is refused here, before anything changes (installing the pin could not fix it).
         type: bool
         default: false
+      modinfo:
+        description: The modinfo command as an argument list (the next boot's kernel's modules, C(next_kernel)); found
+          in PATH when not set and O(driver.root) is C(/).
+        type: list
+        elements: str
+      dkms:
+        description: The dkms command as an argument list (C(dkms status)); found in PATH when not set and
+          O(driver.root) is C(/).
+        type: list
+        elements: str
   mig:
     description:
       - MIG, planned only when it is managed on this node (RV(mig.managed)).
@@ -518,6 +528,11 @@ driver:
       C(reason), and where the pin is an exact version C(installed), the Fabric Manager's installed packages, and
       C(pinned)), C(services), each managed unit's C(enabled) and C(active) as systemctl prints them, and
       C(persistence_mode) (its C(owner), nvidia-persistenced, and its C(dropin)) where nvidia-persistenced is managed.
+    - C(next_kernel) - C(running) (C(uname -r)), C(next) (the boot loader's default entry's kernel; null where the boot
+      loader does not say, C(next_source) saying how it was read or why not), C(next_differs), C(next_modules)
+      (C(present), C(version), C(flavour), C(how), C(detail) - the declared driver's modules for that kernel) and
+      C(dkms) (C(dkms status), parsed). A reading, not work of the step - the driver role's C(driver_next_kernel)
+      acts on it before a reboot the collection makes.
   returned: when O(driver) is given
   type: dict
   sample: {loaded_version: 570.195.03, loaded_flavour: open, action: reload, reboot_needed: false,

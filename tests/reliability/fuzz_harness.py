@@ -549,7 +549,11 @@ MODULES = {
                         hints={"declaration": _driver_declaration(st.one_of(json_values(), hostile())), "devices": _DRIVER_DEVICES,
                                "state": _DRIVER_STATE, "kernel": strings([rigs.DRIVER_KERNEL, "6.8.0-87-generic\n"]),
                                "distribution_major": strings(["9", "10", "el9"]),
-                               "package_files": st.lists(paths(), max_size=3)}),
+                               "package_files": st.lists(paths(), max_size=3),
+                               # the next kernel's readings (never unset: no host tool on a rig's root)
+                               "modinfo": _tool_argv("modinfo"), "dkms": _tool_argv("dkms"),
+                               "next_kernel": st.one_of(st.sampled_from(["ensure", "refuse", "ignore", "Ensure", ""]),
+                                                        _ANY)}),
 }
 
 

@@ -24,6 +24,11 @@ import yaml
 from tests.support import apt_rig, driver_files
 
 KERNEL = "6.8.0-87-generic"
+# A newer kernel an upgrade installs (its headers are in the repository, so DKMS can build for it) and the kernel
+# metapackage at the version that pulls it in (the kernel hold's subject).
+NEXT_KERNEL = "6.8.0-90-generic"
+KERNEL_META = "linux-image-generic"
+KERNEL_META_VERSIONS = ("6.8.0-87.88", "6.8.0-90.91")
 OLD, NEW = "570.195.03", "580.95.05"
 CUDA_REVISION = "0ubuntu1"
 ARCHIVE_REVISION = "0ubuntu0.24.04.2"
@@ -81,8 +86,11 @@ def cuda_packages(version):
     }
     for flavour, suffix in (("open", "-open"), ("proprietary", "")):
         dkms = "nvidia-dkms-%s%s" % (b, suffix)
-        out[dkms] = (v, lib + " (= %s)" % v, module_files("lib/modules/%s/updates/dkms" % KERNEL, version, flavour,
-                                                          False))
+        files = module_files("lib/modules/%s/updates/dkms" % KERNEL, version, flavour, False)
+        # the source DKMS builds from for another kernel (tests/support/dkms_standin.py reads it)
+        files["usr/src/nvidia-%s/dkms.conf" % version] = (
+            'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="%s"\n# gpuops-test flavour=%s\n' % (version, flavour))
+        out[dkms] = (v, lib + " (= %s)" % v, files)
         out["nvidia-headless-%s%s" % (b, suffix)] = (v, "%s (= %s), nvidia-compute-utils-%s (= %s), %s (= %s)" % (
             dkms, v, b, v, lib, v), {"usr/share/doc/nvidia-headless-%s%s/README" % (b, suffix): "TEST STAND-IN\n"})
     fm = "nvidia-fabricmanager" if int(b) >= 580 else "nvidia-fabricmanager-%s" % b
@@ -190,6 +198,14 @@ class DriverRig(object):
         headers = "linux-headers-%s" % KERNEL
         self.debs[(headers, "6.8.0-87.88")] = build(debs_dir, headers, "6.8.0-87.88", None, {
             "usr/src/%s/Makefile" % headers: "# TEST STAND-IN\n"}, arch_name)
+        # the newer kernel's headers (with the build link DKMS looks for), and the kernel metapackage at two versions
+        headers = "linux-headers-%s" % NEXT_KERNEL
+        self.debs[(headers, "6.8.0-90.91")] = build(debs_dir, headers, "6.8.0-90.91", None, {
+            "usr/src/%s/Makefile" % headers: "# TEST STAND-IN\n",
+            "lib/modules/%s/build" % NEXT_KERNEL: ("symlink", "/usr/src/%s" % headers)}, arch_name)
+        for meta in KERNEL_META_VERSIONS:
+            self.debs[(KERNEL_META, meta)] = build(debs_dir, KERNEL_META, meta, None, {
+                "usr/share/doc/%s/README" % KERNEL_META: "TEST STAND-IN %s\n" % meta}, arch_name)
         self.base = os.path.join(base, "repo")
         flat_repository(os.path.join(self.base, "ubuntu2404", "x86_64"), self.debs.values(), self.keyring)
 

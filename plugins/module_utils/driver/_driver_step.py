@@ -169,6 +169,33 @@ def fabric_disruptive(report):
     return []
 
 
+def next_kernel(module, state, p, root):
+    """The running kernel, the kernel the next boot runs (the boot loader's default) and whether the declared driver's
+    modules exist for it (_driver_kernel.read): a reading, not work of this step (the driver role's
+    driver_next_kernel acts on it before a reboot the collection makes). A lab root is read with the tools given
+    for it only, never with this host's."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_kernel
+
+    def run(argv):
+        try:
+            return module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"}, handle_exceptions=False)
+        except (IOError, OSError) as exc:
+            return 127, "", str(exc)
+
+    def tool(name):
+        if p.get(name):
+            return list(p[name])
+        found = module.get_bin_path(name) if root in ("/", "") else None
+        return [found] if found else None
+    pin = {"version": p.get("version") or "", "branch": p.get("branch") or "", "flavour": p.get("flavour") or "open"}
+    try:
+        return _driver_kernel.read(run, root, state.get("kernel"), pin, {
+            "grubby": module.get_bin_path("grubby") if root in ("/", "") else None,
+            "modinfo": tool("modinfo"), "dkms": tool("dkms")})
+    except _driver_kernel.KernelReadError as exc:
+        return {"running": state.get("kernel"), "next": None, "next_source": str(exc), "next_modules": None}
+
+
 def check(module, facts, params):
     """The registry's check of step ``driver`` (see the module docstring), and the daemons it needs (``services``)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
@@ -180,6 +207,7 @@ def check(module, facts, params):
         raise Refusal("the driver step cannot read the node below NVML: %s" % exc)
     report, reasons = plan_driver(state, facts.get("nvml_error"), p)
     report["root"] = root
+    report["next_kernel"] = next_kernel(module, state, p, root)
     daemons, daemon_reasons = services(module, state, p, root)
     report.update(daemons)
     report["disruptive"] = report["disruptive"] + fabric_disruptive(report)

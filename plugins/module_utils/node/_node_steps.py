@@ -565,7 +565,8 @@ def _driver_inputs(v):
         "systemctl": v("gpu_node_driver_systemctl") or None,
         "fabric_timeout": int(v("gpu_node_driver_fabric_timeout")),
         "fabric_manager_version": v.text("driver_fabric_manager_version"),
-        "allow_downgrade": v.flag("driver_allow_downgrade", False)}}
+        "allow_downgrade": v.flag("driver_allow_downgrade", False),
+        "modinfo": v("driver_modinfo") or v("gpu_node_driver_modinfo") or None, "dkms": v("driver_dkms") or None}}
 
 
 def _health_inputs(v):
@@ -612,6 +613,9 @@ STEPS = (
         fabric_timeout=dict(type="int", default=300),
         fabric_manager_version=dict(type="str", default=""),
         allow_downgrade=dict(type="bool", default=False),
+        # the next boot's kernel and its modules (_driver_kernel; the driver role's driver_next_kernel acts on them)
+        modinfo=dict(type="list", elements="str"),
+        dkms=dict(type="list", elements="str"),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
         reruns=("mig", "compute_mode", "cdi"), managed=_driver_managed, inputs=_driver_inputs,
         declares="__driver_declared",

@@ -513,14 +513,42 @@ def installed_module(root, kernel):
     return None
 
 
+def boot_loader_kernel(root, running):
+    """The kernel a boot runs: the boot loader's default entry where the root has GRUB's files naming one
+    (_driver_kernel.next_kernel, the reading the driver plan makes), written to R/proc/sys/kernel/osrelease; else
+    the one running now (a root without boot loader files boots what it ran). A one-time entry (grubenv's
+    next_entry) is used once, as GRUB clears it when it boots it."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_kernel
+    try:
+        kernel, _how = _driver_kernel.next_kernel(None, root)
+    except _driver_kernel.KernelReadError:
+        return running
+    if not kernel:
+        return running
+    for relative in _driver_kernel.GRUBENV:
+        path = os.path.join(root, relative)
+        if os.path.exists(path):
+            with open(path) as handle:
+                lines = handle.read().splitlines()
+            if any(line.startswith("next_entry=") and line != "next_entry=" for line in lines):
+                kept = ["next_entry=" if line.startswith("next_entry=") else line for line in lines]
+                _write(root, relative, "\n".join(kept) + "\n")
+            break
+    if kernel != running:
+        _write(root, KERNEL_RELEASE, kernel + "\n")
+    return kernel
+
+
 def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
-    """The kernel's view after a boot: every module and process of the last boot gone; nouveau loaded where the host has it
+    """The kernel's view after a boot into the boot loader's default kernel (``boot_loader_kernel``): every module and
+    process of the last boot gone; nouveau loaded where the host has it
     (``host_state["nouveau"]``: the distribution's nouveau claims the GPUs) and no modprobe.d file blacklists it; else
     the nvidia module a package installed for the running kernel (refused, as the kernel does, when Secure Boot is
     on and it is unsigned), else the image's driver (``host_state["driver"]``). Returns the loaded driver's version
     or None."""
     kernel = (open(os.path.join(root, KERNEL_RELEASE)).read().strip() if os.path.exists(os.path.join(root, KERNEL_RELEASE))
               else host_state.get("kernel") or DEFAULT_KERNEL)
+    kernel = boot_loader_kernel(root, kernel)
     unload_driver(root, list(gpu_bus_ids) + list(nvswitch_bus_ids))
     # every process ends; an enabled Fabric Manager starts again below where it can (its version is the driver's)
     fabric_manager = fabric_manager_version(root)

@@ -69,3 +69,44 @@ def test_a_declaration_value_that_is_not_text_is_refused(key, value):
     with pytest.raises(_driver_plan.DriverPlanError) as raised:
         _driver_plan.validate(declaration)
     assert "%s %r is a %s; give it as text" % (key, value, type(value).__name__) in str(raised.value)
+
+
+NEXT = "6.8.0-90-generic"
+
+
+def boot_loader(root, default_kernel):
+    """A grub.cfg whose default entry (0) boots ``default_kernel``, the running one second."""
+    os.makedirs(os.path.join(root, "boot/grub"), exist_ok=True)
+    with open(os.path.join(root, "boot/grub/grub.cfg"), "w") as handle:
+        handle.write('set default="0"\n'
+                     "menuentry 'Ubuntu' $menuentry_id_option 'gnulinux-simple' {\n"
+                     "  linux /boot/vmlinuz-%s root=UUID=1 ro\n}\n"
+                     "menuentry 'Ubuntu, with Linux %s' {\n  linux /boot/vmlinuz-%s root=UUID=1 ro\n}\n"
+                     % (default_kernel, rigs.DRIVER_KERNEL, rigs.DRIVER_KERNEL))
+
+
+def test_the_next_kernel_without_modules_is_read_and_named(rig):
+    # the boot loader's default is a newer kernel; the modules exist only for the running one
+    boot_loader(rig.root, NEXT)
+    res = run(rig, modinfo=[rig.tools["modinfo"]])
+    assert not res.get("failed"), res
+    nk = res["plan"]["next_kernel"]
+    assert (nk["running"], nk["next"]) == (rigs.DRIVER_KERNEL, NEXT) and nk["next_differs"]
+    assert "grub.cfg set default=0" in nk["next_source"]
+    assert nk["next_modules"]["present"] is False and "Module nvidia not found" in nk["next_modules"]["detail"]
+    assert nk["action"] == "build" and nk["packages"] == ["linux-headers-%s" % NEXT]
+    assert nk["dkms"] == {"module": "nvidia", "version": rigs.DRIVER_NEW, "kernel": NEXT}
+    refused = run(rig, modinfo=[rig.tools["modinfo"]], next_kernel="refuse")["plan"]["next_kernel"]
+    assert refused["action"] == "refuse" and "kernel %s" % NEXT in refused["msg"]
+    # once the modules are there for it (what ensure's build leaves), nothing to do
+    from tests.support import driver_files as df
+    df.install_module_files(rig.root, rigs.DRIVER_NEW, kernel=NEXT, subdir="updates/dkms")
+    nk = run(rig, modinfo=[rig.tools["modinfo"]], next_kernel="refuse")["plan"]["next_kernel"]
+    assert nk["next_modules"]["present"] and nk["action"] == "none", nk
+
+
+def test_no_boot_loader_files_is_unknown_and_this_hosts_tools_are_not_used(rig):
+    # the rig's root has no /boot: the next kernel is unknown (never guessed), and no modinfo was given for a lab
+    # root, so none from PATH is run against it
+    nk = run(rig)["plan"]["next_kernel"]
+    assert nk["next"] is None and nk["action"] == "unknown" and "no grub.cfg" in nk["next_source"], nk

@@ -199,3 +199,28 @@ def test_a_refused_input_check_still_reads_the_health_where_it_is_asked_for(tmp_
     # without the health step, nothing is read
     out = _plan({"driver": dict(PIN, fabric_manager_version="580.82.07")})
     assert out["failed"] and "health" not in out and "ansible_facts" not in out, out
+
+
+def test_the_node_plan_reads_the_next_kernel_and_its_modules(host):
+    # a newer kernel is the boot loader's default and has no NVIDIA modules: read and reported (not work of the step);
+    # the simulated reboot then boots that kernel, and its modules are read where DKMS built them
+    from tests.support import driver_files as df
+    root = host("driver=580.95.05")
+    modinfo = [os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+                            "support", "bin", "modinfo")]
+    df.write(root, "boot/grub/grub.cfg", "set default=\"0\"\nmenuentry 'Ubuntu' {\n linux /boot/vmlinuz-6.8.0-90-generic"
+                                         " ro\n}\nmenuentry 'old' {\n linux /boot/vmlinuz-%s ro\n}\n"
+             % _simulator_host.DEFAULT_KERNEL)
+    out = _plan(dict(GPU_STEPS, driver=dict(PIN, modinfo=modinfo)))
+    assert not out.get("failed"), out
+    nk = out["driver"]["next_kernel"]
+    assert (nk["running"], nk["next"], nk["next_differs"]) == (_simulator_host.DEFAULT_KERNEL, "6.8.0-90-generic", True)
+    assert nk["next_modules"]["present"] is False and "Module nvidia not found" in nk["next_modules"]["detail"]
+    assert out["driver"]["action"] == "none" and out["steps"]["driver"] == [], out["steps"]
+    df.install_module_files(root, "580.95.05", signed=False, kernel="6.8.0-90-generic", subdir="updates/dkms")
+    nk = _plan(dict(GPU_STEPS, driver=dict(PIN, modinfo=modinfo)))["driver"]["next_kernel"]
+    assert nk["next_modules"]["present"] and nk["next_modules"]["flavour"] == "open", nk
+    # the boot loader's kernel is the one a simulated reboot runs, with the modules built for it
+    SimulatedBackend(os.environ["GPUOPS_SIMULATED_GPUS"], root=root).reboot()
+    assert df.running_kernel(root) == "6.8.0-90-generic"
+    assert _simulator_host.loaded_module_version(root) == "580.95.05"
