@@ -298,8 +298,8 @@ def test_the_dnf_path_check_apply_again_upgrade_downgrade_and_absent(rhel):
     assert run_main(dcgm_host_engine.main, args)["changed"] is False
 
     up = run_main(dcgm_host_engine.main, dict(args, version=dcgm_rig.NEW))
-    assert [p["action"] for p in up["packages"]] == ["upgrade", "upgrade"] and up["service"] == ["daemon-reload",
-                                                                                               "restart"], up
+    assert [p["action"] for p in up["packages"]] == ["upgrade", "upgrade"], up
+    assert up["service"] == ["daemon-reload", "restart"], up
     assert _rpm(rhel)["installed"] == dict((n, dcgm_rig.NEW) for n in dcgm_rig.NAMES)
     refused = run_main(dcgm_host_engine.main, args)
     assert refused.get("failed") and "downgrade is refused unless allowed" in refused["msg"], refused
@@ -320,8 +320,8 @@ def test_the_dnf_path_from_package_files(rhel, tmp_path):
         return str(path)
     good = [package(n, dcgm_rig.NEW) for n in dcgm_rig.NAMES]
     args = dict(version=dcgm_rig.NEW, package_manager="dnf", systemctl=[SYSTEMCTL], package_files=good)
-    wrong = run_main(dcgm_host_engine.main, dict(args, package_files=[good[0], package(dcgm_rig.NAMES[1],
-                                                                                         dcgm_rig.OLD)]))
+    older = package(dcgm_rig.NAMES[1], dcgm_rig.OLD)
+    wrong = run_main(dcgm_host_engine.main, dict(args, package_files=[good[0], older]))
     assert wrong.get("failed") and wrong["changed"] is False, wrong
     assert "datacenter-gpu-manager-4-cuda12 at %s, declared %s" % (dcgm_rig.OLD, dcgm_rig.NEW) in wrong["msg"]
     assert _rpm(rhel)["installed"] == {}
