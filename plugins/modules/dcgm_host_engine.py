@@ -253,16 +253,17 @@ class DcgmHostEngine(ModuleRun):
         if self.params["state"] == "absent":
             self._systemctl(changes["service"])
             if packages:
-                self._run(_dcgm_plan.remove_command(manager, [p["name"] for p in packages]), "remove DCGM's packages")
+                self._run(_dcgm_plan.remove_command(manager, [p["name"] for p in packages]), "remove DCGM's packages",
+                          before=current)
             if changes["pin"] == "":
                 os.remove(current["pin_path"])
         else:
             if packages:
                 if manager == "apt" and self.params["update_cache"] and not self.params["package_files"]:
-                    self._run(["apt-get", "update", "-q"], "refresh the package lists")
+                    self._run(["apt-get", "update", "-q"], "refresh the package lists", before=current)
                 self._run(_dcgm_plan.install_command(manager, names, self.params["version"],
                                                      self.params["package_files"], self.params["allow_downgrade"]),
-                          "install DCGM %s" % self.params["version"])
+                          "install DCGM %s" % self.params["version"], before=current)
             # held after the install, as the driver and the toolkit are: a failed install leaves the previous pin
             if changes["pin"]:
                 self._write(current["pin_path"], changes["pin"])
@@ -291,12 +292,25 @@ class DcgmHostEngine(ModuleRun):
         os.chmod(tmp, 0o644)
         self.module.atomic_move(tmp, path)
 
-    def _run(self, argv, what, data=None):
+    def _run(self, argv, what, data=None, before=None):
+        """Run one command of the apply; where it fails, ``changed`` says whether DCGM's packages differ from
+        ``before`` (the node as read; apt-get and dnf resolve before they change anything: a version the repository
+        lacks changes nothing), or True where there is no ``before`` (a later command: the packages changed already)."""
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         rc, out, err = self.module.run_command(argv, environ_update=env, data=data, binary_data=True)
         if rc != 0:
-            raise Failure("could not %s: %s exited %d: %s" % (what, " ".join(argv[:2]), rc, (err or out).strip()[-2000:]),
-                          changed=True, rc=rc, stdout=out, stderr=err)
+            changed = True
+            if before is not None:
+                try:
+                    now = read_node(self.module, self.params, self.systemctl)["installed"]
+                    changed = any((now[n] or {}).get("version") != (before["installed"][n] or {}).get("version")
+                                  for n in before["names"])
+                except (_dcgm_plan.DcgmPlanError, _packages.PackageError):
+                    changed = True
+            raise Failure("could not %s: %s exited %d: %s%s" % (
+                what, " ".join(argv[:2]), rc, (err or out).strip()[-2000:],
+                "" if changed else "; DCGM's packages are as they were"), changed=changed, rc=rc, stdout=out,
+                stderr=err)
 
     def _systemctl(self, verbs):
         for verb in verbs:

@@ -86,6 +86,12 @@ def validate(params):
         package_names(params.get("cuda"))
     except DcgmPlanError as exc:
         errors.append(str(exc))
+    systemctl = params.get("systemctl")
+    # (unset or empty: found on PATH)
+    if systemctl and not (isinstance(systemctl, list) and all(isinstance(a, str) and a and "\x00" not in a
+                                                               for a in systemctl)):
+        errors.append("systemctl must be an argument list naming the systemctl program first, like "
+                      "[/usr/bin/systemctl], each element a non-empty text; got %r" % (systemctl,))
     service = params.get("service")
     if not isinstance(service, str) or not UNIT_RE.match(service):
         errors.append("service %r is not a systemd service name (like %s)" % (service, SERVICE))

@@ -119,6 +119,8 @@ def test_the_package_manager_is_resolved_from_the_node_tools():
     ({"service": "a b.service"}, "is not a systemd service name"),
     ({"state": "running"}, "state must be one of present, absent"),
     ({"package_files": ["relative.deb"]}, "must be an absolute path on the node"),
+    ({"systemctl": [""]}, "systemctl must be an argument list naming the systemctl program first"),
+    ({"systemctl": ["/usr/bin/systemctl", ""]}, "like [/usr/bin/systemctl]"),
     ({"package_files": ["/x/datacenter-gpu-manager-4-core_1:4.5.2-1_amd64.deb"]}, "must not contain a colon"),
 ])
 def test_bad_input_says_what_is_wrong_and_what_is_valid(params, words):

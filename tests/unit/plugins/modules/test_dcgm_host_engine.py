@@ -250,6 +250,8 @@ def test_a_version_the_repository_does_not_have_fails_with_apts_words(node, debs
     dcgm_rig.repository(tmp_path / "repo", list(debs[dcgm_rig.NEW].values()), keyring, node)
     out = run_main(dcgm_host_engine.main, dict(version="1:4.9.9-1", package_manager="apt", systemctl=[SYSTEMCTL]))
     assert out.get("failed") and "could not install DCGM 1:4.9.9-1" in out["msg"], out
+    # apt resolves before dpkg changes anything: the failure says so, and reports no change
+    assert out["changed"] is False and "DCGM's packages are as they were" in out["msg"], out
     assert "Version '1:4.9.9-1' for 'datacenter-gpu-manager-4-core' was not found" in out["msg"], out["msg"]
     assert _versions(node) == {}
     assert not os.path.exists(os.path.join(node.path, "etc", "apt", "preferences.d", "nvidia-dcgm-gpuops"))
