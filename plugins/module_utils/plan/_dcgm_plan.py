@@ -88,8 +88,8 @@ def validate(params):
         errors.append(str(exc))
     systemctl = params.get("systemctl")
     # (unset or empty: found on PATH)
-    if systemctl and not (isinstance(systemctl, list) and all(isinstance(a, str) and a and "\x00" not in a
-                                                               for a in systemctl)):
+    words_ok = isinstance(systemctl, list) and all(isinstance(a, str) and a and "\x00" not in a for a in systemctl)
+    if systemctl and not words_ok:
         errors.append("systemctl must be an argument list naming the systemctl program first, like "
                       "[/usr/bin/systemctl], each element a non-empty text; got %r" % (systemctl,))
     service = params.get("service")
