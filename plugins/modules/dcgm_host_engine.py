@@ -22,7 +22,11 @@ description:
     (C(nvidia-dcgm.service), which runs C(nv-hostengine); its default port is 5555).
   - One host engine per node - the gpu_node role's health gate and burn-in (C(dcgmi)) and a DCGM exporter pointed at
     the node share it (docs/dcgm.md).
-  - With O(state=absent), stops and disables the service and removes the packages.
+  - On apt the packages are then held at O(version), as the driver's and the toolkit's are - an apt preferences pin
+    (C(nvidia-dcgm-gpuops) in apt's preferences directory, C(/etc/apt/preferences.d), priority 990) so that
+    C(apt-get upgrade) and unattended-upgrades do not move them, and a dpkg hold (C(apt-mark showhold) lists them).
+    dnf holds nothing (its versionlock plugin is not managed).
+  - With O(state=absent), stops and disables the service, removes the packages (held ones too) and the pin.
   - Reads first (the package database, C(systemctl is-enabled) and C(is-active)), plans (a downgrade is refused unless
     O(allow_downgrade)), then changes only what differs; a second run changes nothing.
 options:
@@ -66,6 +70,12 @@ options:
     description: Allow installing a version older than the one installed.
     type: bool
     default: false
+  hold:
+    description:
+      - On apt, keep the packages at O(version) - the preferences pin and the dpkg hold - so that an upgrade of the node
+        does not move them. V(false) leaves the pin and the holds as they are. Ignored on dnf.
+    type: bool
+    default: true
   service:
     description: The host engine's systemd unit.
     type: str
@@ -115,6 +125,18 @@ packages:
   type: list
   elements: dict
   sample: [{name: datacenter-gpu-manager-4-core, installed: null, version: "1:4.5.2-1", action: install}]
+hold:
+  description: The packages held by this run (or that would be, in check mode) - dpkg selection C(hold).
+  returned: always
+  type: list
+  elements: str
+  sample: [datacenter-gpu-manager-4-core, datacenter-gpu-manager-4-cuda12]
+pin:
+  description: The apt preferences pin's path and whether this run wrote it (or would) - C(path) (null on dnf),
+    C(changed).
+  returned: always
+  type: dict
+  sample: {path: /etc/apt/preferences.d/nvidia-dcgm-gpuops, changed: true}
 service:
   description: The systemctl verbs run on the unit (or that would be, in check mode), in order.
   returned: always
@@ -141,6 +163,7 @@ host_engine:
 """
 
 import os
+import tempfile
 
 # (first: the collection's module_utils below are compiled once, or read from the node's bytecode cache)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
@@ -165,6 +188,7 @@ class DcgmHostEngine(ModuleRun):
         package_files=dict(type="list", elements="str", default=[]),
         update_cache=dict(type="bool", default=True),
         allow_downgrade=dict(type="bool", default=False),
+        hold=dict(type="bool", default=True),
         service=dict(type="str", default=_dcgm_plan.SERVICE),
         systemctl=dict(type="list", elements="str"),
         lock_timeout=dict(type="int"),
@@ -186,16 +210,22 @@ class DcgmHostEngine(ModuleRun):
         return read_node(self.module, self.params, self.systemctl)
 
     def plan(self, current):
-        todo = _dcgm_plan.plan(self.params["state"], current["manager"], current["names"], self.params["version"],
-                               current["installed"], current["unit"], self.params["allow_downgrade"])
-        self.result.update(packages=todo["packages"], service=todo["service"], reasons=todo["reasons"],
-                           host_engine=self._engine(current["unit"]))
+        todo = self._plan(current, self.params["allow_downgrade"])
+        self.result.update(packages=todo["packages"], service=todo["service"], hold=todo["hold"],
+                           pin={"path": current["pin_path"], "changed": todo["pin"] is not None},
+                           reasons=todo["reasons"], host_engine=self._engine(current["unit"]))
+        present = self.params["state"] == "present"
+        held = _dcgm_plan.holds(current["manager"], self.params["hold"])
+        after_pin = current["pin"] if todo["pin"] is None else (todo["pin"] or None)
         self.set_diff(_text(current["names"], dict((n, (current["installed"][n] or {}).get("version"))
-                                                   for n in current["names"]), current["unit"]),
-                      _text(current["names"], dict((p["name"], p["version"] if self.params["state"] == "present"
-                                                    else None) for p in todo["packages"]),
-                            {"enabled": self.params["state"] == "present",
-                             "active": self.params["state"] == "present"}),
+                                                   for n in current["names"]), current["unit"],
+                            dict((n, (current["installed"][n] or {}).get("held")) for n in current["names"]),
+                            current["pin"] if current["pin_path"] else False),
+                      _text(current["names"], dict((p["name"], p["version"] if present else None)
+                                                   for p in todo["packages"]),
+                            {"enabled": present, "active": present},
+                            dict((n, present and (held or (current["installed"][n] or {}).get("held")))
+                                 for n in current["names"]), after_pin if current["pin_path"] else False),
                       header="DCGM (%s)" % self.params["service"])
         if not todo["reasons"]:
             return None
@@ -212,25 +242,38 @@ class DcgmHostEngine(ModuleRun):
                                                % (self.params["version"], "; ".join(problems)))
         return todo
 
+    def _plan(self, current, allow_downgrade):
+        return _dcgm_plan.plan(self.params["state"], current["manager"], current["names"], self.params["version"],
+                               current["installed"], current["unit"], allow_downgrade, hold=self.params["hold"],
+                               pin=current["pin"])
+
     def apply(self, current, changes):
         manager, names = current["manager"], current["names"]
         packages = [p for p in changes["packages"] if p["action"] != "none"]
         if self.params["state"] == "absent":
             self._systemctl(changes["service"])
             if packages:
-                self._run(_dcgm_plan.remove_command(manager, [p["name"] for p in packages]), "remove DCGM's packages")
+                self._run(_dcgm_plan.remove_command(manager, [p["name"] for p in packages]), "remove DCGM's packages",
+                          before=current)
+            if changes["pin"] == "":
+                os.remove(current["pin_path"])
         else:
             if packages:
                 if manager == "apt" and self.params["update_cache"] and not self.params["package_files"]:
-                    self._run(["apt-get", "update", "-q"], "refresh the package lists")
+                    self._run(["apt-get", "update", "-q"], "refresh the package lists", before=current)
                 self._run(_dcgm_plan.install_command(manager, names, self.params["version"],
                                                      self.params["package_files"], self.params["allow_downgrade"]),
-                          "install DCGM %s" % self.params["version"])
+                          "install DCGM %s" % self.params["version"], before=current)
+            # held after the install, as the driver and the toolkit are: a failed install leaves the previous pin
+            if changes["pin"]:
+                self._write(current["pin_path"], changes["pin"])
+            if changes["hold"]:
+                self._run(["dpkg", "--set-selections"], "hold DCGM's packages",
+                          data="".join("%s hold\n" % name for name in changes["hold"]))
             self._systemctl(changes["service"])
         after = read_node(self.module, self.params, self.systemctl)
         self.result["host_engine"] = self._engine(after["unit"])
-        left = _dcgm_plan.plan(self.params["state"], after["manager"], after["names"], self.params["version"],
-                               after["installed"], after["unit"], True)["reasons"]
+        left = self._plan(after, True)["reasons"]
         if left:
             raise Failure("DCGM was changed but is not as declared after the run: %s" % "; ".join(left), changed=True)
 
@@ -238,12 +281,36 @@ class DcgmHostEngine(ModuleRun):
         return {"unit": self.params["service"], "enabled": unit["enabled"], "active": unit["active"],
                 "port": _dcgm_plan.PORT}
 
-    def _run(self, argv, what):
+    def _write(self, path, text):
+        """Write ``text`` to ``path`` atomically (mode 0644), through a temporary file in the same directory."""
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            os.makedirs(folder, 0o755)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".%s." % os.path.basename(path))
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        self.module.atomic_move(tmp, path)
+
+    def _run(self, argv, what, data=None, before=None):
+        """Run one command of the apply; where it fails, ``changed`` says whether DCGM's packages differ from
+        ``before`` (the node as read; apt-get and dnf resolve before they change anything: a version the repository
+        lacks changes nothing), or True where there is no ``before`` (a later command: the packages changed already)."""
         env = {"DEBIAN_FRONTEND": "noninteractive"}
-        rc, out, err = self.module.run_command(argv, environ_update=env)
+        rc, out, err = self.module.run_command(argv, environ_update=env, data=data, binary_data=True)
         if rc != 0:
-            raise Failure("could not %s: %s exited %d: %s" % (what, " ".join(argv[:2]), rc, (err or out).strip()[-2000:]),
-                          changed=True, rc=rc, stdout=out, stderr=err)
+            changed = True
+            if before is not None:
+                try:
+                    now = read_node(self.module, self.params, self.systemctl)["installed"]
+                    changed = any((now[n] or {}).get("version") != (before["installed"][n] or {}).get("version")
+                                  for n in before["names"])
+                except (_dcgm_plan.DcgmPlanError, _packages.PackageError):
+                    changed = True
+            raise Failure("could not %s: %s exited %d: %s%s" % (
+                what, " ".join(argv[:2]), rc, (err or out).strip()[-2000:],
+                "" if changed else "; DCGM's packages are as they were"), changed=changed, rc=rc, stdout=out,
+                stderr=err)
 
     def _systemctl(self, verbs):
         for verb in verbs:
@@ -255,10 +322,15 @@ class DcgmHostEngine(ModuleRun):
                                  self.params["service"]), changed=True)
 
 
-def _text(names, versions, unit):
-    lines = ["%s %s" % (n, versions.get(n) or "(not installed)") for n in names]
+def _text(names, versions, unit, held, pin):
+    """The diff's text: each package's version (held or not), the engine, and on apt the pin (False: not apt)."""
+    lines = ["%s %s%s" % (n, versions.get(n) or "(not installed)", " (held)" if versions.get(n) and held.get(n) else "")
+             for n in names]
     lines.append("host engine: %s, %s" % ("enabled" if unit["enabled"] else "disabled",
                                           "running" if unit["active"] else "stopped"))
+    if pin is not False:        # (apt only)
+        lines.append("apt preferences pin: %s" % ("none" if pin is None else " / ".join(
+            line for line in pin.splitlines() if line.startswith(("Package:", "Pin:")))))
     return "\n".join(lines) + "\n"
 
 

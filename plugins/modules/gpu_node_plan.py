@@ -388,6 +388,11 @@ options:
         description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:allow_downgrade).
         type: bool
         default: false
+      hold:
+        description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:hold) - on apt, a missing dpkg hold
+          or preferences pin is work for the step.
+        type: bool
+        default: true
       service:
         description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:service).
         type: str

@@ -20,6 +20,7 @@ import yaml
 
 from tests.integration.site_helpers import HELM, Site
 from tests.support.ansible_run import ROOT
+from tests.support.dcgm_exporter_standin import ExporterStandin
 from tests.support.fake_cluster import FakeCluster
 from tests.support.fake_daemonsets import FakeDaemonSets
 from tests.support.fake_kube_api import FakeKubeApi
@@ -258,3 +259,45 @@ def test_without_the_pause_the_stale_slices_fail_verification_and_the_node_stays
     assert res.rc == 0, res
     assert _published(cluster, A100) == _promised(cluster.gpus(A100))
     assert _released(cluster.api.get("", "nodes", A100))
+
+
+def test_the_dcgm_exporter_beside_the_dra_driver_paused_with_its_kubelet_plugin_around_a_mig_relayout(converged):
+    """The DCGM exporter with the DRA provider (issue 50 item 4), on a copy of the converged DRA lab (no lab of its
+    own): the cluster play installs the exporter beside the DRA driver, pointed at the node's host engine; in the same
+    run a MIG relayout of the A100 pauses the exporter's pod with the kubelet plugin's and lets both back; the exporter
+    is scraped once and lists every GPU; a re-run changes and writes nothing."""
+    cluster = converged
+    chart = str(cluster.site.state.parent / "exporter-chart")
+    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "charts", "dcgm-exporter"), chart)
+    exporter = ExporterStandin(dict((n, str(cluster.site.state / ("%s.json" % n))) for n in (A100, H200)))
+    cluster.api.pod_proxy = exporter
+    extra = dict(gpuops_dcgm_exporter=True, cluster_dcgm_exporter_chart_path=chart,
+                 cluster_dcgm_exporter_verify_timeout=60, gpu_node_mig_config_name="all-1g.5gb")
+    events = len(cluster.fake.events)
+    res = cluster.site.run(args=("--limit", A100), **extra)
+    assert res.rc == 0, res
+    ds = cluster.api.get("apps", "daemonsets", "dcgm-exporter", "nvidia-dcgm-exporter")
+    spec = ds["spec"]["template"]["spec"]
+    env = dict((e["name"], e.get("value")) for e in spec["containers"][0]["env"])
+    assert spec["hostNetwork"] is True and env["DCGM_REMOTE_HOSTENGINE_INFO"] == "localhost:5555"
+    [install] = res.task("NVIDIA's DCGM exporter", A100)
+    assert install["changed"] is True
+    # the DRA driver beside it, not a device plugin
+    daemonsets = cluster.objects("daemonsets")
+    assert [n for n in daemonsets if "kubelet-plugin" in n] and not [n for n in daemonsets if "device-plugin" in n]
+    # on the A100 the exporter's pod came up, left with the kubelet plugin's while MIG changed, and came back
+    new = [what for t, n, what in cluster.fake.events[events:] if n == A100]
+    exporter_pods = [w.split(" ")[0] for w in new if "dcgm-exporter" in w and w.startswith(("created", "ended"))]
+    assert exporter_pods == ["created", "ended", "created"], new
+    assert any(w.startswith("ended") and "kubelet-plugin" in w for w in new), new
+    assert set(p for t, p in _published(cluster, A100).values()) == {"1g.5gb"}
+    [scrape] = res.task("The DCGM exporter on this node lists a GPU temperature", A100)
+    assert scrape["missing"] == [] and sorted(scrape["temperatures"]) == sorted(
+        str(g["index"]) for g in cluster.gpus(A100))
+    assert exporter.served and exporter.served[-1][0] == A100
+    assert _released(cluster.api.get("", "nodes", A100))
+
+    seen, events = len(cluster.api.requests), len(cluster.fake.events)
+    again = cluster.site.run(args=("--limit", A100), **extra)
+    assert again.rc == 0 and again.changed(A100) == 0, again
+    assert cluster.writes(seen) == [] and cluster.fake.events[events:] == []

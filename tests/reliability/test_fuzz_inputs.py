@@ -60,8 +60,11 @@ PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"
           "helm": ("binary_path",), "operator": (), "dra": ("binary_path",), "dra_api": (), "exporter": ("binary_path",),
           # driver_modules' and driver_plan's: the node root is this machine's /, the tools its own kmod/systemctl
           "driver": ("root", "modprobe", "rmmod", "modinfo", "systemctl"),
-          # dcgm_host_engine's: systemctl unset is this machine's (looked up in /usr/bin)
-          "dcgm": ("systemctl",)}
+          # dcgm_host_engine's: systemctl unset is this machine's (looked up in /usr/bin); package_files unset or empty
+          # is the repository path, whose apt-get update refreshes the root's package lists before apt can say that
+          # the (empty) repository lacks DCGM: a change of apt's cache on a failed run, which the harness's rule
+          # forbids. That path is tested against a real signed repository in test_dcgm_host_engine.py.
+          "dcgm": ("systemctl", "package_files")}
 
 
 def discovered(kind):

@@ -44,21 +44,47 @@ with open(record, "w") as handle:
 """
 
 
-def build(workdir, version):
-    """{name: deb path} of the two packages at ``version``."""
-    arch = apt_rig.arch()
+def contents(version):
+    """{name: (depends, {relative path: text})} of the two packages at ``version``."""
     upstream = version.split(":", 1)[-1].split("-")[0]
-    folder = os.path.join(str(workdir), version.replace(":", "_"))
-    os.makedirs(folder)
     core = {"usr/bin/nv-hostengine": _ENGINE % (sys.executable, upstream, upstream),
             "usr/bin/dcgmi": "#!/bin/sh\n# TEST STAND-IN packaged as dcgmi %s, NOT NVIDIA's\nexec %s \"$@\"\n"
                              % (upstream, os.path.join(ROOT, "tests", "support", "bin", "dcgmi")),
             "usr/lib/systemd/system/%s" % UNIT: _UNIT_TEXT}
-    return {
-        NAMES[0]: driver_rig.build(folder, NAMES[0], version, None, core, arch),
-        NAMES[1]: driver_rig.build(folder, NAMES[1], version, "%s (= %s)" % (NAMES[0], version),
-                                   {"usr/lib/gpuops-test/dcgm-cuda12": "TEST STAND-IN %s\n" % upstream}, arch),
-    }
+    return {NAMES[0]: (None, core),
+            NAMES[1]: ("%s (= %s)" % (NAMES[0], version),
+                       {"usr/lib/gpuops-test/dcgm-cuda12": "TEST STAND-IN %s\n" % upstream})}
+
+
+def build(workdir, version):
+    """{name: deb path} of the two packages at ``version``."""
+    arch = apt_rig.arch()
+    folder = os.path.join(str(workdir), version.replace(":", "_"))
+    os.makedirs(folder)
+    return dict((name, driver_rig.build(folder, name, version, depends, files, arch))
+                for name, (depends, files) in contents(version).items())
+
+
+def repository(folder, debs, keyring, root):
+    """A signed flat repository in ``folder`` holding ``debs`` (deb paths), laid out as NVIDIA's CUDA repository's
+    folder for one distribution, configured in the apt root ``root`` (an apt_rig.Root) as the driver role configures
+    the CUDA repository: a .list with signed-by, the key in usr/share/keyrings."""
+    driver_rig.flat_repository(str(folder), debs, keyring)
+    key = os.path.join(root.path, "usr", "share", "keyrings", "cuda-archive-keyring.asc")
+    with open(key, "w") as handle:
+        handle.write(keyring.armored)
+    with open(os.path.join(root.path, "etc", "apt", "sources.list.d", "cuda.list"), "w") as handle:
+        handle.write("deb [signed-by=%s] file://%s /\n" % (key, folder))
+
+
+def rpm_state(versions):
+    """The rpm/dnf stand-in's state (tests/support/rpm_dnf_standin.py): nothing installed, a repository with the two
+    packages at each of ``versions`` (RPM's [epoch:]version-release)."""
+    available = {}
+    for version in versions:
+        for name, (dummy, files) in contents(version).items():
+            available.setdefault(name, {})[version] = files
+    return {"installed": {}, "available": available, "calls": []}
 
 
 def place(debs, folder):

@@ -476,13 +476,14 @@ def test_dcgm_is_the_collections_where_declared_and_never_under_the_gpu_operator
     values = dict(ROLE_VALUES, gpu_node_dcgm="present", gpu_node_dcgm_version="1:4.5.2-1", gpu_node_dcgm_cuda=13,
                   gpu_node_dcgm_proprietary=False, gpu_node_dcgm_package_manager="apt",
                   gpu_node_dcgm_allow_downgrade=False, gpu_node_dcgm_service="nvidia-dcgm.service",
-                  gpu_node_driver_systemctl=["/x/systemctl"])
+                  gpu_node_dcgm_hold=False, gpu_node_driver_systemctl=["/x/systemctl"])
     assert not _node_steps.resolve(_role_vars(ROLE_VALUES, []))["managed"]["dcgm"]
     resolved = _node_steps.resolve(_role_vars(values, []))
     assert resolved["managed"]["dcgm"] and resolved["planned"]["dcgm"]
     assert dcgm.inputs(_role_vars(values, [])) == {"dcgm": {
         "state": "present", "version": "1:4.5.2-1", "cuda": 13, "proprietary": False, "package_manager": "apt",
-        "allow_downgrade": False, "service": "nvidia-dcgm.service", "systemctl": ["/x/systemctl"]}}
+        "allow_downgrade": False, "hold": False, "service": "nvidia-dcgm.service",
+        "systemctl": ["/x/systemctl"]}}
     operator = dict(values, gpu_node_kubernetes=True, gpu_node_device_plugin_provider="gpu_operator")
     assert not _node_steps.resolve(_role_vars(operator, []))["managed"]["dcgm"]
     chart = dict(values, gpu_node_kubernetes=True, gpu_node_device_plugin_provider="chart")

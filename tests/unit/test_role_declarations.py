@@ -142,6 +142,7 @@ def test_gpu_node_runs_dcgm_host_engine_with_the_variables_the_node_plan_compare
     values = {"gpu_node_dcgm": "present", "gpu_node_dcgm_version": "1:4.5.2-1", "gpu_node_dcgm_cuda": 12,
               "gpu_node_dcgm_proprietary": False, "gpu_node_dcgm_package_manager": "auto",
               "gpu_node_dcgm_allow_downgrade": False, "gpu_node_dcgm_service": "nvidia-dcgm.service",
+              "gpu_node_dcgm_hold": True,
               "gpu_node_driver_systemctl": []}
 
     def get(name):

@@ -32,13 +32,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import calendar
 import json
 import math
-import re
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.health import _health_marks
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _rfc3339
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import table_errors
 
 RECORD = "gpuops.nvidia/health-quarantine"
@@ -52,8 +51,6 @@ LIMITS = {"release_after": (1, 100, True), "breaker_percent": (0, 100, False), "
 # What the sweep does with a node (``plan``'s ``action``).
 QUARANTINE, KEEP, COUNT, RELEASE, HELD, HEALTHY = "quarantine", "keep", "count", "release", "held", "healthy"
 
-_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?Z$")
-
 
 def format_time(seconds):
     """RFC 3339, UTC, whole seconds (what the records and the condition carry)."""
@@ -61,11 +58,9 @@ def format_time(seconds):
 
 
 def parse_time(text):
-    """Seconds since the epoch of ``format_time``'s form (fractions allowed), or None."""
-    m = _TIME.match(text or "") if isinstance(text, str) else None
-    if not m:
-        return None
-    return calendar.timegm(tuple(int(g) for g in m.groups()) + (0, 0, 0))
+    """Whole seconds since the epoch of an RFC 3339 time (``format_time``'s form; fractions and offsets allowed), or
+    None where there is none (common/_rfc3339, the collection's one parser)."""
+    return _rfc3339.whole_seconds_or_none(text)
 
 
 def settings_errors(settings):

@@ -24,6 +24,8 @@ import html
 import math
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _rfc3339
+
 VERSION = 1
 # ("unhealthy": a blocking finding where no cluster was there to quarantine the node)
 STATES = ("healthy", "unhealthy", "quarantined", "released", "held_by_breaker", "unresponsive")
@@ -46,7 +48,6 @@ LATEST = ("health-report-latest.json", "health-report-latest.html")
 # sweep in the same second), that id made safe for a file name.
 _STAMPED = re.compile(r"^health-report-(\d{8}T\d{6}Z(?:-[A-Za-z0-9_]{1,64})?)\.(json|html)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 class ReportError(ValueError):
@@ -69,25 +70,9 @@ def _is_number(value):
 
 def parse_time(value):
     """An RFC 3339 time with its offset (``2026-11-29T06:17:10Z``, ``...+02:00``, fractions allowed) as an aware UTC
-    datetime (whole seconds); ValueError saying what is valid otherwise."""
-    match = _RFC3339.match(value) if isinstance(value, str) else None
-    if not match:
-        raise ValueError("%r is not an RFC 3339 time with an offset, such as 2026-11-29T06:17:10Z" % (value,))
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    offset = match.group(8)
-    if offset in ("Z", "z"):
-        zone = datetime.timezone.utc
-    else:
-        hours, minutes = int(offset[1:3]), int(offset[4:6])
-        if hours > 23 or minutes > 59:
-            raise ValueError("%r has no valid offset (-23:59 to +23:59)" % (value,))
-        sign = -1 if offset[0] == "-" else 1
-        zone = datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
-    try:
-        moment = datetime.datetime(year, month, day, hour, minute, min(second, 59), tzinfo=zone)
-        return moment.astimezone(datetime.timezone.utc)
-    except (ValueError, OverflowError) as exc:
-        raise ValueError("%r is not a valid time: %s" % (value, exc)) from exc
+    datetime (whole seconds: the report's times have no fraction); ValueError saying what is valid otherwise
+    (common/_rfc3339, the collection's one parser)."""
+    return _rfc3339.parse(value).replace(microsecond=0)
 
 
 def format_time(moment):

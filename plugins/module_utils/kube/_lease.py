@@ -32,14 +32,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import calendar
 import copy
 import errno
 import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -50,6 +48,7 @@ from urllib.parse import quote
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube import KubeError, Kube, read_or_none
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_service import retry_on_conflict
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _rfc3339
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS, wait
 
 API_VERSION = "coordination.k8s.io/v1"
@@ -63,8 +62,6 @@ POLL_S = WAITS["lease_free"].interval     # how often a waiting run looks at the
 CONFLICT_RETRIES = 50   # conflicts in a row before giving up (each one means another run just wrote)
 TAKE_RETRIES = 100000   # the same for taking the lease: every conflict there is another run's acquisition
 MARKER_ENV = "GPUOPS_CLUSTER_RUN"   # carried by the run's cluster tasks (site.yml sets it); see marker_alive
-
-_MICROTIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
 class LeaseBusy(Exception):
@@ -91,17 +88,9 @@ def format_time(seconds):
 
 
 def parse_time(text):
-    """Seconds since the epoch of an RFC 3339 time, or None when absent or unreadable."""
-    m = _MICROTIME.match(text or "")
-    if not m:
-        return None
-    year, month, day, hour, minute, sec = (int(g) for g in m.groups()[:6])
-    value = calendar.timegm((year, month, day, hour, minute, sec, 0, 0, 0)) + float(m.group(7) or 0)
-    zone = m.group(8)
-    if zone != "Z":
-        sign = 1 if zone[0] == "+" else -1
-        value -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    return value
+    """Seconds since the epoch of an RFC 3339 time, or None when absent or unreadable (common/_rfc3339, the
+    collection's one parser)."""
+    return _rfc3339.seconds_or_none(text)
 
 
 def _when(seconds):

@@ -339,7 +339,7 @@ def _dcgm_check(module, facts, params):
     try:
         current = read_node(module, p, find_systemctl(module, p["systemctl"]))
         todo = _dcgm_plan.plan(p["state"], current["manager"], current["names"], p["version"], current["installed"],
-                               current["unit"], p["allow_downgrade"])
+                               current["unit"], p["allow_downgrade"], hold=p["hold"], pin=current["pin"])
     except (_dcgm_plan.DcgmPlanError, _packages.PackageError) as exc:
         return None, {"dcgm": [str(exc)]}
     return {"dcgm": {"packages": todo["packages"], "service": todo["service"]}}, {"dcgm": todo["reasons"]}
@@ -357,6 +357,7 @@ def _dcgm_inputs(v):
                      "cuda": int(v("gpu_node_dcgm_cuda", 12)), "proprietary": v.flag("gpu_node_dcgm_proprietary"),
                      "package_manager": v("gpu_node_dcgm_package_manager", "auto"),
                      "allow_downgrade": v.flag("gpu_node_dcgm_allow_downgrade"),
+                     "hold": v.flag("gpu_node_dcgm_hold", True),
                      "service": v("gpu_node_dcgm_service", "nvidia-dcgm.service"),
                      "systemctl": v("gpu_node_driver_systemctl") or None}}
 
@@ -691,6 +692,7 @@ STEPS = (
         proprietary=dict(type="bool", default=False),
         package_manager=dict(type="str", choices=["apt", "dnf", "auto"], default="auto"),
         allow_downgrade=dict(type="bool", default=False),
+        hold=dict(type="bool", default=True),
         service=dict(type="str", default="nvidia-dcgm.service"),
         systemctl=dict(type="list", elements="str"),
     ))}, check=_dcgm_check, validate=_dcgm_validate, tasks="dcgm.yml", managed=_dcgm_managed, inputs=_dcgm_inputs,

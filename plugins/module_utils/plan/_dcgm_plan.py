@@ -16,6 +16,11 @@ Facts (public sources, read for this code; nothing of NVIDIA's is copied):
 - The packages are in NVIDIA's CUDA repository, versioned ``1:<dcgm version>-1`` on apt (an epoch of 1: for example
   ``datacenter-gpu-manager-4-core=1:4.4.0-1`` as NVIDIA's own container builds pin it).
 - The host engine listens on TCP port 5555 by default (``DCGM_HE_PORT_NUMBER`` in NVIDIA/DCGM's dcgmlib/dcgm_structs.h).
+
+Held as the driver's and the toolkit's packages are (docs/dcgm.md): on apt an apt preferences pin at the version
+(priority 990: the pinned version is the candidate, so ``apt-get upgrade`` and unattended-upgrades do not move the
+packages) and a dpkg hold (any other tool's change fails loudly); dnf holds nothing (its versionlock plugin is not
+managed, as for the driver).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,6 +37,10 @@ SERVICE = "nvidia-dcgm.service"
 PORT = 5555
 # What a unit name may be (systemd's own characters for a unit name, ending in .service).
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
+# The apt preferences pin's file name (in apt's Dir::Etc::PreferencesParts, /etc/apt/preferences.d on a node) and its
+# priority (below 1000: a newer version installed by hand is not downgraded behind the owner's back).
+PIN_NAME = "nvidia-dcgm-gpuops"
+PIN_PRIORITY = 990
 
 
 class DcgmPlanError(Exception):
@@ -77,6 +86,12 @@ def validate(params):
         package_names(params.get("cuda"))
     except DcgmPlanError as exc:
         errors.append(str(exc))
+    systemctl = params.get("systemctl")
+    # (unset or empty: found on PATH)
+    words_ok = isinstance(systemctl, list) and all(isinstance(a, str) and a and "\x00" not in a for a in systemctl)
+    if systemctl and not words_ok:
+        errors.append("systemctl must be an argument list naming the systemctl program first, like "
+                      "[/usr/bin/systemctl], each element a non-empty text; got %r" % (systemctl,))
     service = params.get("service")
     if not isinstance(service, str) or not UNIT_RE.match(service):
         errors.append("service %r is not a systemd service name (like %s)" % (service, SERVICE))
@@ -92,11 +107,25 @@ def validate(params):
     return errors
 
 
-def plan(state, manager, names, version, installed, unit, allow_downgrade=False):
+def pin_text(names, version):
+    """The apt preferences pin that keeps ``names`` at ``version`` (one stanza, as the toolkit's)."""
+    return ("Explanation: Managed by gpuops.nvidia (dcgm_host_engine): NVIDIA DCGM stays at %s (change "
+            "gpu_node_dcgm_version to move it)\nPackage: %s\nPin: version %s\nPin-Priority: %d\n"
+            % (version, " ".join(names), version, PIN_PRIORITY))
+
+
+def holds(manager, hold):
+    """Whether the packages are held on this package manager (apt only: dnf holds nothing)."""
+    return bool(hold) and manager == "apt"
+
+
+def plan(state, manager, names, version, installed, unit, allow_downgrade=False, hold=False, pin=None):
     """What to change: {"packages": the package plan (_packages.plan's; for absent each installed one "remove"),
-    "service": the systemctl verbs in order, "reasons": why (empty: nothing to change)}. ``installed`` is
-    _packages.read_installed's answer, ``unit`` _dcgm_node.unit_state's. Raises DcgmPlanError on a downgrade that is not
-    allowed."""
+    "service": the systemctl verbs in order, "hold": the packages to hold (dpkg selection), "pin": the preferences pin's
+    text to write (None: leave it; "" for absent: remove it), "reasons": why (empty: nothing to change)}.
+    ``installed`` is _packages.read_installed's answer, ``unit`` _dcgm_node.unit_state's, ``pin`` the text of the
+    preferences pin file now (None: no such file); ``hold``: keep the packages held (apt only). Raises DcgmPlanError
+    on a downgrade that is not allowed."""
     reasons = []
     if state == "absent":
         packages = [{"name": n, "installed": (installed.get(n) or {}).get("version"), "version": None,
@@ -106,15 +135,24 @@ def plan(state, manager, names, version, installed, unit, allow_downgrade=False)
         reasons += ["the host engine is enabled (state absent)"] if unit["enabled"] else []
         reasons += ["package %s is installed at %s (state absent)" % (p["name"], p["installed"])
                     for p in packages if p["action"] == "remove"]
-        return {"packages": packages, "service": service, "reasons": reasons}
+        reasons += ["the apt preferences pin %s is there (state absent)" % PIN_NAME] if pin is not None else []
+        return {"packages": packages, "service": service, "hold": [], "pin": "" if pin is not None else None,
+                "reasons": reasons}
     packages = _packages.plan(manager, names, version, installed)
     downgrades = [p for p in packages if p["action"] == "downgrade"]
     if downgrades and not allow_downgrade:
         raise DcgmPlanError("DCGM %s is declared and %s installed: a downgrade is refused unless allowed "
                             "(allow_downgrade: true)" % (version, ", ".join(
                                 "%s at %s" % (p["name"], p["installed"]) for p in downgrades)))
-    reasons += _packages.reasons([{"name": n, "version": version, "manager": manager, "hold": False} for n in names],
+    held = holds(manager, hold)
+    reasons += _packages.reasons([{"name": n, "version": version, "manager": manager, "hold": held} for n in names],
                                  installed)
+    to_hold = [p["name"] for p in packages if held and (p["action"] != "none"
+                                                        or not (installed.get(p["name"]) or {}).get("held"))]
+    want_pin = pin_text(names, version) if held else None
+    if want_pin is not None and pin != want_pin:
+        reasons.append("the apt preferences pin %s %s" % (PIN_NAME, "is missing" if pin is None else
+                                                          "does not pin DCGM's packages at %s" % version))
     changing = any(p["action"] != "none" for p in packages)
     service = ["daemon-reload"] if changing else []
     if not unit["enabled"]:
@@ -128,7 +166,8 @@ def plan(state, manager, names, version, installed, unit, allow_downgrade=False)
             reasons.append("the host engine is not running")
     elif changing:
         service.append("restart")       # the running engine is the old version's
-    return {"packages": packages, "service": service if reasons else [], "reasons": reasons}
+    return {"packages": packages, "service": service if reasons else [], "hold": to_hold,
+            "pin": want_pin if want_pin is not None and pin != want_pin else None, "reasons": reasons}
 
 
 def files_problems(manager, names, version, files):
@@ -169,6 +208,7 @@ def install_command(manager, names, version, package_files, allow_downgrade):
 
 
 def remove_command(manager, names):
+    """The removal (held packages included: apt-get refuses to change a held package without being told)."""
     if manager == "apt":
-        return ["apt-get", "remove", "-y", "-q"] + list(names)
+        return ["apt-get", "remove", "-y", "-q", "--allow-change-held-packages"] + list(names)
     return ["dnf", "remove", "-y"] + list(names)

@@ -37,7 +37,32 @@ def test_a_fresh_node_installs_enables_and_starts():
 def test_a_converged_node_has_nothing_to_do():
     assert dp.plan("present", "apt", NAMES, V, _installed(V), UP) == {
         "packages": [{"name": n, "installed": V, "version": V, "action": "none"} for n in NAMES],
-        "service": [], "reasons": []}
+        "service": [], "hold": [], "pin": None, "reasons": []}
+    held = dict((n, dict(e, held=True, status="hold ok installed")) for n, e in _installed(V).items())
+    assert dp.plan("present", "apt", NAMES, V, held, UP, hold=True, pin=dp.pin_text(NAMES, V))["reasons"] == []
+
+
+def test_apt_holds_the_pin_twice_over_and_dnf_holds_nothing():
+    """On apt: a preferences pin at the version and a dpkg hold, planned for a fresh install, for an installed node
+    that lacks them, and again for an upgrade (the pin moves with the version); never on dnf."""
+    fresh = dp.plan("present", "apt", NAMES, V, {}, NONE, hold=True)
+    assert fresh["hold"] == NAMES and fresh["pin"] == dp.pin_text(NAMES, V)
+    assert "Package: %s\nPin: version %s\nPin-Priority: 990\n" % (" ".join(NAMES), V) in fresh["pin"]
+    assert "the apt preferences pin nvidia-dcgm-gpuops is missing" in fresh["reasons"]
+
+    unheld = dp.plan("present", "apt", NAMES, V, _installed(V), UP, hold=True, pin=dp.pin_text(NAMES, V))
+    assert unheld["hold"] == NAMES and unheld["pin"] is None and unheld["service"] == []
+    assert unheld["reasons"] == ["package %s is not held (dpkg selection install)" % n for n in NAMES]
+
+    old = dict((n, dict(e, held=True)) for n, e in _installed("1:4.4.2-1").items())
+    up = dp.plan("present", "apt", NAMES, V, old, UP, hold=True, pin=dp.pin_text(NAMES, "1:4.4.2-1"))
+    assert up["hold"] == NAMES and up["pin"] == dp.pin_text(NAMES, V)
+    assert "the apt preferences pin nvidia-dcgm-gpuops does not pin DCGM's packages at %s" % V in up["reasons"]
+
+    dnf = dp.plan("present", "dnf", NAMES, "4.5.2-1", {}, NONE, hold=True)
+    assert dnf["hold"] == [] and dnf["pin"] is None
+    loose = dp.plan("present", "apt", NAMES, V, _installed(V), UP, hold=False, pin=None)
+    assert loose["reasons"] == [] and loose["hold"] == [] and loose["pin"] is None
 
 
 def test_a_stopped_or_disabled_engine_is_started_and_enabled():
@@ -63,6 +88,9 @@ def test_absent_stops_disables_and_removes_only_what_is_there():
     assert todo["service"] == ["stop", "disable"]
     assert [p["action"] for p in todo["packages"]] == ["remove", "none"]
     assert dp.plan("absent", "apt", NAMES, V, {}, NONE)["reasons"] == []
+    # the pin goes with the packages ("": remove the file)
+    pinned = dp.plan("absent", "apt", NAMES, V, {}, NONE, hold=True, pin=dp.pin_text(NAMES, V))
+    assert pinned["pin"] == "" and pinned["reasons"] == ["the apt preferences pin nvidia-dcgm-gpuops is there (state absent)"]
 
 
 def test_the_commands_are_argument_lists_with_the_pin():
@@ -71,7 +99,8 @@ def test_the_commands_are_argument_lists_with_the_pin():
     assert dp.install_command("apt", NAMES, V, ["/x/a.deb"], False)[-1] == "/x/a.deb"
     assert dp.install_command("dnf", NAMES, "4.5.2-1", [], False) == [
         "dnf", "install", "-y", "datacenter-gpu-manager-4-core-4.5.2-1", "datacenter-gpu-manager-4-cuda12-4.5.2-1"]
-    assert dp.remove_command("apt", NAMES) == ["apt-get", "remove", "-y", "-q"] + NAMES
+    # held packages are removed too (apt-get refuses to change a held package unless told)
+    assert dp.remove_command("apt", NAMES) == ["apt-get", "remove", "-y", "-q", "--allow-change-held-packages"] + NAMES
 
 
 def test_the_package_manager_is_resolved_from_the_node_tools():
@@ -90,6 +119,8 @@ def test_the_package_manager_is_resolved_from_the_node_tools():
     ({"service": "a b.service"}, "is not a systemd service name"),
     ({"state": "running"}, "state must be one of present, absent"),
     ({"package_files": ["relative.deb"]}, "must be an absolute path on the node"),
+    ({"systemctl": [""]}, "systemctl must be an argument list naming the systemctl program first"),
+    ({"systemctl": ["/usr/bin/systemctl", ""]}, "like [/usr/bin/systemctl]"),
     ({"package_files": ["/x/datacenter-gpu-manager-4-core_1:4.5.2-1_amd64.deb"]}, "must not contain a colon"),
 ])
 def test_bad_input_says_what_is_wrong_and_what_is_valid(params, words):
@@ -122,19 +153,27 @@ UNITS = st.fixed_dictionaries({"enabled": st.booleans(), "active": st.booleans()
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(VERSIONS, min_size=2, max_size=2), UNITS, st.sampled_from(["present", "absent"]))
-def test_applying_the_plan_leaves_nothing_to_do(versions, unit, state):
-    """Whatever the node holds, the state the plan's actions lead to plans nothing more (or the plan refused)."""
-    installed = dict((n, {"version": v, "held": False, "status": "x"}) for n, v in zip(NAMES, versions))
+@given(st.lists(VERSIONS, min_size=2, max_size=2), UNITS, st.sampled_from(["present", "absent"]),
+       st.lists(st.booleans(), min_size=2, max_size=2), st.booleans(),
+       st.sampled_from([None, "", dp.pin_text(NAMES, V), dp.pin_text(NAMES, "1:4.4.2-1")]))
+def test_applying_the_plan_leaves_nothing_to_do(versions, unit, state, held, hold, pin):
+    """Whatever the node holds (versions, dpkg holds, a pin file), the state the plan's actions lead to plans nothing
+    more (or the plan refused)."""
+    installed = dict((n, {"version": v, "held": h and v is not None, "status": "x"})
+                     for n, v, h in zip(NAMES, versions, held))
     if unit["enabled"] or unit["active"]:
         unit = dict(unit, known=True)
     try:
-        todo = dp.plan(state, "apt", NAMES, V, installed, unit)
+        todo = dp.plan(state, "apt", NAMES, V, installed, unit, hold=hold, pin=pin)
     except dp.DcgmPlanError:
         assert state == "present" and any(v == "1:4.6.0-1" for v in versions)
         return
-    after_packages = dict((p["name"], {"version": p["version"] if state == "present" else None}
-                           if p["action"] != "none" else installed[p["name"]]) for p in todo["packages"])
+    after_packages = dict((p["name"], {"version": p["version"] if state == "present" else None,
+                                       "held": installed[p["name"]]["held"] and state == "present"}
+                           if p["action"] != "none" else dict(installed[p["name"]])) for p in todo["packages"])
+    for name in todo["hold"]:
+        after_packages[name]["held"] = True
+    after_pin = pin if todo["pin"] is None else (todo["pin"] or None)
     verbs = todo["service"]
     after_unit = {"known": unit["known"] or state == "present" and any(p["action"] != "none" for p in todo["packages"]),
                   "enabled": (unit["enabled"] or "enable" in verbs) and "disable" not in verbs,
@@ -142,7 +181,7 @@ def test_applying_the_plan_leaves_nothing_to_do(versions, unit, state):
     if state == "present" and not after_unit["known"]:
         assert todo["reasons"], todo      # installed packages without their unit: reported, never "converged"
         return
-    assert dp.plan(state, "apt", NAMES, V, after_packages, after_unit)["reasons"] == []
+    assert dp.plan(state, "apt", NAMES, V, after_packages, after_unit, hold=hold, pin=after_pin)["reasons"] == []
 
 
 def test_package_files_are_checked_before_anything_is_installed():

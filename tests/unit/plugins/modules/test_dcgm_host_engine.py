@@ -2,15 +2,19 @@
 (tests/support/dcgm_rig.py, NOT NVIDIA's) into a throwaway root, and the systemctl stand-in running the packaged unit:
 check mode reports and changes nothing, apply installs, enables and starts the host engine, apply again changes
 nothing; a newer version upgrades and restarts it; a downgrade is refused; absent stops it and removes the packages;
-bad input changes nothing."""
+bad input changes nothing. The repository path: from a signed local repository laid out as NVIDIA's CUDA repository
+(apt-get update, then the install at the pin), the packages held (the preferences pin and the dpkg hold) so that
+apt-get upgrade does not move them. The dnf path: with a stand-in for rpm and dnf (tests/support/rpm_dnf_standin.py;
+no real rpm or dnf can be installed here)."""
 import json
 import os
+import subprocess
 
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.modules import dcgm_host_engine
 
-from tests.support import apt_rig, dcgm_rig, driver_rig
+from tests.support import apt_rig, dcgm_rig, driver_rig, rpm_dnf_standin
 from tests.support.modrun import run_main
 
 pytestmark = pytest.mark.skipif(bool(apt_rig.missing_tools()),
@@ -139,3 +143,193 @@ def test_check_mode_before_the_files_are_copied_reports_the_install(node, debs):
     real = run_main(dcgm_host_engine.main, args)
     assert real.get("failed") and real["changed"] is False and "nothing changed" in real["msg"], real
     assert driver_rig.installed(node, dcgm_rig.NAMES) == {}
+
+
+# ----------------------------------------------------------------------------------------------- the repository path
+@pytest.fixture(scope="module")
+def keyring(tmp_path_factory):
+    made = apt_rig.Keyring(tmp_path_factory.mktemp("dcgm-gpg"), "dcgm")
+    yield made
+    made.close()
+
+
+def _selections(node):
+    """{package: dpkg selection} in the root's database."""
+    return dict(line.split()[:2] for line in subprocess.run(
+        ["dpkg", "--admindir=%s/var/lib/dpkg" % node.path, "--get-selections"] + list(dcgm_rig.NAMES),
+        stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.splitlines())
+
+
+def _apt(node, *args):
+    return subprocess.run(["apt-get", "-q", "-y"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=dict(os.environ, **node.env), check=False)
+
+
+def _versions(node):
+    return dict((n, v) for n, (v, s) in driver_rig.installed(node, dcgm_rig.NAMES).items())
+
+
+def test_from_the_repository_held_so_that_an_upgrade_of_the_node_does_not_move_it(node, debs, keyring, tmp_path):
+    """The node's configured repository has OLD and NEW; OLD is declared: check mode reports the install, the hold
+    and the pin; apply installs OLD from the repository, pins and holds it; a re-run changes nothing; apt-get upgrade
+    does not move it (the pin alone keeps it too); a lost hold and pin are restored without touching the engine; a new
+    pin upgrades, moves the pin and restarts the engine; absent removes the held packages and the pin."""
+    dcgm_rig.repository(tmp_path / "repo", list(debs[dcgm_rig.OLD].values()) + list(debs[dcgm_rig.NEW].values()),
+                        keyring, node)
+    pin = os.path.join(node.path, "etc", "apt", "preferences.d", "nvidia-dcgm-gpuops")
+    args = dict(version=dcgm_rig.OLD, package_manager="apt", systemctl=[SYSTEMCTL])
+
+    check = run_main(dcgm_host_engine.main, args, check_mode=True, diff=True)
+    assert check["changed"] is True and not check.get("failed"), check
+    assert [p["action"] for p in check["packages"]] == ["install", "install"]
+    assert check["hold"] == list(dcgm_rig.NAMES) and check["pin"] == {"path": pin, "changed": True}
+    assert "apt preferences pin: none" in check["diff"]["before"]
+    assert "%s %s (held)" % (dcgm_rig.NAMES[0], dcgm_rig.OLD) in check["diff"]["after"]
+    assert "Pin: version %s" % dcgm_rig.OLD in check["diff"]["after"]
+    assert _versions(node) == {} and not os.path.exists(pin)
+
+    applied = run_main(dcgm_host_engine.main, args)
+    assert applied["changed"] is True and not applied.get("failed"), applied.get("msg")
+    assert _versions(node) == dict((n, dcgm_rig.OLD) for n in dcgm_rig.NAMES)
+    assert _selections(node) == dict((n, "hold") for n in dcgm_rig.NAMES)
+    with open(pin) as handle:
+        text = handle.read()
+    assert "Package: %s\nPin: version %s\nPin-Priority: 990\n" % (" ".join(dcgm_rig.NAMES), dcgm_rig.OLD) in text
+    assert oct(os.stat(pin).st_mode & 0o777) == "0o644"
+    assert dcgm_rig.engine_running(node.path) == "version=4.4.2 port=5555"
+
+    again = run_main(dcgm_host_engine.main, args, check_mode=True, diff=True)
+    assert again["changed"] is False and again["reasons"] == [] and again["hold"] == [], again
+    assert again["pin"] == {"path": pin, "changed": False}
+    assert run_main(dcgm_host_engine.main, args)["changed"] is False
+
+    # an upgrade of the node (unattended-upgrades runs the same resolver) leaves DCGM where it is pinned
+    upgrade = _apt(node, "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout
+    assert _versions(node) == dict((n, dcgm_rig.OLD) for n in dcgm_rig.NAMES), upgrade.stdout
+    # the pin alone keeps it too (the candidate is the pinned version)
+    subprocess.run(["dpkg", "--set-selections"], input="".join("%s install\n" % n for n in dcgm_rig.NAMES),
+                   universal_newlines=True, env=dict(os.environ, **node.env), check=True)
+    assert _apt(node, "upgrade").returncode == 0 and _versions(node)[dcgm_rig.NAMES[0]] == dcgm_rig.OLD
+    os.remove(pin)
+    restored = run_main(dcgm_host_engine.main, args)
+    assert restored["changed"] is True and not restored.get("failed"), restored
+    assert restored["hold"] == list(dcgm_rig.NAMES) and restored["pin"]["changed"] is True
+    assert restored["service"] == [] and [p["action"] for p in restored["packages"]] == ["none", "none"]
+    assert "package %s is not held (dpkg selection install)" % dcgm_rig.NAMES[0] in restored["reasons"]
+    assert _selections(node) == dict((n, "hold") for n in dcgm_rig.NAMES) and os.path.exists(pin)
+
+    # a new pin: upgraded from the repository (held packages are changed on purpose), pinned and held again
+    up = run_main(dcgm_host_engine.main, dict(args, version=dcgm_rig.NEW))
+    assert [p["action"] for p in up["packages"]] == ["upgrade", "upgrade"] and not up.get("failed"), up
+    assert up["service"] == ["daemon-reload", "restart"]
+    assert _versions(node) == dict((n, dcgm_rig.NEW) for n in dcgm_rig.NAMES)
+    assert _selections(node) == dict((n, "hold") for n in dcgm_rig.NAMES)
+    with open(pin) as handle:
+        assert "Pin: version %s\n" % dcgm_rig.NEW in handle.read()
+    assert dcgm_rig.engine_running(node.path) == "version=4.5.2 port=5555"
+
+    # absent: the held packages are removed (apt-get refuses that unless told) and the pin with them
+    gone = run_main(dcgm_host_engine.main, dict(args, state="absent"))
+    assert gone["changed"] is True and not gone.get("failed"), gone.get("msg")
+    assert _versions(node) == {} and not os.path.exists(pin) and dcgm_rig.engine_running(node.path) is None
+    assert run_main(dcgm_host_engine.main, dict(args, state="absent"))["changed"] is False
+
+
+def test_hold_false_installs_without_pin_or_hold(node, debs, keyring, tmp_path):
+    dcgm_rig.repository(tmp_path / "repo", list(debs[dcgm_rig.NEW].values()), keyring, node)
+    args = dict(version=dcgm_rig.NEW, package_manager="apt", systemctl=[SYSTEMCTL], hold=False)
+    out = run_main(dcgm_host_engine.main, args)
+    assert out["changed"] is True and not out.get("failed") and out["hold"] == [], out
+    assert _selections(node) == dict((n, "install") for n in dcgm_rig.NAMES)
+    assert not os.path.exists(os.path.join(node.path, "etc", "apt", "preferences.d", "nvidia-dcgm-gpuops"))
+    assert run_main(dcgm_host_engine.main, args)["changed"] is False
+
+
+def test_a_version_the_repository_does_not_have_fails_with_apts_words(node, debs, keyring, tmp_path):
+    dcgm_rig.repository(tmp_path / "repo", list(debs[dcgm_rig.NEW].values()), keyring, node)
+    out = run_main(dcgm_host_engine.main, dict(version="1:4.9.9-1", package_manager="apt", systemctl=[SYSTEMCTL]))
+    assert out.get("failed") and "could not install DCGM 1:4.9.9-1" in out["msg"], out
+    # apt resolves before dpkg changes anything: the failure says so, and reports no change
+    assert out["changed"] is False and "DCGM's packages are as they were" in out["msg"], out
+    assert "Version '1:4.9.9-1' for 'datacenter-gpu-manager-4-core' was not found" in out["msg"], out["msg"]
+    assert _versions(node) == {}
+    assert not os.path.exists(os.path.join(node.path, "etc", "apt", "preferences.d", "nvidia-dcgm-gpuops"))
+
+
+# ----------------------------------------------------------------------------------------------- the dnf path
+@pytest.fixture
+def rhel(tmp_path, monkeypatch):
+    """A RHEL-family node: rpm and dnf (the stand-ins) first on PATH, its files under a scratch root. Returns the
+    stand-in's state file."""
+    bindir = rpm_dnf_standin.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    root = tmp_path / "rhel"
+    root.mkdir()
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", str(root))
+    monkeypatch.setenv("GPUOPS_NODE_LOCK", str(tmp_path / "node.lock"))
+    monkeypatch.delenv("FAKE_SYSTEMD_STATE", raising=False)
+    state = tmp_path / "rpm.json"
+    state.write_text(json.dumps(dcgm_rig.rpm_state([dcgm_rig.OLD, dcgm_rig.NEW])))
+    monkeypatch.setenv("GPUOPS_RPM_STANDIN", str(state))
+    return state
+
+
+def _rpm(state):
+    return json.loads(state.read_text())
+
+
+def test_the_dnf_path_check_apply_again_upgrade_downgrade_and_absent(rhel):
+    args = dict(version=dcgm_rig.OLD, package_manager="dnf", systemctl=[SYSTEMCTL])
+    check = run_main(dcgm_host_engine.main, args, check_mode=True, diff=True)
+    assert check["changed"] is True and not check.get("failed"), check
+    assert [p["action"] for p in check["packages"]] == ["install", "install"]
+    assert check["hold"] == [] and check["pin"] == {"path": None, "changed": False}   # dnf holds nothing
+    assert "pin" not in check["diff"]["after"]
+    state = _rpm(rhel)
+    assert state["installed"] == {} and not any(c[0] == "dnf" for c in state["calls"])
+    assert state["calls"][0] == ["rpm", "-q", "--qf", "%{NAME}\t%{EPOCHNUM}:%{VERSION}-%{RELEASE}\n"] + list(dcgm_rig.NAMES)
+
+    applied = run_main(dcgm_host_engine.main, args)
+    assert applied["changed"] is True and not applied.get("failed"), applied.get("msg")
+    state = _rpm(rhel)
+    assert ["dnf", "install", "-y"] + ["%s-%s" % (n, dcgm_rig.OLD) for n in dcgm_rig.NAMES] in state["calls"]
+    assert state["installed"] == dict((n, dcgm_rig.OLD) for n in dcgm_rig.NAMES)
+    assert applied["host_engine"]["active"] and dcgm_rig.engine_running(os.environ["GPUOPS_SIMULATED_ROOT"]) == \
+        "version=4.4.2 port=5555"
+    assert run_main(dcgm_host_engine.main, args)["changed"] is False
+
+    up = run_main(dcgm_host_engine.main, dict(args, version=dcgm_rig.NEW))
+    assert [p["action"] for p in up["packages"]] == ["upgrade", "upgrade"], up
+    assert up["service"] == ["daemon-reload", "restart"], up
+    assert _rpm(rhel)["installed"] == dict((n, dcgm_rig.NEW) for n in dcgm_rig.NAMES)
+    refused = run_main(dcgm_host_engine.main, args)
+    assert refused.get("failed") and "downgrade is refused unless allowed" in refused["msg"], refused
+    assert _rpm(rhel)["installed"] == dict((n, dcgm_rig.NEW) for n in dcgm_rig.NAMES)
+
+    gone = run_main(dcgm_host_engine.main, dict(args, state="absent"))
+    assert gone["changed"] is True and not gone.get("failed"), gone.get("msg")
+    assert ["dnf", "remove", "-y"] + list(dcgm_rig.NAMES) in _rpm(rhel)["calls"] and _rpm(rhel)["installed"] == {}
+    assert run_main(dcgm_host_engine.main, dict(args, state="absent"))["changed"] is False
+
+
+def test_the_dnf_path_from_package_files(rhel, tmp_path):
+    """Package files on a dnf node are read with rpm -qp before anything is installed: one at another version
+    installs nothing; the right ones install in one dnf transaction."""
+    def package(name, version):
+        path = tmp_path / ("%s-%s.x86_64.rpm" % (name, version.split(":", 1)[-1]))
+        path.write_text(json.dumps({"name": name, "evr": version}))
+        return str(path)
+    good = [package(n, dcgm_rig.NEW) for n in dcgm_rig.NAMES]
+    args = dict(version=dcgm_rig.NEW, package_manager="dnf", systemctl=[SYSTEMCTL], package_files=good)
+    older = package(dcgm_rig.NAMES[1], dcgm_rig.OLD)
+    wrong = run_main(dcgm_host_engine.main, dict(args, package_files=[good[0], older]))
+    assert wrong.get("failed") and wrong["changed"] is False, wrong
+    assert "datacenter-gpu-manager-4-cuda12 at %s, declared %s" % (dcgm_rig.OLD, dcgm_rig.NEW) in wrong["msg"]
+    assert _rpm(rhel)["installed"] == {}
+    assert [c[:4] for c in _rpm(rhel)["calls"] if c[1] == "-qp"][0] == ["rpm", "-qp", "--nosignature", "--qf"]
+    applied = run_main(dcgm_host_engine.main, args)
+    assert applied["changed"] is True and not applied.get("failed"), applied.get("msg")
+    assert ["dnf", "install", "-y"] + good in _rpm(rhel)["calls"]
+    assert _rpm(rhel)["installed"] == dict((n, dcgm_rig.NEW) for n in dcgm_rig.NAMES)
+    assert run_main(dcgm_host_engine.main, args)["changed"] is False

@@ -3,6 +3,7 @@ check mode (same results, same errors), finds every declared file, directory, un
 not as declared, changes nothing (check mode or not), and refuses bad input before reading anything."""
 import hashlib
 import os
+import subprocess
 
 import pytest
 
@@ -438,17 +439,24 @@ def test_dcgm_is_planned_as_dcgm_host_engine_reads_it(node, tmp_path, monkeypatc
     res = _plan({"dcgm": step}, check=True)
     assert not res.get("failed") and res["changed"] is False, res
     assert res["steps"]["dcgm"] == ["package %s is not installed, declared %s" % (n, dcgm_rig.NEW)
-                                    for n in dcgm_rig.NAMES]
+                                    for n in dcgm_rig.NAMES] + ["the apt preferences pin nvidia-dcgm-gpuops is missing"]
     assert res["dcgm"]["service"] == ["daemon-reload", "enable", "start"]
     files = dcgm_rig.place(dcgm_rig.build(tmp_path / "debs", dcgm_rig.NEW), os.path.join(root.path, "debs"))
     run_main_ok(dcgm_host_engine.main, {"version": dcgm_rig.NEW, "package_manager": "apt", "package_files": files,
                                         "systemctl": systemctl})
     res = _plan({"dcgm": step})
     assert res["steps"]["dcgm"] == [] and res["dcgm"]["service"] == [], res
+    # a hold someone took off is work (the module holds again), as with hold: false it is not
+    subprocess.run(["dpkg", "--set-selections"], input="%s install\n" % dcgm_rig.NAMES[0], universal_newlines=True,
+                   check=True)
+    res = _plan({"dcgm": step})
+    assert res["steps"]["dcgm"] == ["package %s is not held (dpkg selection install)" % dcgm_rig.NAMES[0]], res
+    assert _plan({"dcgm": dict(step, hold=False)})["steps"]["dcgm"] == []
     # another pin is work again (an upgrade)
     res = _plan({"dcgm": dict(step, version="1:4.6.0-1")})
     assert res["steps"]["dcgm"] == ["package %s is at %s, declared 1:4.6.0-1" % (n, dcgm_rig.NEW)
-                                    for n in dcgm_rig.NAMES], res
+                                    for n in dcgm_rig.NAMES] + [
+        "the apt preferences pin nvidia-dcgm-gpuops does not pin DCGM's packages at 1:4.6.0-1"], res
     bad = _plan({"dcgm": dict(step, version="latest")})
     assert bad.get("failed") and "dcgm: version 'latest' is not a package version" in bad["msg"], bad
     assert "nothing changed" in bad["msg"]
