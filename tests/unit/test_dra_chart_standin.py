@@ -27,6 +27,7 @@ VERSIONS = ("25.8.1", "25.12.0")
 def _recorded(version):
     return os.path.join(ROOT, "tests", "fixtures", "dra", "chart-render-v%s.txt" % version)
 
+
 pytestmark = pytest.mark.skipif(not os.path.exists(HELM), reason="helm not installed: run make setup")
 
 

@@ -112,5 +112,5 @@ def test_bad_declarations_are_refused_naming_what_is_wrong(decl, expected):
 
 def test_every_problem_is_named_at_once():
     errors = _dra.compute_domain_errors({"name": "", "num_nodes": -2, "channel_allocation_mode": "Many"})
-    assert [e.split(" ", 2)[1] for e in errors] == ["domain.namespace", "domain.name", "domain.num_nodes",
-                                                     "domain.channel_allocation_mode"]
+    named = [e.split(" ", 2)[1] for e in errors]
+    assert named == ["domain.namespace", "domain.name", "domain.num_nodes", "domain.channel_allocation_mode"]
