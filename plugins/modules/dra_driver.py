@@ -12,7 +12,7 @@ module: dra_driver
 short_description: Install or upgrade NVIDIA's DRA driver for GPUs (Dynamic Resource Allocation) as a Helm release
 version_added: 0.3.0
 description:
-  - Installs or upgrades NVIDIA's C(nvidia-dra-driver-gpu) Helm chart (kubernetes-sigs/dra-driver-nvidia-gpu, 25.8.1
+  - Installs or upgrades NVIDIA's C(nvidia-dra-driver-gpu) Helm chart (NVIDIA/k8s-dra-driver-gpu, 25.8.1
     and later) with the real C(helm) binary, so that pods claim GPUs through C(resource.k8s.io/v1) ResourceClaims
     and the DeviceClasses C(gpu.nvidia.com) and C(mig.nvidia.com) instead of the C(nvidia.com/gpu) extended resource.
   - "Owns these chart values: C(resources.gpus.enabled=true) with C(gpuResourcesEnabledOverride=true) (the chart
@@ -21,8 +21,9 @@ description:
     25.8; GpuConfig sharing needs them), and C(kubeletPlugin.affinity) - the user's affinity, or the chart's default
     terms, with the expression that lets M(gpuops.nvidia.node_gpu_pods) pause the kubelet plugin on a node around
     a MIG change."
-  - O(values) that set an owned key, C(namespace) or C(nvidiaCtkPath) (both refused by NVIDIA's chart) are refused
-    before anything runs, naming the key and why.
+  - O(values) that set an owned key, C(namespace) or C(nvidiaCtkPath) (both refused by NVIDIA's chart), or
+    C(featureGates.DynamicMIG=true) (NVIDIA's driver 25.12.0 refuses it with C(MPSSupport)) are refused before
+    anything runs, naming the key and why.
   - "Before any helm write, and in check mode too, reads the cluster: it must serve C(resource.k8s.io/v1)
     (Kubernetes 1.34+, where DRA is GA; the collection writes its DRA objects at v1), and no node in O(nodes) may run
     a device plugin that would hand out the same GPUs twice - a pod of NVIDIA's device plugin chart (not its
@@ -61,7 +62,7 @@ options:
     default: https://helm.ngc.nvidia.com/nvidia
   chart_version:
     description:
-      - Pinned chart version (e.g. C(25.8.1)), required with a repository (an unpinned chart would change under you).
+      - Pinned chart version (e.g. C(25.12.0); C(25.8.1) is still supported), required with a repository (an unpinned chart would change under you).
       - With O(chart_path) the version is read from the chart and this, if given, must match.
     type: str
   chart_path:
@@ -87,7 +88,7 @@ options:
   values:
     description:
       - Other chart values (e.g. C(nvidiaDriverRoot), C(kubeletPlugin.tolerations), C(kubeletPlugin.nodeSelector)).
-      - Owned keys, C(namespace) and C(nvidiaCtkPath) are refused (see the description).
+      - Owned keys, C(namespace), C(nvidiaCtkPath) and C(featureGates.DynamicMIG=true) are refused (see the description).
     type: dict
     default: {}
 attributes:
@@ -108,7 +109,7 @@ author:
 EXAMPLES = r"""
 - name: NVIDIA's DRA driver for GPUs on the GPU nodes of this run
   gpuops.nvidia.dra_driver:
-    chart_version: 25.8.1
+    chart_version: 25.12.0
     nodes: "{{ groups['gpu_nodes'] }}"
     values:
       nvidiaDriverRoot: /run/nvidia/driver
@@ -118,7 +119,7 @@ EXAMPLES = r"""
 
 - name: Air-gapped, with ComputeDomains (multi-node NVLink)
   gpuops.nvidia.dra_driver:
-    chart_path: /opt/charts/nvidia-dra-driver-gpu-25.8.1.tgz
+    chart_path: /opt/charts/nvidia-dra-driver-gpu-25.12.0.tgz
     compute_domains: true
 
 - name: Remove the driver
@@ -131,7 +132,7 @@ chart_version:
   description: Chart version applied (or that would be).
   returned: with state=present
   type: str
-  sample: 25.8.1
+  sample: 25.12.0
 chart_values:
   description: The complete chart values applied (or that would be).
   returned: with state=present
@@ -209,7 +210,7 @@ class DraDriverRelease(_helm_release.HelmRelease):
     the cluster's DRA API and the nodes' device plugins checked before any helm write, the DeviceClasses after."""
 
     namespace_hint = "nvidia-dra-driver-gpu"
-    version_example = "25.8.1"
+    version_example = "25.12.0"
     argument_spec = ARGUMENT_SPEC
     values_prefix = "gpuops-dra-"
 

@@ -480,3 +480,83 @@ def slice_problems(slices, node_name, gpus):
             " (a GPU whose MIG mode changed: the kubelet plugin enumerates only when it starts)"
             if have.get("type") == "gpu" else ""))
     return problems
+
+
+# ---- ComputeDomains (multi-node NVLink) ----------------------------------------------------------------------------
+# NVIDIA's ComputeDomain CRD (chart v25.12.0, crds/resource.nvidia.com_computedomains.yaml; NVIDIA/k8s-dra-driver-gpu
+# commit 0882da8720c28763137e0987778ec476ec4cf8df): spec.numNodes (integer, required; "must be zero or greater", which
+# the schema does not enforce), spec.channel.allocationMode (Single, the default, or All) and
+# spec.channel.resourceClaimTemplate.name (required). The spec is immutable (x-kubernetes-validations). NVIDIA's
+# controller creates the ResourceClaimTemplate of that name in the ComputeDomain's namespace itself
+# (cmd/compute-domain-controller/computedomain.go, resourceclaimtemplate.go: one request "channel" of the DeviceClass
+# compute-domain-default-channel.nvidia.com with a ComputeDomainChannelConfig), so the collection builds the
+# ComputeDomain and the workload's reference to that template, never the template.
+COMPUTE_DOMAIN_API_VERSION = "resource.nvidia.com/v1beta1"
+COMPUTE_DOMAIN_KIND = "ComputeDomain"
+CHANNEL_ALLOCATION_MODES = ("Single", "All")
+COMPUTE_DOMAIN_KEYS = ("name", "namespace", "num_nodes", "channel_allocation_mode", "claim_template")
+COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
+
+
+def compute_domain_errors(decl, where="compute domain"):
+    """What is wrong with one ComputeDomain declaration (a mapping with COMPUTE_DOMAIN_KEYS), each naming the key,
+    what was given and what is valid; [] when it is good."""
+    if not isinstance(decl, dict):
+        return ["%s must be a mapping with the keys %s, got %r" % (where, ", ".join(COMPUTE_DOMAIN_KEYS), decl)]
+    errors = []
+    unknown = sorted(str(k) for k in decl if k not in COMPUTE_DOMAIN_KEYS)
+    if unknown:
+        errors.append("%s has unknown keys %s (valid: %s)" % (where, ", ".join(unknown), ", ".join(COMPUTE_DOMAIN_KEYS)))
+    for key in ("name", "namespace", "num_nodes"):
+        if key not in decl:
+            errors.append("%s.%s is required" % (where, key))
+    name = decl.get("name")
+    if "name" in decl:
+        errors.extend(name_errors(name, "%s.name" % where))
+    namespace = decl.get("namespace")
+    if "namespace" in decl and (not isinstance(namespace, str) or not namespace or len(namespace) > 63
+                                or not _re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace)):
+        errors.append("%s.namespace %r is not a namespace name (lowercase letters, digits and '-', starting and ending "
+                      "with a letter or digit, at most 63 characters)" % (where, namespace))
+    nodes = decl.get("num_nodes")
+    if "num_nodes" in decl and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0):
+        errors.append("%s.num_nodes must be a whole number of nodes, 0 or more (NVIDIA recommends 0 with its default "
+                      "IMEXDaemonsWithDNSNames gate: the workload then decides when its peers are up), got %r"
+                      % (where, nodes))
+    mode = decl.get("channel_allocation_mode", "Single")
+    if mode not in CHANNEL_ALLOCATION_MODES:
+        errors.append("%s.channel_allocation_mode must be one of %s (Single: one IMEX channel per workload pod; All: "
+                      "every channel of the IMEX domain), got %r" % (where, ", ".join(CHANNEL_ALLOCATION_MODES), mode))
+    if decl.get("claim_template") is not None:
+        errors.extend(name_errors(decl["claim_template"], "%s.claim_template" % where))
+    elif isinstance(name, str) and not name_errors(name) and name_errors(name + "-channel"):
+        errors.append("%s.name %r is too long to derive the claim template's name %r from it: give claim_template"
+                      % (where, name, name + "-channel"))
+    return errors
+
+
+def compute_domain_claim_template(decl):
+    """The name of the ResourceClaimTemplate NVIDIA's controller creates for the declaration (claim_template, or
+    <name>-channel)."""
+    return decl.get("claim_template") or "%s-channel" % decl["name"]
+
+
+def compute_domain_object(decl):
+    """The ComputeDomain for a good declaration (raises DraError naming every problem of a bad one). Defaults the
+    API server would add (allocationMode Single) are written out, so that what is read back compares equal."""
+    errors = compute_domain_errors(decl)
+    if errors:
+        raise DraError("; ".join(errors))
+    return {"apiVersion": COMPUTE_DOMAIN_API_VERSION, "kind": COMPUTE_DOMAIN_KIND,
+            "metadata": {"name": decl["name"], "namespace": decl["namespace"],
+                         "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
+            "spec": {"numNodes": decl["num_nodes"],
+                     "channel": {"allocationMode": decl.get("channel_allocation_mode", "Single"),
+                                 "resourceClaimTemplate": {"name": compute_domain_claim_template(decl)}}}}
+
+
+def compute_domain_pod_claims(decl, claim=COMPUTE_DOMAIN_CLAIM):
+    """What a workload pod's spec adds to join the ComputeDomain: its ``resourceClaims`` entry (the template NVIDIA's
+    controller creates) and the ``resources.claims`` entry each container that uses the IMEX channel names."""
+    return {"resourceClaims": [{"name": claim, "resourceClaimTemplateName": compute_domain_claim_template(decl)}],
+            "container_claims": [{"name": claim}]}

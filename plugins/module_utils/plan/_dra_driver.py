@@ -5,7 +5,9 @@
 what on a node would conflict with the driver (PRIVATE: do not use from other collections). Pure functions, no I/O.
 
 Facts from NVIDIA's chart and code at kubernetes-sigs/dra-driver-nvidia-gpu v25.8.1 (commit
-fc69d98528027bfe06efff81e6fd99c98ede8ff7), deployments/helm/nvidia-dra-driver-gpu/ unless another path is named.
+fc69d98528027bfe06efff81e6fd99c98ede8ff7), deployments/helm/nvidia-dra-driver-gpu/ unless another path is named, and
+unchanged at v25.12.0 (NVIDIA/k8s-dra-driver-gpu, commit 0882da8720c28763137e0987778ec476ec4cf8df, the default) unless
+25.12.0 is named: docs/dra.md says what changed.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -87,6 +89,11 @@ def values_errors(values):
     for key, why in REFUSED:
         if key in values:
             errors.append("values.%s is refused: %s" % (key, why))
+    gates = values.get("featureGates")
+    if isinstance(gates, dict) and gates.get("DynamicMIG") is True:
+        errors.append("values.featureGates.DynamicMIG cannot be true: the module turns MPSSupport on, and NVIDIA's "
+                      "driver (25.12.0, pkg/featuregates ValidateFeatureGates) refuses DynamicMIG with MPSSupport, so "
+                      "the kubelet plugin would not start (and the collection sets the MIG layout on the node itself)")
     plugin = values.get("kubeletPlugin")
     if plugin is not None and not isinstance(plugin, dict):
         errors.append("values.kubeletPlugin must be a mapping (the module sets kubeletPlugin.affinity), got %r"

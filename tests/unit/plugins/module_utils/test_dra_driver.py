@@ -28,6 +28,13 @@ def test_values_errors_name_each_key_once():
     assert _dra_driver.values_errors({"kubeletPlugin": {"tolerations": []}, "featureGates": {"X": True}}) == []
 
 
+def test_dynamic_mig_is_refused_because_the_module_turns_mps_on():
+    errors = _dra_driver.values_errors({"featureGates": {"DynamicMIG": True}})
+    assert len(errors) == 1 and errors[0].startswith("values.featureGates.DynamicMIG cannot be true")
+    assert "MPSSupport" in errors[0]
+    assert _dra_driver.values_errors({"featureGates": {"DynamicMIG": False, "NVMLDeviceHealthCheck": True}}) == []
+
+
 def test_which_pods_are_device_plugins():
     chart = {"app.kubernetes.io/name": "nvidia-device-plugin"}
     assert "NVIDIA's device plugin chart" in _dra_driver.device_plugin_pod(_pod("nvdp-nvidia-device-plugin", chart))
