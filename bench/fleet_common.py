@@ -183,6 +183,10 @@ def empty_playbook(tmp, shape, real=(), name="empty.yml", stand_in=None):
                 task.setdefault("vars", {})["__on"] = t["ran"]
                 task["when"] = "inventory_hostname in __on"
             tasks.append(task)
+        if not batch["hosts"]:
+            # a play whose every node left it in a meta task (site.yml's DCGM scrape: end_host where there is nothing
+            # to scrape) has no host result to mirror, and ansible-playbook refuses a play of no hosts
+            continue
         plays.append({"name": "Empty: " + batch["name"], "hosts": ",".join(batch["hosts"]), "gather_facts": False,
                       "tasks": tasks})
     path = os.path.join(tmp, name)

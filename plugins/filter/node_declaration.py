@@ -188,6 +188,10 @@ def _cdi_errors(declared, head, provider):
 
 def _health_errors(policy, head):
     """The health gate's policy (docs/health.md): known finding kinds, each block, warn or ignore."""
+    if policy in (None, "") or policy == {}:
+        # no policy of the user's: the defaults, which are valid; the health reader (with the burn-in, DCGM, Xid and
+        # PCI readers it imports) not imported in every node's validation for it (issue 48's re-run)
+        return []
     # imported here: the planner only where the filter runs (see the note above SHARING)
     from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import (
         HealthPolicyError, validate_policy)
@@ -201,6 +205,10 @@ def _health_errors(policy, head):
 def _skip_xids_errors(setting, head):
     """The fleet-wide device plugin Xid skip setting (the cluster role's cluster_device_plugin_skip_xids, or
     gpuops_device_plugin_skip_xids): 'auto', 'all' or a list of Xid codes (docs/health.md)."""
+    if setting == "auto":
+        # the default, always valid (setting_errors' first rule): its planner and the health reader it imports are
+        # not imported in every node's validation for it (issue 48's re-run)
+        return []
     from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._device_plugin_health import setting_errors
     return ["%s %s" % (head, error) for error in setting_errors(setting, "cluster_device_plugin_skip_xids")]
 
@@ -208,17 +216,20 @@ def _skip_xids_errors(setting, head):
 def _dcgm_exporter_errors(declared):
     """The cluster role's DCGM exporter settings (cluster_dcgm_exporter_*): the host engine's port, the chart values
     the module would refuse, the scrape's timeout - refused here, before the cluster play installs anything."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_exporter
     errors = []
-    port = declared.get("port", _dcgm_exporter.DEFAULT_HOST_ENGINE_PORT)
+    port = declared.get("port", _PORT_NOT_GIVEN)
     if isinstance(port, str) and re.match(_WHOLE, port.strip()) and len(port.strip()) < 7:
         port = int(port)
-    error = _dcgm_exporter.port_error("cluster_dcgm_exporter_host_engine_port", port)
-    if error:
-        errors.append(error.replace(", got", " (the port of the nodes' nv-hostengine), got"))
     values = declared.get("values") or {}
-    if isinstance(values, dict):
-        errors.extend("cluster_dcgm_exporter_" + e for e in _dcgm_exporter.values_errors(values))
+    # the planner imported only where it has something to check: chart values, or a port that is not one (the
+    # defaults, no values and port 5555, need neither; it imports the device plugin's and the GPU pods' planners)
+    if (values and isinstance(values, dict)) or not (port is _PORT_NOT_GIVEN or _tcp_port(port)):
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_exporter
+        error = _dcgm_exporter.port_error("cluster_dcgm_exporter_host_engine_port", port)
+        if error and port is not _PORT_NOT_GIVEN:
+            errors.append(error.replace(", got", " (the port of the nodes' nv-hostengine), got"))
+        if isinstance(values, dict):
+            errors.extend("cluster_dcgm_exporter_" + e for e in _dcgm_exporter.values_errors(values))
     timeout = declared.get("verify_timeout", 300)
     if isinstance(timeout, str) and re.match(_WHOLE, timeout.strip()) and len(timeout.strip()) < 7:
         timeout = int(timeout)
@@ -226,6 +237,15 @@ def _dcgm_exporter_errors(declared):
         errors.append("cluster_dcgm_exporter_verify_timeout must be a whole number of seconds from 0 to 86400 (one "
                       "day), got %s" % _json(_truncate(_text(timeout), 40)))
     return errors
+
+
+_PORT_NOT_GIVEN = object()
+
+
+def _tcp_port(value):
+    """True for a TCP port number: what _dcgm_exporter.port_error takes without a message
+    (tests/unit/plugins/filter/test_node_declaration.py compares the two)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
 def _dra_errors(explicit):

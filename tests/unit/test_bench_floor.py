@@ -120,3 +120,16 @@ def test_the_imports_play_runs_a_module_with_the_node_plans_imports_and_no_work(
     assert source.count("from ansible.module_utils.basic import AnsibleModule") == 1
     with pytest.raises(fleet_common.BenchError, match="not a gpuops.nvidia module"):
         fleet_floor.module_source("ansible.builtin.ping")
+
+
+def test_a_play_that_every_node_left_in_a_meta_task_is_not_mirrored(tmp_path):
+    # site.yml's DCGM scrape play ends each node with nothing to scrape in a meta task (end_host), which the callback
+    # records with no host result: the empty play leaves that play out (a play of no hosts is refused by
+    # ansible-playbook: "Hosts list cannot be empty") and mirrors the others
+    data = _run_data()
+    data["plays"].append({"play": {"name": "Scrape"}, "tasks": [
+        {"task": {"name": "Nothing to scrape", "action": "ansible.builtin.meta"}, "hosts": {}}]})
+    shape = fleet_common.batches(data)
+    assert [b["hosts"] for b in shape] == [["node-000", "node-001"], []]
+    plays = _load(fleet_common.empty_playbook(str(tmp_path), shape))
+    assert [p["name"] for p in plays] == ["Empty: GPU nodes"] and plays[0]["hosts"] == "node-000,node-001"

@@ -2,6 +2,8 @@
 six assert tasks it replaced, every failed check reported, and any value refused with a message, never a crash."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -167,3 +169,60 @@ def test_the_health_reset_needs_the_gate():
         and error.endswith("; nothing changed")
     for reset, gate in ((True, True), (False, False), ("yes", "true")):
         assert node_declaration_errors(dict(declared({}), health_reset=reset, health_gate=gate), "n1") == []
+
+
+# The DCGM exporter's and the skip setting's checks, as validate.yml hands them (the cluster role's defaults)
+EXPORTER_DEFAULTS = {"port": 5555, "values": {}, "verify_timeout": 300}
+
+
+@pytest.mark.parametrize("port", ["x", 0, 65536, -1, True, None, 1.5, "", [5555], "0"])
+def test_a_host_engine_port_that_is_not_one_is_refused(port):
+    (error,) = node_declaration_errors(dict(declared({}), dcgm_exporter=dict(EXPORTER_DEFAULTS, port=port)), "n1")
+    assert error.startswith("node n1: cluster_dcgm_exporter_host_engine_port must be a TCP port number from 1 to "
+                            "65535 (the port of the nodes' nv-hostengine), got ") and error.endswith("; nothing changed")
+
+
+@pytest.mark.parametrize("port", [1, 5555, 65535, "5555", " 80 "])
+def test_a_host_engine_port_passes(port):
+    assert node_declaration_errors(dict(declared({}), dcgm_exporter=dict(EXPORTER_DEFAULTS, port=port)), "n1") == []
+    assert node_declaration_errors(dict(declared({}), dcgm_exporter={"values": {}}), "n1") == []   # not given
+
+
+def test_chart_values_the_module_sets_are_refused_with_a_default_port():
+    (error,) = node_declaration_errors(
+        dict(declared({}), dcgm_exporter=dict(EXPORTER_DEFAULTS, values={"hostNetwork": False})), "n1")
+    assert error.startswith("node n1: cluster_dcgm_exporter_values.hostNetwork is set by the module")
+
+
+@pytest.mark.parametrize("value", [0, 1, 80, 65535, 65536, -5, True, False, None, "80", 1.0, 5555.5, [], object()])
+def test_the_filters_port_rule_is_the_planners(value):
+    # node_declaration._tcp_port decides whether the exporter's planner is imported at all; its verdict must be the
+    # planner's own (port_error), or a bad port would pass unseen
+    from ansible_collections.gpuops.nvidia.plugins.filter import node_declaration
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._dcgm_exporter import port_error
+    assert node_declaration._tcp_port(value) is (port_error("p", value) is None)   # pylint: disable=protected-access
+
+
+def test_the_default_declaration_is_checked_without_the_health_and_exporter_planners():
+    # site.yml validates every node in every run: where the health policy, the Xid skip setting and the DCGM exporter
+    # keep their defaults, the check imports none of the planners (the health reader with its burn-in, DCGM, Xid and
+    # PCI readers; the exporter's with the device plugin's) that other values need (issue 48's re-run); a bad value
+    # still gets them (the tests above)
+    code = (
+        "import json, sys\n"
+        "from ansible_collections.gpuops.nvidia.plugins.filter.node_declaration import node_declaration_errors\n"
+        "d = json.loads(sys.argv[1])\n"
+        "errors = node_declaration_errors(d, 'n1')\n"
+        "print(json.dumps([errors, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+        "                                 if m.startswith('ansible_collections.gpuops.nvidia.plugins.module_utils.'))]))\n")
+    base = dict(declared({}), health_policy={}, health_gate=True, health_reset=False, device_plugin_skip_xids="auto",
+                dcgm_exporter=EXPORTER_DEFAULTS)
+    heavy = {"_gpu_health", "_device_plugin_health", "_dcgm_exporter", "_burn_in", "_pci", "_xid", "_dcgm"}
+    for given, imported in ((base, set()), (dict(base, health_policy={"xid_fatal": "warn"}), {"_gpu_health"}),
+                            (dict(base, device_plugin_skip_xids=[79]), {"_device_plugin_health"}),
+                            (dict(base, dcgm_exporter=dict(EXPORTER_DEFAULTS, values={"a": 1})), {"_dcgm_exporter"})):
+        out = subprocess.run([sys.executable, "-c", code, json.dumps(given)], check=True, stdout=subprocess.PIPE,
+                             universal_newlines=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        errors, modules = json.loads(out.stdout)
+        assert errors == []
+        assert heavy & set(modules) >= imported and (imported or not heavy & set(modules)), (given, modules)
