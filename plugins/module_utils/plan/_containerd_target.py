@@ -76,14 +76,18 @@ class TargetError(Exception):
 
 
 def _socket_path(endpoint):
-    """``unix:///run/x.sock`` or a bare path -> the path; None for other schemes."""
+    """``unix:///run/x.sock`` or a bare path -> the normalised path (``/var/run`` is ``/run`` on every systemd
+    distribution); None for other schemes."""
     if not endpoint:
         return None
     if endpoint.startswith("unix://"):
-        return endpoint[len("unix://"):] or None
-    if "://" in endpoint:
+        endpoint = endpoint[len("unix://"):]
+    elif "://" in endpoint:
         return None
-    return endpoint
+    if not endpoint:
+        return None
+    path = os.path.normpath(endpoint)
+    return "/run/" + path[len("/var/run/"):] if path.startswith("/var/run/") else path
 
 
 def kubelet_endpoint_from_args(args):
@@ -184,7 +188,7 @@ def serving(readings):
         return None
     for kind in ("k3s", "rke2", "containerd"):
         found = readings.present.get(kind)
-        if found is not None and os.path.normpath(found.socket) == os.path.normpath(socket):
+        if found is not None and _socket_path(found.socket) == socket:
             return found
     return None
 
@@ -209,7 +213,7 @@ def resolve(distribution, config_path, readings):
     if readings.endpoint is None:
         return kind, target
     socket = _socket_path(readings.endpoint)
-    if socket is not None and os.path.normpath(socket) == os.path.normpath(target.socket):
+    if socket is not None and socket == _socket_path(target.socket):
         return kind, target
     other = serves.describe() if serves is not None else "a runtime at %s" % readings.endpoint
     hint = (" Set containerd_runtime_distribution: %s (or auto)." % serves.kind) if serves is not None else ""
@@ -234,8 +238,8 @@ def detected_runtimes(executables):
 
 def would_detect(runtime_name, runtime_path):
     """Whether the agent would itself define ``runtime_name`` with ``runtime_path`` once that file exists: the name and
-    executable are one of its pairs and the path is the first of its PATH it would look in... any of its PATH
-    directories (the toolkit's packages install in /usr/bin)."""
+    the executable's name are one of its pairs and the file is in a directory of its PATH (the toolkit's packages
+    install in /usr/bin). That no earlier directory holds another is checked on the files (``detected_runtimes``)."""
     for name, binary in DETECTED_RUNTIMES:
         if name == runtime_name:
             return os.path.basename(runtime_path) == binary and os.path.dirname(runtime_path) in AGENT_PATH
