@@ -150,8 +150,15 @@ def _service(root, dist):
 
 
 def plan_distribution(kind, params, root):
-    """What k3s or RKE2 needs for the declaration (changing nothing). Raises TargetError where it cannot be done
-    through the distribution's own mechanisms."""
+    """What k3s or RKE2 needs for the declaration (changing nothing). Raises TargetError (its message starting with
+    the option, ``distribution k3s: ...``) where it cannot be done through the distribution's own mechanisms."""
+    try:
+        return _plan_distribution(kind, params, root)
+    except TargetError as exc:
+        raise TargetError("distribution %s: %s" % (kind, exc))
+
+
+def _plan_distribution(kind, params, root):
     dist = DISTRIBUTIONS[kind]
     name, path = params["runtime_name"], params["runtime_path"]
     warnings = []
@@ -174,7 +181,7 @@ def plan_distribution(kind, params, root):
                               % (kind, name, detected[name], path, detected[name]))
     elif name in dict(DETECTED_RUNTIMES):
         raise TargetError("%s's agent defines the runtime %r itself (from %s in its PATH %s), so a template cannot"
-                          " define it again with %s (a second table is a TOML error); use another runtime_name or the"
+                          " define it again with runtime_path %s (a second table is a TOML error); use another runtime_name or the"
                           " path it finds; nothing changed" % (kind, name, dict(DETECTED_RUNTIMES)[name],
                                                                ":".join(AGENT_PATH), path))
     else:

@@ -218,9 +218,10 @@ def resolve(distribution, config_path, readings):
     other = serves.describe() if serves is not None else "a runtime at %s" % readings.endpoint
     hint = (" Set containerd_runtime_distribution: %s (or auto)." % serves.kind) if serves is not None else ""
     raise TargetError(
-        "the declaration targets %s, but the kubelet talks to %s (its --container-runtime-endpoint %s, read from %s):"
-        " a runtime written there would never serve a pod; nothing changed.%s"
-        % (target.describe(), other, readings.endpoint, readings.endpoint_source, hint))
+        "the declaration (distribution %s, config_path %s) targets %s, but the kubelet talks to %s (its"
+        " --container-runtime-endpoint %s, read from %s): a runtime written there would never serve a pod; nothing"
+        " changed.%s" % (distribution, config_path, target.describe(), other, readings.endpoint,
+                         readings.endpoint_source, hint))
 
 
 def detected_runtimes(executables):

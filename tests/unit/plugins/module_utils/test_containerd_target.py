@@ -1,5 +1,6 @@
 """_containerd_target: the kubelet's endpoint as its flag files and config say it, and which containerd serves it."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _containerd_target as target
 
@@ -74,3 +75,20 @@ def test_template_version_and_text():
     text = target.template_text("k3s", 3, [target.runtime_table(3, "gpu", "/opt/r")])
     assert target.is_ours(text) and text.count(target.BASE_ACTION) == 1
     assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'gpu'.options]" in text
+
+
+# splitlines() ends a line at each of these too
+_LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters=_LINE_BREAKS + "\n"),
+                max_size=30).filter(lambda line: not line.startswith("default-runtime"))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(lines=st.lists(_LINE, max_size=8), value=st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,20}\Z"))
+def test_setting_default_runtime_keeps_every_other_line(lines, value):
+    """Whatever else config.yaml holds, setting default-runtime reads back as set, removing it leaves the other
+    lines exactly as they were."""
+    text = "".join(line + "\n" for line in lines)
+    written = target.set_yaml_scalar(text, "default-runtime", value)
+    assert target.yaml_scalar(written, "default-runtime") == value
+    assert target.set_yaml_scalar(written, "default-runtime", None) == text
