@@ -135,10 +135,10 @@ attributes:
     support: full
     details: nvidia-ctk's output is byte-identical on its own output, so a second run reports no change.
 notes:
-  - "B(k3s and rke2) regenerate C(config.toml) from C(config.toml.tmpl) at every start, so changes to the generated
-    C(config.toml) are lost, and nvidia-ctk cannot parse a Go template C(config.toml.tmpl). Prefer their built-in
-    nvidia runtime detection or C(default-runtime: nvidia) in their C(config.yaml); see the collection's
-    docs/containerd.md."
+  - "B(k3s and rke2) regenerate C(config.toml) at every start of their agent, so changes to the generated file are
+    lost, and nvidia-ctk cannot parse their Go templates. With O(distribution=k3s) or O(distribution=rke2) (or
+    V(auto) on such a node) the module works through the distribution's own mechanisms instead; see the
+    collection's docs/containerd.md, section k3s and RKE2."
   - On containerd 1.6/1.7 a drop-in's plugin section replaces the whole section of the main file. nvidia-ctk's
     drop-in therefore holds a copy of the whole CRI section; later edits to that section in config.toml are shadowed
     until this module runs again, which regenerates the drop-in.
