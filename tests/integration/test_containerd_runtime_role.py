@@ -151,8 +151,8 @@ def test_role_on_k3s_restarts_the_agent_only_when_its_generated_config_changes(l
     restart = ("import sys; sys.path[:0] = [%r, %r]; from tests.support import rancher_agent_standin as a; "
                "a.start(%r, 'k3s'); open(%r, 'a').write('restarted\\n')"
                % (ROOT, os.path.join(ROOT, ".collections"), str(root), str(lab.marker)))
-    lab.write_playbook(containerd_runtime_set_as_default=True, containerd_runtime_restart_command=[PYTHON, "-c",
-                                                                                                  restart])
+    lab.write_playbook(containerd_runtime_set_as_default=True,
+                       containerd_runtime_restart_command=[PYTHON, "-c", restart])
     first = lab.play()
     assert first.returncode == 0, first.stdout + first.stderr
     result = json.loads(lab.result.read_text())

@@ -1,7 +1,7 @@
 """A STAND-IN for the containerd-config step of k3s's and RKE2's agent (not their code), on a simulated node root.
 
-What it reproduces, from k3s-io/k3s at v1.32.2+k3s1 (pkg/agent/containerd, pkg/agent/templates) and the k3s docs
-(k3s-io/docs docs/advanced/advanced.md), RKE2 running the same agent code:
+What it reproduces, from k3s-io/k3s (pkg/agent/containerd/runtimes.go at commit cd1fadb931e0, pkg/agent/templates)
+and the k3s docs (k3s-io/docs docs/advanced/advanced.md), RKE2 running the same agent code:
 - at every start the agent writes /var/lib/rancher/<dist>/agent/etc/containerd/config.toml, rendered from the
   administrator's template where one exists (containerd 2.x: config-v3.toml.tmpl first, then config.toml.tmpl;
   containerd 1.x: config.toml.tmpl), else from its stock ("base") config;

@@ -145,8 +145,9 @@ def _service(root, dist):
     for name in dist.services:
         if any(os.path.exists(_under(root, "%s/%s.service" % (d, name))) for d in UNIT_DIRS):
             return name, None
-    return dist.services[0], ("no %s unit found in %s; restarting %s" % (" or ".join(dist.services),
-                                                                        ", ".join(UNIT_DIRS), dist.services[0]))
+    note = "no %s unit found in %s; restarting %s" % (" or ".join(dist.services), ", ".join(UNIT_DIRS),
+                                                      dist.services[0])
+    return dist.services[0], note
 
 
 def plan_distribution(kind, params, root):
@@ -170,8 +171,8 @@ def _plan_distribution(kind, params, root):
                           " that the template's version (config.toml.tmpl for containerd 1.x, config-v3.toml.tmpl"
                           " for 2.x) can be read from it; nothing changed" % (kind, dist.generated,
                                                                               " or ".join(dist.services)))
-    executables = dict((p, True) for d in AGENT_PATH for _, b in DETECTED_RUNTIMES
-                       for p in [d + "/" + b] if os.access(_under(root, p), os.X_OK))
+    candidates = [d + "/" + binary for d in AGENT_PATH for (_name, binary) in DETECTED_RUNTIMES]
+    executables = dict((p, True) for p in candidates if os.access(_under(root, p), os.X_OK))
     detected = detected_runtimes(executables)
     additions = []
     if would_detect(name, path):

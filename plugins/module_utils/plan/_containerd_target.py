@@ -10,10 +10,10 @@ Pure: no subprocess, no file reads or writes. The reads are node/_containerd_dis
    containerd the declaration targets (plain containerd, k3s or RKE2) and refuses, naming both, where the kubelet
    talks to another one.
 2. k3s and RKE2 generate containerd's config at every start of their agent from a base template, with the NVIDIA
-   runtimes they find in the agent's PATH. Facts, from k3s-io/k3s at v1.32.2+k3s1 (pkg/agent/containerd/runtimes.go,
-   nvidia.go; pkg/agent/templates) and the k3s docs (k3s-io/docs, docs/advanced/advanced.md, "Configuring
-   containerd", "Alternative Container Runtime Support"); RKE2 runs the same agent code (rancher/rke2 at
-   v1.35.7+rke2r1, go.mod):
+   runtimes they find in the agent's PATH. Facts, from k3s-io/k3s (pkg/agent/containerd/runtimes.go at commit
+   cd1fadb931e0, nvidia.go at 2570a9b176c7, pkg/agent/templates) and the k3s docs (k3s-io/docs,
+   docs/advanced/advanced.md, "Configuring containerd", "Alternative Container Runtime Support"); RKE2 runs the same
+   agent code (rancher/rke2 v1.35.7+rke2r1's go.mod: k3s-io/k3s release-1.35 at 7464a828f03e):
    - runtimes ``nvidia`` (nvidia-container-runtime), ``nvidia-experimental`` (nvidia-container-runtime-experimental)
      and ``nvidia-cdi`` (nvidia-container-runtime.cdi), found in the service's PATH (else /usr/local/nvidia/toolkit),
      type io.containerd.runc.v2, ``options.BinaryName`` the path found;

@@ -209,8 +209,8 @@ def test_containerd_step_follows_the_modules_verified_state(node, tmp_path):
     assert plan["steps"]["containerd_runtime"] == ["containerd: nvidia-ctk %s is not executable" % (tmp_path / "nope")]
 
 
-def test_containerd_step_on_k3s_reads_the_agents_config_and_refuses_the_wrong_containerd(node, tmp_path,
-                                                                                          monkeypatch):
+def test_containerd_step_on_k3s_reads_the_agents_config_and_refuses_the_wrong_containerd(
+        node, tmp_path, monkeypatch):
     """Issue 51: on a k3s node the step follows what the agent generated (work until it serves the runtime, none
     after), and a plain-containerd declaration there is reported refused, naming both containerds."""
     from tests.support import rancher_agent_standin as agent
