@@ -68,8 +68,10 @@ def _running_kubelet(root):
     return None
 
 
-def _plain_socket(root, config_path):
-    text = _text(root, config_path)
+def _plain_socket(config_path):
+    """The socket of the containerd whose config is ``config_path`` (a path as the module writes it, not under the
+    node root: the lab's already names its root): its ``[grpc] address``, else containerd's default."""
+    text = _text("/", config_path)
     if text:
         try:
             address = get_in(parse_toml(text, config_path), ["grpc", "address"])
@@ -83,8 +85,8 @@ def _plain_socket(root, config_path):
 def read_node(root, config_path):
     """Readings: the containerds present under ``root`` and the kubelet's endpoint with where it was read."""
     present = {}
-    if any(os.path.exists(_under(root, p)) for p in (config_path, "/etc/containerd", PLAIN_SOCKET)):
-        present["containerd"] = Containerd("containerd", config_path, _plain_socket(root, config_path))
+    if os.path.exists(config_path) or any(os.path.exists(_under(root, p)) for p in ("/etc/containerd", PLAIN_SOCKET)):
+        present["containerd"] = Containerd("containerd", config_path, _plain_socket(config_path))
     for name, dist in DISTRIBUTIONS.items():
         if os.path.isdir(_under(root, dist.containerd_dir)) or os.path.isdir(_under(root, os.path.dirname(
                 dist.config_yaml))):
@@ -115,7 +117,7 @@ def read_node(root, config_path):
                 source = ("%s (container-runtime-endpoint)" % dist.config_yaml if own
                           else "%s's embedded kubelet (its default endpoint)" % name)
                 break
-    return Readings(present, endpoint, source, _plain_socket(root, config_path))
+    return Readings(present, endpoint, source, _plain_socket(config_path))
 
 
 def target(params, root=None):

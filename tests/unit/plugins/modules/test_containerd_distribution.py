@@ -188,3 +188,21 @@ def test_kubeadm_kubelet_on_plain_containerd_refuses_a_k3s_declaration(node):
     result = node.run(distribution="k3s")
     assert result["rc"] == 1
     assert "/var/lib/kubelet/kubeadm-flags.env" in result["msg"] and "k3s's containerd" in result["msg"]
+
+
+def test_plain_containerds_own_socket_comes_from_its_config(node, tmp_path):
+    """A plain containerd listening where its [grpc] address says, next to k3s: the kubelet's endpoint names that
+    socket, so auto is plain containerd (config_path as the module writes it), and k3s is refused naming both."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_distribution as dist
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_target import TargetError
+    agent.make_root(node.root, "k3s")
+    config = tmp_path / "containerd.toml"
+    config.write_text('version = 2\n[grpc]\n  address = "/run/custom/containerd.sock"\n')
+    os.makedirs(node.path("/etc/default"))
+    with open(node.path("/etc/default/kubelet"), "w") as handle:
+        handle.write("KUBELET_EXTRA_ARGS=--container-runtime-endpoint=unix:///var/run/custom/containerd.sock\n")
+    kind, found = dist.target({"config_path": str(config), "distribution": "auto"})
+    assert kind == "containerd" and found.socket == "/run/custom/containerd.sock"
+    with pytest.raises(TargetError) as exc:
+        dist.target({"config_path": str(config), "distribution": "k3s"})
+    assert "/etc/default/kubelet" in str(exc.value) and "socket /run/custom/containerd.sock" in str(exc.value)
