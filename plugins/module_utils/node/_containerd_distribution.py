@@ -184,9 +184,9 @@ def _plan_distribution(kind, params, root):
                               % (kind, name, detected[name], path, detected[name]))
     elif name in dict(DETECTED_RUNTIMES):
         raise TargetError("%s's agent defines the runtime %r itself (from %s in its PATH %s), so a template cannot"
-                          " define it again with runtime_path %s (a second table is a TOML error); use another runtime_name or the"
-                          " path it finds; nothing changed" % (kind, name, dict(DETECTED_RUNTIMES)[name],
-                                                               ":".join(AGENT_PATH), path))
+                          " define it again with runtime_path %s (a second table is a TOML error); use another"
+                          " runtime_name or the path it finds; nothing changed"
+                          % (kind, name, dict(DETECTED_RUNTIMES)[name], ":".join(AGENT_PATH), path))
     else:
         additions.append(runtime_table(version, name, path))
     plugin = "io.containerd.cri.v1.runtime" if version == 3 else "io.containerd.grpc.v1.cri"
@@ -217,9 +217,12 @@ def _plan_distribution(kind, params, root):
     for drop in sorted(glob.glob(_under(root, dist.config_yaml_d + "/*.yaml"))):
         with open(drop) as handle:
             value = yaml_scalar(handle.read(), "default-runtime")
-        if value is not None and value != desired:
-            raise TargetError("%s sets default-runtime: %s, which overrides %s's %s; the declaration wants %s;"
-                              " nothing changed" % (drop, value, dist.config_yaml, kind, desired or "none"))
+        # a later file wins for a scalar: one that sets another default than the declared one (or, with
+        # set_as_default false, this runtime) would override what config.yaml says
+        if value is not None and (value != name if params["set_as_default"] else value == name):
+            raise TargetError("%s sets default-runtime: %s, which overrides %s; set_as_default is %s for runtime %s;"
+                              " nothing changed" % (drop[len(root.rstrip("/")):] if root not in ("", "/") else drop,
+                                                    value, dist.config_yaml, params["set_as_default"], name))
     if desired != current:
         before[dist.config_yaml] = yaml_text
         after[dist.config_yaml] = set_yaml_scalar(yaml_text or "", "default-runtime", desired)

@@ -206,3 +206,15 @@ def test_plain_containerds_own_socket_comes_from_its_config(node, tmp_path):
     with pytest.raises(TargetError) as exc:
         dist.target({"config_path": str(config), "distribution": "k3s"})
     assert "/etc/default/kubelet" in str(exc.value) and "socket /run/custom/containerd.sock" in str(exc.value)
+
+
+def test_a_config_yaml_d_file_overriding_the_declared_default_is_refused_naming_it(node):
+    agent.make_root(node.root, "k3s")
+    agent.start(node.root, "k3s")
+    os.makedirs(node.path("/etc/rancher/k3s/config.yaml.d"))
+    with open(node.path("/etc/rancher/k3s/config.yaml.d/50-runtime.yaml"), "w") as handle:
+        handle.write("default-runtime: runc\n")
+    assert node.run()["rc"] == 0  # set_as_default false: runc as the default is the administrator's choice
+    result = node.run(set_as_default=True)
+    assert result["rc"] == 1 and "/etc/rancher/k3s/config.yaml.d/50-runtime.yaml sets default-runtime: runc" \
+        in result["msg"] and "set_as_default" in result["msg"]
