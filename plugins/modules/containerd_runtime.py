@@ -98,6 +98,28 @@ options:
         validation. When omitted it is searched in PATH, C(/usr/bin), C(/usr/local/bin) and C(/usr/sbin); when none
         is found the module warns and relies on its own checks. When given, it must exist.
     type: path
+  distribution:
+    description:
+      - Which containerd is configured. V(containerd) is a containerd with its own config (O(config_path)), edited
+        with nvidia-ctk as described above.
+      - V(k3s) and V(rke2) are the containerd their agent runs and generates the config of at every start
+        (C(/var/lib/rancher/k3s/agent/etc/containerd/), the same under C(rke2)). nvidia-ctk is not used. The agent
+        adds the C(nvidia), C(nvidia-experimental) and C(nvidia-cdi) runtimes itself when it finds their executables
+        in its PATH; the module sets C(default-runtime) in C(/etc/rancher/<distribution>/config.yaml) (with
+        O(set_as_default)) and writes a template (C(config-v3.toml.tmpl) where the agent generates a version 3
+        config, that is containerd 2.x, else C(config.toml.tmpl)) holding C({{ template "base" . }}) and only what the
+        agent does not generate (a runtime under another name or path). RV(restart_required) says whether the
+        agent (RV(restart_service)) must restart, which is when a file changed or the config it generated last does not
+        yet serve the declaration.
+      - V(auto) is the containerd the kubelet talks to (its C(--container-runtime-endpoint), from its command line,
+        C(/var/lib/kubelet/kubeadm-flags.env), C(/etc/default/kubelet), C(/etc/sysconfig/kubelet) or
+        C(/var/lib/kubelet/config.yaml); k3s/RKE2's embedded kubelet uses C(/run/k3s/containerd/containerd.sock)),
+        else the only distribution present, else V(containerd).
+      - Whatever the choice, a declaration aimed at a containerd that does not serve the kubelet is refused, naming
+        both, before anything changes.
+    type: str
+    choices: [auto, containerd, k3s, rke2]
+    default: auto
   backup:
     description: Keep a timestamped copy of every file before it is replaced.
     type: bool
@@ -113,10 +135,10 @@ attributes:
     support: full
     details: nvidia-ctk's output is byte-identical on its own output, so a second run reports no change.
 notes:
-  - "B(k3s and rke2) regenerate C(config.toml) from C(config.toml.tmpl) at every start, so changes to the generated
-    C(config.toml) are lost, and nvidia-ctk cannot parse a Go template C(config.toml.tmpl). Prefer their built-in
-    nvidia runtime detection or C(default-runtime: nvidia) in their C(config.yaml); see the collection's
-    docs/containerd.md."
+  - "B(k3s and rke2) regenerate C(config.toml) at every start of their agent, so changes to the generated file are
+    lost, and nvidia-ctk cannot parse their Go templates. With O(distribution=k3s) or O(distribution=rke2) (or
+    V(auto) on such a node) the module works through the distribution's own mechanisms instead; see the
+    collection's docs/containerd.md, section k3s and RKE2."
   - On containerd 1.6/1.7 a drop-in's plugin section replaces the whole section of the main file. nvidia-ctk's
     drop-in therefore holds a copy of the whole CRI section; later edits to that section in config.toml are shadowed
     until this module runs again, which regenerates the drop-in.
@@ -173,7 +195,9 @@ files:
   elements: dict
   sample: [{path: /etc/containerd/config.toml, action: update, backup_file: /etc/containerd/config.toml.1234.bak}]
 restart_required:
-  description: Whether containerd must be restarted for the change to take effect (true exactly when changed).
+  description:
+    - Whether containerd must be restarted for the change to take effect (with a plain containerd, true exactly when
+      changed; with k3s or rke2, also when the config the agent generated last does not serve the declaration yet).
   returned: always
   type: bool
   sample: true
@@ -215,6 +239,32 @@ effective_changes:
   type: list
   elements: str
   sample: []
+distribution:
+  description: The containerd configured (V(k3s) or V(rke2)); only on that path.
+  returned: when the distribution is k3s or rke2
+  type: str
+  sample: k3s
+restart_service:
+  description: The distribution's unit to restart (C(k3s), C(k3s-agent), C(rke2-server), C(rke2-agent)).
+  returned: when the distribution is k3s or rke2
+  type: str
+  sample: k3s-agent
+restart_reasons:
+  description: Why the distribution's agent must restart (a file changed; what its generated config lacks).
+  returned: when the distribution is k3s or rke2
+  type: list
+  elements: str
+template_path:
+  description: The template the distribution reads (written only when it has something to add).
+  returned: when the distribution is k3s or rke2
+  type: str
+  sample: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl
+detected_runtimes:
+  description: The NVIDIA runtimes the distribution's agent finds in its PATH (and adds itself).
+  returned: when the distribution is k3s or rke2
+  type: list
+  elements: str
+  sample: [nvidia, nvidia-cdi]
 verified_earlier:
   description:
     - Present (true) when every file containerd loads, both binaries, the parameters and the module's code were
@@ -234,6 +284,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytec
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _containerd_config as containerd_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_run as containerd_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_distribution as distribution
+from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_target import TargetError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import LiveFileError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     Done, Failure, ModuleRun, run_module)
@@ -247,6 +299,7 @@ class ContainerdRuntime(ModuleRun):
 
     argument_spec = dict(containerd_config.ARGUMENT_SPEC, backup=dict(type="bool", default=False))
     errors = (containerd_config.ContainerdConfigError, LiveFileError, IOError, OSError)
+    refusals = (TargetError,)
 
     def failing(self, exc):
         if isinstance(exc, containerd_config.TomlLibraryMissing):
@@ -256,6 +309,14 @@ class ContainerdRuntime(ModuleRun):
         return None
 
     def read(self):
+        p = self.params
+        containerd_config.validate_params(p["config_path"], p["drop_in_path"], p["edit_mode"], p["runtime_name"],
+                                          p["runtime_path"])
+        # first: the containerd the kubelet talks to (a declaration aimed at another one is refused, naming both)
+        self.kind = distribution.target(self.params)[0]
+        if self.kind != "containerd":  # k3s / RKE2: their agent generates the config; no nvidia-ctk
+            self.root = distribution.node_root()
+            return None
         self.run_ = containerd_run.ContainerdRun(self.module)
         earlier = self.run_.verified_earlier()
         if earlier is not None:
@@ -264,13 +325,25 @@ class ContainerdRuntime(ModuleRun):
         return self.run_.read_current()
 
     def plan(self, current):
+        if self.kind != "containerd":
+            self.planned = distribution.plan_distribution(self.kind, self.params, self.root)
+            self.files = None
+            return self.planned if self.planned.changed else None
         self.planned = self.run_.plan(current)
         return self.planned if self.planned.changed else None
 
     def apply(self, current, changes):
+        if self.kind != "containerd":
+            self.files = distribution.apply_distribution(self.module, changes, self.root)
+            return
         self.files = self.run_.apply(changes)       # no rollback: see ContainerdRun.apply
 
     def after(self, current, changes):
+        if self.kind != "containerd":
+            files = self.files if self.files is not None else [
+                {"path": item["path"], "action": item["action"]} for item in self.planned.plan]
+            self.result = distribution.distribution_result(self.module, self.planned, files)
+            return
         files = self.files if self.files is not None else self.run_.files(self.planned)
         self.result = self.run_.result(self.planned, files)
         if not self.module.check_mode:

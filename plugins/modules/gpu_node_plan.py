@@ -290,6 +290,14 @@ options:
       containerd_path:
         description: As containerd_runtime's.
         type: path
+      distribution:
+        description:
+          - As containerd_runtime's. The step first reads which containerd the kubelet talks to; a declaration aimed
+            at another one is reported (C(refused), naming both) as the step's work. On k3s and RKE2 it reads the
+            distribution's files and the config its agent generated last instead of the verified-state stamp.
+        type: str
+        choices: [auto, containerd, k3s, rke2]
+        default: auto
   cdi:
     description:
       - The node's CDI spec, with M(gpuops.nvidia.cdi_spec)'s parameters (same defaults) - whether the record cdi_spec

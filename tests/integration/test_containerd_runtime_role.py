@@ -136,6 +136,37 @@ def test_role_failure_leaves_files_and_does_not_restart(lab):
     assert ctk_env.snapshot(lab.etc) == before and lab.restarts() == 0
 
 
+def test_role_on_k3s_restarts_the_agent_only_when_its_generated_config_changes(lab, monkeypatch):
+    """Issue 51: a k3s node (simulated root, the agent's config step a STAND-IN: tests/support/rancher_agent_standin.py)
+    whose agent started before the toolkit was installed: the role sets default-runtime, its handler restarts the
+    agent (which then generates the nvidia runtime, valid for the real containerd), and a second run restarts
+    nothing."""
+    from tests.support import rancher_agent_standin as agent
+    root = lab.tmp / "root"
+    monkeypatch.setenv("GPUOPS_SIMULATED_GPUS", str(lab.tmp / "gpus.json"))
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", str(root))
+    agent.make_root(root, "k3s", unit="k3s-agent")
+    agent.start(root, "k3s")
+    agent.install_executable(root, "/usr/bin/nvidia-container-runtime")
+    restart = ("import sys; sys.path[:0] = [%r, %r]; from tests.support import rancher_agent_standin as a; "
+               "a.start(%r, 'k3s'); open(%r, 'a').write('restarted\\n')"
+               % (ROOT, os.path.join(ROOT, ".collections"), str(root), str(lab.marker)))
+    lab.write_playbook(containerd_runtime_set_as_default=True,
+                       containerd_runtime_restart_command=[PYTHON, "-c", restart])
+    first = lab.play()
+    assert first.returncode == 0, first.stdout + first.stderr
+    result = json.loads(lab.result.read_text())
+    assert result["module"]["restart_service"] == "k3s-agent" and result["marker_seen"] and lab.restarts() == 1
+    generated = agent.under(root, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml")
+    dump = ctk_env.containerd_dump(generated)
+    assert dump.returncode == 0 and 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump.stdout
+    assert 'default_runtime_name = "nvidia"' in dump.stdout
+    second = lab.play()
+    assert second.returncode == 0, second.stdout
+    again = json.loads(lab.result.read_text())["module"]
+    assert not again["changed"] and not again["restart_required"] and lab.restarts() == 1
+
+
 def test_role_rejects_command_method_without_command(lab):
     lab.config.write_text(GOLDEN_INPUT)
     lab.write_playbook(containerd_runtime_restart_command=[])

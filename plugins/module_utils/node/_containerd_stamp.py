@@ -99,7 +99,8 @@ def watched_files(config_path, drop_in_path):
 # containerd_runtime imports is missing here.
 CODE_PACKAGE = "ansible_collections.gpuops.nvidia.plugins.module_utils"
 CODE_MODULES = ("plan._containerd_config", "node._containerd_run", "node._containerd_stamp", "common._input_file",
-                "node._live_file", "common._module_run", "node._nvidia_ctk", "common._poll", "common._waits")
+                "node._live_file", "common._module_run", "node._nvidia_ctk", "common._poll", "common._waits",
+                "node._containerd_distribution", "plan._containerd_target")
 
 
 def _payload():  # pragma: no cover  # never called
@@ -108,7 +109,7 @@ def _payload():  # pragma: no cover  # never called
     run or not (ansible/executor/module_common.py, ``ModuleDepFinder``), so gpu_node_plan, which imports only this
     module and the config analysis, carries their sources for ``code_digest`` without loading them."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import (  # noqa: F401  # pylint: disable=unused-import
-        _containerd_run, _nvidia_ctk)
+        _containerd_distribution, _containerd_run, _nvidia_ctk)
 
 
 def _source(name):

@@ -288,8 +288,29 @@ def _containerd(module, facts, params):
     a tool it would not find or run is work, and the module then fails with its own message)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node._containerd_stamp import verified_state
     p = params["containerd"]
+    report = _containerd_target(p)  # the containerd the kubelet talks to; k3s/RKE2 read on their own terms
+    if report is not None:
+        return {"containerd": report}, {p["step"]: report["reasons"]}
     report, reason = verified_state(module, p)
     return {"containerd": report}, {p["step"]: [reason] if reason else []}
+
+
+def _containerd_target(p):
+    """None for a plain containerd that serves the kubelet (its stamp decides); else the report: a declaration aimed
+    at a containerd that does not serve the kubelet (refused, naming both), or k3s/RKE2's files and restart."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _containerd_distribution as dist
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import ContainerdConfigError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_target import TargetError
+    try:
+        kind, target = dist.target(p)
+        if kind == "containerd":
+            return None
+        planned = dist.plan_distribution(kind, p, dist.node_root())
+    except (TargetError, ContainerdConfigError) as exc:
+        return {"refused": str(exc), "reasons": [str(exc)]}
+    reasons = ["%s %s" % (item["path"], item["action"]) for item in planned.plan if item["action"] != "none"]
+    reasons += [r for r in planned.restart_reasons if not r.endswith(" changes")]
+    return dict(planned.fields, config=target.config, socket=target.socket, reasons=reasons)
 
 
 def _cdi(module, facts, params):

@@ -44,6 +44,7 @@ ARGUMENT_SPEC = dict(
     runtime_path=dict(type="path", default=DEFAULT_RUNTIME_PATH),
     nvidia_ctk_path=dict(type="path"),
     containerd_path=dict(type="path"),
+    distribution=dict(type="str", default="auto", choices=["auto", "containerd", "k3s", "rke2"]),
 )
 RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Characters that would need escaping inside a TOML string; refused in paths so that the

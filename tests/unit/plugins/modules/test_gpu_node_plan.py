@@ -210,6 +210,32 @@ def test_containerd_step_follows_the_modules_verified_state(node, tmp_path):
     assert plan["steps"]["containerd_runtime"] == ["containerd: nvidia-ctk %s is not executable" % (tmp_path / "nope")]
 
 
+def test_containerd_step_on_k3s_reads_the_agents_config_and_refuses_the_wrong_containerd(
+        node, tmp_path, monkeypatch):
+    """Issue 51: on a k3s node the step follows what the agent generated (work until it serves the runtime, none
+    after), and a plain-containerd declaration there is reported refused, naming both containerds."""
+    from tests.support import rancher_agent_standin as agent
+    node("h200-x1")
+    root = tmp_path / "root"
+    monkeypatch.setenv("GPUOPS_SIMULATED_ROOT", str(root))
+    agent.make_root(root, "k3s", unit="k3s-agent")
+    agent.start(root, "k3s")
+    agent.install_executable(root, "/usr/bin/nvidia-container-runtime")
+    args = {"distribution": "auto", "set_as_default": True}
+    plan = _plan({"containerd": dict(args)}, check=True)
+    assert plan["containerd"]["distribution"] == "k3s" and plan["containerd"]["restart_service"] == "k3s-agent"
+    assert plan["steps"]["containerd_runtime"] == [
+        "/etc/rancher/k3s/config.yaml create",
+        "/var/lib/rancher/k3s/agent/etc/containerd/config.toml: no runtime 'nvidia'",
+        "/var/lib/rancher/k3s/agent/etc/containerd/config.toml: default runtime runc, not 'nvidia'"]
+    run_main_ok(containerd_runtime.main, dict(args, _ansible_tmpdir=str(tmp_path)))
+    agent.start(root, "k3s")
+    assert _plan({"containerd": dict(args)}, check=True)["steps"]["containerd_runtime"] == []
+    plan = _plan({"containerd": dict(args, distribution="containerd")}, check=True)
+    (reason,) = plan["steps"]["containerd_runtime"]
+    assert "containerd's containerd" in reason and "k3s's containerd" in reason and plan["containerd"]["refused"]
+
+
 def test_a_converged_version_1_node_with_cdi_has_no_containerd_work(node, tmp_path):
     """Issue 36: a version 1 config that containerd_runtime brought to CDI on ([plugins.cri] enable_cdi, set by the
     collection because nvidia-ctk 1.17 puts it under [plugins.cri.containerd]) is converged for the node plan."""
