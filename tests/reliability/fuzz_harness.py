@@ -332,6 +332,7 @@ MODULES = {
     "containerd_runtime": dict(rig="containerd", args={}),
     "cdi_spec": dict(rig="cdi", rig_kwargs={"shape": "dgx-a100-40gb", "enable": [0, 1]}, args={}),
     "runtime_mode": dict(rig="cdi", rig_kwargs={"module": "runtime_mode"}, args={"mode": "cdi"}),
+    "dev_char_symlinks": dict(rig="cdi", rig_kwargs={"module": "dev_char_symlinks"}, args={}),
     "device_plugin": dict(rig="helm", args={},
                           hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
                                                     "values": st.one_of(json_values(), hostile()),
