@@ -128,7 +128,8 @@ class DevCharSymlinks(ModuleRun):
                            other=["%s (%s)" % pair for pair in state["other"]])
         return state
 
-    def plan(self, state):
+    def plan(self, current):
+        state = current
         rule = state["rule_wanted"] is not None and state["rule"] != state["rule_wanted"]
         if not state["missing"] and not rule:
             return None
@@ -141,7 +142,8 @@ class DevCharSymlinks(ModuleRun):
         self.set_diff(before, after, header=self.params["dev_char_path"])
         return {"links": bool(state["missing"]), "rule": rule}
 
-    def apply(self, state, changes):
+    def apply(self, current, changes):
+        state = current
         p = self.params
         if changes["links"]:
             rc, out, err = self.module.run_command(_dev_char.command(self.ctk, p["dev_char_path"]))

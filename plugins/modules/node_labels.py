@@ -57,7 +57,7 @@ options:
         accepts (C(feature.node.kubernetes.io/pci-10de.present=true), C(feature.node.kubernetes.io/cpu-model.vendor_id=NVIDIA)).
         NFD with its own default config labels a GPU node in the class-prefixed form
         (C(feature.node.kubernetes.io/pci-0302_10de.present) or C(pci-0300_10de.present)), which NVIDIA's chart does not
-        name: C(auto) sets the label on such a node too (RV(nfd_gpu_labels) still lists the NFD labels found).
+        name; so C(auto) sets the label on such a node too (RV(nfd_gpu_labels) still lists the NFD labels found).
       - C(unmanaged) leaves the label alone.
     type: str
     choices: [auto, always, unmanaged]

@@ -17,6 +17,8 @@ NODES = (("dev/nvidia0", 195, 0), ("dev/nvidia1", 195, 1), ("dev/nvidiactl", 195
          ("dev/nvidia-uvm-tools", 238, 1), ("dev/nvidia-caps/nvidia-cap1", 241, 1),
          ("dev/nvidia-caps/nvidia-cap2", 241, 2), ("dev/nvidia-nvswitchctl", 242, 255))
 GPU_BUS_IDS = ("0000:18:00.0", "0000:2a:00.0")
+DEVICE_PATHS = ("dev/nvidia0", "dev/nvidia1", "dev/nvidiactl", "dev/nvidia-uvm", "dev/nvidia-uvm-tools",
+                "dev/nvidia-caps", "dev/nvidia-nvswitchctl")
 
 
 def _write(root, rel, text):
@@ -104,9 +106,7 @@ CASES = {
                            ["--create-all"], 1),
     "no-proc-devices": (lambda r: _remove(r, "proc/devices"), ["--create-all"], 1),
     "no-gpu": (lambda r: [_remove(r, "sys/bus/pci/devices/" + b) for b in GPU_BUS_IDS], ["--create-all"], 1),
-    "no-device-nodes": (lambda r: [_remove(r, rel) for rel in ("dev/nvidia0", "dev/nvidia1", "dev/nvidiactl",
-                                                                "dev/nvidia-uvm", "dev/nvidia-uvm-tools",
-                                                                "dev/nvidia-caps", "dev/nvidia-nvswitchctl")], [], 1),
+    "no-device-nodes": (lambda r: [_remove(r, rel) for rel in DEVICE_PATHS], [], 1),
     "links-present-wrong-and-relative": (_wrong_links, [], 1),
     "load-kernel-modules-without-create-all": (None, ["--load-kernel-modules", "--dry-run"], 1),
 }

@@ -84,7 +84,7 @@ def char_device(path):
         except (IOError, OSError, UnicodeDecodeError):
             return None
         if len(first) == 2 and first[0] == "char":
-            major, _, minor = first[1].partition(":")
+            major, dummy, minor = first[1].partition(":")
             if major.isdigit() and minor.isdigit():
                 return int(major), int(minor)
     return None

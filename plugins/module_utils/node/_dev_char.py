@@ -176,11 +176,12 @@ def reasons(state):
 
 def other_warning(other):
     """The warning for names that are there and point elsewhere (left alone, as nvidia-ctk leaves them)."""
-    shown = ", ".join("%s (%s)" % pair for pair in other[:5]) + (" and %d more" % (len(other) - 5) if len(other) > 5
-                                                                  else "")
+    shown = ", ".join("%s (%s)" % pair for pair in other[:5])
+    if len(other) > 5:
+        shown += " and %d more" % (len(other) - 5)
     return ("%d /dev/char name(s) of NVIDIA device nodes exist but do not point to the node: %s. They were left alone "
-            "(nvidia-ctk never replaces a name either); remove them and run again if they are stale" % (len(other),
-                                                                                                        shown))
+            "(nvidia-ctk never replaces a name either); remove them and run again if they are stale"
+            % (len(other), shown))
 
 
 def check(run_command, ctk, params):

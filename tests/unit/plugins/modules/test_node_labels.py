@@ -108,8 +108,8 @@ def test_gpu_present_auto_only_without_nfd(kube_api):
     ("feature.node.kubernetes.io/pci-0302_10de.present", False),  # NFD's default [class, vendor]: 3D controller
     ("feature.node.kubernetes.io/pci-0300_10de.present", False),  # ... VGA controller
 ])
-def test_every_nfd_label_format_is_read_and_gpu_present_follows_the_chart_affinity(kube_api, nfd_label,
-                                                                                    admitted_by_chart):
+def test_every_nfd_label_format_is_read_and_gpu_present_follows_the_chart_affinity(
+        kube_api, nfd_label, admitted_by_chart):
     kube_api.add_node("nfd-node", labels={nfd_label: "true"})
     res = run_module(node_labels.main, args(kube_api, node_name="nfd-node", gpu_present="auto"))
     assert res["nfd_gpu_labels"] == [nfd_label]
