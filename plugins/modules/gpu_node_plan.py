@@ -363,6 +363,32 @@ options:
         description: As runtime_mode's (not compared).
         type: bool
         default: false
+  dev_char:
+    description:
+      - The /dev/char links of the NVIDIA device nodes, with M(gpuops.nvidia.dev_char_symlinks)'s parameters - the step
+        C(dev_char) has work where a link that C(nvidia-ctk system create-dev-char-symlinks --create-all --dry-run)
+        names is missing, or the udev rule file differs.
+    type: dict
+    suboptions:
+      step:
+        description: The step this belongs to.
+        type: str
+        default: dev_char
+      dev_char_path:
+        description: As dev_char_symlinks'.
+        type: path
+        default: /dev/char
+      udev_rule:
+        description: As dev_char_symlinks'.
+        type: bool
+        default: true
+      udev_rule_path:
+        description: As dev_char_symlinks'.
+        type: path
+        default: /lib/udev/rules.d/71-nvidia-dev-char.rules
+      nvidia_ctk_path:
+        description: As dev_char_symlinks'.
+        type: path
   dcgm:
     description:
       - NVIDIA DCGM on the node, as M(gpuops.nvidia.dcgm_host_engine) takes it - the step C(dcgm) has work where its
@@ -461,7 +487,7 @@ options:
         role's variables by the step registry, and its result holds the role's gates (RV(gates), RV(runs)).
     type: list
     elements: str
-    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, dcgm, burn_in, health]
+    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, dev_char, dcgm, burn_in, health]
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -518,7 +544,7 @@ gates:
   returned: in the gpu_node role, when the plan succeeds
   type: dict
   sample: {driver: false, mig: false, compute_mode: true, container_toolkit: false, containerd_runtime: false,
-           runtime_mode: false, cdi: false, health: true, disruptive: false}
+           runtime_mode: false, cdi: false, dev_char: false, health: true, disruptive: false}
 runs:
   description:
     - In the gpuops.nvidia.gpu_node role only - the steps that are not disruptive and run, in order, each as its

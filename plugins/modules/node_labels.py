@@ -55,6 +55,9 @@ options:
         affinity when node-feature-discovery does not label the node.
       - C(auto) sets it only when the node carries none of the node-feature-discovery labels the chart's affinity
         accepts (C(feature.node.kubernetes.io/pci-10de.present=true), C(feature.node.kubernetes.io/cpu-model.vendor_id=NVIDIA)).
+        NFD with its own default config labels a GPU node in the class-prefixed form
+        (C(feature.node.kubernetes.io/pci-0302_10de.present) or C(pci-0300_10de.present)), which NVIDIA's chart does not
+        name; so C(auto) sets the label on such a node too (RV(nfd_gpu_labels) still lists the NFD labels found).
       - C(unmanaged) leaves the label alone.
     type: str
     choices: [auto, always, unmanaged]
@@ -158,6 +161,15 @@ set:
   returned: success
   type: dict
   sample: {"nvidia.com/device-plugin.config": "mps-4"}
+nfd_gpu_labels:
+  description:
+    - The node-feature-discovery labels on the node (before any change) that mark it as an NVIDIA GPU node, in any of
+      NFD's formats (C(pci-10de.present), C(pci-0302_10de.present), C(pci-0300_10de.present) under
+      C(feature.node.kubernetes.io/), each C(true); C(cpu-model.vendor_id=NVIDIA)). Empty when NFD does not label it so.
+  returned: success
+  type: list
+  elements: str
+  sample: ["feature.node.kubernetes.io/pci-0302_10de.present"]
 removed:
   description: Label keys removed.
   returned: success
@@ -183,9 +195,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run i
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 MIG_MANAGER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
-# The node affinity terms of NVIDIA's chart (0.15.0+) that node-feature-discovery satisfies.
-NFD_GPU_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true",
-                  "feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"}
+# The node affinity terms of NVIDIA's chart (0.15.0+) that node-feature-discovery satisfies (pci-10de and the Tegra CPU
+# vendor, not NFD's class-prefixed pci-0302_10de / pci-0300_10de: _kube_names.NFD_CHART_GPU_LABELS).
+NFD_GPU_LABELS = dict(_kube_names.NFD_CHART_GPU_LABELS)
 FOREIGN_PREFIXES = ("kubernetes.io", "k8s.io", "nvidia.com")
 
 
@@ -295,6 +307,7 @@ class NodeLabels(KubeRun):
     def plan(self, current):
         p = self.params
         before = dict(current["metadata"].get("labels") or {})
+        self.result["nfd_gpu_labels"] = _kube_names.nfd_gpu_labels(before)
         want = dict(self.labels)
         if p["state"] == "present" and p["gpu_present"] == "auto":
             if not any(before.get(k) == v for k, v in NFD_GPU_LABELS.items()):

@@ -65,6 +65,13 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
         assert b"conf.d/*.toml" in files["etc/containerd/config.toml"]
         assert "etc/systemd/system/gpuops-compute-mode.service" in files
     assert "etc/systemd/system/gpuops-mig.service" in site.files("lab-dgx-a100")
+    # the /dev/char links (issue 51) where the runtime is not in CDI mode (the H200; the A100's runtime is in CDI mode)
+    h200_files = site.files("lab-hgx-h200")
+    links = dict((p, t) for p, t in h200_files.items() if p.startswith("dev/char/"))
+    assert links["dev/char/195:7"] == b"-> /dev/nvidia7" and links["dev/char/238:1"] == b"-> /dev/nvidia-uvm-tools"
+    assert len(links) == 4 + 2 + 8 * (1 + 15 * 9), len(links)
+    assert b"system create-dev-char-symlinks --create-all" in h200_files["lib/udev/rules.d/71-nvidia-dev-char.rules"]
+    assert not any(p.startswith(("dev/", "lib/udev/")) for p in site.files("lab-dgx-a100"))
     facts = res.task("Work out whether MIG is managed", "lab-hgx-h200")[0]["ansible_facts"]
     assert facts["gpu_node_device_plugin_config"] == "mps-4"
 

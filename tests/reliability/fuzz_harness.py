@@ -338,6 +338,7 @@ MODULES = {
     "containerd_runtime": dict(rig="containerd", args={}),
     "cdi_spec": dict(rig="cdi", rig_kwargs={"shape": "dgx-a100-40gb", "enable": [0, 1]}, args={}),
     "runtime_mode": dict(rig="cdi", rig_kwargs={"module": "runtime_mode"}, args={"mode": "cdi"}),
+    "dev_char_symlinks": dict(rig="cdi", rig_kwargs={"module": "dev_char_symlinks"}, args={}),
     "device_plugin": dict(rig="helm", args={},
                           hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
                                                     "values": st.one_of(json_values(), hostile()),
@@ -640,7 +641,7 @@ FILTERS = {
             _ANY),
         "managed": st.one_of(st.dictionaries(
             st.sampled_from(["mig", "compute_mode", "container_toolkit", "containerd_runtime", "cdi", "runtime_mode",
-                             "driver"]), st.one_of(st.booleans(), _ANY), max_size=7), _ANY)},
+                             "dev_char", "driver"]), st.one_of(st.booleans(), _ANY), max_size=8), _ANY)},
         # the node plan's inputs: each step with options (all of them, and no other) -> its options or none
         "node_plan_args": {
             "inputs": st.one_of(st.fixed_dictionaries(dict((step, st.one_of(st.none(), good, _ANY)) for step, good in (
@@ -649,7 +650,8 @@ FILTERS = {
                 ("declared", st.fixed_dictionaries({}, optional={"files": st.just([]), "packages": st.just([]),
                                                                  "units": st.just([]), "other": _ANY})),
                 ("containerd_runtime", st.just({"containerd": {}})), ("runtime_mode", st.just({"mode": "cdi"})),
-                ("cdi", st.just({})), ("health", st.just({"policy": {}}))))), _ANY),
+                ("cdi", st.just({})), ("dev_char", st.just({"dev_char_path": "/dev/char"})),
+                ("health", st.just({"policy": {}}))))), _ANY),
             "only": st.one_of(st.lists(st.one_of(st.sampled_from(["driver", "mig", "declared", "cdi", "nope"]), _ANY),
                                        max_size=3), _ANY)}},
     "declared": {

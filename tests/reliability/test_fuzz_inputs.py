@@ -56,7 +56,8 @@ OMIT = "@OMIT@"
 PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"),
           "containerd": ("config_path", "drop_in_path", "containerd_path", "nvidia_ctk_path"), "kube": (),
           # cdi_spec's and runtime_mode's: the spec directories and the runtime config are the host's real ones
-          "cdi": ("spec_path", "spec_dirs", "config_path", "nvidia_ctk_path"),
+          # dev_char_symlinks': the links and the udev rule are the host's real /dev/char and /lib/udev
+          "cdi": ("spec_path", "spec_dirs", "config_path", "nvidia_ctk_path", "dev_char_path", "udev_rule_path"),
           "helm": ("binary_path",), "operator": (), "dra": ("binary_path",), "dra_api": (), "exporter": ("binary_path",),
           # driver_modules' and driver_plan's: the node root is this machine's /, the tools its own kmod/systemctl
           "driver": ("root", "modprobe", "rmmod", "modinfo", "systemctl"),

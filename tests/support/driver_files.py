@@ -9,6 +9,8 @@ host, a node's scratch directory in the lab), following the driver layer's file 
   PLACEHOLDER (``render_placeholder``/``parse_placeholder``, below), never a real module.
 - ``R/proc/modules``: one line per loaded module, as the kernel prints it (``name size refcnt users state offset``;
   ``users`` is ``nvidia_uvm,nvidia_modeset,`` or ``-``), and ``R/sys/module/<name>/{version,refcnt}``.
+- ``R/proc/devices`` (the loaded modules' character majors) and ``R/proc/driver/nvidia-caps/mig-minors`` while
+  ``nvidia`` is loaded: the collection's plugins/module_utils/sim/_char_devices.py, as the simulator renders them.
 - ``R/proc/driver/nvidia/version`` while ``nvidia`` is loaded (the first line as the driver prints it, open or
   proprietary wording) and ``R/proc/driver/nvidia/gpus/<bus id>/`` for each GPU it binds.
 - ``R/sys/bus/pci/devices/<bus id>/driver``: a symlink to ``R/sys/bus/pci/drivers/nvidia`` while ``nvidia`` binds
@@ -194,6 +196,28 @@ def _save(root, modules, versions):
         write(root, "sys/module/%s/refcnt" % mod, "%d\n" % info["refcnt"])
         if mod in versions:
             write(root, "sys/module/%s/version" % mod, versions[mod] + "\n")
+    for rel, text in _char_devices().files(modules).items():
+        if text is None:
+            shutil.rmtree(os.path.dirname(path(root, rel)), ignore_errors=True)
+        else:
+            write(root, rel, text)
+
+
+def _char_devices():
+    """The collection's plugins/module_utils/sim/_char_devices.py (R/proc/devices and mig-minors, as the simulator
+    renders them), loaded by its path: it imports nothing."""
+    global _CHAR_DEVICES
+    if _CHAR_DEVICES is None:
+        import importlib.util
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        spec = importlib.util.spec_from_file_location(
+            "gpuops_char_devices", os.path.join(here, "plugins", "module_utils", "sim", "_char_devices.py"))
+        _CHAR_DEVICES = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_CHAR_DEVICES)
+    return _CHAR_DEVICES
+
+
+_CHAR_DEVICES = None
 
 
 def load_module(root, module, info):

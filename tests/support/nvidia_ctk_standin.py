@@ -30,7 +30,8 @@ Besides (issue 23), held to outputs of the real nvidia-ctk v1.20.0 recorded in t
 * ``config [--in-place] --set KEY=VALUE [--config FILE]`` and ``config default`` (below): nvidia-ctk's own
   config.toml as api/config/v1/toml.go writes it (go-toml with no indent, unset defaults as ``#key = value``
   lines, rewritten in place every time); only the keys the default config shows are accepted;
-* ``cdi generate`` and ``cdi list`` for the simulated GPUs: tests/support/nvidia_ctk_cdi.py, beside this file.
+* ``cdi generate`` and ``cdi list`` for the simulated GPUs: tests/support/nvidia_ctk_cdi.py, beside this file;
+* ``system create-dev-char-symlinks`` on the simulated node's root (issue 51): tests/support/nvidia_ctk_devchar.py.
 Tests: tests/unit/test_nvidia_ctk_config_standin.py, tests/unit/test_nvidia_ctk_cdi_standin.py.
 """
 
@@ -549,9 +550,15 @@ def parse_args(argv, ctk_version):
 
 def _cdi_module():
     """tests/support/nvidia_ctk_cdi.py, beside this script (``cdi generate`` / ``cdi list``)."""
+    return _sibling("nvidia_ctk_cdi")
+
+
+def _sibling(name):
+    """tests/support/<name>.py, beside this script (nvidia_ctk_cdi: ``cdi``; nvidia_ctk_devchar: ``system
+    create-dev-char-symlinks``)."""
     import importlib.util
-    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "nvidia_ctk_cdi.py")
-    spec = importlib.util.spec_from_file_location("nvidia_ctk_cdi", path)
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -573,6 +580,8 @@ def main(argv=None):
         argv = argv[1:]  # global flags (logging, the toolkit config path): no effect on what is reproduced
     if argv[:1] == ["cdi"]:
         return _cdi_module().main(argv[1:])
+    if argv[:2] == ["system", "create-dev-char-symlinks"]:
+        return _sibling("nvidia_ctk_devchar").main(argv[2:])
     if argv[:1] == ["config"]:
         try:
             config_command(argv[1:])
@@ -581,8 +590,8 @@ def main(argv=None):
             return 1
         return 0
     if argv[:2] != ["runtime", "configure"]:
-        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure`, `cdi generate`, `cdi list`, `config` and"
-                         " `--version` are reproduced\n")
+        sys.stderr.write("stand-in nvidia-ctk: only `runtime configure`, `cdi generate`, `cdi list`, `config`,"
+                         " `system create-dev-char-symlinks` and `--version` are reproduced\n")
         return 1
     try:
         opts = parse_args(argv[2:], ctk_version)

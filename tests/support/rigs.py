@@ -226,9 +226,10 @@ class ContainerdRig(Rig):
 
 
 class CdiRig(SimRig):
-    """cdi_spec and runtime_mode: a simulated node (SimRig) with its CDI spec directories and nvidia-container-runtime's
-    config under the rig, and the nvidia-ctk stand-in (its cdi generate/list and config --set); ``module`` picks the
-    arguments that point the module there."""
+    """cdi_spec, runtime_mode and dev_char_symlinks: a simulated node (SimRig) with its CDI spec directories,
+    nvidia-container-runtime's config and (dev_char_symlinks) a node root with /dev under the rig, and the nvidia-ctk
+    stand-in (its cdi generate/list, config --set and system create-dev-char-symlinks); ``module`` picks the arguments
+    that point the module there."""
 
     kind = "cdi"
 
@@ -240,6 +241,14 @@ class CdiRig(SimRig):
         ctk = ctk_env.ctk_wrapper(self.path(PRIVATE, "bin"))
         if module == "cdi_spec":
             self.args = dict(spec_path=os.path.join(run, "nvidia.yaml"), spec_dirs=[etc, run], nvidia_ctk_path=ctk)
+        elif module == "dev_char_symlinks":
+            # the node's root for nvidia-ctk's create-dev-char-symlinks (tests/support/dev_char_tree.py: two GPUs)
+            from tests.support import dev_char_tree
+            root = self.path("node")
+            dev_char_tree.build(root)
+            self.env["GPUOPS_SIMULATED_ROOT"] = root
+            self.args = dict(dev_char_path=os.path.join(root, "dev", "char"), nvidia_ctk_path=ctk,
+                             udev_rule_path=os.path.join(root, "lib", "udev", "rules.d", "71-nvidia-dev-char.rules"))
         else:
             self.args = dict(config_path=self.path("etc", "nvidia-container-runtime", "config.toml"),
                              nvidia_ctk_path=ctk)

@@ -117,7 +117,7 @@ def test_adding_a_step_is_one_registry_entry_plus_its_task_file():
     assert yaml.safe_load(gpu_node_plan.DOCUMENTATION)["options"]["steps"]["choices"] == spec["steps"]["choices"]
     defaults = [s["options"]["step"]["default"] for s in spec.values() if "step" in (s.get("options") or {})
                 and "default" in s["options"]["step"]]
-    assert sorted(defaults) == ["cdi", "containerd_runtime", "runtime_mode"]
+    assert sorted(defaults) == ["cdi", "containerd_runtime", "dev_char", "runtime_mode"]
 
 
 def test_a_step_missing_on_either_side_is_found():
@@ -198,8 +198,9 @@ def test_the_driver_and_health_steps_fit_the_registry():
         return None, {}
     driver = _node_steps.BY_NAME["driver"]
     assert _node_steps.STEPS[0] is driver and driver.disruptive and driver.tasks == "driver.yml"
-    assert driver.reruns == ("mig", "compute_mode", "cdi") and not driver.needs_nvml
-    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi", "burn_in", "health"]
+    assert driver.reruns == ("mig", "compute_mode", "cdi", "dev_char") and not driver.needs_nvml
+    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi", "dev_char", "burn_in",
+                                                                   "health"]
     health = _node_steps.STEPS[-1]
     assert health.name == "health" and health.after_disruption and not health.disruptive
     steps = _node_steps.STEPS
@@ -215,8 +216,10 @@ def test_the_driver_and_health_steps_fit_the_registry():
     plan["driver"] = {"disruptive": ["driver 570 -> 580"]}
     gates = _node_steps.gates(plan, managed, steps=steps)
     assert gates == {"driver": True, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "dcgm": False,
+                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "dev_char": False, "dcgm": False,
                      "burn_in": False, "health": True, "disruptive": True}
+    # where the /dev/char links are managed, a driver change makes them run again (nvidia-uvm's major may change)
+    assert _node_steps.gates(plan, dict(managed, dev_char=True), steps=steps)["dev_char"]
     # an unhealthy node with nothing else to do: health alone, nothing disruptive
     plan = _plan(dict(quiet, driver=[], health=["GPU 3: XID 79"]), mig={"managed": True, "disruptive": []})
     gates = _node_steps.gates(plan, managed, steps=steps)
@@ -240,15 +243,16 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
     # check mode, the toolkit not installed yet: what they run is not there, so they are not planned at all
     plan["installs"] = {"container_toolkit": ["nvidia-container-toolkit"]}
     assert [k for k, v in node_step_gates(plan, on, "true").items() if v] == ["container_toolkit"]
-    # applying: they run
+    # applying: they run (the /dev/char links too, where managed: the new nvidia-ctk makes them)
     assert node_step_gates(plan, on, False)["containerd_runtime"]
+    assert node_step_gates(plan, dict(on, dev_char=True), False)["dev_char"]
 
 
 def test_the_plan_arguments_come_from_one_input_per_step():
     inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
-              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "dcgm": None, "burn_in": None,
-              "health": None}
+              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "dev_char": None, "dcgm": None,
+              "burn_in": None, "health": None}
     assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
                                       "runtime_mode": {"mode": "cdi"}}
     assert node_plan_args(inputs, ["mig"]) == {"mig": inputs["mig"]}
@@ -256,8 +260,8 @@ def test_the_plan_arguments_come_from_one_input_per_step():
     assert node_plan_args(dict(inputs, driver="", cdi=" ")) == node_plan_args(inputs)
     with pytest.raises(AnsibleFilterError, match=re.escape(
             "node_plan_args: expects, for each step of the node plan (driver, mig, compute_mode, declared, "
-            "containerd_runtime, runtime_mode, cdi, dcgm, burn_in, health), its options or none; got burn_in, cdi, "
-            "compute_mode, containerd_runtime, dcgm, declared, driver, health, mig")):
+            "containerd_runtime, runtime_mode, cdi, dev_char, dcgm, burn_in, health), its options or none; got burn_in, "
+            "cdi, compute_mode, containerd_runtime, dcgm, declared, dev_char, driver, health, mig")):
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
         node_plan_args(inputs, ["gpu_reset"])
@@ -270,7 +274,7 @@ def test_the_plan_arguments_come_from_one_input_per_step():
 
 
 MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True,
-           "cdi": True, "runtime_mode": True, "dcgm": False, "burn_in": False, "health": True}
+           "cdi": True, "runtime_mode": True, "dev_char": False, "dcgm": False, "burn_in": False, "health": True}
 
 
 def _plan(steps, mig=None, health=None):
@@ -297,8 +301,8 @@ def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
                  mig={"managed": True, "disruptive": ["MIG layout changes on GPU(s) 0"]})
     gates = node_step_gates(plan, MANAGED)
     assert gates == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "dcgm": False, "burn_in": False,
-                     "health": True, "disruptive": True}
+                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "dev_char": False, "dcgm": False,
+                     "burn_in": False, "health": True, "disruptive": True}
     # MIG left to the GPU Operator (not managed here): nothing of it runs, nothing is disruptive
     gates = node_step_gates(plan, dict(MANAGED, mig=False))
     assert not gates["mig"] and not gates["disruptive"] and not gates["compute_mode"] and not gates["cdi"] \
@@ -320,7 +324,8 @@ def test_a_step_runs_only_where_managed_and_with_work():
 @pytest.mark.parametrize("plan, managed, words", [
     ({"steps": {}}, dict(MANAGED, gpu_reset=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
     ({"steps": {}}, dict((k, v) for k, v in MANAGED.items() if k != "cdi"),
-     "got burn_in, compute_mode, container_toolkit, containerd_runtime, dcgm, driver, health, mig, runtime_mode"),
+     "got burn_in, compute_mode, container_toolkit, containerd_runtime, dcgm, dev_char, driver, health, mig, "
+     "runtime_mode"),
     ({"steps": {}}, dict(MANAGED, cdi="maybe"), "whether step cdi is managed must be a boolean, got 'maybe'"),
     ("plan", MANAGED, "expects gpu_node_plan's result (a dict with steps), got str"),
     ({"steps": {"cdi": "stale"}}, MANAGED, "steps.cdi must be the list of reasons the plan found, got str"),
@@ -387,8 +392,15 @@ def test_the_driver_options_are_read_only_where_the_driver_step_is_planned(drive
 def test_who_owns_each_step_is_decided_by_the_registry():
     base = _node_steps.resolve(_role_vars(ROLE_VALUES, []))
     assert base["managed"] == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dcgm": False, "burn_in": False,
-                               "health": True}
+                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dev_char": True,
+                               "dcgm": False, "burn_in": False, "health": True}
+    # the /dev/char links: auto where the runtime is not in CDI mode and containerd's runtime is the collection's
+    for changed, on in (({"gpu_node_runtime_mode": "cdi"}, False), ({"gpu_node_device_list_strategy": "cdi-cri"}, False),
+                        ({"gpu_node_manage_containerd": False}, False), ({"gpu_node_dev_char_symlinks": "unmanaged"}, False),
+                        ({"gpu_node_manage_containerd": False, "gpu_node_dev_char_symlinks": "always"}, True),
+                        ({"gpu_node_device_plugin_provider": "gpu_operator", "gpu_node_dev_char_symlinks": "always"},
+                         False)):
+        assert _node_steps.resolve(_role_vars(dict(ROLE_VALUES, **changed), []))["managed"]["dev_char"] is on, changed
     # MIG planned (to disable it where it is on) though another sharing strategy is declared
     assert base["planned"]["mig"] and base["mig"] == {"manage": "disable", "layout": [], "config_name": "all-disabled",
                                                       "cdi": {}, "blockers": _node_steps.reset_blockers()}

@@ -31,6 +31,32 @@ PREFIX_RULE = ("prefix part a lowercase RFC 1123 subdomain must consist of lower
 VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
               "must start and end with an alphanumeric character (e.g. 'MyValue', or 'my_value', or '12345', regex "
               "used for validation is '(%s)?')" % QUALIFIED_NAME_FMT)
+# node-feature-discovery's label for a node with an NVIDIA (PCI vendor 10de) display controller, in both of its
+# formats. NFD's own default (sources.pci.deviceLabelFields [class, vendor]: kubernetes-sigs/node-feature-discovery
+# source/pci/pci.go, the default since its PCI source appeared in v0.4.0, commit b0fedab7; the same at v0.19.0) names the
+# device class too: pci-0300_10de (VGA controller) and pci-0302_10de (3D controller: the data-centre GPUs). The NFD that
+# NVIDIA's charts deploy is configured with deviceLabelFields [vendor] (NVIDIA/gpu-operator v26.7.0
+# deployments/gpu-operator/values.yaml, NVIDIA/k8s-device-plugin v0.20.0 deployments/helm/nvidia-device-plugin/
+# values.yaml): pci-10de. NVIDIA's GPU Operator takes any of the three as a GPU node (its gpuNodeLabels,
+# controllers/state_manager.go, since v1.2.0) and labels it nvidia.com/gpu.present=true itself; the device plugin
+# chart's node affinity names only pci-10de (NFD_CHART_GPU_LABELS).
+NFD_PCI_GPU_LABELS = ("feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-0302_10de.present",
+                      "feature.node.kubernetes.io/pci-0300_10de.present")
+# The NFD labels (key -> value) that the required node affinity of NVIDIA's device plugin chart admits (its values.yaml
+# `affinity`, the same in v0.17.0 and v0.20.0; the DRA driver's kubelet plugin has the same terms): pci-10de, and the
+# CPU vendor NVIDIA of Tegra nodes. A node NFD labels only in the class-prefixed form is not among them.
+NFD_CHART_GPU_LABELS = ((NFD_PCI_GPU_LABELS[0], "true"), ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"))
+
+
+def nfd_gpu_labels(labels):
+    """The NFD labels of ``labels`` (a node's) that mark it as an NVIDIA GPU node, in any of NFD's formats: the PCI
+    labels of NFD_PCI_GPU_LABELS set to ``true``, and the Tegra CPU vendor; sorted."""
+    labels = labels or {}
+    found = [key for key in NFD_PCI_GPU_LABELS if labels.get(key) == "true"]
+    found += [key for key, value in NFD_CHART_GPU_LABELS[1:] if labels.get(key) == value]
+    return sorted(found)
+
+
 # is_label_value's rule, in the words of a message about a name the collection turns into a label value
 LABEL_VALUE_RULE = "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 

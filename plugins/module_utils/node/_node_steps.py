@@ -342,6 +342,22 @@ def _cdi(module, facts, params):
     return None, {p["step"]: [reason] if reason else []}
 
 
+def _dev_char(module, facts, params):
+    """The /dev/char links nvidia-ctk's --create-all dry run names, and the udev rule (node/_dev_char: the module's own
+    read; nvidia-ctk found the way dev_char_symlinks finds it: not found is work, and the module then fails with its
+    own message)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _dev_char
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import CTK_PACKAGE
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import ToolNotFound, require_tool
+    p = params["dev_char"]
+    try:
+        ctk = require_tool(module.get_bin_path, p, "nvidia_ctk_path", "nvidia-ctk", CTK_PACKAGE)
+    except ToolNotFound as exc:
+        return None, {p["step"]: [exc.reason]}
+    problems = _dev_char.path_problems(p) + _dev_char.place_problems(p)
+    return None, {p["step"]: problems or _dev_char.check(module.run_command, ctk, p)}
+
+
 def _dcgm_validate(module, params):
     """Refuse a version, CUDA major, unit name or package file path that is not one (before anything is read)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dcgm_plan
@@ -428,6 +444,11 @@ def _containerd_spec():
 def _cdi_spec():
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node._cdi import ARGUMENT_SPEC
     return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "cdi"))
+
+
+def _dev_char_spec():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._dev_char import ARGUMENT_SPEC
+    return dict(type="dict", options=_with_step(ARGUMENT_SPEC, "dev_char"))
 
 
 def _runtime_mode_spec():
@@ -572,6 +593,21 @@ def _runtime_mode_managed(v):
             and _provider(v) != "gpu_operator")
 
 
+def _dev_char_managed(v):
+    """gpu_node_dev_char_symlinks: ``always``; ``unmanaged`` never; ``auto`` where the runtime is not in CDI mode (mode
+    not cdi, and the device plugin passing device lists rather than CDI names, which the runtime's auto mode would
+    inject from the spec) and containerd's runtime is the collection's (nvidia-ctk comes with its toolkit). Never
+    under the GPU Operator: its driver validator makes the links itself (its DISABLE_DEV_CHAR_SYMLINK_CREATION
+    turns that off; NVIDIA/gpu-operator#1015)."""
+    setting = v("gpu_node_dev_char_symlinks", "auto")
+    if setting == "unmanaged" or _provider(v) == "gpu_operator":
+        return False
+    if setting == "always":
+        return True
+    return (_containerd_managed(v) and v("gpu_node_runtime_mode") != "cdi"
+            and not str(v("gpu_node_device_list_strategy", "envvar")).startswith("cdi"))
+
+
 def _cdi_managed(v):
     """Only where the collection owns the node's container runtime: under the GPU Operator its toolkit writes the spec
     (validation refuses gpu_node_cdi there)."""
@@ -639,7 +675,7 @@ STEPS = (
         modinfo=dict(type="list", elements="str"),
         dkms=dict(type="list", elements="str"),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
-        reruns=("mig", "compute_mode", "cdi"), managed=_driver_managed, inputs=_driver_inputs,
+        reruns=("mig", "compute_mode", "cdi", "dev_char"), managed=_driver_managed, inputs=_driver_inputs,
         declares="__driver_declared",
         # the daemons driver_services starts with the driver (NVIDIA/gpu-driver-container's nvidia-driver: stopped in
         # this order through their pid files, persistenced started first; the fabric manager's start script starts
@@ -693,7 +729,7 @@ STEPS = (
         )),
     }, check=_declared, validate=_declared_validate),
     # its packages ship the nvidia-ctk that the three steps after it run (and nvidia-container-runtime's config)
-    Step("container_toolkit", {}, tasks="toolkit.yml", reruns=("containerd_runtime", "runtime_mode", "cdi"),
+    Step("container_toolkit", {}, tasks="toolkit.yml", reruns=("containerd_runtime", "runtime_mode", "cdi", "dev_char"),
          managed=_toolkit_managed, declares="__container_toolkit_declared"),
     # (its declaration: what gpu_node itself writes where the host has no containerd config yet, vars/main.yml)
     Step("containerd_runtime", {"containerd": _containerd_spec}, check=_containerd, tasks="containerd.yml",
@@ -704,6 +740,10 @@ STEPS = (
     # after MIG: the spec lists the MIG devices as they are after any change
     Step("cdi", {"cdi": _cdi_spec}, check=_cdi, tasks="cdi.yml", after_disruption=True, needs_nvml=True,
          managed=_cdi_managed, inputs=lambda v: {"cdi": v("__gpu_node_cdi")}),
+    # the /dev/char links of the NVIDIA nodes where the runtime is not in CDI mode (after the driver, whose reload can
+    # give nvidia-uvm another major, and the toolkit, whose nvidia-ctk makes them)
+    Step("dev_char", {"dev_char": _dev_char_spec}, check=_dev_char, tasks="dev_char.yml", needs_nvml=True,
+         managed=_dev_char_managed, inputs=lambda v: {"dev_char": v("__gpu_node_dev_char")}),
     # NVIDIA DCGM and its host engine (nvidia-dcgm.service): before the burn-in and the health gate, whose dcgmi
     # talks to this engine
     Step("dcgm", {"dcgm": dict(type="dict", options=dict(

@@ -19,7 +19,7 @@ import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _gpu_pods
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube._kube_names import (
-    LABEL_VALUE_RULE, is_dns_subdomain, is_label_value)
+    LABEL_VALUE_RULE, NFD_CHART_GPU_LABELS, is_dns_subdomain, is_label_value)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._sharing import ShareError, replica_shares
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -355,12 +355,12 @@ def _flatten(prefix, value, out):
 # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml): a node with an NVIDIA PCI device as
 # node-feature-discovery labels it, a Tegra node, or a node labelled nvidia.com/gpu.present=true. Helm replaces a
 # list value whole, so the terms are given again with the pause expression added to each.
-CHART_AFFINITY_TERMS = (
-    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}]},
-    {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
-                           "values": ["NVIDIA"]}]},
-    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
-)
+# The NFD terms are _kube_names.NFD_CHART_GPU_LABELS (what gpuops.nvidia.node_labels' gpu_present=auto reads): NVIDIA's
+# chart does not name NFD's class-prefixed pci-0302_10de / pci-0300_10de, so a node NFD labels only so is admitted by
+# nvidia.com/gpu.present=true, which node_labels sets there.
+CHART_AFFINITY_TERMS = tuple(
+    {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+    for key, value in NFD_CHART_GPU_LABELS + (("nvidia.com/gpu.present", "true"),))
 
 
 def pausable_affinity(affinity=None):

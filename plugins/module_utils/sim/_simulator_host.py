@@ -36,6 +36,7 @@ import shutil
 import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _char_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_state import (
     KERNEL_RELEASE,
     MODULE_VERSION,
@@ -254,6 +255,12 @@ def write_modules(root, modules, others=()):
     _write(root, PROC_MODULES, "".join(line + "\n" for line in _module_lines(loaded, load_addresses(root))))
     for name, refcnt in loaded.items():
         _write(root, "sys/module/%s/refcnt" % name, "%d\n" % refcnt)
+    # the loaded modules' character majors and MIG capability minors (nvidia-ctk's create-dev-char-symlinks reads them)
+    for rel, text in _char_devices.files(loaded).items():
+        if text is None:
+            _remove(root, rel)
+        else:
+            _write(root, rel, text)
 
 
 def load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids=(), modules=IMAGE_MODULES, holders=0):

@@ -103,6 +103,37 @@ def test_gpu_present_auto_only_without_nfd(kube_api):
     assert res["changed"] is True and kube_api.node_labels("bare-node")["nvidia.com/gpu.present"] == "true"
 
 
+@pytest.mark.parametrize("nfd_label,admitted_by_chart", [
+    ("feature.node.kubernetes.io/pci-10de.present", True),        # NVIDIA's charts' NFD (deviceLabelFields [vendor])
+    ("feature.node.kubernetes.io/pci-0302_10de.present", False),  # NFD's default [class, vendor]: 3D controller
+    ("feature.node.kubernetes.io/pci-0300_10de.present", False),  # ... VGA controller
+])
+def test_every_nfd_label_format_is_read_and_gpu_present_follows_the_chart_affinity(
+        kube_api, nfd_label, admitted_by_chart):
+    kube_api.add_node("nfd-node", labels={nfd_label: "true"})
+    res = run_module(node_labels.main, args(kube_api, node_name="nfd-node", gpu_present="auto"))
+    assert res["nfd_gpu_labels"] == [nfd_label]
+    # the chart's affinity names only pci-10de: a node NFD labels in the class-prefixed form needs gpu.present
+    assert res["changed"] is (not admitted_by_chart)
+    assert ("nvidia.com/gpu.present" in kube_api.node_labels("nfd-node")) is (not admitted_by_chart)
+    again = run_module(node_labels.main, args(kube_api, node_name="nfd-node", gpu_present="auto"))
+    assert again["changed"] is False and again["nfd_gpu_labels"] == [nfd_label]
+
+
+def test_nfd_labels_not_true_do_not_mark_a_gpu_node(kube_api):
+    kube_api.add_node("odd-node", labels={"feature.node.kubernetes.io/pci-0302_10de.present": "false",
+                                          "feature.node.kubernetes.io/pci-0302_1002.present": "true"})
+    res = run_module(node_labels.main, args(kube_api, node_name="odd-node", gpu_present="auto"))
+    assert res["nfd_gpu_labels"] == [] and kube_api.node_labels("odd-node")["nvidia.com/gpu.present"] == "true"
+
+
+def test_chart_affinity_terms_and_node_labels_read_the_same_nfd_labels():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._device_plugin import CHART_AFFINITY_TERMS
+    terms = [(t["matchExpressions"][0]["key"], t["matchExpressions"][0]["values"][0]) for t in CHART_AFFINITY_TERMS]
+    assert dict(terms) == dict(node_labels.NFD_GPU_LABELS, **{"nvidia.com/gpu.present": "true"})
+    assert len(terms) == 3      # NVIDIA's chart's own three terms, in its order (the recorded renders hold the order)
+
+
 def test_mig_owner_collection_keeps_gpu_operator_mig_manager_away(kube_api, node):
     run_module(node_labels.main, args(kube_api, mig_owner="collection"))
     assert kube_api.node_labels(node)["nvidia.com/gpu.deploy.mig-manager"] == "false"
