@@ -1,10 +1,6 @@
-"""The fleet health sweep (health.yml, issue 50) on a fake cluster of simulated one-GPU nodes: the fake API server,
+"""The fleet health sweep (health.yml, issue 50) on a fake cluster of 20 simulated one-GPU nodes: the fake API server,
 the sweep's own modules (gpu_health_read on each node, health_quarantine and health_report on the controller), the
-simulator's test hooks for the faults. Nothing is timed except the hung read's bound (its deadline plus 10 s).
-
-The breaker's test has 20 nodes (its default 10 % is 2 of them); the quarantine and release test has 10, its breaker
-set to 30 % (3 of them, the three faults): there the count proves nothing more, and each node is a module run in each
-of the test's eight sweeps (issue 49)."""
+simulator's test hooks for the faults. Nothing is timed except the hung read's bound (its deadline plus 10 s)."""
 import glob
 import json
 import os
@@ -128,23 +124,12 @@ def fleet(tmp_path):
         f.stop()
 
 
-@pytest.fixture
-def small_fleet(tmp_path):
-    """The first 10 of the 20 nodes."""
-    f = Fleet(tmp_path, nodes=NODES[:10])
-    try:
-        yield f
-    finally:
-        f.stop()
-
-
-def test_three_faults_over_three_sweeps_each_released_after_two_healthy_sweeps(small_fleet):
+def test_three_faults_over_three_sweeps_each_released_after_two_healthy_sweeps(fleet):
     """Check mode first (a fault on one node: reported, nothing marked, no cursor or report written); then three
     faults, one per sweep, each cleared the sweep after it: exactly those three quarantined, each released by the
     second healthy sweep after its fault; an administrator's cordon and taint on one of them kept throughout; the GPUs
     never changed; a converged fleet's sweep writes nothing."""
-    fleet = small_fleet
-    a, b, c = "sweep-02", "sweep-05", "sweep-08"
+    a, b, c = "sweep-03", "sweep-11", "sweep-17"
     admin = fleet.node(b)
     admin["spec"].update(unschedulable=True, taints=[ADMIN_TAINT])
     fleet.api.put(admin)
@@ -158,7 +143,7 @@ def test_three_faults_over_three_sweeps_each_released_after_two_healthy_sweeps(s
     assert not glob.glob(str(fleet.state / "*" / "var" / "lib" / "gpuops" / "health-cursor.json"))
 
     # sweep 1: a's fault
-    limit = {"gpuops_health_breaker_percent": 30}          # three nodes in the window: 30 % of 10
+    limit = {"gpuops_health_breaker_percent": 15}          # three nodes in the window: 15 % of 20
     first = fleet.sweep(**limit)
     assert first.rc == 0, first
     assert fleet.quarantined() == [a]
@@ -193,7 +178,7 @@ def test_three_faults_over_three_sweeps_each_released_after_two_healthy_sweeps(s
     marks = fleet.marks(b)
     assert marks["unschedulable"] and marks["taints"] == [ADMIN_TAINT] and marks["cordoned_by"] is None
     # the GPUs were only read (the test's reboot of b is an event of the simulator's log, not a call)
-    assert [n for n in fleet.nodes if fleet.mutations(n)] == []
+    assert [n for n in NODES if fleet.mutations(n)] == []
     # a converged fleet: the next sweep writes nothing
     writes = len(fleet.api.writes(accepted=True))
     again = fleet.sweep(**limit)
