@@ -23,6 +23,11 @@ description:
   - With O(udev_rule), keeps NVIDIA's udev rule that runs the command again whenever the driver binds a GPU, so the
     links come back after a reboot (C(/dev) is rebuilt at boot).
   - In check mode nothing is written; RV(created) lists the links that would be made.
+  - Outside check mode it records the links the dry run named, with what they depend on (nvidia-ctk, the NVIDIA
+    majors in C(/proc/devices), the MIG capability minors, the PCI devices, the boot), in a hidden stamp beside
+    O(dev_char_path) (C(/dev/.char.gpuops-verified.json)). gpuops.nvidia.gpu_node_plan takes the links from a
+    stamp whose inputs are unchanged instead of running nvidia-ctk on every converged re-run; this module always
+    runs the dry run. Deleting the stamp only makes the next plan run the dry run.
 options:
   dev_char_path:
     description: The directory of the links (nvidia-ctk's C(--dev-char-path)).
@@ -93,6 +98,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file impo
     LiveFileError, ToolNotFound, require_tool, write_atomic)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import ModuleRun, run_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _dev_char
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._containerd_distribution import node_root
 
 
 def _lines(pairs):
@@ -157,6 +163,22 @@ class DevCharSymlinks(ModuleRun):
                           % (len(still), still[0][0], still[0][1]), changed=True)
         if changes["rule"]:
             write_atomic(self.module, p["udev_rule_path"], state["rule_wanted"])
+
+    def after(self, current, changes):
+        """Outside check mode, the links the dry run named and what they depend on, for gpu_node_plan's next check
+        (node/_dev_char's stamp; not a change: the links and the rule are the node's state)."""
+        if self.module.check_mode:
+            return
+        p = self.params
+        path = _dev_char.stamp_file(p["dev_char_path"])
+        text = _dev_char.stamp_record(self.ctk, p["dev_char_path"], current["links"], node_root())
+        try:
+            with open(path) as handle:
+                if handle.read() == text:
+                    return
+        except (IOError, OSError):
+            pass
+        write_atomic(self.module, path, text)
 
 
 def main():

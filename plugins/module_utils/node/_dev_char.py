@@ -19,16 +19,27 @@ elsewhere is reported, never replaced (nvidia-ctk would not replace it either).
 
 Here: the options, the rule's text, the read (``read``: one dry run, one lstat/readlink per link, the rule file) and the
 reasons the node plan and the module share. Commands run as argument lists; nothing here writes.
+
+The verified-state stamp (``stamp_file``, node/_live_file's stamps): after a run outside check mode, dev_char_symlinks
+records the links the dry run named with what that answer depends on (``inputs``: nvidia-ctk's identity, the NVIDIA
+majors of /proc/devices, the MIG capability minors, the PCI devices, the boot). gpu_node_plan's check (``read`` with
+``trust_stamp``) takes the links from a stamp whose inputs are unchanged instead of starting nvidia-ctk on every
+converged re-run, and still looks at every link and the rule; any difference, or no stamp, is the dry run. The module
+itself always runs the dry run. The stamp lives beside the links' directory (``/dev/.char.gpuops-verified.json``: on
+the boot's devtmpfs, gone with the boot whose majors it describes).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import os
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._input_file import InputFileError, read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import (
+    binary_identity, load_stamp, stamp_path, stamp_text)
 
 DEFAULT_DEV_CHAR = "/dev/char"
 DEFAULT_RULE_PATH = "/lib/udev/rules.d/71-nvidia-dev-char.rules"
@@ -137,11 +148,65 @@ def expected_links(run_command, ctk, dev_char_path):
     return parse_links((err or "") + "\n" + (out or ""))
 
 
-def read(run_command, ctk, params):
+STAMP_SUFFIX = ".gpuops-verified.json"
+STAMP_VERSION = 1
+
+
+def stamp_file(dev_char_path):
+    """The stamp's path: beside the links' directory, hidden."""
+    return stamp_path(dev_char_path, STAMP_SUFFIX)
+
+
+def _digest(path):
+    """sha256 of a (proc) file's text; None where it is absent or unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (IOError, OSError):
+        return None
+
+
+def inputs(ctk, dev_char_path, root="/"):
+    """What nvidia-ctk's --create-all answer depends on, read without running it (``root``: the node's root, "/" but
+    on a simulated node): its binary, the links' directory, the NVIDIA majors (/proc/devices), the MIG capability
+    minors, the PCI devices it looks for GPUs among, and the boot."""
+    def under(relative):
+        return os.path.join(root, relative)
+    try:
+        pci = sorted(os.listdir(under("sys/bus/pci/devices")))
+    except OSError:
+        pci = None
+    return {"version": STAMP_VERSION, "ctk": binary_identity(ctk), "dev_char_path": dev_char_path,
+            "proc_devices": _digest(under("proc/devices")),
+            "mig_minors": _digest(under("proc/driver/nvidia-caps/mig-minors")), "pci": pci,
+            "boot_id": _digest("/proc/sys/kernel/random/boot_id")}
+
+
+def stamp_record(ctk, dev_char_path, links, root="/"):
+    """The stamp's text for ``links`` (the dry run's answer) under today's inputs."""
+    return stamp_text({"inputs": inputs(ctk, dev_char_path, root), "links": [list(pair) for pair in links]})
+
+
+def stamped_links(ctk, dev_char_path, root="/"):
+    """The links a stamp recorded where its inputs equal today's, else None."""
+    recorded = load_stamp(stamp_file(dev_char_path))
+    if not recorded or recorded.get("inputs") != inputs(ctk, dev_char_path, root):
+        return None
+    links = recorded.get("links")
+    if not isinstance(links, list) or not all(isinstance(pair, list) and len(pair) == 2 for pair in links):
+        return None
+    return [tuple(pair) for pair in links]
+
+
+def read(run_command, ctk, params, trust_stamp=False, root="/"):
     """The node as the step sees it: {"links": [(link, target)], "missing": [...], "other": [(link, what)],
-    "rule_path", "rule" (its text or None), "rule_wanted" (None without udev_rule)}. DevCharError on a failed dry run,
-    InputFileError on a rule file that cannot be read."""
-    links = expected_links(run_command, ctk, params["dev_char_path"])
+    "rule_path", "rule" (its text or None), "rule_wanted" (None without udev_rule), "stamped" (the links came from the
+    stamp)}. ``trust_stamp``: take the links from a stamp whose inputs are unchanged (gpu_node_plan's check). DevCharError
+    on a failed dry run, InputFileError on a rule file that cannot be read."""
+    links = stamped_links(ctk, params["dev_char_path"], root) if trust_stamp else None
+    stamped = links is not None
+    if links is None:
+        links = expected_links(run_command, ctk, params["dev_char_path"])
     missing, other = [], []
     for link, target in links:
         state = link_state(link, target)
@@ -150,7 +215,7 @@ def read(run_command, ctk, params):
         elif state != "right":
             other.append((link, state))
     state = {"links": links, "missing": missing, "other": other, "rule_path": params["udev_rule_path"],
-             "rule": None, "rule_wanted": None}
+             "rule": None, "rule_wanted": None, "stamped": stamped}
     if params["udev_rule"]:
         state["rule_wanted"] = rule_text(ctk, params["dev_char_path"])
         if state["rule_wanted"] is None:
@@ -184,9 +249,10 @@ def other_warning(other):
             % (len(other), shown))
 
 
-def check(run_command, ctk, params):
-    """The node plan's check: reasons (a read that fails is a reason too: the module then fails with it)."""
+def check(run_command, ctk, params, root="/"):
+    """The node plan's check: reasons (a read that fails is a reason too: the module then fails with it); the links
+    from the module's stamp where its inputs are unchanged."""
     try:
-        return reasons(read(run_command, ctk, params))
+        return reasons(read(run_command, ctk, params, trust_stamp=True, root=root))
     except (DevCharError, InputFileError) as exc:
         return [str(exc)]

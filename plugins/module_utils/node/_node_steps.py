@@ -344,9 +344,10 @@ def _cdi(module, facts, params):
 
 def _dev_char(module, facts, params):
     """The /dev/char links nvidia-ctk's --create-all dry run names, and the udev rule (node/_dev_char: the module's own
-    read; nvidia-ctk found the way dev_char_symlinks finds it: not found is work, and the module then fails with its
-    own message)."""
+    read, the links from its stamp where nothing they depend on changed; nvidia-ctk found the way dev_char_symlinks
+    finds it: not found is work, and the module then fails with its own message)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _dev_char
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._containerd_distribution import node_root
     from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_config import CTK_PACKAGE
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import ToolNotFound, require_tool
     p = params["dev_char"]
@@ -355,7 +356,7 @@ def _dev_char(module, facts, params):
     except ToolNotFound as exc:
         return None, {p["step"]: [exc.reason]}
     problems = _dev_char.path_problems(p) + _dev_char.place_problems(p)
-    return None, {p["step"]: problems or _dev_char.check(module.run_command, ctk, p)}
+    return None, {p["step"]: problems or _dev_char.check(module.run_command, ctk, p, root=node_root())}
 
 
 def _dcgm_validate(module, params):

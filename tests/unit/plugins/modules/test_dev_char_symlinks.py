@@ -105,3 +105,39 @@ def test_bad_paths_are_refused_before_anything_runs(tmp_path):
     res = run_here(MODULE, {"dev_char_path": "/dev/my char", "udev_rule": False, "nvidia_ctk_path": CTK,
                             "udev_rule_path": "/"}, env={})
     assert res.get("failed") and "udev_rule_path '/' must be an absolute path" in res["msg"], res
+
+
+def test_the_stamp_spares_the_node_plan_the_dry_run_until_what_it_depends_on_changes(tmp_path):
+    # gpu_node_plan's check (node/_dev_char.read with trust_stamp) takes the links from the stamp the module wrote,
+    # still looks at each link and the rule, and runs the dry run again where an input changed or no stamp is there
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _dev_char
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node._live_file import load_stamp
+    root, args, env = node(tmp_path)
+    env = dict(env, GPUOPS_SIMULATED_GPUS="1")      # the simulated node's root is where its /proc is read
+    params = dict(args, udev_rule=True)
+    stamp = _dev_char.stamp_file(args["dev_char_path"])
+    assert run_here(MODULE, args, env=env, check=True)["changed"] is True and not os.path.exists(stamp)
+    assert run_here(MODULE, args, env=env)["changed"] is True
+    assert len(load_stamp(stamp)["links"]) == EVERY
+
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 1, "", "not expected"
+    state = _dev_char.read(run, CTK, params, trust_stamp=True, root=root)
+    assert calls == [] and state["stamped"] is True and state["missing"] == [] and _dev_char.reasons(state) == []
+    os.unlink(os.path.join(args["dev_char_path"], "238:0"))
+    state = _dev_char.read(run, CTK, params, trust_stamp=True, root=root)
+    assert calls == [] and state["missing"] == [(os.path.join(args["dev_char_path"], "238:0"), "/dev/nvidia-uvm")]
+    with open(os.path.join(root, "proc", "devices"), "a") as handle:
+        handle.write("511 nvidia-caps-imex-channels\n")   # a driver reloaded with another major set
+    try:
+        _dev_char.read(run, CTK, params, trust_stamp=True, root=root)
+    except _dev_char.DevCharError as exc:
+        assert "not expected" in str(exc)
+    assert len(calls) == 1 and "--dry-run" in calls[0]
+    # the module itself never trusts the stamp: it makes the missing link and records the new inputs
+    assert run_here(MODULE, args, env=env)["changed"] is True
+    calls[:] = []
+    assert _dev_char.read(run, CTK, params, trust_stamp=True, root=root)["stamped"] is True and calls == []
