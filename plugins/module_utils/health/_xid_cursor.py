@@ -9,7 +9,7 @@ The cursor file (``gpu_health_read``'s ``cursor_path``) holds::
 
     {"version": 1, "boot_id": "<the kernel's boot id>",
      "last": {"ts": <monotonic seconds of the last Xid/SXid line seen>, "line": "<its text>"} or null,
-     "events": [<the Xid events seen this boot that keep blocking: ``keep``>]}
+     "events": [<the Xid and SXid events seen this boot that keep blocking: ``keep``>]}
 
 ``advance`` compares it with this boot's lines:
 
