@@ -4,14 +4,14 @@
 """GPU health: the shape of a health read, the findings it holds, and the policy that says which findings block a node's
 release. Pure: no I/O (the read is each backend's ``read_health``; the kernel log's Xid lines are parsed by ``_xid``).
 
-A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
-"reason", "lines" (its Xid lines; a sweep's also its SXid lines, ``_sxid_findings``)}, "pci": the GPUs the PCI bus
-shows (``_pci.bus_gpus``: {"readable", "root", "gpus": [{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not read (a simulator without a
-modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
-None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu", "bus_id", "bus_id_source",
-"seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or {"seconds", "not_read": [the
-GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus shows and NVML does not list
-is the node finding ``gpu_missing`` (``missing_gpus``).
+A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source", "reason",
+"lines" (its Xid and SXid lines: ``_sxid_findings``)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``:
+{"readable", "root", "gpus": [{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not
+read (a simulator without a modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s
+answer (else absent or None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu",
+"bus_id", "bus_id_source", "seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or
+{"seconds", "not_read": [the GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus
+shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
 A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
 ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
 its value (the NVML call behind each field is named in docs/health.md):
@@ -36,7 +36,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import describe as dcgm_describe
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._pci import sysfs_bus_id
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import bus_key, parse_sxid_line, sxid_events, xid_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import (
+    bus_key, parse_sxid_line, sxid_events, xid_events)
 
 NOT_SUPPORTED = "not supported"
 
@@ -547,7 +548,8 @@ def summary(health, policy=None, gpus=True):
     log = health.get("kernel_log") or {}
     result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
                             "reason": log.get("reason"),
-                            "xid_lines": len([line for line in log.get("lines") or [] if parse_sxid_line(line) is None])}
+                            "xid_lines": len([line for line in log.get("lines") or []
+                                              if parse_sxid_line(line) is None])}
     diag = health.get("dcgm")
     result["dcgm"] = None if not isinstance(diag, dict) else dict(
         (key, diag.get(key)) for key in ("ran", "version", "note", "error", "runtime_error"))

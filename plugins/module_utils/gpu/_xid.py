@@ -389,9 +389,10 @@ def _answers(run_command, sources, reasons):
 def read_kernel_log(run_command):
     """This boot's kernel log through ``run_command`` (argv -> (rc, stdout, stderr); OSError when the program cannot
     start): ``journalctl -k -b -o cat``, else ``dmesg``. Returns {"readable": True, "source": "journalctl"|"dmesg",
-    "lines": [its Xid and SXid lines]} or {"readable": False, "source": None, "lines": [], "reason": "kernel log not readable: ..."}.
-    An empty journal counts as unreadable (a booted kernel always logs: an empty answer means a volatile journal that
-    kept nothing or a user that may not read it), and dmesg is tried next. Never raises for an unreadable log."""
+    "lines": [its Xid and SXid lines]} or {"readable": False, "source": None, "lines": [], "reason": "kernel log not
+    readable: ..."}. An empty journal counts as unreadable (a booted kernel always logs: an empty answer means a
+    volatile journal that kept nothing or a user that may not read it), and dmesg is tried next. Never raises for an
+    unreadable log."""
     reasons = []
     if run_command is None:
         return {"readable": False, "source": None, "lines": [],

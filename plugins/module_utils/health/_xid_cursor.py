@@ -2,8 +2,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The health sweep's cursor in the kernel log: which Xid and SXid lines a node's sweep has seen, so that the next
-sweep reports only the new ones, while a fatal Xid or SXid keeps blocking for the rest of the boot. Pure: the caller reads the
-cursor file, the boot id and the kernel log (``_xid.read_kernel_log_timed``) and writes the next cursor.
+sweep reports only the new ones, while a fatal Xid or SXid keeps blocking for the rest of the boot. Pure: the caller
+reads the cursor file, the boot id and the kernel log (``_xid.read_kernel_log_timed``) and writes the next cursor.
 
 The cursor file (``gpu_health_read``'s ``cursor_path``) holds::
 
