@@ -21,9 +21,12 @@ description:
     the GPUs after the one that hung.
   - Reads this boot's kernel log with timestamps (C(journalctl -k -b -o short-monotonic), else C(dmesg)), keeps its Xid
     and SXid (NVSwitch) lines, and compares them with a cursor file on the node (O(cursor_path)), so that RV(xid.new)
-    holds only the lines logged since the previous sweep. The Xid events that block under O(policy) stay in the cursor
-    for the rest of the boot, so a fatal Xid keeps the node unhealthy until a reboot even after the log rotated; a new
-    boot id (C(/proc/sys/kernel/random/boot_id)) drops them.
+    holds only the lines logged since the previous sweep. The Xid and SXid events that block under O(policy) stay in
+    the cursor for the rest of the boot, so a fatal Xid or SXid keeps the node unhealthy until a reboot even after the
+    log rotated; a new boot id (C(/proc/sys/kernel/random/boot_id)) drops them.
+  - A fatal SXid (its line says C(Fatal), or NVIDIA's Fabric Manager guide lists its code as always fatal) is the node
+    finding C(sxid_fatal), naming the NVSwitch and the code; a non-fatal SXid is reported in RV(xid) and makes no
+    finding (docs/health.md).
   - RV(health) is the policy's verdict over the GPUs' read and this boot's outstanding Xid events (the cursor's and the
     new ones), in the shape of M(gpuops.nvidia.gpu_info)'s RV(gpuops.nvidia.gpu_info#module:health) without each GPU's
     read fields; its C(gate) is the verdict as M(gpuops.nvidia.node_health) takes it.
@@ -37,7 +40,8 @@ options:
       - "What each health finding kind does, C(block), C(warn) or C(ignore), over the defaults (docs/health.md), as
         M(gpuops.nvidia.gpu_info)'s O(gpuops.nvidia.gpu_info#module:health_policy); for example
         C({xid_gpu: block, ecc_corrected: ignore})."
-      - An Xid event whose kind the policy blocks stays outstanding for the rest of the boot.
+      - An Xid event whose kind the policy blocks, and a fatal SXid while C(sxid_fatal) blocks, stays outstanding for
+        the rest of the boot.
       - An unknown kind or action is an error that names the valid ones.
     type: dict
     default: {}
@@ -76,7 +80,6 @@ requirements:
   - On a real GPU host, the Python package C(nvidia-ml-py) (module C(pynvml)) and the NVIDIA driver.
 notes:
   - A killed read may leave the hung call inside the driver; the node needs the reset or reboot the finding names.
-  - SXid events are reported in RV(xid) but make no finding of their own.
 seealso:
   - module: gpuops.nvidia.gpu_info
   - module: gpuops.nvidia.node_health
@@ -129,7 +132,8 @@ xid:
         - The events logged since the previous sweep (all of this boot's where there was no cursor or the node
           rebooted). An Xid has C(type=xid), C(ts) (seconds after boot), C(line), C(bus_id), C(code), C(pid),
           C(process), C(message), C(fatal), C(cause), C(mnemonic), C(action); an SXid C(type=sxid), C(ts), C(line),
-          C(switch), C(bus_id) (the NVSwitch's), C(code), C(fatal) (the line's Fatal or Non-fatal), C(link), C(message).
+          C(switch), C(bus_id) (the NVSwitch's), C(code), C(fatal) (the line's Fatal, or a code NVIDIA lists as
+          always fatal), C(scope) (C(fabric), C(partition), or null for a non-fatal one), C(link), C(message).
       type: list
       elements: dict
     outstanding:
@@ -224,7 +228,10 @@ class GpuHealthRead(ModuleRun):
         return errors
 
     def _keep(self, event):
-        """An Xid event the policy blocks on stays outstanding for the rest of the boot."""
+        """An Xid event the policy blocks on, and a fatal SXid while sxid_fatal blocks, stay outstanding for the rest
+        of the boot."""
+        if event["type"] == "sxid":
+            return bool(event["fatal"]) and self.policy["sxid_fatal"] == "block"
         return event["type"] == "xid" and self.policy[xid_kind(event)] == "block"
 
     def read(self):
@@ -252,7 +259,7 @@ class GpuHealthRead(ModuleRun):
         outstanding = sweep["outstanding"] if sweep else []
         read = dict(raw, kernel_log={
             "readable": bool(log.get("readable")), "source": log.get("source"), "reason": log.get("reason"),
-            "lines": [event["line"] for event in outstanding if event["type"] == "xid"]})
+            "lines": [event["line"] for event in outstanding if event["type"] in ("xid", "sxid")]})
         health = summary(read, self.policy, gpus=False)
         self.result.update(
             health=health,

@@ -164,7 +164,7 @@ _NVBANDWIDTH_STANDIN = os.path.join(os.path.dirname(_DCGMI_STANDIN), "nvbandwidt
 DCGMI = st.sampled_from([_DCGMI_STANDIN, "gpuops-no-such-dcgmi", "", " ", "dcgmi\x00", "./", "/",
                          "gpuops-no-such-dir/dcgmi", "é" * 300])
 HEALTH_POLICY = st.one_of(st.dictionaries(
-    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "pcie_width_degraded", "gpu_missing",
+    st.one_of(st.sampled_from(["row_remap_pending", "xid_fatal", "sxid_fatal", "pcie_width_degraded", "gpu_missing",
                                "Row_Remap_Pending", "gpu-missing", ""]), _ANY),
     st.one_of(st.sampled_from(["block", "warn", "ignore", "Block", "off", ""]), _ANY), max_size=3), _ANY)
 

@@ -4,14 +4,14 @@
 """GPU health: the shape of a health read, the findings it holds, and the policy that says which findings block a node's
 release. Pure: no I/O (the read is each backend's ``read_health``; the kernel log's Xid lines are parsed by ``_xid``).
 
-A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source",
-"reason", "lines" (its Xid lines)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``: {"readable", "root", "gpus":
-[{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not read (a simulator without a
-modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s answer (else absent or
-None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu", "bus_id", "bus_id_source",
-"seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or {"seconds", "not_read": [the
-GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus shows and NVML does not list
-is the node finding ``gpu_missing`` (``missing_gpus``).
+A health read (both backends return it) is {"backend", "gpus": [per GPU], "kernel_log": {"readable", "source", "reason",
+"lines" (its Xid and SXid lines: ``_sxid_findings``)}, "pci": the GPUs the PCI bus shows (``_pci.bus_gpus``:
+{"readable", "root", "gpus": [{"bus_id", "name", "bound_driver"}], "reason"}), or None where the node's PCI bus is not
+read (a simulator without a modelled host), "dcgm": where the user asked for DCGM's diagnostic, ``_dcgm.run_diag``'s
+answer (else absent or None), and, from a read with a deadline (``_health_deadline``), "unresponsive": [{"gpu",
+"bus_id", "bus_id_source", "seconds"}] (the GPUs NVML did not answer for in time) and "nvml_unresponsive": None or
+{"seconds", "not_read": [the GPU indexes left unread]} (NVML's start or its GPU count did not answer)}. A GPU the bus
+shows and NVML does not list is the node finding ``gpu_missing`` (``missing_gpus``).
 A GPU's entry holds "index", "uuid", "name", "pci_bus_id", "architecture" and, unless NVML answered GPU_IS_LOST
 ("lost": true, "error"), these fields; a field whose NVML call answered NOT_SUPPORTED holds ``NOT_SUPPORTED`` instead of
 its value (the NVML call behind each field is named in docs/health.md):
@@ -36,7 +36,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._burn_in import 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import describe as dcgm_describe
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._dcgm import failed as dcgm_failed
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._pci import sysfs_bus_id
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import bus_key, xid_events
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import (
+    bus_key, parse_sxid_line, sxid_events, xid_events)
 
 NOT_SUPPORTED = "not supported"
 
@@ -74,6 +75,10 @@ FINDING_KINDS = {
     "ecc_uncorrected_volatile": ("block", "uncorrected ECC errors since the last reset",
                                  "reset the GPU or reboot, then check its remapped rows; " + GATE_CLEARS),
     "xid_fatal": ("block", "a fatal Xid since boot", "do what NVIDIA's Xid catalog says for it"),
+    # a fatal NVSwitch SXid (_xid.classify_sxid: the line says Fatal, or NVIDIA's Fabric Manager guide lists the code as
+    # always fatal): a node finding, since the NVSwitch serves every GPU of the baseboard; a non-fatal one is none
+    "sxid_fatal": ("block", "a fatal NVSwitch SXid since boot",
+                   "reboot the node (or reset the NVSwitches and GPUs), as NVIDIA's Fabric Manager guide says"),
     "fabric_incomplete": ("block", "NVLink fabric registration not completed",
                           "check nvidia-fabricmanager on this node and the NVSwitches; " + GATE_CLEARS),
     "nvlink_down": ("block", "an NVLink is down", "reset the GPU or reboot; if it stays down, check the link; "
@@ -396,10 +401,37 @@ def findings(health):
             finding["detail"] += " (no GPU of this node has that bus id)"
         seen[key] = finding
         out.append(finding)
+    out.extend(_sxid_findings(log.get("lines") or []))
     for finding in out:
         if finding.get("times", 1) > 1:
             finding["detail"] += " (logged %d times)" % finding["times"]
     return _ordered(out)
+
+
+def _sxid_findings(lines):
+    """The node findings (``sxid_fatal``) of the fatal SXid lines among ``lines``, one per NVSwitch and code (with how
+    many times it was logged). The finding names the switch and its bus id in its detail and names no PCI address of
+    its own: the address a finding carries is a GPU's, and the NVSwitch serves every GPU of the baseboard."""
+    seen, out = {}, []
+    for event in sxid_events(lines):
+        if not event["fatal"]:
+            continue
+        key = (event["bus_id"], event["code"])
+        if key in seen:
+            seen[key]["times"] += 1
+            continue
+        detail = "%s (PCI:%s) SXid %d: %s (%s)" % (
+            event["switch"], event["bus_id"], event["code"], event["message"] or "no message",
+            "always fatal to the NVSwitch fabric" if event["scope"] == "fabric" else "logged Fatal by the driver")
+        fix = event["recommended"] + "; the SXid stays in this boot's kernel log, so the gate clears after a reboot " \
+                                     "(or set sxid_fatal to warn once it is dealt with)"
+        finding = _finding("sxid_fatal", None, None, detail, fix)
+        finding["sxid"] = {"switch": event["switch"], "bus_id": event["bus_id"], "code": event["code"],
+                           "link": event["link"], "scope": event["scope"], "line": event["line"]}
+        finding["times"] = 1
+        seen[key] = finding
+        out.append(finding)
+    return out
 
 
 def _unlisted_gpus(health):
@@ -515,7 +547,9 @@ def summary(health, policy=None, gpus=True):
     result["gate"] = gate(result["findings"])
     log = health.get("kernel_log") or {}
     result["kernel_log"] = {"readable": bool(log.get("readable")), "source": log.get("source"),
-                            "reason": log.get("reason"), "xid_lines": len(log.get("lines") or [])}
+                            "reason": log.get("reason"),
+                            "xid_lines": len([line for line in log.get("lines") or []
+                                              if parse_sxid_line(line) is None])}
     diag = health.get("dcgm")
     result["dcgm"] = None if not isinstance(diag, dict) else dict(
         (key, diag.get(key)) for key in ("ran", "version", "note", "error", "runtime_error"))

@@ -28,6 +28,18 @@ being the NVSwitch's own (with its function); ``parse_sxid_line`` reads them (re
   request 338, a node's dmesg; 12028 is the "egress non-posted PRIV error" of NVIDIA's Fabric Manager user guide)
 The line that says ``Fatal`` or ``Non-fatal`` is the event; its ``Severity`` and ``Data`` lines only add detail.
 
+What an SXid means (``classify_sxid``) follows NVIDIA's Fabric Manager user guide, "Error Handling" (release 2.3 of
+2025-03-04, https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html, its tables "Non-Fatal
+NVSwitch SXid Errors", "Fatal NVSwitch SXid Errors", "Always Fatal NVSwitch SXid Errors" and "Other Notable NVSwitch
+SXid Errors"): a fatal SXid stalls the NVLink traffic of the GPUs behind the port (the partition; it reaches the GPU
+as an Xid 74 where it applies), and one of the "always fatal" codes is fatal to the whole NVSwitch fabric, which then
+needs the host restarted (or every NVSwitch and GPU reset by a secondary bus reset). The driver itself says which event
+is fatal: its line reads ``Fatal`` or ``Non-fatal``, as NVIDIA's NVSentinel reads it (its syslog health monitor,
+health-monitors/syslog-health-monitor/pkg/sxid/sxid_handler.go). So an SXid is fatal when its line says ``Fatal`` or
+its code is one of the guide's always-fatal ones (``SXID_ALWAYS_FATAL``, which also holds 10003, "never expected",
+fatal to the fabric); a non-fatal one (single-bit ECC corrected by the switch, a TX replay, 22013 "can be safely
+ignored") is reported and makes no finding.
+
 The catalog (``CATALOG``) is NVIDIA's "Xid Catalog" for Ampere and newer GPUs:
 https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html and its Xid-Catalog.xlsx ("Catalog" sheet), as
 published by 2025-10-29 (codes 1-172), read through leptonai/gpud's copy generated from that page
@@ -258,6 +270,52 @@ _SXID_SEVERITY = re.compile(r"^(?P<severity>Fatal|Non-fatal)\s*(?:,\s*(?P<messag
 _SXID_LINK = re.compile(r"\bLink\s+(?P<link>\d+)\b")
 
 
+# The Fabric Manager user guide's always-fatal SXids (its table "Always Fatal NVSwitch SXid Errors", and 10003 of its
+# "Other Notable" table): fatal to the entire NVSwitch fabric, whatever the line's severity word.
+SXID_ALWAYS_FATAL = frozenset([10003, 12020, 22003, 22011] + list(range(23001, 23018)))
+# Its table "Fatal NVSwitch SXid Errors": fatal to the partition whose GPUs use the port (the driver's line says Fatal).
+SXID_FATAL = frozenset([11001, 11009, 11013, 11018, 11019, 11020, 12001, 12002, 12022, 12024, 12025, 12026, 12027,
+                        12030, 12031, 12032, 14017, 15001, 15006, 15009, 15010, 15012, 15013, 19047, 19048, 19054,
+                        19056, 19058, 19060, 19061, 19063, 19064, 19066, 19067, 19069, 19070, 20034, 22012, 24004,
+                        24005, 24006, 24007])
+
+
+def classify_sxid(code, fatal):
+    """What the collection makes of SXid ``code`` whose line says ``fatal`` (True: ``Fatal``, False: ``Non-fatal``):
+    {"code", "fatal" (bool), "scope" ("fabric" for an always-fatal code, "partition" for another fatal one, None for a
+    non-fatal one), "recommended" (in words)}. Fatal when the line says so or the code is always fatal (the module's
+    docstring gives NVIDIA's source); a line without its severity word (``fatal`` None) is fatal when the guide lists
+    its code as fatal."""
+    if fatal is None:
+        fatal = code in SXID_FATAL
+    if code in SXID_ALWAYS_FATAL:
+        return {"code": code, "fatal": True, "scope": "fabric",
+                "recommended": "fatal to the whole NVSwitch fabric: reboot the node (or reset every NVSwitch and GPU), "
+                               "as NVIDIA's Fabric Manager guide says for an always-fatal SXid"}
+    if fatal:
+        return {"code": code, "fatal": True, "scope": "partition",
+                "recommended": "the NVLink traffic of the GPUs behind this NVSwitch port stalls: reboot the node (or "
+                               "reset the GPUs and NVSwitches), as NVIDIA's Fabric Manager guide says for a fatal SXid"}
+    return {"code": code, "fatal": False, "scope": None,
+            "recommended": "none needed: the NVSwitch reports it non-fatal (watch it if it repeats)"}
+
+
+def sxid_events(lines):
+    """The SXid events among kernel-log ``lines`` (their ``Severity``/``Data`` detail lines left out), each parsed and
+    classified: {"switch", "bus_id" (the NVSwitch's), "code", "fatal", "scope", "recommended", "link", "message",
+    "line"}."""
+    events = []
+    for line in lines:
+        parsed = parse_sxid_line(line)
+        if parsed is None or parsed["detail"]:
+            continue
+        event = classify_sxid(parsed["code"], parsed["fatal"])
+        event.update({"switch": parsed["switch"], "bus_id": parsed["bus_id"], "link": parsed["link"],
+                      "message": parsed["message"], "line": line.strip()})
+        events.append(event)
+    return events
+
+
 def parse_sxid_line(line):
     """One kernel-log line of the NVSwitch driver -> {"switch" ("nvidia-nvswitch0"), "bus_id" (the NVSwitch's, e.g.
     "0000:05:00.0"), "code", "fatal" (True for ``Fatal``, False for ``Non-fatal``, None on a detail line), "link" (the
@@ -331,9 +389,10 @@ def _answers(run_command, sources, reasons):
 def read_kernel_log(run_command):
     """This boot's kernel log through ``run_command`` (argv -> (rc, stdout, stderr); OSError when the program cannot
     start): ``journalctl -k -b -o cat``, else ``dmesg``. Returns {"readable": True, "source": "journalctl"|"dmesg",
-    "lines": [its Xid lines]} or {"readable": False, "source": None, "lines": [], "reason": "kernel log not readable: ..."}.
-    An empty journal counts as unreadable (a booted kernel always logs: an empty answer means a volatile journal that
-    kept nothing or a user that may not read it), and dmesg is tried next. Never raises for an unreadable log."""
+    "lines": [its Xid and SXid lines]} or {"readable": False, "source": None, "lines": [], "reason": "kernel log not
+    readable: ..."}. An empty journal counts as unreadable (a booted kernel always logs: an empty answer means a
+    volatile journal that kept nothing or a user that may not read it), and dmesg is tried next. Never raises for an
+    unreadable log."""
     reasons = []
     if run_command is None:
         return {"readable": False, "source": None, "lines": [],
@@ -343,7 +402,7 @@ def read_kernel_log(run_command):
         if not lines or (source == "journalctl" and all(line.startswith("-- ") for line in lines)):
             reasons.append("%s: no entries" % source)
             continue
-        return {"readable": True, "source": source, "lines": [line for line in lines if XID_MARK in line]}
+        return {"readable": True, "source": source, "lines": [line for line in lines if is_event_line(line)]}
     return {"readable": False, "source": None, "lines": [], "reason": "kernel log not readable: " + "; ".join(reasons)}
 
 

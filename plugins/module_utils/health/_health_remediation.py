@@ -13,8 +13,10 @@ what the sweep may do about the node's blocking findings, and what it records be
   node the circuit breaker held in service, a healthy node and one counting healthy sweeps are not.
 - **which findings what clears**: a GPU reset clears ``_gpu_health.RESET_CLEARS`` (a pending row remap, a pending
   page retirement; gpu_health_reset resets for those alone, and only idle GPUs); a reboot is needed for ``REBOOT_CLEARS``
-  (a lost, missing or unresponsive GPU, an unresponsive NVML, and a fatal Xid: the sweep keeps this boot's fatal Xids
-  blocking until the node boots again, so a GPU reset cannot clear one, whatever NVIDIA's immediate action for it).
+  (a lost, missing or unresponsive GPU, an unresponsive NVML, a fatal Xid, and a fatal NVSwitch SXid: the sweep keeps
+  this boot's fatal Xids and SXids blocking until the node boots again, so a GPU reset cannot clear one, whatever
+  NVIDIA's immediate action for it; for an SXid, NVIDIA's Fabric Manager guide asks for a host restart or a reset of
+  the NVSwitches with the GPUs, which gpu_health_reset does not do).
   A node with any other blocking finding (a failed remap, a degraded PCIe link, the fabric, ...) needs an operator:
   no rung clears it, so none is tried.
 - **the record before the attempt**: each attempt's time goes into the annotation ``gpuops.nvidia/health-remediation``
@@ -46,7 +48,7 @@ NEEDS_OPERATOR = "NeedsOperator"
 # The consent, from the least to the most the sweep may do.
 CONSENTS = ("none", "reset", "reboot")
 # Blocking finding kinds that only a reboot clears.
-REBOOT_CLEARS = ("gpu_lost", "gpu_missing", "gpu_unresponsive", "nvml_unresponsive", "xid_fatal")
+REBOOT_CLEARS = ("gpu_lost", "gpu_missing", "gpu_unresponsive", "nvml_unresponsive", "xid_fatal", "sxid_fatal")
 
 DEFAULTS = {"max_attempts": 2, "window_hours": 24}
 # (lowest, highest, whole number)

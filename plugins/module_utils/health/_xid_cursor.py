@@ -2,14 +2,14 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The health sweep's cursor in the kernel log: which Xid and SXid lines a node's sweep has seen, so that the next
-sweep reports only the new ones, while a fatal Xid keeps blocking for the rest of the boot. Pure: the caller reads the
-cursor file, the boot id and the kernel log (``_xid.read_kernel_log_timed``) and writes the next cursor.
+sweep reports only the new ones, while a fatal Xid or SXid keeps blocking for the rest of the boot. Pure: the caller
+reads the cursor file, the boot id and the kernel log (``_xid.read_kernel_log_timed``) and writes the next cursor.
 
 The cursor file (``gpu_health_read``'s ``cursor_path``) holds::
 
     {"version": 1, "boot_id": "<the kernel's boot id>",
      "last": {"ts": <monotonic seconds of the last Xid/SXid line seen>, "line": "<its text>"} or null,
-     "events": [<the Xid events seen this boot that keep blocking: ``keep``>]}
+     "events": [<the Xid and SXid events seen this boot that keep blocking: ``keep``>]}
 
 ``advance`` compares it with this boot's lines:
 
@@ -29,7 +29,8 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import classify, parse_line, parse_sxid_line
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._xid import (
+    classify, classify_sxid, parse_line, parse_sxid_line)
 
 VERSION = 1
 
@@ -84,8 +85,8 @@ def cursor_text(cursor):
 def event(ts, line):
     """The event of one timestamped kernel-log line: an Xid {"type": "xid", "ts", "line", "bus_id", "code", "pid",
     "process", "message", "fatal", "cause", "mnemonic", "action"}, an SXid {"type": "sxid", "ts", "line", "switch",
-    "bus_id", "code", "fatal" (from the line's Fatal / Non-fatal), "link", "message"}, or None for an SXid's detail
-    line (its Severity or Data) and any other line."""
+    "bus_id", "code", "fatal" (``_xid.classify_sxid``: the line's Fatal, or an always-fatal code), "scope", "link",
+    "message"}, or None for an SXid's detail line (its Severity or Data) and any other line."""
     xid = parse_line(line)
     if xid is not None:
         found = classify(xid["code"], xid["message"])
@@ -95,13 +96,16 @@ def event(ts, line):
     sxid = parse_sxid_line(line)
     if sxid is None or sxid["detail"]:
         return None
+    found = classify_sxid(sxid["code"], sxid["fatal"])
     return {"type": "sxid", "ts": ts, "line": line, "switch": sxid["switch"], "bus_id": sxid["bus_id"],
-            "code": sxid["code"], "fatal": sxid["fatal"], "link": sxid["link"], "message": sxid["message"]}
+            "code": sxid["code"], "fatal": found["fatal"], "scope": found["scope"], "link": sxid["link"],
+            "message": sxid["message"]}
 
 
-def fatal_xid(found):
-    """``advance``'s default ``keep``: a fatal Xid (``_xid.classify``) keeps blocking for the rest of the boot."""
-    return found["type"] == "xid" and bool(found["fatal"])
+def fatal_event(found):
+    """``advance``'s default ``keep``: a fatal Xid (``_xid.classify``) or a fatal SXid (``_xid.classify_sxid``) keeps
+    blocking for the rest of the boot."""
+    return found["type"] in ("xid", "sxid") and bool(found["fatal"])
 
 
 def _kept(events):
@@ -137,7 +141,7 @@ def _new_lines(last, lines, oldest):
         "are: every Xid line from its time on is taken as new" % ts)
 
 
-def advance(text, boot_id, lines, oldest=None, keep=fatal_xid, path="the cursor file"):
+def advance(text, boot_id, lines, oldest=None, keep=fatal_event, path="the cursor file"):
     """The sweep's view of the kernel log from the cursor file's ``text`` (None: no file), this boot's ``boot_id``
     (None: unknown, taken as the cursor's boot with a warning), the log's Xid and SXid ``lines`` ([[monotonic seconds,
     text]] in the log's order; other lines are skipped) and the timestamp of the ``oldest`` line the log still has

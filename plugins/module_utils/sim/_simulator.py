@@ -749,6 +749,13 @@ class SimulatedBackend(GpuBackend):
         with self._locked() as state:
             return sim_health.add_xid(state, gpu_by_index(state, index), code, message, pid, ts)
 
+    def add_sxid(self, switch, bus_id, code, fatal, message=None, link=None, ts=None):
+        """Test hook: the NVSwitch driver logs SXid ``code`` (``fatal`` or not) for NVSwitch ``switch`` at PCI
+        ``bus_id`` in this boot's simulated kernel log, its event line followed by its Severity and Data lines; returns
+        the event line. A reboot starts a new, empty log."""
+        with self._locked() as state:
+            return sim_health.add_sxid(state, switch, bus_id, code, fatal, message, link, ts)
+
     def rotate_kernel_log(self, count):
         """Test hook: the kernel log drops its ``count`` oldest lines (rotated past them)."""
         with self._locked() as state:

@@ -35,6 +35,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import re
 import uuid
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
@@ -418,16 +419,50 @@ def add_xid(state, gpu, code, message, pid=None, ts=None):
     head = "NVRM: Xid (PCI:%04x:%s:%s): %d, " % (int(domain, 16), bus.lower(), device.lower(), code)
     if pid is not None:
         head += "pid=%d, " % int(pid)
+    return _append_line(state, head + (message or "simulated Xid %d" % code), ts, "an Xid's")
+
+
+def _append_line(state, line, ts, what):
+    """``line`` appended to this boot's simulated kernel log at ``ts`` seconds after boot (None: the log's clock, after
+    its last line); returns it."""
     log = state.setdefault("kernel_log", {"readable": True, "lines": []})
     stamps = _stamps(log)
     if ts is None:
         ts = stamps[-1] + _LOG_STEP_TS if stamps else _LOG_FIRST_TS
     elif isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0 or (stamps and ts < stamps[-1]):
-        raise GpuBackendError("an Xid's timestamp is seconds after boot, not before the log's last line (%s); got %r"
-                              % (stamps[-1] if stamps else 0, ts))
-    log["lines"].append(head + (message or "simulated Xid %d" % code))
+        raise GpuBackendError("%s timestamp is seconds after boot, not before the log's last line (%s); got %r"
+                              % (what, stamps[-1] if stamps else 0, ts))
+    log["lines"].append(line)
     log["ts"] = stamps + [float(ts)]
-    return log["lines"][-1]
+    return line
+
+
+_SWITCH_BUS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def add_sxid(state, switch, bus_id, code, fatal, message=None, link=None, ts=None):
+    """An NVSwitch driver's SXid event in this boot's simulated kernel log, in the driver's own form (NVIDIA's
+    nvidia-nvswitch driver: the event line ``nvidia-nvswitch<switch>: SXid (PCI:<bus_id>): <code>, Fatal|Non-fatal,
+    Link <link> <message>``, then its ``Severity`` and ``Data`` detail lines with the same code, as a real HGX H100
+    logs them: _xid.parse_sxid_line's docstring), at ``ts`` seconds after boot (default: the log's clock). Returns the
+    event line. ``switch``: the NVSwitch's number (0 or more); ``bus_id``: its PCI address (``0000:05:00.0``)."""
+    if isinstance(switch, bool) or not isinstance(switch, int) or switch < 0:
+        raise GpuBackendError("an NVSwitch number is a whole number, 0 or more; got %r" % (switch,))
+    if not isinstance(bus_id, str) or not _SWITCH_BUS.match(bus_id):
+        raise GpuBackendError("an NVSwitch's bus id is a PCI address such as 0000:05:00.0; got %r" % (bus_id,))
+    if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 999999:
+        raise GpuBackendError("an SXid code is a whole number from 1 to 999999; got %r" % (code,))
+    if link is not None and (isinstance(link, bool) or not isinstance(link, int) or link < 0):
+        raise GpuBackendError("an NVSwitch link is a whole number, 0 or more, or None; got %r" % (link,))
+    head = "nvidia-nvswitch%d: SXid (PCI:%s): %d, " % (switch, bus_id.lower(), code)
+    text = (message or "simulated SXid %d" % code)
+    event = head + ("Fatal" if fatal else "Non-fatal") + ", " + ("Link %d " % link if link is not None else "") + text
+    line = _append_line(state, event, ts, "an SXid's")
+    stamp = state["kernel_log"]["ts"][-1]
+    _append_line(state, head + "Severity %d Engine instance %d Sub-engine instance 00" % (
+        1 if fatal else 0, link or 0), stamp, "an SXid's")
+    _append_line(state, head + "Data {0x%08x, 0x%08x}" % (link or 0, code), stamp, "an SXid's")
+    return line
 
 
 def set_kernel_log_readable(state, readable):

@@ -156,7 +156,9 @@ def test_the_default_policy_is_the_issues():
         # issue 50: a GPU, or the node's NVML, that does not answer the sweep's read within its deadline
         "gpu_unresponsive", "nvml_unresponsive",
         # issue 50: a burn-in that failed a test keeps the node out until one passes
-        "burn_in_failure"])
+        "burn_in_failure",
+        # issue 50: a fatal NVSwitch SXid (NVIDIA's Fabric Manager guide: a reboot or a reset of switches and GPUs)
+        "sxid_fatal"])
     assert health.validate_policy(None) == health.DEFAULT_POLICY
 
 
@@ -187,6 +189,34 @@ def test_summary_reports_the_kernel_log_and_the_gpus():
     got = health.summary(read(healthy_gpu(), readable=True, source="journalctl", lines=[XID_13]))
     assert got["kernel_log"] == {"readable": True, "source": "journalctl", "reason": None, "xid_lines": 1}
     assert got["gpus"][0]["index"] == 3 and got["verdict"] == "warn"
+
+
+def test_a_fatal_sxid_is_a_node_finding_naming_the_switch_and_the_code_and_a_non_fatal_one_is_none():
+    """issue 50: NVSwitch SXid lines (a sweep's kernel log) - the fatal ones block the node (once per switch and code,
+    with how many times they were logged), the gate names no GPU and no GPU bus id for them, the non-fatal ones and
+    the detail lines make no finding; the policy can make them warn."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.health._health_marks import verdict_errors
+    lines = [XID_13,
+             "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt",
+             "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 24007, Fatal, Link 29 sourcetrack timeout error",
+             "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 24007, Severity 1 Engine instance 29 Sub-engine instance 00",
+             "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 24007, Fatal, Link 30 sourcetrack timeout error",
+             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 22003, Fatal, Link 2 Minion Halt"]
+    result = health.summary(read(healthy_gpu(), readable=True, source="journalctl", lines=lines))
+    sxid = [f for f in result["findings"] if f["kind"] == "sxid_fatal"]
+    assert [(f["gpu"], f["pci_bus_id"], f["sxid"]["switch"], f["sxid"]["code"], f["sxid"]["scope"]) for f in sxid] == [
+        (None, None, "nvidia-nvswitch1", 24007, "partition"), (None, None, "nvidia-nvswitch0", 22003, "fabric")]
+    first, second = sxid[0]["summary"], sxid[1]["summary"]
+    assert first.startswith("node: a fatal NVSwitch SXid since boot (nvidia-nvswitch1 (PCI:0000:84:00.0) SXid 24007: ")
+    assert "(logged 2 times)" in first and "reboot the node" in first
+    assert "nvidia-nvswitch0 (PCI:0000:05:00.0) SXid 22003" in second and "whole NVSwitch fabric" in second
+    assert result["blocking"] == [first, second] and result["kernel_log"]["xid_lines"] == 1
+    gate = result["gate"]
+    assert [(f["gpu"], f["bus_id"], f["kind"]) for f in gate["blocking"]] == [(None, None, "sxid_fatal")] * 2
+    assert verdict_errors(dict((k, gate[k]) for k in ("healthy", "blocking", "warnings"))) == []
+    assert not [f for f in result["findings"] if "22013" in f["summary"]]               # non-fatal: no finding
+    relaxed = health.summary(read(healthy_gpu(), readable=True, lines=lines), {"sxid_fatal": "warn"})
+    assert relaxed["healthy"] is True and len(relaxed["warnings"]) == 3                  # the two SXids, the Xid 13
 
 
 def test_clock_event_bits_decode_and_encode():

@@ -13,6 +13,9 @@ REMAP = {"gpu": 2, "bus_id": "00000000:19:00.0", "kind": "row_remap_pending", "m
 PAGES = {"gpu": 5, "bus_id": "00000000:47:00.0", "kind": "retired_pages_pending", "message": "GPU 5: pages pending"}
 LOST = {"gpu": 1, "bus_id": "00000000:18:00.0", "kind": "gpu_lost", "message": "GPU 1: lost"}
 XID = {"gpu": 3, "bus_id": None, "kind": "xid_fatal", "message": "GPU 3: Xid 79 - NVIDIA: RESTART_BM"}
+# a fatal NVSwitch SXid is a node finding (no GPU, no GPU bus id)
+SXID = {"gpu": None, "bus_id": None, "kind": "sxid_fatal",
+        "message": "node: a fatal NVSwitch SXid since boot (nvidia-nvswitch1 (PCI:0000:84:00.0) SXid 24007: ...)"}
 FAILED = {"gpu": 4, "bus_id": None, "kind": "row_remap_failure", "message": "GPU 4: row remapping failed"}
 SETTINGS = {"max_attempts": 2, "window_hours": 24}
 
@@ -55,7 +58,7 @@ def test_reset_consent_resets_exactly_the_gpus_a_reset_clears():
 
 
 def test_a_reboot_needing_finding_with_only_reset_consent_is_left_with_a_reason():
-    for finding in (LOST, XID):
+    for finding in (LOST, XID, SXID):
         out = decide(blocking=[REMAP, finding])
         assert out["action"] == r.NONE and out["record"] is None and out["gpus"] == []
         assert out["reason"] == "%s needs a node reboot, and gpu_node_health_remediation is reset (reboot allows " \

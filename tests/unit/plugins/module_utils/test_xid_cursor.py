@@ -18,6 +18,9 @@ ROW = "NVRM: Xid (PCI:0000:19:00): 63, pid=1896, Row Remapper: New row marked fo
 # (the NVSwitch's lines of one event, in the form NVIDIA/nvtrust issue 124 shows)
 SXID = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"
 SXID_DETAIL = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine instance 00"
+# a fatal one (24007 is in the Fabric Manager guide's "Fatal NVSwitch SXid Errors" table) and its Data line
+SXID_FATAL = "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 24007, Fatal, Link 29 sourcetrack timeout error"
+SXID_FATAL_DATA = "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 24007, Data {0x0000001d, 0x00005dc7}"
 
 
 def sweep(text, lines, boot=BOOT, oldest=None):
@@ -102,6 +105,21 @@ def test_the_fatal_events_kept_are_one_per_bus_and_code():
     assert len(first["new"]) == 3 and len(first["cursor"]["events"]) == 1
 
 
+def test_a_fatal_sxid_stays_outstanding_for_the_boot_and_a_non_fatal_one_does_not():
+    first = sweep(None, [(40.0, SXID), (40.0, SXID_DETAIL), (41.0, SXID_FATAL), (41.0, SXID_FATAL_DATA)])
+    assert codes(first["new"]) == [("sxid", 22013), ("sxid", 24007)]          # the detail lines are no events
+    assert [(e["fatal"], e["scope"]) for e in first["new"]] == [(False, None), (True, "partition")]
+    assert codes(first["cursor"]["events"]) == [("sxid", 24007)]
+    again = sweep(first["text"], [(40.0, SXID), (40.0, SXID_DETAIL), (41.0, SXID_FATAL), (41.0, SXID_FATAL_DATA)])
+    assert again["new"] == [] and again["changed"] is False
+    assert [(e["switch"], e["bus_id"], e["code"]) for e in again["outstanding"]] == [
+        ("nvidia-nvswitch1", "0000:84:00.0", 24007)]
+    rotated = sweep(first["text"], [(90.0, FATAL)], oldest=80.0)             # the SXid rotated out: still blocking
+    assert rotated["rotated"] is True and codes(rotated["outstanding"]) == [("sxid", 24007), ("xid", 79)]
+    rebooted = sweep(first["text"], [], boot=OTHER_BOOT)
+    assert rebooted["rebooted"] is True and rebooted["outstanding"] == [] and rebooted["cursor"]["events"] == []
+
+
 def test_keep_follows_the_policy():
     blocked = advance(None, BOOT, [[70.0, ROW]], keep=lambda e: e["type"] == "xid")
     assert codes(blocked["cursor"]["events"]) == [("xid", 63)]
@@ -113,8 +131,8 @@ def test_an_unknown_boot_id_is_taken_as_the_cursors_with_a_warning():
     assert result["rebooted"] is False and result["new"] == [] and "boot id could not be read" in result["warnings"][0]
 
 
-LINES = st.lists(st.tuples(st.integers(min_value=0, max_value=5), st.sampled_from([FATAL, APP, ROW, SXID])),
-                 max_size=12)
+LINES = st.lists(st.tuples(st.integers(min_value=0, max_value=5), st.sampled_from(
+    [FATAL, APP, ROW, SXID, SXID_DETAIL, SXID_FATAL, SXID_FATAL_DATA])), max_size=12)
 
 
 @settings(max_examples=60, deadline=None)
@@ -153,6 +171,35 @@ def test_sxid_lines_are_parsed_with_their_severity_link_and_switch():
     assert _xid.parse_sxid_line("nvidia-nvswitch0: probe of 0000:05:00.0 failed") is None
 
 
+@pytest.mark.parametrize("line, fatal, scope", [
+    # the driver's word decides (NVIDIA's NVSentinel reads it so too) ...
+    (SXID, False, None),
+    (SXID_FATAL, True, "partition"),
+    ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up", True, "partition"),
+    ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20001, Non-fatal, Link 30 TX Replay Error", False, None),
+    # ... and a code the Fabric Manager guide calls always fatal is fatal to the whole fabric whatever the line says
+    ("nvidia-nvswitch2: SXid (PCI:0000:06:00.0): 22003, Non-fatal, Link 3 Minion Halt", True, "fabric"),
+    ("nvidia-nvswitch2: SXid (PCI:0000:06:00.0): 23005, Fatal, ingress packet burst error", True, "fabric"),
+])
+def test_sxid_events_are_classified_by_the_line_and_nvidias_always_fatal_codes(line, fatal, scope):
+    events = _xid.sxid_events(["[  12.5] " + line, line.split(", ")[0] + ", Severity 1 Engine instance 0"])
+    assert [(e["fatal"], e["scope"]) for e in events] == [(fatal, scope)]           # one event, its detail left out
+    assert events[0]["line"] == "[  12.5] " + line and events[0]["switch"].startswith("nvidia-nvswitch")
+    assert ("reboot the node" in events[0]["recommended"]) is fatal
+
+
+def test_a_line_without_its_severity_word_falls_back_on_the_guides_tables():
+    assert _xid.classify_sxid(24007, None)["fatal"] is True and _xid.classify_sxid(20001, None)["fatal"] is False
+    assert _xid.classify_sxid(12020, False)["scope"] == "fabric"
+    assert _xid.SXID_ALWAYS_FATAL.isdisjoint(_xid.SXID_FATAL)
+
+
+def test_the_untimed_reader_keeps_sxid_lines_too():
+    out = "\n".join(["Linux version 6.8.0", FATAL, SXID, SXID_DETAIL, "e1000e: link up"])
+    log = _xid.read_kernel_log(lambda argv: (0, out, ""))
+    assert log["lines"] == [FATAL, SXID, SXID_DETAIL]
+
+
 def test_the_timed_reader_keeps_xid_and_sxid_lines_with_their_timestamps():
     journal = "\n".join([
         "-- Logs begin at Sun 2026-11-29 05:00:00 UTC. --",
@@ -183,3 +230,24 @@ def test_the_timed_reader_goes_on_to_dmesg_and_says_why_when_neither_answers():
         return 1, "", "%s: Operation not permitted" % argv[0]
     log = _xid.read_kernel_log_timed(refuse)
     assert log["readable"] is False and "journalctl: rc 1" in log["reason"] and "dmesg: rc 1" in log["reason"]
+
+
+# ---------------------------------------------------------------- the simulator's SXid lines (_simulator_health)
+
+def test_the_simulated_sxid_event_reads_as_the_drivers_with_its_detail_lines():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _simulator_health as sim_health
+    state = {}
+    line = sim_health.add_sxid(state, 2, "0000:06:00.0", 20034, True, "LTSSM Fault Up", link=30)
+    assert line == "nvidia-nvswitch2: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 30 LTSSM Fault Up"
+    logged = state["kernel_log"]["lines"]
+    assert logged[0] == line and [_xid.parse_sxid_line(text)["detail"] for text in logged] == [False, True, True]
+    assert state["kernel_log"]["ts"] == [60.0, 60.0, 60.0]          # one event: its three lines at one time
+    quiet = sim_health.add_sxid(state, 0, "0000:05:00.0", 22013, False)
+    assert _xid.parse_sxid_line(quiet)["fatal"] is False and state["kernel_log"]["ts"][-1] == 61.5
+    for args, words in [((-1, "0000:05:00.0", 1, True), "NVSwitch number"), ((0, "05:00.0", 1, True), "bus id"),
+                        ((0, "0000:05:00.0", 0, True), "SXid code"), ((0, "0000:05:00.0", True, True), "SXid code")]:
+        with pytest.raises(sim_health.GpuBackendError) as refused:
+            sim_health.add_sxid({}, *args)
+        assert words in str(refused.value)
+    with pytest.raises(sim_health.GpuBackendError, match="not before the log's last line"):
+        sim_health.add_sxid(state, 0, "0000:05:00.0", 22013, False, ts=1.0)

@@ -1,7 +1,8 @@
 """gpu_health_read on simulated GPUs, in-process (tests/support/modrun.run_here): check mode reports the cursor's change
 and writes nothing, apply writes it, a second apply changes nothing; Xid lines added between two runs are new in the
-second only, a fatal one stays outstanding for the boot (after the log rotated too) and a reboot clears it; a hung GPU
-is a blocking finding within the deadline; a corrupt cursor is a warning; bad input changes nothing."""
+second only, a fatal one (a fatal NVSwitch SXid too) stays outstanding for the boot (after the log rotated too) and a
+reboot clears it; a hung GPU is a blocking finding within the deadline; a corrupt cursor is a warning; bad input
+changes nothing."""
 import json
 import os
 import stat
@@ -81,6 +82,23 @@ def test_new_lines_are_new_in_the_next_run_only_and_a_fatal_one_stays_until_a_re
     assert rotated["xid"]["rotated"] is True and any("rotated" in w for w in rotated["warnings"])
     assert lines(rotated["xid"]["new"]) == [other] and lines(rotated["xid"]["outstanding"]) == [fatal, other]
     assert [b["kind"] for b in rotated["health"]["gate"]["blocking"]] == ["xid_fatal"]      # still blocking
+
+    # issue 50: NVSwitch SXids - a non-fatal one is reported and makes no finding; a fatal one is a node finding that
+    # names the switch and the code and stays, like the fatal Xid, until the reboot
+    quiet = sim.add_sxid(3, "0000:04:00.0", 22013, False, "Minion Link DLREQ interrupt", link=44)
+    switch = sim.add_sxid(1, "0000:84:00.0", 24007, True, "sourcetrack timeout error", link=29)
+    with_sxid = sweep(sim, cursor)
+    assert lines(with_sxid["xid"]["new"]) == [quiet, switch]                          # their detail lines are no events
+    assert [(e["type"], e["code"], e["fatal"]) for e in with_sxid["xid"]["new"]] == [
+        ("sxid", 22013, False), ("sxid", 24007, True)]
+    blocking = with_sxid["health"]["gate"]["blocking"]
+    assert [(b["gpu"], b["kind"]) for b in blocking] == [(5, "xid_fatal"), (None, "sxid_fatal")]
+    assert blocking[1]["bus_id"] is None                             # a node finding: the NVSwitch's is no GPU's bus
+    assert "nvidia-nvswitch1 (PCI:0000:84:00.0) SXid 24007" in blocking[1]["message"]
+    assert not [w for w in with_sxid["health"]["warnings"] if "22013" in w]
+    kept = sweep(sim, cursor)
+    assert kept["changed"] is False and lines(kept["xid"]["outstanding"]) == [fatal, switch]
+    assert [b["kind"] for b in kept["health"]["gate"]["blocking"]] == ["xid_fatal", "sxid_fatal"]
 
     sim.reboot()
     after = sweep(sim, cursor)
