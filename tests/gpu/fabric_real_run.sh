@@ -13,6 +13,7 @@ Q=index,name,uuid,pci.bus_id,driver_version,mig.mode.current,compute_mode,persis
   m cat /proc/driver/nvidia/version
   # shellcheck disable=SC2016  # expanded by the inner sh
   m sh -c 'nvidia-smi -q | sed -n "/^GPU /p;/Fabric/,/^        [A-Z][a-z]* *$/p"'
+  # shellcheck disable=SC2016  # expanded by the inner sh
   m sh -c 'for t in nvbandwidth nvcc dcgmi; do printf "%s: " $t; command -v $t || echo "(not on PATH)"; done'
   m python3 -c 'import sys, ansible.release as r; print(sys.version); print("ansible-core", r.__version__)'
   m python3 -m pip show nvidia-ml-py
