@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_check_then_apply_then_nothing_to_do(tmp_path):
-    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,))
+    # the /dev/char step is an opt-in (gpu_node_dev_char_symlinks: unmanaged by default); auto here
+    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,), gpu_node_dev_char_symlinks="auto")
 
     # --check --diff first, on every lab node: changes are reported, each node's GPUs are read and shown, the
     # simulated GPUs see no mutating call, no file is written but the simulators' state files (and their locks).

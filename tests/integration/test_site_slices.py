@@ -99,7 +99,8 @@ def test_a_row_split_over_two_processes_is_the_same_measurement(tmp_path):
     ctk = tmp_path / "tools" / "bin" / "nvidia-ctk"
     ctk.parent.mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "tests", "support", "bin", "nvidia-ctk"), str(ctk))
-    shutil.copy(os.path.join(ROOT, "tests", "support", "nvidia_ctk_standin.py"), str(tmp_path / "tools"))
+    for sibling in ("nvidia_ctk_standin.py", "nvidia_ctk_cdi.py", "nvidia_ctk_devchar.py"):   # its subcommands' files
+        shutil.copy(os.path.join(ROOT, "tests", "support", sibling), str(tmp_path / "tools"))
     small = dict(SMALL, containerd_runtime_nvidia_ctk_path=str(ctk))
     with pytest.raises(BenchError, match="holds no converged fleet: run --slices-phase first"):
         fleet_slices.measure(SPLIT_NODES, 1, "h200-x1", 2, extra=small, keep=keep, phase="again")

@@ -600,7 +600,7 @@ def _dev_char_managed(v):
     inject from the spec) and containerd's runtime is the collection's (nvidia-ctk comes with its toolkit). Never
     under the GPU Operator: its driver validator makes the links itself (its DISABLE_DEV_CHAR_SYMLINK_CREATION
     turns that off; NVIDIA/gpu-operator#1015)."""
-    setting = v("gpu_node_dev_char_symlinks", "auto")
+    setting = v("gpu_node_dev_char_symlinks", "unmanaged")
     if setting == "unmanaged" or _provider(v) == "gpu_operator":
         return False
     if setting == "always":
