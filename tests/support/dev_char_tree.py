@@ -11,6 +11,8 @@ command, tests/support/dev_char_reading.py), ``nodes="file"`` the stand-in's ``c
 """
 import os
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._char_devices import mig_minors_text
+
 PROC_DEVICES = ("Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n 10 misc\n195 nvidia\n238 nvidia-uvm\n"
                 "241 nvidia-caps\n242 nvidia-nvswitch\n\nBlock devices:\n  8 sd\n259 blkext\n")
 NODES = (("dev/nvidia0", 195, 0), ("dev/nvidia1", 195, 1), ("dev/nvidiactl", 195, 255), ("dev/nvidia-uvm", 238, 0),
@@ -34,17 +36,6 @@ def _pci(root, bus_id, vendor, device, pci_class):
                        ("numa_node", "-1"), ("subsystem_vendor", "0x%04x" % vendor), ("subsystem_device", "0x0000"),
                        ("resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000")):
         _write(root, base + "/" + name, text + "\n")
-
-
-def mig_minors_text(gpus=32, gis=15, cis=8):
-    lines = ["config 1", "monitor 2"]
-    per_gi = 1 + cis
-    for gpu in range(gpus):
-        for gi in range(gis):
-            base = 3 + (gpu * gis + gi) * per_gi
-            lines.append("gpu%d/gi%d/access %d" % (gpu, gi, base))
-            lines += ["gpu%d/gi%d/ci%d/access %d" % (gpu, gi, ci, base + 1 + ci) for ci in range(cis)]
-    return "\n".join(lines) + "\n"
 
 
 def make_node(root, path, major, minor, nodes):
