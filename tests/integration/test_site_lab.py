@@ -73,7 +73,7 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
     assert len(links) == 4 + 2 + 8 * (1 + 15 * 9), len(links)
     assert b"system create-dev-char-symlinks --create-all" in h200_files["lib/udev/rules.d/71-nvidia-dev-char.rules"]
     assert not any(p.startswith(("dev/", "lib/udev/")) for p in site.files("lab-dgx-a100"))
-    facts = res.task("Work out whether MIG is managed", "lab-hgx-h200")[0]["ansible_facts"]
+    facts = res.task("Decide which steps this node's declaration manages", "lab-hgx-h200")[0]["ansible_facts"]
     assert facts["gpu_node_device_plugin_config"] == "mps-4"
 
     # Re-run: nothing changes, no GPU call at all (no reset, no reboot), no file rewritten.

@@ -22,6 +22,7 @@ from ansible_collections.gpuops.nvidia.plugins.modules import gpu_node_plan
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "gpu_node")
 TASKS = os.path.join(ROLE, "tasks")
+VARS = os.path.join(ROLE, "vars", "main.yml")
 GATE = re.compile(r"__gpu_node_gates\.(\w+)")
 
 
@@ -62,9 +63,11 @@ def registry_vs_role(steps, plan, role_steps, documented, files):
     plan_tasks = [t for t in plan if "gpuops.nvidia.gpu_node_plan" in t]
     if len(plan_tasks) != 1 or plan_tasks[0]["gpuops.nvidia.gpu_node_plan"] != {} or "module_defaults" in plan_tasks[0]:
         problems.append("plan.yml's plan task must give the module nothing (its action builds the options)")
-    gates_tasks = [t for t in plan if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]
-    if [t["ansible.builtin.set_fact"]["__gpu_node_gates"] for t in gates_tasks] != ["{{ __gpu_node_plan.gates }}"]:
-        problems.append("plan.yml must set __gpu_node_gates from the plan's gates alone")
+    # the gates: the role variable over the registered result (vars/main.yml), never a fact that could go stale
+    if [t for t in plan if "__gpu_node_gates" in (t.get("ansible.builtin.set_fact") or {})]:
+        problems.append("plan.yml must not set __gpu_node_gates (vars/main.yml reads it from the registered plan)")
+    if _load(VARS).get("__gpu_node_gates") != "{{ __gpu_node_plan.gates }}":
+        problems.append("vars/main.yml must give __gpu_node_gates as the plan's gates alone")
     # the disruptive steps included by name under their own gate, in order; every other one by the one loop after them
     by_name, loops = [], []
     for index, task in enumerate(role_steps):
