@@ -251,6 +251,23 @@ def test_the_toolkit_makes_the_container_runtime_steps_run():
     assert node_step_gates(plan, dict(on, dev_char=True), False)["dev_char"]
 
 
+def test_check_mode_plans_k3s_containerd_before_the_toolkit_is_installed():
+    """On k3s/RKE2 containerd_runtime runs no nvidia-ctk (the node plan's report says needs_installs False): check mode
+    shows its work (default-runtime, the template) although the toolkit is not installed yet; the steps that run
+    nvidia-ctk stay held."""
+    plan = _plan({"mig": [], "compute_mode": [], "container_toolkit": ["package nvidia-container-toolkit is not installed"],
+                  "containerd_runtime": ["/etc/rancher/k3s/config.yaml update"], "runtime_mode": ["mode"], "cdi": []},
+                 mig={"managed": True, "disruptive": []})
+    plan["installs"] = {"container_toolkit": ["nvidia-container-toolkit"]}
+    on = dict(MANAGED, container_toolkit=True)
+    assert [k for k, v in node_step_gates(plan, on, True).items() if v] == ["container_toolkit"]
+    plan["containerd_runtime"] = {"needs_installs": False}
+    assert [k for k, v in node_step_gates(plan, on, True).items() if v] == ["container_toolkit", "containerd_runtime"]
+    # without work of its own it still does not run in check mode (the toolkit's install changes nothing there)
+    plan["steps"]["containerd_runtime"] = []
+    assert [k for k, v in node_step_gates(plan, on, True).items() if v] == ["container_toolkit"]
+
+
 def test_the_plan_arguments_come_from_one_input_per_step():
     inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},

@@ -290,7 +290,10 @@ def _containerd(module, facts, params):
     p = params["containerd"]
     report = _containerd_target(p)  # the containerd the kubelet talks to; k3s/RKE2 read on their own terms
     if report is not None:
-        return {"containerd": report}, {p["step"]: report["reasons"]}
+        facts = {"containerd": report}
+        if "distribution" in report:  # k3s/RKE2: no nvidia-ctk run, so planned in check mode before the toolkit
+            facts[p["step"]] = {"needs_installs": False}
+        return facts, {p["step"]: report["reasons"]}
     report, reason = verified_state(module, p)
     return {"containerd": report}, {p["step"]: [reason] if reason else []}
 
@@ -844,7 +847,8 @@ def gates(plan, managed, check_mode=False, steps=None, after_change=False, node=
     runs again after a disruptive change (``after_disruption``), or runs because an earlier step that runs names it in
     ``reruns``. In check mode the earlier step changes nothing, so it makes nothing run; and where it would install
     packages (``installs`` of the plan) the steps it names do not run at all: what they run is not there yet, so they
-    cannot be planned in this run. ``after_change``: the plan was made again after a change of this run (the driver's,
+    cannot be planned in this run (except a step whose report says ``needs_installs`` False: containerd_runtime on
+    k3s/RKE2, whose module runs no nvidia-ctk). ``after_change``: the plan was made again after a change of this run (the driver's,
     the GPU Operator's MIG change), which counts as a disruptive change. A step ``after_change`` runs whenever another
     one runs (or the run is disruptive) outside check mode; a step with ``marks`` runs where ``node`` (the Kubernetes
     node as read, or None off a cluster) carries them. ``steps`` is the registry (a test's own).
@@ -894,7 +898,8 @@ def gates(plan, managed, check_mode=False, steps=None, after_change=False, node=
         if out[step.name] and not check_mode:
             rerun.update(step.reruns)
         elif out[step.name] and installs.get(step.name):
-            held.update(step.reruns)
+            # not where the later step's report says it runs nothing those packages bring (containerd_runtime on k3s)
+            held.update(name for name in step.reruns if (plan.get(name) or {}).get("needs_installs", True) is not False)
     for step in steps:
         if step.tasks is None or not on[step.name] or out[step.name]:
             continue
