@@ -14,10 +14,17 @@ The stock config here is a short one of our own with the same table layout (vers
 ``io.containerd.grpc.v1.cri`` plugin; version 3: ``io.containerd.cri.v1.runtime``), with a ``release`` that changes
 its sandbox image and CNI directory: a distribution upgrade (a new generated base). Any other template action is
 an error here (the real agent would render it; the collection's template uses none other).
+
+Run as a program (``install_agent`` puts it at the unit's ExecStart, /usr/local/bin/<dist>, so that a restart of the
+unit through tests/support/systemctl_standin.py runs it) it starts the agent of the node named by
+GPUOPS_SIMULATED_ROOT, at the release and containerd major recorded in the root (``upgrade`` changes them: a
+distribution upgrade), and appends each start to the root's ``.standin-<dist>-agent.log``.
 """
 
+import json
 import os
 import re
+import sys
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._containerd_target import (
     AGENT_PATH, DETECTED_RUNTIMES, DISTRIBUTIONS, yaml_scalar)
@@ -49,6 +56,38 @@ def install_executable(root, path):
     with open(real, "w") as handle:
         handle.write("#!/bin/sh\nexit 0\n")
     os.chmod(real, 0o755)
+
+
+def _state_path(root, dist):
+    return under(root, "/.standin-%s-agent.json" % dist)
+
+
+def upgrade(root, dist, release, containerd_major):
+    """The installed distribution's release and its containerd's major version (what its next start generates)."""
+    with open(_state_path(root, dist), "w") as handle:
+        json.dump({"release": release, "containerd_major": containerd_major}, handle)
+
+
+def install_agent(root, dist, python, paths, release=1, containerd_major=1):
+    """The distribution's own binary at its unit's ExecStart (/usr/local/bin/<dist>): this stand-in, run by ``python``
+    with ``paths`` (the repository and its collection path) importable."""
+    upgrade(root, dist, release, containerd_major)
+    real = under(root, "/usr/local/bin/" + dist)
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    with open(real, "w") as handle:
+        handle.write("#!/bin/sh\n# TEST STAND-IN for %s's agent (tests/support/rancher_agent_standin.py), NOT %s\n"
+                     "PYTHONPATH=%s exec %s -m tests.support.rancher_agent_standin %s\n"
+                     % (dist, dist, ":".join(paths), python, dist))
+    os.chmod(real, 0o755)
+
+
+def starts(root, dist):
+    """How often the agent was started through its program (its unit restarted)."""
+    path = under(root, "/.standin-%s-agent.log" % dist)
+    if not os.path.exists(path):
+        return 0
+    with open(path) as handle:
+        return len(handle.read().splitlines())
 
 
 def _base(root, dist, version, release, systemd_cgroup):
@@ -113,3 +152,18 @@ def start(root, dist, containerd_major=1, release=1, systemd_cgroup=True):
     with open(under(root, d.generated), "w") as handle:
         handle.write(text)
     return text
+
+
+def main(argv):
+    dist = argv[1]
+    root = os.environ["GPUOPS_SIMULATED_ROOT"]
+    with open(_state_path(root, dist)) as handle:
+        state = json.load(handle)
+    start(root, dist, containerd_major=state["containerd_major"], release=state["release"])
+    with open(under(root, "/.standin-%s-agent.log" % dist), "a") as handle:
+        handle.write("started release %(release)d containerd %(containerd_major)d\n" % state)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
