@@ -610,14 +610,25 @@ packages:
 installs:
   description:
     - Per step, the packages of O(packages) that are not installed (the step would install them). In check mode
-      nothing is installed, so the steps that run the tools they ship cannot be planned in that run.
+      nothing is installed, so the steps that run the tools they ship cannot be planned in that run (not
+      containerd_runtime on k3s/RKE2, RV(containerd_runtime)).
   returned: when O(packages) is given
   type: dict
   sample: {container_toolkit: [nvidia-container-toolkit, nvidia-container-toolkit-base]}
 containerd:
-  description: C(verified) (the stamp matched) and, when it did, the recorded result.
+  description:
+    - C(verified) (the stamp matched) and, when it did, the recorded result. Where the declaration targets k3s or RKE2
+      (or is refused, naming the containerd that serves the kubelet), what the distribution needs instead
+      (C(distribution), C(template_path), C(restart_service), C(reasons); C(refused)).
   returned: when O(containerd) is given
   type: dict
+containerd_runtime:
+  description:
+    - C(needs_installs) false where the declaration targets k3s or RKE2 - the step runs no nvidia-ctk there, so the
+      gates plan it in check mode although the toolkit is not installed yet.
+  returned: when O(containerd) is given and targets k3s or RKE2
+  type: dict
+  sample: {needs_installs: false}
 health:
   description:
     - The GPUs' health (with O(health)) - gpu_info's RV(gpuops.nvidia.gpu_info#module:health) without each GPU's read

@@ -224,6 +224,7 @@ def test_containerd_step_on_k3s_reads_the_agents_config_and_refuses_the_wrong_co
     args = {"distribution": "auto", "set_as_default": True}
     plan = _plan({"containerd": dict(args)}, check=True)
     assert plan["containerd"]["distribution"] == "k3s" and plan["containerd"]["restart_service"] == "k3s-agent"
+    assert plan["containerd_runtime"] == {"needs_installs": False}  # no nvidia-ctk: planned before the toolkit
     assert plan["steps"]["containerd_runtime"] == [
         "/etc/rancher/k3s/config.yaml create",
         "/var/lib/rancher/k3s/agent/etc/containerd/config.toml: no runtime 'nvidia'",
@@ -234,6 +235,7 @@ def test_containerd_step_on_k3s_reads_the_agents_config_and_refuses_the_wrong_co
     plan = _plan({"containerd": dict(args, distribution="containerd")}, check=True)
     (reason,) = plan["steps"]["containerd_runtime"]
     assert "containerd's containerd" in reason and "k3s's containerd" in reason and plan["containerd"]["refused"]
+    assert "containerd_runtime" not in plan  # a refusal waits for nothing: it is reported with or without the toolkit
 
 
 def test_a_converged_version_1_node_with_cdi_has_no_containerd_work(node, tmp_path):
