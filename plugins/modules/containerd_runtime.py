@@ -245,7 +245,10 @@ distribution:
   type: str
   sample: k3s
 restart_service:
-  description: The distribution's unit to restart (C(k3s), C(k3s-agent), C(rke2-server), C(rke2-agent)).
+  description:
+    - The distribution's unit to restart (C(k3s), C(k3s-agent), C(rke2-server), C(rke2-agent)). Where both of its
+      units are installed (RKE2's tarball), the enabled one; null where not exactly one is enabled and no restart is
+      needed (a needed restart is refused then, naming both units).
   returned: when the distribution is k3s or rke2
   type: str
   sample: k3s-agent

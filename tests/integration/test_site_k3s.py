@@ -1,21 +1,25 @@
 """site.yml on a k3s node and an RKE2 node (issue 51; docs/containerd.md "k3s and RKE2, through their own mechanisms").
 
-Each is a lab node (one simulated H200) whose scratch root has the distribution's layout (/var/lib/rancher/<dist>/agent/
-etc/containerd/, /etc/rancher/<dist>/config.yaml, its unit) and is a throwaway apt/dpkg root, so that the
-container_toolkit role installs the toolkit's packages (tests/support/apt_rig.py: NOT NVIDIA's packages) with the real
-apt and dpkg, and nvidia-container-runtime lands in the root's /usr/bin. The distribution's agent is a STAND-IN for its
-containerd-config step (tests/support/rancher_agent_standin.py, NOT k3s's or RKE2's code), installed at the unit's
-ExecStart; the role's handler restarts the unit the module names through the systemctl STAND-IN
+Each is a lab node (one simulated H200) whose scratch root has the distribution's layout
+(/var/lib/rancher/<dist>/agent/etc/containerd/, /etc/rancher/<dist>/config.yaml, its unit) and is a throwaway apt/dpkg
+root, so that the container_toolkit role installs the toolkit's packages (tests/support/apt_rig.py: NOT NVIDIA's
+packages) with the real apt and dpkg, and nvidia-container-runtime lands in the root's /usr/bin. The distribution's
+agent is a STAND-IN for its containerd-config step (tests/support/rancher_agent_standin.py, NOT k3s's or RKE2's code),
+installed at the unit's ExecStart (RKE2 as its tarball installs it: both rke2-server and rke2-agent units, the agent's
+enabled); the role's handler restarts the unit the module names through the systemctl STAND-IN
 (tests/support/systemctl_standin.py), which runs it. Every config the agent generates in containerd's version 2 layout
-is loaded by Debian's REAL containerd (tools/bin/containerd, 1.6.20: `config dump`); it ignores a version 3 config's
-CRI sections, so the version 3 one (the k3s node upgraded to a containerd 2 release) is checked by parsing alone.
+is loaded by Debian's REAL containerd (tools/bin/containerd, 1.6.20: `config dump`); it ignores a version 3 config's CRI
+sections, so the version 3 one (the k3s node upgraded to a containerd 2 release) is checked by parsing alone.
 
-What a user would notice: check mode reports the toolkit install and changes nothing; the apply installs the toolkit,
-sets k3s's default-runtime, writes RKE2's template (the base and only the runtime the agent does not generate), restarts
-each agent once through its own unit (k3s, rke2-agent), after which containerd serves the runtimes; a re-run changes
-nothing and restarts nothing; a distribution upgrade (a new generated base) keeps the collection's additions, valid for
-the real containerd, and a re-run after it changes nothing; a declaration aimed at a second containerd on the k3s node
-(Docker's, which the kubelet does not talk to) is refused naming both, changing nothing."""
+What a user would notice: check mode reports the toolkit install, shows RKE2's config.yaml and template, and changes
+nothing; the apply installs the toolkit, restarts k3s's agent only because that changes what it generates (no file
+written), sets RKE2's default-runtime and writes its template (the base and only the runtime the agent does not
+generate), restarting each agent once through its own unit (k3s, rke2-agent: not the rke2-server unit also installed),
+after which containerd serves the runtimes; a re-run changes nothing and restarts nothing; a distribution upgrade (a new
+generated base) keeps the collection's additions, valid for the real containerd, and a re-run after it changes nothing;
+a declaration aimed at a second containerd on the k3s node (Docker's, which the kubelet does not talk to) is refused
+naming both, changing nothing."""
+import json
 import os
 import subprocess
 
@@ -83,7 +87,8 @@ def rancher_site(tmp_path, rig):
             # the unit the module names (templated when the handler runs; argument validation sees the default)
             containerd_runtime_restart_command=[SYSTEMCTL, "restart", "{{ containerd_runtime_result.restart_service"
                                                 " | default('containerd') }}.service"])
-        agent.make_root(root.path, dist, unit=unit, config_yaml=CONFIG_YAML)
+        # RKE2 from its tarball: both of its units installed, the agent's enabled
+        agent.make_root(root.path, dist, unit=unit, config_yaml=CONFIG_YAML, tarball=dist == "rke2")
         agent.install_agent(root.path, dist, PYTHON, [ROOT, os.path.join(ROOT, ".collections")])
         started = systemctl(root.path, "start", unit + ".service")
         assert started.returncode == 0 and agent.starts(root.path, dist) == 1, started.stderr
@@ -102,6 +107,12 @@ def dump(root, dist):
     result = ctk_env.containerd_dump(generated(root, dist))
     assert result.returncode == 0, result.stderr
     return parse_toml(result.stdout, "dump")["plugins"]["io.containerd.grpc.v1.cri"]
+
+
+def units_called(root):
+    """The systemctl stand-in's calls on the node (its state file)."""
+    with open(agent.under(root, "/.standin-systemd.json")) as handle:
+        return json.load(handle)["calls"]
 
 
 def read(root, path):
@@ -151,6 +162,7 @@ def test_k3s_and_rke2_converge_through_their_agents_survive_an_upgrade_and_refus
         "/var/lib/rancher/k3s/agent/etc/containerd/config.toml: no runtime 'nvidia'"], k3s_result
     assert configured["rke2-gpu"][-1]["restart_service"] == "rke2-agent", configured
     assert [agent.starts(k3s, "k3s"), agent.starts(rke2, "rke2")] == [2, 2]
+    assert units_called(rke2) == [["start", "rke2-agent.service"], ["restart", "rke2-agent.service"]]  # not the server
     assert read(k3s, "/etc/rancher/k3s/config.yaml") == CONFIG_YAML
     assert not os.path.exists(agent.under(k3s, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"))
     view = dump(k3s, "k3s")

@@ -36,14 +36,26 @@ def under(root, path):
     return os.path.join(str(root), path.lstrip("/"))
 
 
-def make_root(root, dist, unit=None, config_yaml=None):
-    """The layout of a node running ``dist`` (``k3s`` or ``rke2``): its directories, its unit, its config.yaml."""
+def make_root(root, dist, unit=None, config_yaml=None, tarball=False, enabled=True):
+    """The layout of a node running ``dist`` (``k3s`` or ``rke2``): its directories, its unit (``enabled``: linked into
+    multi-user.target.wants, as ``systemctl enable`` does), its config.yaml. ``tarball``: both of the distribution's
+    units installed in /usr/local/lib/systemd/system, as RKE2's tarball does, ``unit`` the one enabled."""
     d = DISTRIBUTIONS[dist]
+    unit = unit or d.services[0]
     os.makedirs(under(root, d.containerd_dir), exist_ok=True)
     os.makedirs(under(root, os.path.dirname(d.config_yaml)), exist_ok=True)
-    os.makedirs(under(root, "/etc/systemd/system"), exist_ok=True)
-    with open(under(root, "/etc/systemd/system/%s.service" % (unit or d.services[0])), "w") as handle:
-        handle.write("[Service]\nExecStart=/usr/local/bin/%s\n" % dist)
+    folder = "/usr/local/lib/systemd/system" if tarball else "/etc/systemd/system"
+    os.makedirs(under(root, folder), exist_ok=True)
+    for name in d.services if tarball else (unit,):
+        with open(under(root, "%s/%s.service" % (folder, name)), "w") as handle:
+            handle.write("[Unit]\nDescription=%s\n[Service]\nExecStart=/usr/local/bin/%s\n"
+                         "[Install]\nWantedBy=multi-user.target\n" % (name, dist))
+    if enabled:
+        wants = under(root, "/etc/systemd/system/multi-user.target.wants")
+        os.makedirs(wants, exist_ok=True)
+        # relative, so that it resolves inside the simulated root (systemctl enable writes the absolute path)
+        os.symlink(os.path.relpath(under(root, "%s/%s.service" % (folder, unit)), wants),
+                   os.path.join(wants, unit + ".service"))
     if config_yaml is not None:
         with open(under(root, d.config_yaml), "w") as handle:
             handle.write(config_yaml)

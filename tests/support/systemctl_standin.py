@@ -6,8 +6,9 @@ lines (with systemd's $$ and %% unescaping) so a test exercises the unit text th
 
 On a simulated node (GPUOPS_SIMULATED_ROOT set, the FAKE_SYSTEMD_* variables not): the state lives in
 R/.standin-systemd.json and the units are the files the node's packages installed (R/etc/systemd/system,
-R/lib/systemd/system, R/usr/lib/systemd/system), each loaded when first named, as systemd loads a new unit file on
-demand, with its drop-ins (<unit>.d/*.conf; an empty ``ExecStart=`` resets the command list, as in systemd).
+R/usr/local/lib/systemd/system, R/lib/systemd/system, R/usr/lib/systemd/system: systemd's order), each loaded when
+first named, as systemd loads a new unit file on demand, with its drop-ins (<unit>.d/*.conf; an empty ``ExecStart=``
+resets the command list, as in systemd).
 Wherever GPUOPS_SIMULATED_ROOT is set, an Exec line's absolute program that exists under the root is run from there (a
 program the node's packages installed).
 """
@@ -24,8 +25,8 @@ from tests.support.stop_points import standin_done  # noqa: E402  pylint: disabl
 sim_root = os.environ.get("GPUOPS_SIMULATED_ROOT") or None
 if "FAKE_SYSTEMD_STATE" not in os.environ and sim_root:
     state_path = os.path.join(sim_root, ".standin-systemd.json")
-    unit_dirs = [os.path.join(sim_root, d) for d in ("etc/systemd/system", "lib/systemd/system",
-                                                     "usr/lib/systemd/system")]
+    unit_dirs = [os.path.join(sim_root, d) for d in ("etc/systemd/system", "usr/local/lib/systemd/system",
+                                                     "lib/systemd/system", "usr/lib/systemd/system")]
     on_demand = True
 else:
     state_path = os.environ["FAKE_SYSTEMD_STATE"]

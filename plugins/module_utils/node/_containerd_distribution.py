@@ -144,12 +144,26 @@ class DistributionPlan(object):
 
 
 def _service(root, dist):
-    for name in dist.services:
-        if any(os.path.exists(_under(root, "%s/%s.service" % (d, name))) for d in UNIT_DIRS):
-            return name, None
-    note = "no %s unit found in %s; restarting %s" % (" or ".join(dist.services), ", ".join(UNIT_DIRS),
-                                                      dist.services[0])
-    return dist.services[0], note
+    """(unit, note): the unit that runs the agent. RKE2's tarball installs both rke2-server and rke2-agent (its docs,
+    "Installation Methods": lib holds the server and agent units) and the node enables one; restarting the other
+    would start a server on an agent node, or an agent on a server. So where both are installed, the enabled one
+    (``systemctl enable`` links it into a target's .wants directory under /etc/systemd/system); None, with the note
+    saying why, where that does not tell."""
+    installed = [name for name in dist.services
+                 if any(os.path.exists(_under(root, "%s/%s.service" % (d, name))) for d in UNIT_DIRS)]
+    if not installed:
+        return dist.services[0], "no %s unit found in %s; restarting %s" % (
+            " or ".join(dist.services), ", ".join(UNIT_DIRS), dist.services[0])
+    if len(installed) == 1:
+        return installed[0], None
+    enabled = [name for name in installed
+               if glob.glob(_under(root, "/etc/systemd/system/*.wants/%s.service" % name))]
+    if len(enabled) == 1:
+        return enabled[0], None
+    return None, ("the %s units are both installed and %s enabled: which one runs this node is not known, and"
+                  " restarting the other would start a second %s here; enable the one this node runs (systemctl"
+                  " enable %s)" % (" and ".join(installed), "both are" if enabled else "neither is", dist.name,
+                                   " or ".join(installed)))
 
 
 def plan_distribution(kind, params, root):
@@ -237,6 +251,8 @@ def _plan_distribution(kind, params, root):
                                    runtimes_of, get_in)
         reasons += ["%s: %s" % (dist.generated, reason) for reason in found]
     service, note = _service(root, dist)
+    if service is None and reasons:
+        raise TargetError("%s must restart (%s), but %s; nothing changed" % (kind, "; ".join(reasons), note))
     if note:
         warnings.append(note)
     fields = {"distribution": kind, "template_path": tmpl, "config_version": version,

@@ -218,3 +218,23 @@ def test_a_config_yaml_d_file_overriding_the_declared_default_is_refused_naming_
     result = node.run(set_as_default=True)
     assert result["rc"] == 1 and "/etc/rancher/k3s/config.yaml.d/50-runtime.yaml sets default-runtime: runc" \
         in result["msg"] and "set_as_default" in result["msg"]
+
+
+def test_rke2_tarball_with_both_units_restarts_the_enabled_one_and_refuses_to_guess(node):
+    """RKE2's tarball installs rke2-server and rke2-agent; the node enables one. The agent node's restart names
+    rke2-agent (restarting rke2-server would start a server there); with neither enabled, a restart that is needed is
+    refused naming both units and the fix, nothing written; a converged node is left alone, with a warning."""
+    agent.make_root(node.root, "rke2", unit="rke2-agent", tarball=True)
+    agent.start(node.root, "rke2")
+    agent.install_executable(node.root, RUNTIME)
+    result = node.run(set_as_default=True)
+    assert result["rc"] == 0 and result["restart_service"] == "rke2-agent", result
+    agent.start(node.root, "rke2")
+    os.unlink(node.path("/etc/systemd/system/multi-user.target.wants/rke2-agent.service"))
+    assert node.run(set_as_default=True)["restart_service"] is None   # nothing to restart: no refusal
+    before = node.snapshot()
+    result = node.run(set_as_default=False)                             # default-runtime to take out: a restart
+    assert result["rc"] == 1 and not result["changed"], result
+    assert "the rke2-server and rke2-agent units are both installed and neither is enabled" in result["msg"]
+    assert "systemctl enable rke2-server or rke2-agent" in result["msg"]
+    assert node.snapshot() == before
