@@ -55,6 +55,13 @@ options:
         description:
           - For V(file), the key in O(contents) of the file's text.
         type: str
+      force:
+        description:
+          - For V(file), V(false) writes the file only where nothing is at its path; whatever is there is then left
+            as it is, its content and its mode (as M(ansible.builtin.copy)'s C(force=false)). A seed for a config that
+            other tools edit afterwards.
+        type: bool
+        default: true
       diff:
         description: Whether diff mode shows this entry's change.
         type: bool
@@ -157,6 +164,7 @@ ARGUMENT_SPEC = dict(
         state=dict(type="str", choices=list(_node_plan.FILE_STATES), default="file"),
         mode=dict(type="str"),
         content=dict(type="str"),
+        force=dict(type="bool", default=True),
         diff=dict(type="bool", default=True),
         checksum=dict(type="str"),
         src=dict(type="str"),
@@ -172,7 +180,8 @@ def entry_problems(entries, contents):
     for index, entry in enumerate(entries):
         path, state = entry["path"], entry["state"]
         where = "files[%d] (%s)" % (index, path)
-        if not path.startswith("/") or os.path.normpath(path) != path.rstrip("/") or path.rstrip("/") == "":
+        if "\x00" in path or not path.startswith("/") or os.path.normpath(path) != path.rstrip("/") \
+                or path.rstrip("/") == "":
             problems.append("%s: the path must be absolute and normal (no '..', '.' or '//'), like /etc/gpuops/x.conf"
                             % where)
             continue
@@ -189,8 +198,9 @@ def entry_problems(entries, contents):
         if state == "file":
             key = entry.get("content")
             if key is None or key not in contents:
-                problems.append("%s: content %r is not one of the texts in contents (%s)"
-                                % (where, key, ", ".join(sorted(contents)) or "none given"))
+                names = sorted(str(name) for name in contents)
+                problems.append("%s: content %r is not one of the texts in contents (%s)" % (
+                    where, key, ", ".join(names[:10] + (["..."] if len(names) > 10 else [])) or "none given"))
             elif not isinstance(contents[key], str):
                 problems.append("%s: the text contents[%s] must be a string, got %s"
                                 % (where, key, type(contents[key]).__name__))
@@ -202,31 +212,38 @@ def entry_problems(entries, contents):
     return problems
 
 
-def action(entry, seen):
+def action(where, entry, seen):
     """What to do at one entry's path, given what is there (_node_plan.observe): None (as declared), "create",
     "write" (the content, and the mode), "mode" (only the permission bits) or "remove"; or raises Failure where the
-    path holds another kind of thing that this module must not replace (nothing has been written yet). The
-    comparison is the node plan's own (_node_plan.file_reason)."""
+    path holds another kind of thing that this module must not replace, or cannot be made (nothing has been written
+    yet). ``where`` names the entry in a message. The comparison is the node plan's own (_node_plan.file_reason)."""
+    if entry["state"] == "file" and not entry["force"] and seen["state"] != "absent":
+        return None
     want = dict(entry, mode=_node_plan.normal_mode(entry.get("mode")))
     if _node_plan.file_reason(want, seen) is None:
         return None
-    path, state, there = entry["path"], entry["state"], seen["state"]
+    state, there = entry["state"], seen["state"]
     if there == "unreadable":
-        raise Failure("%s cannot be read (%s); nothing changed" % (path, seen.get("error")), changed=False)
+        raise Failure("%s cannot be read (%s); nothing changed" % (where, seen.get("error")), changed=False)
     if state == "absent":
         return "remove"
     if there == "absent":
+        parent = os.path.dirname(entry["path"].rstrip("/"))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise Failure("%s cannot be made: %s is not a directory; nothing changed" % (where, parent), changed=False)
         return "create"
     if state == "directory":
         if there != "directory":
             raise Failure("%s is a %s, declared a directory: remove it or declare another path; nothing changed"
-                          % (path, there), changed=False)
+                          % (where, there), changed=False)
         return "mode"
     if there == "link":
         return "write"
     if there != "file":
         raise Failure("%s is a %s, declared a file: remove it or declare another path; nothing changed"
-                      % (path, there), changed=False)
+                      % (where, there), changed=False)
     return "write" if seen["checksum"] != entry["checksum"] else "mode"
 
 
@@ -282,8 +299,8 @@ class DeclaredFiles(ModuleRun):
 
     def plan(self, current):
         changes, diffs = [], []
-        for entry, seen in zip(self.entries, current):
-            what = action(entry, seen)
+        for index, (entry, seen) in enumerate(zip(self.entries, current)):
+            what = action("files[%d] (%s)" % (index, entry["path"]), entry, seen)
             if what is None:
                 continue
             changes.append((entry, seen, what))

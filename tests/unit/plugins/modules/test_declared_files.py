@@ -125,6 +125,15 @@ def test_mode_only_change_content_change_backup_and_link(tmp_path):
     assert open(other).read() == "not ours\n"
     plan_agrees(args)
 
+    # force false (a seed): written where nothing is there, then never compared, its text nor its mode
+    seed = {"files": [{"path": str(tmp_path / "seed.toml"), "content": "seed", "mode": "0644", "force": False}],
+            "contents": {"seed": "version = 2\n"}}
+    assert run_here(MODULE, seed)["changed"] is True and open(seed["files"][0]["path"]).read() == "version = 2\n"
+    with open(seed["files"][0]["path"], "w") as handle:
+        handle.write("version = 3\n")
+    os.chmod(seed["files"][0]["path"], 0o600)
+    assert run_here(MODULE, seed)["changed"] is False and open(seed["files"][0]["path"]).read() == "version = 3\n"
+
     # absent: a file declared absent is removed (check mode first: reported, left)
     marker = str(tmp_path / "marker")
     open(marker, "w").close()
@@ -165,5 +174,5 @@ def test_bad_input_is_refused_with_nothing_changed(tmp_path):
     os.makedirs(good["files"][4]["path"])
     res = run_here(MODULE, good)
     assert res.get("failed") and res["changed"] is False, res
-    assert "gpuops-mig.service is a directory, declared a file" in res["msg"] and "nothing changed" in res["msg"]
+    assert "gpuops-mig.service) is a directory, declared a file" in res["msg"] and "nothing changed" in res["msg"]
     assert not os.path.exists(good["files"][0]["path"])
