@@ -16,13 +16,13 @@ description:
   - Takes a role's declared directories, files and absent paths (the entries of the filter
     P(gpuops.nvidia.declared_files#filter), with the texts they name) and makes the node match them in one module run,
     where one M(ansible.builtin.file) run per directory and a C(stat) and a C(copy) run per file did the same work.
-  - What counts as different is what gpuops.nvidia.gpu_node_plan compares (the same code): the kind of path, the
+  - What counts as different is what gpuops.nvidia.gpu_node_plan compares (the same code); the kind of path, the
     permission bits and, for a file, the sha1 of its bytes. Owner and group are left as they are (the roles declare
     none).
   - A file is written to a temporary file in its directory and moved over the old one atomically; an existing file
     keeps its owner, and gets the declared mode. A symlink where a file is declared is replaced by the file (as
     M(ansible.builtin.copy) does without C(follow)). Missing parent directories are created (under the umask).
-  - Every entry is read and checked before anything is written: a relative path, a mode that is not octal, a text
+  - Every entry is read and checked before anything is written. A relative path, a mode that is not octal, a text
     that is not given, a directory where a file is declared (or the reverse) or a path that cannot be read fails the
     run with nothing changed.
   - In check mode nothing is written; RV(changed_paths) lists what would change.
@@ -74,8 +74,9 @@ options:
         type: str
       src:
         description:
-          - Not written by this module. An entry copied as it is from the controller (a package file) has C(src):
-            copy it with M(ansible.builtin.copy), which transfers it. Given here it fails the run with nothing changed.
+          - Not written by this module. Copy an entry that has C(src) (a package file, copied as it is from the
+            controller) with M(ansible.builtin.copy), which transfers it. Given here it fails the run with nothing
+            changed.
         type: str
   contents:
     description:
