@@ -322,8 +322,8 @@ MODULES = {
                   {"path": SANDBOX + "/declared/a.conf", "content": "a", "mode": "0644"},
                   {"path": SANDBOX + "/declared/b.py", "content": "b", "mode": "0755", "diff": False}],
         "contents": {"a": "[a]\nkey = 1\n", "b": "print('b')\n"}},
-        hints={"files[].path": st.one_of(st.just(SANDBOX + "/declared/c.conf"), paths().filter(
-                   lambda p: p.startswith(SANDBOX) or not p.startswith("/"))),
+        hints={"files[].path": st.one_of(st.just(SANDBOX + "/declared/c.conf"),
+                                         paths().filter(lambda p: p.startswith(SANDBOX) or not p.startswith("/"))),
                "files[].content": st.sampled_from(["a", "b", "c", "", "a\x00"]),
                "files[].mode": st.sampled_from(["0644", "0755", "644", "7777", "u+rwx", "0o644", "", "08", "-1"])}),
     # the sweep's node read: a healthy H200 node, the cursor in the sandbox; deadlines small, huge, odd
