@@ -122,9 +122,8 @@ def dnf_host(tmp_path, rig):
 def check_dnf(res, root, log):
     """The dnf branch in check mode: the repo file NVIDIA documents (the key read from the node), the install reported,
     nothing written, and the commands package_plan built (the rpm query; dnf confined to a scratch directory)."""
-    written = res["Write the declared repository key and definition, or copy the declared package files"]
-    repo = [r for r in written["results"] if r["item"]["path"].endswith("nvidia-container-toolkit.repo")][0]
-    diff = repo["diff"][0] if isinstance(repo["diff"], list) else repo["diff"]
+    written = res["Create the declared directory of the package files, write the declared repository key and definition"]
+    diff = [d for d in written["diff"] if d["after_header"].endswith("nvidia-container-toolkit.repo")][0]
     for line in ("[nvidia-container-toolkit]", "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch",
                  "repo_gpgcheck=1", "gpgcheck=0", "enabled=1", "sslverify=1",
                  "gpgkey=file://%s/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit" % root.path):

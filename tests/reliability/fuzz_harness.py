@@ -315,6 +315,17 @@ MODULES = {
         # dest: the pool's files and odd paths, never one outside the sandbox (the module writes there)
         hints={"dest": st.one_of(st.just(SANDBOX + "/reports"), paths().filter(
             lambda p: p.startswith(SANDBOX) or not (p.startswith("/") or ".." in p)))}),
+    # a role's declared files, written into the sandbox: never a path outside it (the module writes there); bad
+    # entries (relative paths, odd modes, texts not given) refused naming files[i], the path and what is valid
+    "declared_files": dict(rig="sim", args={
+        "files": [{"path": SANDBOX + "/declared", "state": "directory", "mode": "0755"},
+                  {"path": SANDBOX + "/declared/a.conf", "content": "a", "mode": "0644"},
+                  {"path": SANDBOX + "/declared/b.py", "content": "b", "mode": "0755", "diff": False}],
+        "contents": {"a": "[a]\nkey = 1\n", "b": "print('b')\n"}},
+        hints={"files[].path": st.one_of(st.just(SANDBOX + "/declared/c.conf"),
+                                         paths().filter(lambda p: p.startswith(SANDBOX) or not p.startswith("/"))),
+               "files[].content": st.sampled_from(["a", "b", "c", "", "a\x00"]),
+               "files[].mode": st.sampled_from(["0644", "0755", "644", "7777", "u+rwx", "0o644", "", "08", "-1"])}),
     # the sweep's node read: a healthy H200 node, the cursor in the sandbox; deadlines small, huge, odd
     "gpu_health_read": dict(rig="sim", rig_kwargs={"shape": "hgx-h200"},
                             args={"cursor_path": SANDBOX + "/cursor/health-cursor.json", "deadline": 5},
