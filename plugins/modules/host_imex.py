@@ -113,7 +113,7 @@ class HostImex(ModuleRun):
 
     def read(self):
         p = self.params
-        self.systemctl = p["systemctl"] or [self.module.get_bin_path("systemctl", required=True)]
+        self.systemctl = _host_imex.systemctl_argv(self.module.get_bin_path, p["systemctl"])
         record = _host_imex.read_record(p["record"])
         names = list(p["units"]) + [u for u in sorted(record or {}) if u not in p["units"]]
         units = _host_imex.read_units(self.module.run_command, self.systemctl, names)

@@ -48,7 +48,7 @@ WantedBy=multi-user.target
 class Rack(object):
     """Two GB200 trays of one rack on the fake cluster, all under ``tmp_path``."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, tray_vars=None):
         tmp_path = pathlib.Path(str(tmp_path))
         self.api = FakeKubeApi(tokens=None, server_version="v1.34.1").start()
         kubeconfig = str(tmp_path / "kubeconfig")
@@ -60,11 +60,14 @@ class Rack(object):
         chart = str(tmp_path / "dra-chart")
         shutil.copytree(DRA_CHART, chart)
         inventory = tmp_path / "rack.yml"
-        inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"rack_a": {"hosts": dict(
-            (node, {"gpuops_simulated_machine": "gb200-nvl", "gpuops_simulated_rack": RACK,
-                   # (the lab's group_vars find the repository from the inventory's directory: this one is elsewhere)
-                   "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
-                       ROOT, "inventories", "lab-files", "containerd-config.toml")}) for node in TRAYS)}}}}}}))
+        hosts = dict((node, dict({"gpuops_simulated_machine": "gb200-nvl", "gpuops_simulated_rack": RACK,
+                                  # (the lab's group_vars find the repository from the inventory's directory)
+                                  "gpuops_repo_dir": ROOT, "gpu_node_containerd_initial_config": os.path.join(
+                                      ROOT, "inventories", "lab-files", "containerd-config.toml")},
+                                 **(tray_vars or {}).get(node, {}))) for node in TRAYS)
+        # the rack as the inventory declares it: its group sets the rack's name and GPU count (two trays here)
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"rack_a": {
+            "hosts": hosts, "vars": {"gpu_nvl_rack": RACK, "gpu_nvl_rack_gpus": 8}}}}}}}))
         self.site = Site(tmp_path, limit=TRAYS, gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
                          gpuops_device_plugin_provider="dra", cluster_dra_chart_path=chart, gpuops_dra_namespaces=["ml"],
                          cluster_dra_compute_domains=True, gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60)
@@ -121,9 +124,8 @@ class Rack(object):
         self.api.stop()
 
 
-@pytest.fixture
-def rack(tmp_path, monkeypatch):
-    r = Rack(tmp_path)
+def _rack(tmp_path, monkeypatch, tray_vars=None):
+    r = Rack(tmp_path, tray_vars)
     original = r.site._call
 
     def call(check, diff, args, extra):      # (the rack's inventory beside the lab's: its group_vars apply)
@@ -131,6 +133,12 @@ def rack(tmp_path, monkeypatch):
         out["args"] = ("-i", r.site.inventory) + tuple(out["args"])
         return out
     monkeypatch.setattr(r.site, "_call", call)
+    return r
+
+
+@pytest.fixture
+def rack(tmp_path, monkeypatch):
+    r = _rack(tmp_path, monkeypatch)
     try:
         yield r
     finally:
@@ -153,7 +161,8 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
         assert rack.imex(node) == ("enabled", "active") and not rack.record(node).exists()
         assert rack.label(node) is None
 
-    # converge: host IMEX stopped, disabled, masked; the record of what it was; the clique label as GFD computes it
+    # converge: host IMEX stopped, disabled, masked; the record of what it was; the rack checked and ready, and its
+    # trays labelled with the clique as GFD computes it
     res = rack.site.run()
     assert res.rc == 0, res
     cliques = set()
@@ -184,3 +193,46 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
     for node in TRAYS:
         assert res.changed(node) == 0, res
         assert _plan(res, node)["steps"]["host_imex"] == []
+
+
+def _inject_in_progress(r):
+    SimulatedBackend(r.state_file(TRAYS[1]), root=str(r.root(TRAYS[1]))).inject_health(1, "fabric_state", "in_progress")
+
+
+def _inject_other_clique(r):
+    # every GPU of the second tray in clique 32767 (the rack's is 32766: a tie of four GPUs each goes to the smaller)
+    backend = SimulatedBackend(r.state_file(TRAYS[1]), root=str(r.root(TRAYS[1])))
+    for index in range(4):
+        backend.inject_health(index, "fabric_clique_id", 32767)
+
+
+@pytest.mark.parametrize("fault, tray_vars, words", [
+    (_inject_other_clique, None, ["GPUs 0, 1, 2, 3: in clique 32767, the rack's is 32766", "NVLink partition"]),
+    # (the health gate blocks such a node by default, and the run stops at it: here the group lets the tray serve
+    # single-node work, gpu_node_health_policy warns, and the rack check keeps ComputeDomains off for the rack)
+    (_inject_in_progress, {TRAYS[1]: {"gpu_node_health_policy": {"fabric_incomplete": "warn"}}},
+     ["GPU 1: fabric state in_progress, not completed", "reset the GPU"]),
+    # the tray's own declaration leaves ComputeDomains off: its host IMEX keeps running
+    (None, {TRAYS[1]: {"gpu_node_dra_compute_domains": False}},
+     ["the host's IMEX service is not masked: nvidia-imex.service (enabled, running)",
+      "set gpu_node_dra_compute_domains: true for the node"]),
+], ids=["another-clique", "fabric-in-progress", "host-imex-running"])
+def test_a_rack_that_disagrees_keeps_compute_domains_off_naming_the_node(tmp_path, monkeypatch, fault, tray_vars,
+                                                                          words):
+    r = _rack(tmp_path, monkeypatch, tray_vars)
+    try:
+        if fault is not None:
+            fault(r)
+        res = r.site.run()
+        assert res.rc != 0
+        failed = [f for f in res.failures() if "rack is not ready" in f[1]]
+        assert len(failed) == 1, res.failures()
+        message = failed[0][2]
+        assert "ComputeDomains stay off for rack(s) %s" % RACK in message
+        for text in words:
+            assert "node %s: " % TRAYS[1] in message and text in message, message
+        assert "node %s: " % TRAYS[0] not in message, message
+        # off: neither tray carries the clique label (no ComputeDomain daemon or workload is placed on the rack)
+        assert [r.label(n) for n in TRAYS] == [None, None]
+    finally:
+        r.stop()

@@ -62,6 +62,23 @@ def validate(params):
     return problems
 
 
+def systemctl_argv(get_bin_path, given):
+    """The systemctl command: ``given`` (program and arguments) where set, its program found as a path or on PATH;
+    else systemctl on PATH. HostImexError where the program is not there."""
+    if given:
+        if not isinstance(given, (list, tuple)) or not all(isinstance(a, str) and a for a in given):
+            raise HostImexError("systemctl must be a command as a list (program, then arguments); got %r" % (given,))
+        program = given[0] if os.path.isabs(given[0]) else get_bin_path(given[0])
+        if not program or not os.path.isfile(program) or not os.access(program, os.X_OK):
+            raise HostImexError("systemctl: %r is not a program here (give its path, or leave systemctl unset to use "
+                                "the one on PATH)" % given[0])
+        return [program] + list(given[1:])
+    program = get_bin_path("systemctl")
+    if not program:
+        raise HostImexError("systemctl: no systemctl on PATH (this needs systemd, or set systemctl to its path)")
+    return [program]
+
+
 def unit_state(run, systemctl, unit):
     """{"present", "enabled" (systemctl is-enabled's word), "active"} of one unit. A unit that is not installed:
     present False (is-enabled prints nothing, or ``not-found``)."""
