@@ -2,7 +2,7 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The rack check of NVL racks before ComputeDomains (issue 52): over the inventory's racks (host variable
-``gpu_nvl_rack``), from what the cluster play read on each node after the nodes' play. Documentation in
+``gpu_node_nvl_rack``), from what the cluster play read on each node after the nodes' play. Documentation in
 nvl_rack_checks.yml beside this file."""
 
 from __future__ import absolute_import, division, print_function
@@ -11,13 +11,10 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from collections.abc import Mapping
-except ImportError:     # (Python 2's controller is not supported; kept for the sanity test's compile check)
-    from collections import Mapping
+from ansible.module_utils.six.moves.collections_abc import Mapping
 
-RACK_VAR = "gpu_nvl_rack"
-GPUS_VAR = "gpu_nvl_rack_gpus"
+RACK_VAR = "gpu_node_nvl_rack"
+GPUS_VAR = "gpu_node_nvl_rack_gpus"
 
 
 def _read(hostvars, node, name):
@@ -109,7 +106,7 @@ def nvl_rack_checks(hostvars, hosts, gpus="__gpuops_rack_gpus", imex="__gpuops_r
             [p for p in checked["problems"] if p["node"] is None]
         ready = not problems
         out.append({"rack": name, "nodes": rack["nodes"], "gpus": count, "ready": ready,
-                    "clique": ("%s.%d" % (checked["cluster_uuid"], checked["clique_id"])) if ready else None,
+                    "clique": "%s.%s" % (checked["cluster_uuid"], checked["clique_id"]) if ready else None,
                     "gpus_in_clique": checked["gpus"], "problems": problems})
     return out
 

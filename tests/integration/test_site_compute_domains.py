@@ -67,7 +67,7 @@ class Rack(object):
                                  **(tray_vars or {}).get(node, {}))) for node in TRAYS)
         # the rack as the inventory declares it: its group sets the rack's name and GPU count (two trays here)
         inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"children": {"rack_a": {
-            "hosts": hosts, "vars": {"gpu_nvl_rack": RACK, "gpu_nvl_rack_gpus": 8}}}}}}}))
+            "hosts": hosts, "vars": {"gpu_node_nvl_rack": RACK, "gpu_node_nvl_rack_gpus": 8}}}}}}}))
         self.site = Site(tmp_path, limit=TRAYS, gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
                          gpuops_device_plugin_provider="dra", cluster_dra_chart_path=chart, gpuops_dra_namespaces=["ml"],
                          cluster_dra_compute_domains=True, gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60)
@@ -168,9 +168,9 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
     cliques = set()
     for node in TRAYS:
         assert rack.imex(node) == ("masked", "inactive")
-        assert json.loads(rack.record(node).read_text()) == {"nvidia-imex.service": {"enabled": "enabled",
-                                                                                       "active": True}}
-        assert rack.label(node) == rack.expected_clique(node) is not None
+        recorded = json.loads(rack.record(node).read_text())
+        assert recorded == {"nvidia-imex.service": {"enabled": "enabled", "active": True}}
+        assert rack.expected_clique(node) is not None and rack.label(node) == rack.expected_clique(node)
         cliques.add(rack.label(node))
         plan = _plan(res, node)
         assert plan["host_imex"]["channels"]["major"] == 234 and plan["host_imex"]["problems"] == []
@@ -217,8 +217,8 @@ def _inject_other_clique(r):
      ["the host's IMEX service is not masked: nvidia-imex.service (enabled, running)",
       "set gpu_node_dra_compute_domains: true for the node"]),
 ], ids=["another-clique", "fabric-in-progress", "host-imex-running"])
-def test_a_rack_that_disagrees_keeps_compute_domains_off_naming_the_node(tmp_path, monkeypatch, fault, tray_vars,
-                                                                          words):
+def test_a_rack_that_disagrees_keeps_compute_domains_off_naming_the_node(tmp_path, monkeypatch, fault,
+                                                                          tray_vars, words):
     r = _rack(tmp_path, monkeypatch, tray_vars)
     try:
         if fault is not None:

@@ -591,8 +591,8 @@ _FABRIC = st.one_of(st.fixed_dictionaries({}, optional={
     "cluster_uuid": st.one_of(st.sampled_from(["0b5c6a1e-52d4-4c37-9f0e-5a1d7c3e2b90", None]), _ANY),
     "clique_id": st.one_of(st.sampled_from([32766, 7, "7", -1]), _ANY)}), st.just("not supported"), _ANY)
 _RACK_VARS = st.fixed_dictionaries({}, optional={
-    "gpu_nvl_rack": st.one_of(st.sampled_from(["rack-a", "rack-b", ""]), _ANY),
-    "gpu_nvl_rack_gpus": st.one_of(st.sampled_from([8, 72, "72", 0, True]), _ANY),
+    "gpu_node_nvl_rack": st.one_of(st.sampled_from(["rack-a", "rack-b", ""]), _ANY),
+    "gpu_node_nvl_rack_gpus": st.one_of(st.sampled_from([8, 72, "72", 0, True]), _ANY),
     "__gpuops_rack_gpus": st.one_of(st.fixed_dictionaries({}, optional={
         "gpus": st.one_of(st.lists(st.fixed_dictionaries({"index": st.integers(0, 3)}, optional={"fabric": _FABRIC}),
                                    max_size=4), _ANY),

@@ -210,10 +210,10 @@ def channels(root):
             continue
         if not match or not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != major or \
                 os.minor(st.st_rdev) != int(match.group(1)):
+            minor = match.group(1) if match else "<channel>"
             out["problems"].append(
                 "%s/%s is not the character device %d:%s the driver registers: remove it (the DRA driver's "
-                "kubelet plugin creates each channel node itself)" % (CHANNELS_DIR, name, major,
-                                                                     match.group(1) if match else "<channel>"))
+                "kubelet plugin creates each channel node itself)" % (CHANNELS_DIR, name, major, minor))
     return out
 
 

@@ -124,14 +124,14 @@ def test_the_module_masks_then_gives_back_with_check_mode_and_diff(tmp_path):
         assert json.load(handle) == {IMEX: {"enabled": "enabled", "active": True}}
     assert run_here("gpuops.nvidia.host_imex", args, env=env)["changed"] is False
     back = dict(args, state="unmasked")
-    assert run_here("gpuops.nvidia.host_imex", back, env=env)["commands"] == ["unmask %s" % IMEX, "enable %s" % IMEX,
-                                                                 "start %s" % IMEX]
+    commands = run_here("gpuops.nvidia.host_imex", back, env=env)["commands"]
+    assert commands == ["unmask %s" % IMEX, "enable %s" % IMEX, "start %s" % IMEX]
     assert (_stand_in(root, "is-enabled", IMEX), _stand_in(root, "is-active", IMEX)) == ("enabled", "active")
     assert not os.path.exists(record)
     assert run_here("gpuops.nvidia.host_imex", back, env=env)["changed"] is False
 
 
 def test_the_module_refuses_bad_input_before_anything(tmp_path):
-    res = run_here("gpuops.nvidia.host_imex", {"state": "masked", "units": ["imex"], "record": str(tmp_path / "r.json"),
-                                 "systemctl": [SYSTEMCTL]}, env={})
+    args = {"state": "masked", "units": ["imex"], "record": str(tmp_path / "r.json"), "systemctl": [SYSTEMCTL]}
+    res = run_here("gpuops.nvidia.host_imex", args, env={})
     assert res["failed"] and "systemd service names" in res["msg"] and "nothing changed" in res["msg"]
