@@ -217,8 +217,8 @@ def _inject_other_clique(r):
      ["the host's IMEX service is not masked: nvidia-imex.service (enabled, running)",
       "set gpu_node_dra_compute_domains: true for the node"]),
 ], ids=["another-clique", "fabric-in-progress", "host-imex-running"])
-def test_a_rack_that_disagrees_keeps_compute_domains_off_naming_the_node(tmp_path, monkeypatch, fault,
-                                                                          tray_vars, words):
+def test_a_rack_that_disagrees_keeps_compute_domains_off_naming_the_node(tmp_path, monkeypatch, fault, tray_vars,
+                                                                         words):
     r = _rack(tmp_path, monkeypatch, tray_vars)
     try:
         if fault is not None:
