@@ -435,6 +435,34 @@ options:
         description: As dcgm_host_engine's O(gpuops.nvidia.dcgm_host_engine#module:systemctl).
         type: list
         elements: str
+  host_imex:
+    description:
+      - ComputeDomains (NVIDIA's DRA driver), as M(gpuops.nvidia.host_imex) takes it - the step C(host_imex) has work
+        where a host IMEX unit that is installed is not masked and stopped (O(host_imex.state=masked)), or where the
+        collection's record names units it masked for a declaration that went away (O(host_imex.state=unmasked)).
+      - With V(masked) the result's C(host_imex) also reports what the node offers the DRA driver - the IMEX channels'
+        major in C(/proc/devices), the loaded driver against the minimum (570.158.01), the C(nvidia.com/gpu.clique)
+        value as GPU Feature Discovery computes it (C(clique)) - and its C(problems), which are not work of this step.
+    type: dict
+    suboptions:
+      state:
+        description: As host_imex's O(gpuops.nvidia.host_imex#module:state).
+        type: str
+        required: true
+        choices: [masked, unmasked]
+      units:
+        description: As host_imex's O(gpuops.nvidia.host_imex#module:units).
+        type: list
+        elements: str
+        default: [nvidia-imex.service, nvidia-imex-ctl.service]
+      record:
+        description: As host_imex's O(gpuops.nvidia.host_imex#module:record).
+        type: path
+        default: /var/lib/gpuops/host-imex.json
+      systemctl:
+        description: As host_imex's O(gpuops.nvidia.host_imex#module:systemctl).
+        type: list
+        elements: str
   burn_in:
     description:
       - The node's burn-in, as M(gpuops.nvidia.gpu_burn_in) takes it - the step C(burn_in) has work where the node's
@@ -487,7 +515,8 @@ options:
         role's variables by the step registry, and its result holds the role's gates (RV(gates), RV(runs)).
     type: list
     elements: str
-    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, dev_char, dcgm, burn_in, health]
+    choices: [driver, mig, compute_mode, declared, containerd_runtime, runtime_mode, cdi, dev_char, dcgm, host_imex, burn_in,
+      health]
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts

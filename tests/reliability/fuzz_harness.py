@@ -350,6 +350,12 @@ MODULES = {
     "cdi_spec": dict(rig="cdi", rig_kwargs={"shape": "dgx-a100-40gb", "enable": [0, 1]}, args={}),
     "runtime_mode": dict(rig="cdi", rig_kwargs={"module": "runtime_mode"}, args={"mode": "cdi"}),
     "dev_char_symlinks": dict(rig="cdi", rig_kwargs={"module": "dev_char_symlinks"}, args={}),
+    # the systemctl stand-in with NVIDIA's IMEX unit running; the record and systemctl pinned to the rig
+    # (test_fuzz_inputs.PINNED: unset, they are this machine's /var/lib/gpuops and systemctl)
+    "host_imex": dict(rig="imex", args={},
+                      hints={"units": st.one_of(st.lists(st.sampled_from(
+                          ["nvidia-imex.service", "nvidia-imex-ctl.service", "nvidia-imex", "a b.service",
+                           "x;id.service", ""]), max_size=3), _ANY)}),
     "device_plugin": dict(rig="helm", args={},
                           hints=dict(KUBE_HINTS, **{"profiles[].resources": _RESOURCES, "nodes[].gpus": _GPU_FACTS,
                                                     "values": st.one_of(json_values(), hostile()),
@@ -589,6 +595,24 @@ _HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.on
                       _ANY)
 _NODES = st.one_of(st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=4), _ANY)
 
+# the rack check's hostvars (the nvl_racks filters): the rack's declaration and what the cluster play read on a node
+_FABRIC = st.one_of(st.fixed_dictionaries({}, optional={
+    "state": st.one_of(st.sampled_from(["completed", "in_progress"]), _ANY),
+    "status": st.one_of(st.sampled_from(["SUCCESS", "ERROR_UNKNOWN"]), _ANY),
+    "cluster_uuid": st.one_of(st.sampled_from(["0b5c6a1e-52d4-4c37-9f0e-5a1d7c3e2b90", None]), _ANY),
+    "clique_id": st.one_of(st.sampled_from([32766, 7, "7", -1]), _ANY)}), st.just("not supported"), _ANY)
+_RACK_VARS = st.fixed_dictionaries({}, optional={
+    "gpu_node_nvl_rack": st.one_of(st.sampled_from(["rack-a", "rack-b", ""]), _ANY),
+    "gpu_node_nvl_rack_gpus": st.one_of(st.sampled_from([8, 72, "72", 0, True]), _ANY),
+    "__gpuops_rack_gpus": st.one_of(st.fixed_dictionaries({}, optional={
+        "gpus": st.one_of(st.lists(st.fixed_dictionaries({"index": st.integers(0, 3)}, optional={"fabric": _FABRIC}),
+                                   max_size=4), _ANY),
+        "driver_version": st.one_of(st.sampled_from(["580.95.05", "570.148.08", ""]), _ANY)}), _ANY),
+    "__gpuops_rack_imex": st.one_of(st.fixed_dictionaries({}, optional={"commands": _ANY, "units": _ANY}), _ANY),
+    "__gpu_node_plan": _ANY})
+_RACK_HOSTVARS = st.one_of(st.dictionaries(st.sampled_from(["n1", "n2", "n3", "n4"]), st.one_of(_RACK_VARS, _ANY),
+                                           max_size=4), _ANY)
+
 _OPERATOR_VARS = st.fixed_dictionaries({}, optional={
     "gpu_node_manage_containerd": st.one_of(st.booleans(), _ANY), "containerd_runtime_config_path": _ANY,
     "containerd_runtime_drop_in_path": _ANY, "gpu_node_kube_node_name": st.one_of(st.just("gpu-1"), _ANY),
@@ -695,6 +719,12 @@ FILTERS = {
         "setting": st.one_of(st.sampled_from(["auto", "all"]), st.lists(st.one_of(st.integers(-2, 100001), _ANY),
                                                                         max_size=4), _ANY)}},
     "gpu_operator_nodes": {"gpu_operator_nodes": {"hostvars": _OPERATOR_HOSTVARS, "nodes": _NODES, "plan": _PLAN}},
+    "nvl_racks": {
+        "nvl_rack_checks": {"hostvars": _RACK_HOSTVARS, "hosts": _NODES, "check_mode": st.one_of(st.booleans(), _ANY)},
+        "nvl_rack_labels": {"checks": st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+            "nodes": st.one_of(_NODES, _ANY), "ready": st.one_of(st.booleans(), _ANY),
+            "clique": st.one_of(st.sampled_from(["0b5c6a1e-52d4-4c37-9f0e-5a1d7c3e2b90.32766", None]), _ANY)}),
+            max_size=2), _ANY), "nodes": _NODES}},
     "node_declaration": {"node_declaration_errors": {"declared": _DECLARATION, "node": st.one_of(
         st.sampled_from(["n1", "gpu-node-1"]), _ANY)}},
     "driver": {"driver_packages": {

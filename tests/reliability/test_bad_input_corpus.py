@@ -20,7 +20,7 @@ import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     cluster_lease, cluster_profiles, compute_mode, containerd_runtime, dcgm_exporter, dcgm_exporter_verify,
-    dev_char_symlinks, dcgm_host_engine, device_plugin, device_plugin_verify, driver_modules, driver_plan, driver_services, gpu_burn_in,
+    dev_char_symlinks, dcgm_host_engine, device_plugin, host_imex, device_plugin_verify, driver_modules, driver_plan, driver_services, gpu_burn_in,
     gpu_health_read, gpu_info, gpu_operator, gpu_operator_mig, gpu_node_plan, gpu_simulator, health_quarantine,
     mig_layout, mig_mode, mps_control, node_cordon, node_labels,
     runtime_class)
@@ -41,7 +41,8 @@ MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": 
            "driver_plan": driver_plan, "driver_services": driver_services, "gpu_health_read": gpu_health_read,
            "health_quarantine": health_quarantine, "gpu_burn_in": gpu_burn_in,
            "dcgm_host_engine": dcgm_host_engine, "dcgm_exporter": dcgm_exporter,
-           "dcgm_exporter_verify": dcgm_exporter_verify, "dev_char_symlinks": dev_char_symlinks}
+           "dcgm_exporter_verify": dcgm_exporter_verify, "dev_char_symlinks": dev_char_symlinks,
+           "host_imex": host_imex}
 KIND_MODULE = {"mps": "mps_control", "containerd": "containerd_runtime", "helm": "device_plugin"}
 
 
@@ -73,7 +74,7 @@ def assert_clear_failure(case, res):
 def test_corpus_is_big_enough():
     kinds = set(c["kind"] for c in CASES)
     assert len(CASES) >= 60 and len(set(c["id"] for c in CASES)) == len(CASES)
-    assert kinds == {"sim", "containerd", "cdi", "mps", "kube", "helm", "operator", "driver", "dcgm", "role", "site",
+    assert kinds == {"sim", "containerd", "cdi", "mps", "kube", "helm", "operator", "driver", "dcgm", "imex", "role", "site",
                      "filter"}
     modules = set(c.get("module") or KIND_MODULE.get(c["kind"]) for c in CASES if c["kind"] != "role")
     assert modules >= set(MODULES)
@@ -171,6 +172,11 @@ def test_cdi(case, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("case", _ids("dcgm"))
 def test_dcgm(case, tmp_path, monkeypatch):
+    run_case(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", _ids("imex"))
+def test_imex(case, tmp_path, monkeypatch):
     run_case(case, tmp_path, monkeypatch)
 
 

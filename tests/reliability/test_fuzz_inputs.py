@@ -65,7 +65,9 @@ PINNED = {"sim": (), "mps": ("pipe_directory", "log_directory", "unit_directory"
           # is the repository path, whose apt-get update refreshes the root's package lists before apt can say that
           # the (empty) repository lacks DCGM: a change of apt's cache on a failed run, which the harness's rule
           # forbids. That path is tested against a real signed repository in test_dcgm_host_engine.py.
-          "dcgm": ("systemctl", "package_files")}
+          "dcgm": ("systemctl", "package_files"),
+          # host_imex's: unset, the record is this machine's /var/lib/gpuops and systemctl its own
+          "imex": ("record", "systemctl")}
 
 
 def discovered(kind):

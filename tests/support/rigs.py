@@ -204,6 +204,29 @@ class MpsRig(SystemctlRig):
                          unit_directory=units, timeout=5)
 
 
+class HostImexRig(SystemctlRig):
+    """host_imex with the systemctl stand-in (its state in systemd.json): NVIDIA's nvidia-imex.service installed,
+    enabled and running; the record under the rig."""
+
+    kind = "imex"
+    exclude = ("systemd.json",)
+
+    def __init__(self, directory):
+        super(HostImexRig, self).__init__(directory)
+        units = self.path("units")
+        os.makedirs(units, exist_ok=True)
+        text = "[Service]\nExecStart=/bin/true\n"
+        with open(os.path.join(units, "nvidia-imex.service"), "w") as handle:
+            handle.write(text)
+        with open(self.path("systemd.json"), "w") as handle:
+            json.dump({"units": {"nvidia-imex.service": {"active": True, "enabled": True, "loaded": text}},
+                       "calls": []}, handle)
+        self.env.update({"PATH": FAKE_BIN + os.pathsep + os.environ["PATH"],
+                         "FAKE_SYSTEMD_STATE": self.path("systemd.json"), "FAKE_SYSTEMD_UNIT_DIR": units})
+        self.args = dict(state="masked", record=self.path("host-imex.json"),
+                         systemctl=[os.path.join(FAKE_BIN, "systemctl")])
+
+
 class ContainerdRig(Rig):
     """containerd_runtime with the real containerd (config dump) and the nvidia-ctk stand-in; ``config_text``:
     the config file's text ('golden': the fixture), None: no config file."""
@@ -597,4 +620,4 @@ class ExporterRig(KubeRig):
 
 RIGS = {"sim": SimRig, "mps": MpsRig, "containerd": ContainerdRig, "cdi": CdiRig, "kube": KubeRig, "helm": HelmRig,
         "operator": OperatorRig, "dra": DraRig, "dra_api": DraApiRig, "driver": DriverRig,
-        "dcgm": DcgmRig, "exporter": ExporterRig}
+        "dcgm": DcgmRig, "exporter": ExporterRig, "imex": HostImexRig}

@@ -135,6 +135,9 @@ elif cmd == "is-enabled":
     if u["loaded"] is None:
         print("Failed to get unit file state for %s: No such file or directory" % args[1], file=sys.stderr)
         rc = 1
+    elif u.get("masked"):
+        print("masked")
+        rc = 1
     else:
         print("enabled" if u["enabled"] else "disabled")
         rc = 0 if u["enabled"] else 1
@@ -142,11 +145,23 @@ elif cmd in ("enable", "disable"):
     u = unit(args[1])
     if u["loaded"] is None:
         rc = 1
+    elif cmd == "enable" and u.get("masked"):
+        print("Failed to enable unit: Unit file %s is masked." % args[1], file=sys.stderr)
+        rc = 1
     else:
         u["enabled"] = cmd == "enable"
+elif cmd in ("mask", "unmask"):
+    # systemd's mask links /etc/systemd/system/<unit> to /dev/null: the unit cannot start or be enabled, a running one
+    # keeps running, its enablement is kept apart (unmask gives it back)
+    u = unit(args[1])
+    u["masked"] = cmd == "mask"
 elif cmd == "start":
     u = unit(args[1])
-    rc = 0 if (u["loaded"] and (u["active"] or start(u))) else 1
+    if u.get("masked"):
+        print("Failed to start %s: Unit %s is masked." % (args[1], args[1]), file=sys.stderr)
+        rc = 1
+    else:
+        rc = 0 if (u["loaded"] and (u["active"] or start(u))) else 1
 elif cmd == "stop":
     u = unit(args[1])
     if u["active"]:

@@ -202,8 +202,8 @@ def test_the_driver_and_health_steps_fit_the_registry():
     driver = _node_steps.BY_NAME["driver"]
     assert _node_steps.STEPS[0] is driver and driver.disruptive and driver.tasks == "driver.yml"
     assert driver.reruns == ("mig", "compute_mode", "cdi", "dev_char") and not driver.needs_nvml
-    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi", "dev_char", "burn_in",
-                                                                   "health"]
+    assert [s.name for s in _node_steps.STEPS if s.needs_nvml] == ["mig", "compute_mode", "cdi", "dev_char", "host_imex",
+                                                                   "burn_in", "health"]
     health = _node_steps.STEPS[-1]
     assert health.name == "health" and health.after_disruption and not health.disruptive
     steps = _node_steps.STEPS
@@ -219,7 +219,7 @@ def test_the_driver_and_health_steps_fit_the_registry():
     plan["driver"] = {"disruptive": ["driver 570 -> 580"]}
     gates = _node_steps.gates(plan, managed, steps=steps)
     assert gates == {"driver": True, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "dev_char": False, "dcgm": False,
+                     "containerd_runtime": False, "runtime_mode": False, "cdi": True, "dev_char": False, "dcgm": False, "host_imex": False,
                      "burn_in": False, "health": True, "disruptive": True}
     # where the /dev/char links are managed, a driver change makes them run again (nvidia-uvm's major may change)
     assert _node_steps.gates(plan, dict(managed, dev_char=True), steps=steps)["dev_char"]
@@ -271,7 +271,7 @@ def test_check_mode_plans_k3s_containerd_before_the_toolkit_is_installed():
 def test_the_plan_arguments_come_from_one_input_per_step():
     inputs = {"driver": None, "mig": {"manage": "declared", "config_name": "all-balanced", "allow_reset": True, "force": False},
               "compute_mode": None, "declared": {"files": [], "units": [], "packages": []},
-              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "dev_char": None, "dcgm": None,
+              "containerd_runtime": None, "runtime_mode": {"mode": "cdi"}, "cdi": None, "dev_char": None, "dcgm": None, "host_imex": None,
               "burn_in": None, "health": None}
     assert node_plan_args(inputs) == {"mig": inputs["mig"], "files": [], "units": [], "packages": [],
                                       "runtime_mode": {"mode": "cdi"}}
@@ -280,8 +280,8 @@ def test_the_plan_arguments_come_from_one_input_per_step():
     assert node_plan_args(dict(inputs, driver="", cdi=" ")) == node_plan_args(inputs)
     with pytest.raises(AnsibleFilterError, match=re.escape(
             "node_plan_args: expects, for each step of the node plan (driver, mig, compute_mode, declared, "
-            "containerd_runtime, runtime_mode, cdi, dev_char, dcgm, burn_in, health), its options or none; got burn_in, "
-            "cdi, compute_mode, containerd_runtime, dcgm, declared, dev_char, driver, health, mig")):
+            "containerd_runtime, runtime_mode, cdi, dev_char, dcgm, host_imex, burn_in, health), its options or none; got "
+            "burn_in, cdi, compute_mode, containerd_runtime, dcgm, declared, dev_char, driver, health, host_imex, mig")):
         node_plan_args(dict((k, v) for k, v in inputs.items() if k != "runtime_mode"))
     with pytest.raises(AnsibleFilterError, match="only must be a list of steps of the node plan"):
         node_plan_args(inputs, ["gpu_reset"])
@@ -294,7 +294,7 @@ def test_the_plan_arguments_come_from_one_input_per_step():
 
 
 MANAGED = {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False, "containerd_runtime": True,
-           "cdi": True, "runtime_mode": True, "dev_char": False, "dcgm": False, "burn_in": False, "health": True}
+           "cdi": True, "runtime_mode": True, "dev_char": False, "dcgm": False, "host_imex": False, "burn_in": False, "health": True}
 
 
 def _plan(steps, mig=None, health=None):
@@ -321,7 +321,7 @@ def test_a_mig_change_quiesces_and_runs_compute_mode_and_cdi_again():
                  mig={"managed": True, "disruptive": ["MIG layout changes on GPU(s) 0"]})
     gates = node_step_gates(plan, MANAGED)
     assert gates == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "dev_char": False, "dcgm": False,
+                     "containerd_runtime": False, "cdi": True, "runtime_mode": False, "dev_char": False, "dcgm": False, "host_imex": False,
                      "burn_in": False, "health": True, "disruptive": True}
     # MIG left to the GPU Operator (not managed here): nothing of it runs, nothing is disruptive
     gates = node_step_gates(plan, dict(MANAGED, mig=False))
@@ -344,8 +344,8 @@ def test_a_step_runs_only_where_managed_and_with_work():
 @pytest.mark.parametrize("plan, managed, words", [
     ({"steps": {}}, dict(MANAGED, gpu_reset=True), "for each node step (driver, mig, compute_mode, container_toolkit, "),
     ({"steps": {}}, dict((k, v) for k, v in MANAGED.items() if k != "cdi"),
-     "got burn_in, compute_mode, container_toolkit, containerd_runtime, dcgm, dev_char, driver, health, mig, "
-     "runtime_mode"),
+     "got burn_in, compute_mode, container_toolkit, containerd_runtime, dcgm, dev_char, driver, health, host_imex, "
+     "mig, runtime_mode"),
     ({"steps": {}}, dict(MANAGED, cdi="maybe"), "whether step cdi is managed must be a boolean, got 'maybe'"),
     ("plan", MANAGED, "expects gpu_node_plan's result (a dict with steps), got str"),
     ({"steps": {"cdi": "stale"}}, MANAGED, "steps.cdi must be the list of reasons the plan found, got str"),
@@ -413,7 +413,7 @@ def test_who_owns_each_step_is_decided_by_the_registry():
     base = _node_steps.resolve(_role_vars(ROLE_VALUES, []))
     assert base["managed"] == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
                                "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dev_char": False,
-                               "dcgm": False, "burn_in": False, "health": True}
+                               "dcgm": False, "host_imex": False, "burn_in": False, "health": True}
     # the /dev/char links: an opt-in (unmanaged by default); auto where the runtime is not in CDI mode and containerd's
     # runtime is the collection's
     auto = {"gpu_node_dev_char_symlinks": "auto"}

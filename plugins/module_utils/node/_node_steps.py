@@ -435,6 +435,49 @@ def _health(module, facts, params):
     return {"health": report}, {"health": list(report["blocking"])}
 
 
+def _host_imex_validate(module, params):
+    """Refuse a state, unit name or record path that is not one (before anything is read)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _host_imex
+    problems = _host_imex.validate(params["host_imex"])
+    if problems:
+        raise Refusal(nothing_changed("host_imex: %s" % "; ".join(problems)))
+
+
+def _host_imex_check(module, facts, params):
+    """ComputeDomains on this node (node/_host_imex): the host's IMEX units masked (or given back what they were once
+    the declaration went away: work once, from the collection's record), and, where declared, what the node offers
+    the DRA driver - the IMEX channels' major, the driver branch, the clique label as GFD computes it
+    (plan/_nvlink_rack). Only the units are work; the rest is reported (``problems``) for the rack check of the
+    cluster play, which writes the clique label on the nodes of a ready rack (roles/cluster/tasks/nvl_racks.yml)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _host_imex
+    p = params["host_imex"]
+    try:
+        systemctl = _host_imex.systemctl_argv(module.get_bin_path, p["systemctl"])
+        record = _host_imex.read_record(p["record"])
+    except _host_imex.HostImexError as exc:
+        return {"host_imex": {"state": p["state"], "refused": str(exc)}}, {"host_imex": [str(exc)]}
+    names = list(p["units"]) + [u for u in sorted(record or {}) if u not in p["units"]]
+    units = _host_imex.read_units(module.run_command, systemctl, names) if p["state"] == "masked" or record else {}
+    todo = _host_imex.plan(p["state"], names, units, record)
+    report = {"state": p["state"], "units": units}
+    if p["state"] == "masked":
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.node._containerd_distribution import node_root
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._nvlink_rack import clique_label
+        channels = _host_imex.channels(node_root())
+        label = clique_label(facts["gpus"])
+        report.update(channels=channels,
+                      driver_version=facts.get("driver_version"), clique=label["value"],
+                      problems=(_host_imex.driver_problems(facts.get("driver_version")) + channels["problems"]
+                                + ([] if label["value"] else ["no nvidia.com/gpu.clique: %s" % label["reason"]])))
+    return {"host_imex": report}, {"host_imex": todo["reasons"]}
+
+
+def _host_imex_inputs(v):
+    return {"host_imex": {"state": "masked" if v.flag("gpu_node_dra_compute_domains") else "unmasked",
+                          "units": v("gpu_node_host_imex_units"), "record": v("gpu_node_host_imex_record"),
+                          "systemctl": v("gpu_node_driver_systemctl") or None}}
+
+
 def _with_step(spec, step):
     """A step's own module's argument spec, plus the step its reasons go to."""
     return dict(spec, step=dict(type="str", default=step))
@@ -764,6 +807,14 @@ STEPS = (
         # its host engine holds the GPUs (a node whose image brings DCGM runs the same unit: quiesced either way)
         holds_gpus=(Holder("dcgm", "DCGM host engine (nv-hostengine)", ("nvidia-dcgm.service",),
                            pid_file="/var/run/nvhostengine.pid", stop=20, start=80),)),
+    # ComputeDomains (NVIDIA's DRA driver): the host's own IMEX service masked (docs/dra.md)
+    Step("host_imex", {"host_imex": dict(type="dict", options=dict(
+        state=dict(type="str", choices=["masked", "unmasked"], required=True),
+        units=dict(type="list", elements="str", default=["nvidia-imex.service", "nvidia-imex-ctl.service"]),
+        record=dict(type="path", default="/var/lib/gpuops/host-imex.json"),
+        systemctl=dict(type="list", elements="str"),
+    ))}, check=_host_imex_check, validate=_host_imex_validate, tasks="host_imex.yml", needs_nvml=True,
+        managed=lambda v: _provider(v) == "dra", inputs=_host_imex_inputs),
     # the node's burn-in (DCGM's diagnostic, once per driver version and level; its record is read by the health gate
     # after it, which keeps the node out where it failed)
     Step("burn_in", {"burn_in": dict(type="dict", options=dict(level=dict(type="str", required=True,

@@ -20,7 +20,12 @@ __metaclass__ = type
 PROC_DEVICES = "proc/devices"
 MIG_MINORS = "proc/driver/nvidia-caps/mig-minors"
 # (module that registers it, major, name in /proc/devices)
-MAJORS = (("nvidia", 195, "nvidia"), ("nvidia_uvm", 238, "nvidia-uvm"), ("nvidia", 241, "nvidia-caps"))
+# nvidia-caps-imex-channels: the IMEX channels the nvidia module registers with NVreg_ImexChannelCount minors (2048 by
+# default; NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-caps-imex.c, alloc_chrdev_region, so its major is
+# dynamic: 234 here is this simulator's choice, and the collection reads the number from the file as NVIDIA's DRA
+# driver does). A simulated node's driver registers it always (NVreg_ImexChannelCount is not modelled).
+MAJORS = (("nvidia", 195, "nvidia"), ("nvidia_uvm", 238, "nvidia-uvm"), ("nvidia", 241, "nvidia-caps"),
+          ("nvidia", 234, "nvidia-caps-imex-channels"))
 _OTHERS = ((1, "mem"), (4, "/dev/vc/0"), (5, "/dev/tty"), (10, "misc"))
 
 

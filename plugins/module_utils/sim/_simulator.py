@@ -384,9 +384,11 @@ class SimulatedBackend(GpuBackend):
             time.sleep(0.05)
 
     def _fabric_unregistered(self, state):
-        """No Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet."""
+        """No Fabric Manager at the loaded driver's version: no GPU of the fabric is registered yet. Not on a compute
+        tray of an NVL rack (gb200-nvl, gb300-nvl): no Fabric Manager runs on the tray's host, the rack's NVLink
+        switch trays register its GPUs (what the GPU's health entry holds answers; faults place the exceptions)."""
         return bool(self.root and (state.get("host") or {}).get("fabric_manager")
-                    and not host.fabric_registered(self.root))
+                    and not sim_health.multi_node_fabric(state) and not host.fabric_registered(self.root))
 
     @staticmethod
     def _health_entry(state, gpu, unregistered):
