@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_check_then_apply_then_nothing_to_do(tmp_path):
-    # the /dev/char step is an opt-in (gpu_node_dev_char_symlinks: unmanaged by default); auto here
-    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,), gpu_node_dev_char_symlinks="auto")
+    # gpu_node_dev_char_symlinks left at its default (auto): the /dev/char step where the runtime is not in CDI mode
+    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,))
 
     # --check --diff first, on every lab node: changes are reported, each node's GPUs are read and shown, the
     # simulated GPUs see no mutating call, no file is written but the simulators' state files (and their locks).
@@ -66,7 +66,8 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
         assert b"conf.d/*.toml" in files["etc/containerd/config.toml"]
         assert "etc/systemd/system/gpuops-compute-mode.service" in files
     assert "etc/systemd/system/gpuops-mig.service" in site.files("lab-dgx-a100")
-    # the /dev/char links (issue 51) where the runtime is not in CDI mode (the H200; the A100's runtime is in CDI mode)
+    # the /dev/char links (issue 51), by default, where the runtime is not in CDI mode (the H200); none where it is (the
+    # A100: auto makes nothing there)
     h200_files = site.files("lab-hgx-h200")
     links = dict((p, t) for p, t in h200_files.items() if p.startswith("dev/char/"))
     assert links["dev/char/195:7"] == b"-> /dev/nvidia7" and links["dev/char/238:1"] == b"-> /dev/nvidia-uvm-tools"
