@@ -26,10 +26,11 @@ the code says so):
 - Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
 - Below NVML (_simulator_host): when GPUOPS_SIMULATED_ROOT names the node's root, the machine's host tree (PCI
   functions, the loaded driver's files, nouveau, Secure Boot, NVSwitch/NVLink5 marks) is rendered there once, when
-  the state file is created (or, for a state created without a root, the first time it is opened with one), and NVML starts only as the real one would on that host: no NVML library ->
-  LIBRARY_NOT_FOUND, no nvidia module -> DRIVER_NOT_LOADED, library and module versions apart ->
-  LIB_RM_VERSION_MISMATCH (NvmlInitError, raised by the first NVML call of a backend). Test hooks (reboot, processes,
-  holders, faults) are not NVML calls and work whatever the driver's state.
+  the state file is created (or, for a state created without a root, the first time it is opened with one), and
+  NVML starts only as the real one would on that host: no NVML library -> LIBRARY_NOT_FOUND, no nvidia module ->
+  DRIVER_NOT_LOADED, library and module versions apart -> LIB_RM_VERSION_MISMATCH (NvmlInitError, raised by the
+  first NVML call of a backend). Test hooks (reboot, processes, holders, faults) are not NVML calls and work whatever
+  the driver's state.
 - Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
   CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE with NVML's words only, and
   ``device_holders`` says who holds the files, as the real backend reads /proc), a fault injected into the

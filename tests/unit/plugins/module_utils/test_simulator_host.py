@@ -136,6 +136,7 @@ def test_without_a_root_nothing_is_rendered_and_nvml_answers_as_before(tmp_path)
     assert sim.read_all()["driver_version"] == SIM_DRIVER_VERSION
     assert "host" not in sim.raw_state() and sorted(os.listdir(str(tmp_path))) == ["state.json", "state.json.lock"]
 
+
 def test_a_state_created_without_a_root_gets_its_host_when_first_opened_with_one(tmp_path):
     """A rig's state file written before the run (no root) has no host tree; the run opens it with the node's root:
     the host is rendered then, as at creation (the char devices nvidia-ctk reads included), the GPUs' state is kept."""
