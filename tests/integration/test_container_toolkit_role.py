@@ -255,7 +255,9 @@ def test_site_converges_a_fresh_node_in_one_run_toolkit_then_containerd(tmp_path
     state = site.state / ("%s.json" % node)
     extra = dict(
         gpu_node_install_container_toolkit=True,
-        gpuops_environment=dict(root.env, GPUOPS_SIMULATED_GPUS=str(state), GPUOPS_SIMULATED_MACHINE="hgx-h200"),
+        # (the lab's environment, replaced here, also names the node's root: nvidia-ctk reads its /proc/devices)
+        gpuops_environment=dict(root.env, GPUOPS_SIMULATED_GPUS=str(state), GPUOPS_SIMULATED_MACHINE="hgx-h200",
+                                GPUOPS_SIMULATED_ROOT=str(site.state / node)),
         container_toolkit_package_manager="apt", container_toolkit_version=OLD,
         container_toolkit_repo_url=rig.repo.url, container_toolkit_repo_key=rig.key,
         container_toolkit_root=root.path,

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_check_then_apply_then_nothing_to_do(tmp_path):
-    # the /dev/char step is an opt-in (gpu_node_dev_char_symlinks: unmanaged by default); auto here
-    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,), gpu_node_dev_char_symlinks="auto")
+    # gpu_node_dev_char_symlinks left at its default (auto): the /dev/char step where the runtime is not in CDI mode
+    site = Site(tmp_path, limit=NODES + (BLACKWELL_NODE,))
 
     # --check --diff first, on every lab node: changes are reported, each node's GPUs are read and shown, the
     # simulated GPUs see no mutating call, no file is written but the simulators' state files (and their locks).
@@ -46,6 +46,14 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
     assert "create 2g.10gb@0, 1g.5gb@2, 1g.5gb@3, 3g.20gb@4" in plan[0], plan
     assert res.task("No cluster configured", "lab-dgx-a100")[0]["msg"].startswith("No Kubernetes cluster configured")
 
+    # The A100's runtime is in CDI mode: a link and a rule already there (an earlier run's, from before the node moved to
+    # CDI) are neither removed nor added to by the default (auto) - docs/containerd.md.
+    a100_root = site.state / "lab-dgx-a100"
+    (a100_root / "dev" / "char").mkdir(parents=True)
+    os.symlink("/dev/nvidia0", str(a100_root / "dev" / "char" / "195:0"))
+    (a100_root / "lib" / "udev" / "rules.d").mkdir(parents=True)
+    (a100_root / "lib" / "udev" / "rules.d" / "71-nvidia-dev-char.rules").write_text("# left by an earlier run\n")
+
     # Apply.
     res = site.run()
     assert res.rc == 0, res
@@ -66,13 +74,15 @@ def test_check_then_apply_then_nothing_to_do(tmp_path):
         assert b"conf.d/*.toml" in files["etc/containerd/config.toml"]
         assert "etc/systemd/system/gpuops-compute-mode.service" in files
     assert "etc/systemd/system/gpuops-mig.service" in site.files("lab-dgx-a100")
-    # the /dev/char links (issue 51) where the runtime is not in CDI mode (the H200; the A100's runtime is in CDI mode)
+    # the /dev/char links (issue 51), by default, where the runtime is not in CDI mode (the H200); none where it is (the
+    # A100: auto makes nothing there)
     h200_files = site.files("lab-hgx-h200")
     links = dict((p, t) for p, t in h200_files.items() if p.startswith("dev/char/"))
     assert links["dev/char/195:7"] == b"-> /dev/nvidia7" and links["dev/char/238:1"] == b"-> /dev/nvidia-uvm-tools"
     assert len(links) == 4 + 2 + 8 * (1 + 15 * 9), len(links)
     assert b"system create-dev-char-symlinks --create-all" in h200_files["lib/udev/rules.d/71-nvidia-dev-char.rules"]
-    assert not any(p.startswith(("dev/", "lib/udev/")) for p in site.files("lab-dgx-a100"))
+    assert dict((p, t) for p, t in site.files("lab-dgx-a100").items() if p.startswith(("dev/", "lib/udev/"))) == {
+        "dev/char/195:0": b"-> /dev/nvidia0", "lib/udev/rules.d/71-nvidia-dev-char.rules": b"# left by an earlier run\n"}
     facts = res.task("Decide which steps this node's declaration manages", "lab-hgx-h200")[0]["ansible_facts"]
     assert facts["gpu_node_device_plugin_config"] == "mps-4"
 

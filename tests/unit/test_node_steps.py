@@ -412,19 +412,19 @@ def test_the_driver_options_are_read_only_where_the_driver_step_is_planned(drive
 def test_who_owns_each_step_is_decided_by_the_registry():
     base = _node_steps.resolve(_role_vars(ROLE_VALUES, []))
     assert base["managed"] == {"driver": False, "mig": True, "compute_mode": True, "container_toolkit": False,
-                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dev_char": False,
+                               "containerd_runtime": True, "runtime_mode": False, "cdi": False, "dev_char": True,
                                "dcgm": False, "host_imex": False, "burn_in": False, "health": True}
-    # the /dev/char links: an opt-in (unmanaged by default); auto where the runtime is not in CDI mode and containerd's
-    # runtime is the collection's
-    auto = {"gpu_node_dev_char_symlinks": "auto"}
-    assert _node_steps.resolve(_role_vars(dict(ROLE_VALUES, **auto), []))["managed"]["dev_char"] is True
+    # the /dev/char links: auto by default (the role's argument_specs), managed where the runtime is not in CDI mode and
+    # containerd's runtime is the collection's
+    spec = _load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert spec["gpu_node_dev_char_symlinks"]["default"] == _load(ROLE, "defaults", "main.yml")[
+        "gpu_node_dev_char_symlinks"] == "auto"
     for changed, on in (({"gpu_node_runtime_mode": "cdi"}, False), ({"gpu_node_device_list_strategy": "cdi-cri"}, False),
                         ({"gpu_node_manage_containerd": False}, False), ({"gpu_node_dev_char_symlinks": "unmanaged"}, False),
                         ({"gpu_node_manage_containerd": False, "gpu_node_dev_char_symlinks": "always"}, True),
                         ({"gpu_node_device_plugin_provider": "gpu_operator", "gpu_node_dev_char_symlinks": "always"},
                          False)):
-        values = dict(ROLE_VALUES, **dict(auto, **changed))
-        assert _node_steps.resolve(_role_vars(values, []))["managed"]["dev_char"] is on, changed
+        assert _node_steps.resolve(_role_vars(dict(ROLE_VALUES, **changed), []))["managed"]["dev_char"] is on, changed
     # MIG planned (to disable it where it is on) though another sharing strategy is declared
     assert base["planned"]["mig"] and base["mig"] == {"manage": "disable", "layout": [], "config_name": "all-disabled",
                                                       "cdi": {}, "blockers": _node_steps.reset_blockers()}

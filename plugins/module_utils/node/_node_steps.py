@@ -645,8 +645,11 @@ def _dev_char_managed(v):
     not cdi, and the device plugin passing device lists rather than CDI names, which the runtime's auto mode would
     inject from the spec) and containerd's runtime is the collection's (nvidia-ctk comes with its toolkit). Never
     under the GPU Operator: its driver validator makes the links itself (its DISABLE_DEV_CHAR_SYMLINK_CREATION
-    turns that off; NVIDIA/gpu-operator#1015)."""
-    setting = v("gpu_node_dev_char_symlinks", "unmanaged")
+    turns that off; NVIDIA/gpu-operator#1015). In CDI mode ``auto`` leaves the node's links and rule as they are
+    (neither made nor removed): the GPU Operator's validator makes them whatever the runtime's mode
+    (NVIDIA/gpu-operator at 92f404ce, cmd/nvidia-validator/main.go: Driver.validate -> createDevCharSymlinks), they
+    harm no CDI container, and a node switched to CDI may still run containers started without it."""
+    setting = v("gpu_node_dev_char_symlinks", "auto")
     if setting == "unmanaged" or _provider(v) == "gpu_operator":
         return False
     if setting == "always":

@@ -26,10 +26,11 @@ the code says so):
 - Non-MIG GPUs answer every MIG call NOT_SUPPORTED.
 - Below NVML (_simulator_host): when GPUOPS_SIMULATED_ROOT names the node's root, the machine's host tree (PCI
   functions, the loaded driver's files, nouveau, Secure Boot, NVSwitch/NVLink5 marks) is rendered there once, when
-  the state file is created, and NVML starts only as the real one would on that host: no NVML library ->
-  LIBRARY_NOT_FOUND, no nvidia module -> DRIVER_NOT_LOADED, library and module versions apart ->
-  LIB_RM_VERSION_MISMATCH (NvmlInitError, raised by the first NVML call of a backend). Test hooks (reboot, processes,
-  holders, faults) are not NVML calls and work whatever the driver's state.
+  the state file is created (or, for a state created without a root, the first time it is opened with one), and
+  NVML starts only as the real one would on that host: no NVML library -> LIBRARY_NOT_FOUND, no nvidia module ->
+  DRIVER_NOT_LOADED, library and module versions apart -> LIB_RM_VERSION_MISMATCH (NvmlInitError, raised by the
+  first NVML call of a backend). Test hooks (reboot, processes, holders, faults) are not NVML calls and work whatever
+  the driver's state.
 - Test hooks: processes attached to a GPU or a MIG device, holders (programs with the device files open but no
   CUDA context, as a device plugin pod: NVML lists no process, a reset fails IN_USE with NVML's words only, and
   ``device_holders`` says who holds the files, as the real backend reads /proc), a fault injected into the
@@ -152,10 +153,15 @@ class SimulatedBackend(GpuBackend):
                     "set it to one of: %s" % (self.path, ", ".join(catalog.shape_names())))
             with self._locked(create_shape=shape):
                 pass
+        elif self.root and not host.modelled(self.root):
+            # a machine created without a root (a rig's state file written before the run) gets its host tree the
+            # first time it is opened with one, as it would have at creation: one stat where the host is modelled
+            with self._locked(adopt_root=True):
+                pass
 
     # ------------------------------------------------------------------ state file
     @contextlib.contextmanager
-    def _locked(self, write=True, create_shape=None):
+    def _locked(self, write=True, create_shape=None, adopt_root=False):
         directory = os.path.dirname(self.path) or "."
         if not os.path.isdir(directory):
             try:
@@ -176,6 +182,9 @@ class SimulatedBackend(GpuBackend):
                     self._render_host(state)
                 self._save(state)
             state = self._load()
+            if adopt_root and not state.get("host") and not host.modelled(self.root):
+                self._render_host(state)
+                self._save(state)
             # (taken before the driver's load is followed: a write lock saves what a reload did to the GPUs, even
             # where its own call changes nothing)
             before = json.dumps(state, sort_keys=True)

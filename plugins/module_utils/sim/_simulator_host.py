@@ -20,8 +20,10 @@ NVML follows the host (``nvml_init_error``), in the order the real library meets
 version different from the library's -> LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch", as nvidia-smi
 prints it). The userspace library is the link ``NVML_LIBRARY_LINK`` -> ``libnvidia-ml.so.<version>`` (the names the
 Ubuntu and CUDA-repository driver packages install; the fake driver packages of the lab install the same two files):
-its target's name is the library's version. A root without R/proc/modules is not a modelled host (a state created
-before this layer, or a test's bare root): NVML then answers as it always did. The check costs one readlink and
+its target's name is the library's version. A state created without a root (a test rig's file written before the
+run) is rendered the first time it is opened with a root that holds no host tree, as at creation, so that every
+simulated node the lab runs on has what a real node has (nvidia-ctk's create-dev-char-symlinks reads R/proc/devices
+and PCI sysfs). Without a root nothing is rendered and NVML answers as it always did. The check costs one readlink and
 one small read per backend; nothing is re-rendered on later runs.
 """
 

@@ -135,10 +135,28 @@ def test_without_a_root_nothing_is_rendered_and_nvml_answers_as_before(tmp_path)
     sim = _sim(tmp_path, root=None)
     assert sim.read_all()["driver_version"] == SIM_DRIVER_VERSION
     assert "host" not in sim.raw_state() and sorted(os.listdir(str(tmp_path))) == ["state.json", "state.json.lock"]
-    # A root without a host tree (a state created before this layer): not modelled, NVML answers.
+
+
+def test_a_state_created_without_a_root_gets_its_host_when_first_opened_with_one(tmp_path):
+    """A rig's state file written before the run (no root) has no host tree; the run opens it with the node's root:
+    the host is rendered then, as at creation (the char devices nvidia-ctk reads included), the GPUs' state is kept."""
+    sim = _sim(tmp_path, root=None)
+    sim.set_compute_mode(0, "Prohibited")
     (tmp_path / "bare").mkdir()
-    assert SimulatedBackend(str(tmp_path / "state.json"), root=str(tmp_path / "bare")).read_all()["gpus"]
-    assert os.listdir(str(tmp_path / "bare")) == []
+    opened = SimulatedBackend(str(tmp_path / "state.json"), root=str(tmp_path / "bare"))
+    state = opened.raw_state()
+    assert state["host"]["rendered"] and state["gpus"][0]["compute_mode"] == "Prohibited"
+    assert host.modelled(str(tmp_path / "bare"))
+    with open(str(tmp_path / "bare" / "proc/devices")) as handle:
+        assert "195 nvidia\n" in handle.read()
+    assert len(os.listdir(str(tmp_path / "bare" / "sys/bus/pci/devices"))) >= len(state["gpus"])
+    assert opened.read_all()["driver_version"] == SIM_DRIVER_VERSION
+    # host options apply as at creation
+    (tmp_path / "none").mkdir()
+    _sim(tmp_path / "other", root=None).read_all()
+    with pytest.raises(NvmlInitError):
+        SimulatedBackend(str(tmp_path / "other" / "state.json"), root=str(tmp_path / "none"),
+                         host_options="driver=none").read_all()
 
 
 def test_an_existing_state_is_not_rendered_again(tmp_path):
