@@ -30,9 +30,11 @@ against the running kernel's headers (minutes on a real node; none here, and non
 modules), the kernel's module load and the GPUs' initialisation at modprobe (seconds per GPU on a real H200/B200 node:
 the stand-ins write files), nvidia-persistenced and Fabric Manager start-up and the fabric's training on NVSwitch
 systems (these nodes have none), and the pods' termination grace period and start (image pull, plugin registration):
-the fake ends and starts a pod in 0.2 s. Poll intervals are the role defaults (node_gpu_pods 2 s, verify 5 s).
+the fake ends and starts a pod in 0.2 s. Poll intervals are the role defaults (node_gpu_pods 2 s, verify 5 s); --poll S
+sets the role's gpu_node_quiesce_interval and gpu_node_operator_poll_interval (the pods' and the verify's) to S
+seconds, as the test of this bench does: its figures then measure the flow, not the default wait between two reads.
 
-Usage: python bench/driver_flow.py [--nodes 1,4] [--forks 10] [--out DIR]
+Usage: python bench/driver_flow.py [--nodes 1,4] [--forks 10] [--poll SECONDS] [--out DIR]
 """
 import argparse
 import json
@@ -137,7 +139,7 @@ def ordered(marks):
     return all(marks[a] <= marks[b] for a, b in zip(keys, keys[1:]))
 
 
-def measure(nodes, forks):
+def measure(nodes, forks, poll=None):
     tmp = tempfile.mkdtemp(prefix="gpuops-driver-flow-")
     api = FakeKubeApi(tokens=None).start()
     fake = None
@@ -169,6 +171,8 @@ def measure(nodes, forks):
         env = {"HOME": tmp, "K8S_AUTH_KUBECONFIG": "", "K8S_AUTH_HOST": "", "KUBECONFIG": ""}
         common = ["-e", "gpuops_kubeconfig=%s" % kubeconfig, "-e", "cluster_device_plugin_helm=%s" % HELM,
                   "-e", "cluster_device_plugin_chart_path=%s" % chart]
+        if poll is not None:
+            common += ["-e", "gpu_node_quiesce_interval=%s" % poll, "-e", "gpu_node_operator_poll_interval=%s" % poll]
         first = Run(SITE, inv, forks, env, args=common)
         deadline = time.monotonic() + 120
         while not fake.settled():
@@ -256,6 +260,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--nodes", default="1,4")
     parser.add_argument("--forks", type=int, default=10)
+    parser.add_argument("--poll", type=float, help="gpu_node_quiesce_interval and gpu_node_operator_poll_interval, "
+                        "seconds (default: the role's)")
     parser.add_argument("--out", help="directory for driver-flow-<cores>cores.md and .json")
     args = parser.parse_args(argv)
     missing = apt_rig.missing_tools()
@@ -265,7 +271,7 @@ def main(argv=None):
     rows, errors = [], []
     for nodes in [int(n) for n in args.nodes.split(",")]:
         try:
-            row = measure(nodes, args.forks)
+            row = measure(nodes, args.forks, args.poll)
         except BenchError as exc:
             errors.append("%d nodes: %s" % (nodes, exc))
             print("ERROR (%d nodes): %s" % (nodes, exc))
@@ -283,6 +289,9 @@ def main(argv=None):
                 "(bench/driver_flow.py), %d cores. Phases are medians over the disrupted nodes; the fake starts and "
                 "ends pods in 0.2 s, apt reads a local repository, the kmod stand-ins load no real module."
                 % (OLD, NEW, os.cpu_count()))
+        if args.poll is not None:
+            note += (" The pods and the verify were read every %s s (--poll; the role's defaults are 2 and 5 s)."
+                     % args.poll)
         save_report(args.out, "driver-flow-%dcores" % os.cpu_count(), note + "\n\n" + text + "\n",
                     {"rows": rows, "errors": errors})
     return 1 if errors or problems else 0

@@ -16,13 +16,18 @@ NODES = ("lab-dgx-a100", "lab-hgx-h200")
 # The lab's Blackwell node (an HGX B200, MIG all-balanced). Site runs are limited to NODES unless a test names other
 # nodes: every lab node costs a whole converge (tests/integration/test_site_blackwell.py converges this one).
 BLACKWELL_NODE = "lab-hgx-b200"
+# The role's poll intervals in the site tests (issue 49): the fakes answer in milliseconds and start or end a pod in
+# 0.2 s (tests/support/fake_daemonsets.py), so the role's defaults (2 s between two reads of the paused pods, 5 s of
+# the verify and the MIG manager) were time spent waiting, not what a test proves. The role's own options; a test
+# that passes its own value keeps it.
+POLLS = dict(gpu_node_quiesce_interval=0.2, gpu_node_operator_poll_interval=0.5)
 
 
 class Site(object):
     def __init__(self, tmp_path, limit=NODES, **extra):
         self.tmp = tmp_path
         self.state = tmp_path / "lab-state"
-        self.extra = dict(gpuops_lab_state_dir=str(self.state))
+        self.extra = dict(POLLS, gpuops_lab_state_dir=str(self.state))
         self.extra.update(extra)
         self.env = {}        # more environment for ansible-playbook
         self.limit = tuple(limit or ())     # lab nodes the runs converge (--limit); empty: the whole lab

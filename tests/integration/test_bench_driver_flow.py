@@ -1,6 +1,9 @@
 """bench/driver_flow.py --nodes 1: one one-GPU H200 MIG node converged at driver 570 under the standalone chart, then
 upgraded to 580 by site.yml through real ansible-playbook, real apt and dpkg; the report's figures are measured: every
-phase present, positive and in the role's order, the node reloaded once at 580, no reboot."""
+phase present, positive and in the role's order, the node reloaded once at 580, no reboot. The pods and the verify are
+read every 0.2 s (--poll: the role's gpu_node_quiesce_interval and gpu_node_operator_poll_interval, as the site tests set
+them): the role's defaults, 2 and 5 s between two reads of a fake that answers in milliseconds and starts or ends a pod
+in 0.2 s, are a wait this test does not prove."""
 import json
 import os
 import re
@@ -27,7 +30,7 @@ ORDER = ("cordon", "gone", "apt_start", "apt_end", "modules_start", "stopped", "
 def test_one_node_driver_upgrade_reports_measured_ordered_phases_and_no_reboot(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "driver_flow.py"), "--nodes", "1",
-                           "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           "--poll", "0.2", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

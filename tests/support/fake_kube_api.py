@@ -993,6 +993,10 @@ class FakeKubeApi(object):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_api = None
+    # TCP_NODELAY on every connection: an answer is written as its headers, then its body; with Nagle's algorithm on,
+    # the body waits for the client's delayed ACK of the headers (up to 40 ms on Linux) on a kept-alive connection,
+    # a wait per request that a real API server (Go sets TCP_NODELAY) does not have
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # keep pytest output clean
         pass
