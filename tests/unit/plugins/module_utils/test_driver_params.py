@@ -124,3 +124,47 @@ def test_the_simulated_kernel_refuses_a_value_that_does_not_parse(tmp_path):
     conf.mkdir(parents=True)
     (conf / "x.conf").write_text("options nvidia NVreg_EnableGpuFirmware=on\n")
     assert sim.load_values(str(tmp_path)) == (None, "Invalid argument")
+
+
+# ---- the node plan's driver step (_driver_step.module_parameters, validate) -----------------------------------------
+def _step_root(tmp_path, loaded_values=None):
+    if loaded_values is not None:
+        values = dict((p[0], p[2]) for p in sim.PARAMS)
+        values.update(loaded_values)
+        path = tmp_path / "proc" / "driver" / "nvidia"
+        path.mkdir(parents=True)
+        (path / "params").write_text(sim.proc_params_text(values))
+    return str(tmp_path)
+
+
+def _report(action="none"):
+    return {"action": action, "disruptive": []}
+
+
+def test_step_a_loaded_driver_reading_otherwise_is_a_disruptive_reload_naming_the_parameter(tmp_path):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_step
+    root, report = _step_root(tmp_path, {}), _report()
+    reasons = _driver_step.module_parameters({"loaded": {"version": "580.95.05"}},
+                                             {"module_parameters": {"NVreg_EnableStreamMemOPs": 1}}, root, report)
+    assert report["action"] == "reload" and report["disruptive"] == reasons
+    assert "NVreg_EnableStreamMemOPs: declared 1, the loaded driver reads 0" in reasons[0]
+
+
+def test_step_converged_or_nothing_loaded_has_no_work(tmp_path):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_step
+    p = {"module_parameters": {"NVreg_EnableStreamMemOPs": 1, "NVreg_DeviceFileMode": "0660"}}
+    report = _report()
+    root = _step_root(tmp_path, {"NVreg_EnableStreamMemOPs": 1, "NVreg_DeviceFileMode": 0o660})
+    assert _driver_step.module_parameters({"loaded": {"version": "580.95.05"}}, p, root, report) == []
+    assert report["action"] == "none" and report["module_parameters"]["pending"] == []
+    # no driver loaded: the load the step makes anyway takes the file
+    report = _report("load")
+    assert _driver_step.module_parameters({"loaded": None}, p, root, report) == [] and report["action"] == "load"
+
+
+def test_step_validate_refuses_a_bad_declaration_before_anything_is_read():
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_step
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import Refusal
+    with pytest.raises(Refusal, match="driver_module_parameters: NVreg_EnableStreamMemOPs: 'on off'"):
+        _driver_step.validate(None, {"driver": {"version": "580.95.05",
+                                                "module_parameters": {"NVreg_EnableStreamMemOPs": "on off"}}})

@@ -1,0 +1,45 @@
+"""site.yml with driver_module_parameters (issue 52) on one small lab node whose driver is loaded at the declared
+version (the image's: driver=NEW) with the module's defaults: the driver role writes the one modprobe.d file, the
+node plan sees the loaded driver read other values (/proc/driver/nvidia/params, as the kmod stand-ins and the
+simulated host render it: plugins/module_utils/sim/_nvreg_params.py), the driver step reloads it at the same version
+(quiesce, unload, load, restore) and the values read back; a re-run changes nothing. The rig and the node are
+test_site_driver.py's (the driver's packages installed with Debian's real apt and dpkg into the node's scratch root)."""
+import pytest
+
+from tests.integration.test_site_driver import NEW, driver_site, loaded, rig  # noqa: F401  pylint: disable=unused-import
+from tests.support import apt_rig, driver_files
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))]
+
+NODE = "drv-params"
+CONF = "etc/modprobe.d/gpuops-nvidia-params.conf"
+PARAMS = {"NVreg_EnableStreamMemOPs": 1, "NVreg_CoherentGPUMemoryMode": "driver"}
+
+
+def test_declared_parameters_reload_a_loaded_driver_and_read_back(tmp_path, rig):  # noqa: F811
+    site, args = driver_site(tmp_path, rig, {NODE: "driver=%s" % NEW},
+                             host_vars={NODE: {"driver_module_parameters": PARAMS}})
+    root = str(site.state / NODE)
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    boot = site.gpus(NODE)["boot_id"]
+    assert driver_files.read(root, CONF) is None                       # check mode wrote nothing
+    assert "EnableStreamMemOPs: 0" in driver_files.read(root, "proc/driver/nvidia/params")
+    plan = res.task("Read the GPUs and plan every step", NODE)[0]
+    assert plan["driver"]["action"] == "reload", plan["driver"]
+    assert "NVreg_EnableStreamMemOPs: declared 1, the loaded driver reads 0" in " ".join(plan["steps"]["driver"])
+
+    res = site.run(args=args)
+    assert res.rc == 0, res
+    params = driver_files.read(root, "proc/driver/nvidia/params")
+    assert "EnableStreamMemOPs: 1" in params and 'CoherentGPUMemoryMode: "driver"' in params
+    assert driver_files.read(root, CONF).splitlines()[-1] == (
+        "options nvidia NVreg_CoherentGPUMemoryMode=driver NVreg_EnableStreamMemOPs=1")
+    reload = [t for t in res.task("Load the driver (none loaded) or reload it", NODE) if not t.get("skipped")]
+    assert reload and "rmmod nvidia" in reload[0]["actions"] and reload[0]["version"] == NEW, reload
+    assert loaded(site, NODE) == NEW and site.gpus(NODE)["boot_id"] == boot  # reloaded, not rebooted
+
+    again = site.run(args=args)
+    assert again.rc == 0, again
+    assert again.changed(NODE) == 0, again
