@@ -50,8 +50,9 @@ options:
     choices: [fail, skip]
     default: fail
   verify:
-    description: Fail where the loaded driver reads another value than declared (or no nvidia module is loaded). A
-      parameter C(/proc/driver/nvidia/params) does not print (RV(unreadable)) cannot be verified and does not fail.
+    description: Fail, before the file is written, where the loaded driver reads another value than declared (or no
+      nvidia module is loaded). A parameter C(/proc/driver/nvidia/params) does not print (RV(unreadable)) cannot be
+      verified and does not fail.
     type: bool
     default: false
   backup:
@@ -156,8 +157,8 @@ def read_loaded(root):
 
 
 class DriverParams(ModuleRun):
-    """validate: the declaration's form. read: the file, modinfo -p, the loaded values. plan: the file's text against
-    the declaration (the names refused first). apply: write or remove. after: the read-back (verify)."""
+    """validate: the declaration's form. read: the file, modinfo -p, the loaded values. plan: the names refused, the
+    read-back (verify), the file's text against the declaration. apply: write or remove."""
 
     argument_spec = dict(
         parameters=dict(type="dict", default={}),
@@ -216,6 +217,7 @@ class DriverParams(ModuleRun):
                 raise Refusal("parameters: %s" % exc)
         wanted = dp.render(self.values)
         self.result.update(parameters=self.values, names_checked=current["valid"] is not None)
+        self.read_back(current)
         self.set_diff(current["text"] or "", wanted or "", header=self.params["path"])
         return {"text": wanted} if wanted != current["text"] else None
 
@@ -228,7 +230,9 @@ class DriverParams(ModuleRun):
         else:
             write_atomic(self.module, path, changes["text"])
 
-    def after(self, current, changes):
+    def read_back(self, current):
+        """The loaded driver's values against the declaration (RV pending, unreadable); with verify, a difference
+        fails the run here, before the file is written (the file changes nothing in a loaded driver)."""
         loaded = current["loaded"]
         types = current["valid"] or {}
         diffs, unreadable = dp.compare(self.values, loaded, types)
@@ -239,10 +243,11 @@ class DriverParams(ModuleRun):
         if not self.params["verify"]:
             return
         if loaded is None:
-            self.fail("no nvidia module is loaded (%s absent): the parameters cannot be verified"
-                      % os.path.join(self.params["root"], dp.PROC_PARAMS.lstrip("/")))
+            self.refuse("verify: no nvidia module is loaded (%s absent): the parameters cannot be verified"
+                        % os.path.join(self.params["root"], dp.PROC_PARAMS.lstrip("/")))
         if diffs:
-            self.fail("the loaded NVIDIA driver does not read the declared parameters: %s" % dp.differences_text(diffs))
+            self.refuse("verify: the loaded NVIDIA driver does not read the declared parameters: %s"
+                        % dp.differences_text(diffs))
 
 
 def main():
