@@ -522,11 +522,11 @@ MODULES = {
     # names checked with the modinfo stand-in (never unset: the host's modinfo would read this machine's modules).
     "driver_params": dict(rig="driver", rig_kwargs={"module": "driver_params"},
                           args={"parameters": {"NVreg_EnableStreamMemOPs": 1}},
-                          hints={"parameters": st.one_of(
-                              st.dictionaries(st.sampled_from(fuzz_values.NVREG_NAMES),
-                                              st.sampled_from(fuzz_values.NVREG_VALUES), max_size=3), _ANY),
-                              "modinfo": _tool_argv("modinfo"),
-                              "missing_module": strings(["fail", "skip", "Skip"])}),
+                          hints={"parameters": st.one_of(st.dictionaries(st.sampled_from(fuzz_values.NVREG_NAMES),
+                                                                         st.sampled_from(fuzz_values.NVREG_VALUES),
+                                                                         max_size=3), _ANY),
+                                 "modinfo": _tool_argv("modinfo"),
+                                 "missing_module": strings(["fail", "skip", "Skip"])}),
     # On the rig's node root (driver 570 loaded, nvidia-persistenced running as a unit, not enabled): enables it. The
     # Fabric Manager is not drawn: the rig's node has no NVSwitch and no FM unit, so "true" fails at systemctl (the
     # node's answer, tested in tests/unit/plugins/modules/test_driver_services.py), and the wait would read NVML.
