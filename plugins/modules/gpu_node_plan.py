@@ -579,7 +579,7 @@ driver:
       C(dkms) (C(dkms status), parsed). A reading, not work of the step - the driver role's C(driver_next_kernel)
       acts on it before a reboot the collection makes.
     - C(module_parameters) where O(driver.module_parameters) is declared and a driver is loaded - C(pending) (name,
-      declared, loaded: the parameters the loaded driver reads otherwise; the step then reloads it) and C(unreadable)
+      declared, loaded - the parameters the loaded driver reads otherwise; the step then reloads it) and C(unreadable)
       (declared parameters C(/proc/driver/nvidia/params) does not print).
   returned: when O(driver) is given
   type: dict
