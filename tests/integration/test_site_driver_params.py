@@ -43,3 +43,27 @@ def test_declared_parameters_reload_a_loaded_driver_and_read_back(tmp_path, rig)
     again = site.run(args=args)
     assert again.rc == 0, again
     assert again.changed(NODE) == 0, again
+
+
+def test_where_a_process_holds_the_driver_the_guarded_reboot_applies_them(tmp_path, rig):  # noqa: F811
+    """A user's process holds /dev/nvidia0, so the driver cannot be reloaded; gpu_node_driver_allow_reboot lets the
+    run reboot once, the boot's load takes the modprobe.d file, and the values are read back after the boot."""
+    node = "drv-params-boot"
+    site, args = driver_site(tmp_path, rig, {node: "driver=%s" % NEW}, host_vars={node: {
+        "driver_module_parameters": {"NVreg_EnableStreamMemOPs": 1}, "gpu_node_driver_allow_reboot": True}})
+    root = str(site.state / node)
+    res = site.run(check=True, args=args)
+    assert res.rc == 0, res
+    boot = site.gpus(node)["boot_id"]
+    driver_files.add_holder(root, 4242, ["/usr/bin/python3", "train.py"])
+
+    res = site.run(args=args)
+    assert res.rc == 0, res
+    assert site.gpus(node)["boot_id"] == boot + 1                             # exactly one reboot
+    assert "EnableStreamMemOPs: 1" in driver_files.read(root, "proc/driver/nvidia/params")
+    checked = [t for t in res.task("After the reboot, the loaded driver must read", node) if not t.get("skipped")]
+    assert checked and checked[0]["pending"] == [], checked
+
+    again = site.run(args=args)
+    assert again.rc == 0, again
+    assert again.changed(node) == 0 and site.gpus(node)["boot_id"] == boot + 1, again
