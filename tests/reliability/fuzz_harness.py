@@ -701,7 +701,10 @@ FILTERS = {
             "manager": st.one_of(st.sampled_from(["apt", "dnf", "zypper"]), _ANY),
             "kernel": st.one_of(st.just(rigs.DRIVER_KERNEL), _ANY),
             "distribution_major": st.one_of(st.sampled_from(["9", "10", ""]), _ANY)}), _ANY),
-        "hold": st.one_of(st.booleans(), _ANY)}},
+        "hold": st.one_of(st.booleans(), _ANY)},
+        "driver_params_conf": {"parameters": st.one_of(st.dictionaries(st.sampled_from(fuzz_values.NVREG_NAMES),
+                                                                       st.sampled_from(fuzz_values.NVREG_VALUES),
+                                                                       max_size=3), _ANY)}},
     "health_sweep": {
         "health_sweep_settings_errors": {"settings": st.one_of(st.fixed_dictionaries({}, optional={
             "release_after": st.one_of(st.integers(-1, 101), st.sampled_from(["2", "two", ""]), _ANY),
