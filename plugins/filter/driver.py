@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The driver role's declared packages (its ``declared`` entry point), from the pure planner. Documentation in
-driver_packages.yml next to this file."""
+"""The driver role's declared packages and its modprobe.d file of the nvidia module's parameters (its ``declared``
+entry point), from the pure planners. Documentation in driver_packages.yml and driver_params_conf.yml next to this
+file."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -22,6 +23,16 @@ def driver_packages(declaration, node, hold=True):
         raise AnsibleFilterError("driver_packages: %s" % exc)
 
 
+def driver_params_conf(parameters):
+    """The modprobe.d file's text for driver_module_parameters (_driver_params.render, the text driver_params writes);
+    empty where there are none."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_params
+    try:
+        return _driver_params.render(_driver_params.check(parameters)) or ""
+    except _driver_params.DriverParamsError as exc:
+        raise AnsibleFilterError("driver_params_conf: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"driver_packages": driver_packages}
+        return {"driver_packages": driver_packages, "driver_params_conf": driver_params_conf}

@@ -92,6 +92,15 @@ options:
     description: Seconds to wait for a daemon stopped through its pid file (SIGTERM) to exit (1 to 600).
     type: int
     default: 5
+  parameters:
+    description:
+      - The nvidia module's C(NVreg_*) parameters as declared (M(gpuops.nvidia.driver_params) writes them to
+        modprobe.d). With O(state=reloaded), a loaded driver whose C(/proc/driver/nvidia/params) reads another value
+        for one of them is reloaded too (at the same version), and after any load each must read as declared, or the
+        run fails naming the parameter, the declared and the read value. A parameter the driver does not print there
+        is not compared.
+    type: dict
+    default: {}
   preflight:
     description:
       - Only say whether O(state=reloaded) could reload the driver now, changing nothing in any mode - the checks a
@@ -203,8 +212,14 @@ holders:
   returned: failure, or with O(preflight)
   type: list
   elements: str
+parameters_pending:
+  description: The declared O(parameters) the loaded driver read otherwise before the run (name, declared, loaded).
+  returned: success
+  type: list
+  elements: dict
 reload:
-  description: With O(preflight), whether the loaded driver is not O(version) (or O(flavour)), so that a reload is due.
+  description: With O(preflight), whether the loaded driver is not O(version) (or O(flavour)) or reads another value of
+    one of O(parameters), so that a reload is due.
   returned: with O(preflight)
   type: bool
 blockers:
@@ -229,6 +244,7 @@ import signal
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common import _bytecode_cache
 _bytecode_cache.install()
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_modules as dm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_params as dp
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._device_holders import (
     describe_holder, device_patterns, find_holders)
@@ -278,7 +294,8 @@ class Run(object):
         try:
             self.version = dm.check_version(p["version"])
             self.also_load = dm.check_also_load(p["also_load"])
-        except dm.DriverModulesError as exc:
+            self.declared_params = dp.check(p["parameters"], "parameters")
+        except (dm.DriverModulesError, dp.DriverParamsError) as exc:
             raise Refusal("%s. %s" % (exc, NOTHING))
         if not 1 <= p["daemon_timeout"] <= 600:
             raise Refusal("daemon_timeout must be 1 to 600 seconds, got %d. %s" % (p["daemon_timeout"], NOTHING))
@@ -570,6 +587,7 @@ class Run(object):
         if self.p["flavour"] and now["flavour"] != self.p["flavour"]:
             self.fail("after the load the nvidia module is the %s flavour, not %s" % (
                 now["flavour"], self.p["flavour"]))
+        self.check_parameters()
         running = set(d["name"] for d in self.running_daemons())
         errors = self.start_all([d for d in (record or {}).get("daemons", []) if d["name"] not in running])
         if errors:
@@ -577,6 +595,23 @@ class Run(object):
                       % ("; ".join(errors), self.record_path))
         if record is not None:
             self.remove_record()
+
+    def param_differences(self, modules=None):
+        """The declared parameters the loaded driver reads otherwise ([] where none is declared or none is loaded)."""
+        if not self.declared_params or "nvidia" not in (self.modules() if modules is None else modules):
+            return []
+        text = read_text(rooted(self.root, dp.PROC_PARAMS))
+        if text is None:
+            return []
+        return dp.compare(self.declared_params, dp.parse_proc_params(text))[0]
+
+    def check_parameters(self):
+        """After a load: every declared parameter reads as declared, or the run fails naming it."""
+        diffs = self.param_differences()
+        if diffs:
+            self.fail("after the load the nvidia module does not read the declared parameters (%s; check the "
+                      "options lines of modprobe.d for nvidia: another file may set them too)"
+                      % dp.differences_text(diffs))
 
     def wrong(self, before):
         """Whether the loaded driver is not the declared one (version, or flavour where declared)."""
@@ -587,7 +622,8 @@ class Run(object):
     def preflight(self, modules, before):
         """The checks a reload makes before it stops anything, made now (before the packages change): what would
         refuse it. Changes nothing."""
-        result = {"changed": False, "previous": before, "reload": self.wrong(before), "blockers": [], "holders": [],
+        result = {"changed": False, "previous": before,
+                  "reload": self.wrong(before) or bool(self.param_differences(modules)), "blockers": [], "holders": [],
                   "deferred": [], "actions": [], "msg": ""}
         if not result["reload"]:
             return result
@@ -652,6 +688,7 @@ class DriverModules(ModuleRun):
         daemon_timeout=dict(type="int", default=WAITS["daemon_exit"].timeout),
         preflight=dict(type="bool", default=False),
         preflight_pods=dict(type="str", choices=["block", "defer"], default="block"),
+        parameters=dict(type="dict", default={}),
         lock_timeout=dict(type="int"),
     )
     module_options = dict(required_if=[("state", "reloaded", ("version",))])
@@ -683,6 +720,7 @@ class DriverModules(ModuleRun):
             return None
         wanted = dm.wanted_modules(set(before["modules"]) | set((record or {}).get("modules", [])), node.also_load)
         wrong = node.wrong(before)
+        self.pending = node.param_differences(modules) if state == "reloaded" else []
         if state == "loaded" and wrong:
             raise Refusal("the loaded driver is %s (%s), not %s%s: state=loaded does not replace a loaded driver; use "
                           "state=reloaded. %s"
@@ -693,7 +731,7 @@ class DriverModules(ModuleRun):
             if not before["modules"]:
                 return None
             return {"flow": "unload", "running": node.plan_unload(modules, check_installed=False)}
-        if wrong:  # reloaded, another driver loaded
+        if wrong or self.pending:  # reloaded, another driver loaded (or the declared one with other parameters)
             running = node.plan_unload(modules, check_installed=True)
             node.actions += ["modprobe %s" % m for m in wanted]
             node.actions += ["start %s" % where(d) for d in dm.start_order(node.planned_stop, node.table)]
@@ -742,7 +780,8 @@ class DriverModules(ModuleRun):
             if self.drop_record:
                 node.remove_record()
             after = node.facts()
-        self.result = node.finish({"previous": before}, before, after)
+        self.result = node.finish({"previous": before, "parameters_pending": getattr(self, "pending", [])},
+                                  before, after)
 
 
 def main():

@@ -107,6 +107,12 @@ options:
           O(driver.root) is C(/).
         type: list
         elements: str
+      module_parameters:
+        description: The nvidia module's C(NVreg_*) parameters as declared (the driver role's C(driver_module_parameters)).
+          A loaded driver whose C(/proc/driver/nvidia/params) reads another value for one of them is reloaded (the
+          step's work, disruptive).
+        type: dict
+        default: {}
   mig:
     description:
       - MIG, planned only when it is managed on this node (RV(mig.managed)).
@@ -601,6 +607,9 @@ driver:
       (C(present), C(version), C(flavour), C(how), C(detail) - the declared driver's modules for that kernel) and
       C(dkms) (C(dkms status), parsed). A reading, not work of the step - the driver role's C(driver_next_kernel)
       acts on it before a reboot the collection makes.
+    - C(module_parameters) where O(driver.module_parameters) is declared and a driver is loaded - C(pending) (name,
+      declared, loaded - the parameters the loaded driver reads otherwise; the step then reloads it) and C(unreadable)
+      (declared parameters C(/proc/driver/nvidia/params) does not print).
   returned: when O(driver) is given
   type: dict
   sample: {loaded_version: 570.195.03, loaded_flavour: open, action: reload, reboot_needed: false,

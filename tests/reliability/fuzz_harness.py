@@ -535,6 +535,15 @@ MODULES = {
                                                        "a b.service", "../x.service", "-x"])},
                            outcomes=("after the load the nvidia module is",),
                            files=DRIVER_RECORDS),
+    # On the rig's node root (driver 570 loaded, 580's module files installed): the modprobe.d file under the rig's root,
+    # names checked with the modinfo stand-in (never unset: the host's modinfo would read this machine's modules).
+    "driver_params": dict(rig="driver", rig_kwargs={"module": "driver_params"},
+                          args={"parameters": {"NVreg_EnableStreamMemOPs": 1}},
+                          hints={"parameters": st.one_of(st.dictionaries(st.sampled_from(fuzz_values.NVREG_NAMES),
+                                                                         st.sampled_from(fuzz_values.NVREG_VALUES),
+                                                                         max_size=3), _ANY),
+                                 "modinfo": _tool_argv("modinfo"),
+                                 "missing_module": strings(["fail", "skip", "Skip"])}),
     # On the rig's node root (driver 570 loaded, nvidia-persistenced running as a unit, not enabled): enables it. The
     # Fabric Manager is not drawn: the rig's node has no NVSwitch and no FM unit, so "true" fails at systemctl (the
     # node's answer, tested in tests/unit/plugins/modules/test_driver_services.py), and the wait would read NVML.
@@ -733,7 +742,10 @@ FILTERS = {
             "manager": st.one_of(st.sampled_from(["apt", "dnf", "zypper"]), _ANY),
             "kernel": st.one_of(st.just(rigs.DRIVER_KERNEL), _ANY),
             "distribution_major": st.one_of(st.sampled_from(["9", "10", ""]), _ANY)}), _ANY),
-        "hold": st.one_of(st.booleans(), _ANY)}},
+        "hold": st.one_of(st.booleans(), _ANY)},
+        "driver_params_conf": {"parameters": st.one_of(st.dictionaries(st.sampled_from(fuzz_values.NVREG_NAMES),
+                                                                       st.sampled_from(fuzz_values.NVREG_VALUES),
+                                                                       max_size=3), _ANY)}},
     "health_sweep": {
         "health_sweep_settings_errors": {"settings": st.one_of(st.fixed_dictionaries({}, optional={
             "release_after": st.one_of(st.integers(-1, 101), st.sampled_from(["2", "two", ""]), _ANY),

@@ -20,7 +20,8 @@ import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from ansible_collections.gpuops.nvidia.plugins.modules import (
     cluster_lease, cluster_profiles, compute_mode, containerd_runtime, dcgm_exporter, dcgm_exporter_verify,
-    dev_char_symlinks, dcgm_host_engine, device_plugin, host_imex, device_plugin_verify, driver_modules, driver_plan, driver_services, gpu_burn_in,
+    dev_char_symlinks, dcgm_host_engine, device_plugin, device_plugin_verify, driver_modules, driver_params, driver_plan,
+    driver_services, gpu_burn_in, host_imex,
     gpu_health_read, gpu_info, gpu_operator, gpu_operator_mig, gpu_node_plan, gpu_simulator, health_quarantine,
     mig_layout, mig_mode, mps_control, node_cordon, node_labels,
     runtime_class)
@@ -38,6 +39,7 @@ MODULES = {"compute_mode": compute_mode, "gpu_info": gpu_info, "gpu_simulator": 
            "node_cordon": node_cordon, "gpu_operator": gpu_operator, "gpu_operator_mig": gpu_operator_mig,
            "device_plugin_verify": device_plugin_verify, "cluster_lease": cluster_lease,
            "cluster_profiles": cluster_profiles, "gpu_node_plan": gpu_node_plan, "driver_modules": driver_modules,
+           "driver_params": driver_params,
            "driver_plan": driver_plan, "driver_services": driver_services, "gpu_health_read": gpu_health_read,
            "health_quarantine": health_quarantine, "gpu_burn_in": gpu_burn_in,
            "dcgm_host_engine": dcgm_host_engine, "dcgm_exporter": dcgm_exporter,

@@ -218,6 +218,21 @@ def _char_devices():
 
 
 _CHAR_DEVICES = None
+_NVREG = None
+
+
+def nvreg_params():
+    """The collection's plugins/module_utils/sim/_nvreg_params.py (the simulated nvidia module's parameters: what
+    modinfo -p lists, what a load takes from modprobe.d, R/proc/driver/nvidia/params), loaded by its path."""
+    global _NVREG
+    if _NVREG is None:
+        import importlib.util
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        spec = importlib.util.spec_from_file_location(
+            "gpuops_nvreg_params", os.path.join(here, "plugins", "module_utils", "sim", "_nvreg_params.py"))
+        _NVREG = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_NVREG)
+    return _NVREG
 
 
 def load_module(root, module, info):
@@ -234,6 +249,10 @@ def load_module(root, module, info):
     if mod == "nvidia":
         gpus = bind_gpus(root, True)
         write(root, "proc/driver/nvidia/version", NVRM[info["flavour"]] % info["version"] + "\n" + GCC_LINE + "\n")
+        # the parameters this load took from the root's modprobe.d (the modprobe stand-in refuses a bad value first)
+        values, _error = nvreg_params().load_values(root)
+        write(root, nvreg_params().PROC_PARAMS, nvreg_params().proc_params_text(values or dict(
+            (p[0], p[2]) for p in nvreg_params().PARAMS)))
         for bus_id in gpus:
             os.makedirs(path(root, "proc/driver/nvidia/gpus", bus_id), exist_ok=True)
         # nvidia also drives the NVSwitches (class 0x0680): one entry each under /proc/driver/nvidia-nvswitch/devices

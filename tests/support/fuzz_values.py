@@ -73,6 +73,15 @@ def short_text():
     return st.text(st.characters(blacklist_categories=("Cs",)), max_size=24).map(_sandboxed)
 
 
+# The nvidia module's parameters (driver_module_parameters, driver_params, driver_modules' parameters): real names, a
+# name one letter off, names without the prefix or with odd characters; values the kernel takes and values it does not
+# (out of its int range, spaces, quotes, an options line's comment, a boolean).
+NVREG_NAMES = ["NVreg_EnableStreamMemOPs", "NVreg_CoherentGPUMemoryMode", "NVreg_EnableStreamMemOps", "EnableGpuFirmware",
+               "NVreg_", "NVreg_a b", "nvreg_EnableMSI", "NVreg_RmNvlinkBandwidth", "NVreg_\u0131"]
+NVREG_VALUES = [1, 0, -1, 2 ** 31, -(2 ** 31) - 1, "0x12", "0666", "0x", "08", "driver", "a b", 'x"y', "a#b", "",
+                True, None, 1.5, ["1"], {"a": 1}]
+
+
 def strings(extra=()):
     """Strings: the domain's words, odd ones, look-alikes, huge, arbitrary (text() excludes lone surrogates)."""
     return st.one_of(st.sampled_from(list(extra) + DOMAIN), st.sampled_from(ODD_STRINGS + LOOKALIKES),

@@ -18,6 +18,9 @@ placeholder module file's format and the fault hook are tests/support/driver_fil
   <m> is in use by: <users>"), that has references ("rmmod: ERROR: Module <m> is in use") or that is not loaded
   ("rmmod: ERROR: Module <m> is not currently loaded") is left, the others are still tried, and the exit status is
   1 when any failed (kmod's rmmod goes on with the next name the same way).
+- ``modprobe nvidia`` takes the ``options nvidia ...`` lines of the root's modprobe.d into R/proc/driver/nvidia/params
+  (plugins/module_utils/sim/_nvreg_params.py), and refuses ("Invalid argument") an integer parameter's value that
+  the kernel does not parse. ``modinfo [-k KERNEL] -p nvidia`` lists that module's parameters.
 - ``modinfo [-k KERNEL] -F FIELD MODULE``: ``version``, ``filename``, ``license`` (``Dual MIT/GPL`` for the open
   flavour, ``NVIDIA`` for the proprietary one, as their MODULE_LICENSE lines say) and ``signer`` (empty when
   unsigned) of the module file for that kernel (the running one when -k is not given).
@@ -73,6 +76,12 @@ def insert(root, module, kernel):
     if secure_boot(root) and not info["signed"]:
         print("modprobe: ERROR: could not insert '%s': Key was rejected by service" % mod, file=sys.stderr)
         return 1
+    if mod == "nvidia":
+        _values, error = df.nvreg_params().load_values(root)
+        if error:
+            # the kernel refuses the whole load where a parameter's value does not parse (kstrtoint)
+            print("modprobe: ERROR: could not insert '%s': %s" % (mod, error), file=sys.stderr)
+            return 1
     for dep in df.DEPENDS.get(mod, []):
         dep_version = (df.read(root, "sys/module/%s/version" % dep, "") or "").strip()
         if dep_version and dep_version != info["version"]:
@@ -144,8 +153,18 @@ def modinfo(root, args):
             kernel = next(it, None)
         elif arg == "-F":
             field = next(it, None)
+        elif arg == "-p":
+            field = "parm"
         else:
             names.append(arg)
+    if field == "parm" and len(names) == 1:
+        file_path, info = placeholder(root, names[0], kernel or df.running_kernel(root))
+        if file_path is None or info is None:
+            print("modinfo: ERROR: Module %s not found." % names[0], file=sys.stderr)
+            return 1
+        if df.name(names[0]) == "nvidia":
+            sys.stdout.write(df.nvreg_params().modinfo_p_text())
+        return 0
     if field not in ("version", "filename", "license", "signer") or len(names) != 1:
         print("STAND-IN modinfo: unsupported arguments %s (supported: [-k KERNEL] -F version|filename|license|"
               "signer MODULE)" % args, file=sys.stderr)

@@ -525,6 +525,9 @@ class DriverRig(SystemctlRig):
             self.args = dict(root=self.root, **self.tools)
         elif module == "driver_services":
             self.args = dict(root=self.root, systemctl=self.tools["systemctl"], modprobe=self.tools["modprobe"])
+        elif module == "driver_params":
+            self.args = dict(root=self.root, modinfo=self.tools["modinfo"],
+                             path=df.path(self.root, "etc/modprobe.d/gpuops-nvidia-params.conf"))
         else:
             from tests.support.apt_rig import Root
             apt = Root(self.path("apt-root"))

@@ -398,7 +398,7 @@ def test_the_driver_options_are_read_only_where_the_driver_step_is_planned(drive
         assert inputs["driver"] == {"version": "580.95.05", "branch": "", "flavour": "open", "root": None,
                                     "fabric_manager": "auto", "persistenced": True, "systemctl": None,
                                     "fabric_timeout": 300, "fabric_manager_version": "", "allow_downgrade": False,
-                                    "modinfo": None, "dkms": None}
+                                    "modinfo": None, "dkms": None, "module_parameters": {}}
         assert ["driver", {"files": [], "packages": []}] in inputs["declared"]
     else:
         assert inputs["driver"] is None and driver_vars == set(), driver_vars

@@ -14,6 +14,8 @@ each under step ``driver``), so this step says only what the kernel and NVML sho
   driver: disruptive (the node is quiesced for it);
 - NVML failing with LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch": the packages were changed under a
   loaded module): repaired by the same reload, disruptive;
+- the declared module parameters (``module_parameters``, the driver role's driver_module_parameters) read otherwise
+  in the loaded driver's /proc/driver/nvidia/params: the same reload (at the loaded version) takes them, disruptive;
 - nouveau loaded: it holds the GPUs until the node boots with it blacklisted, so a reboot is needed (disruptive: a
   reboot stops every pod of the node).
 
@@ -196,6 +198,32 @@ def next_kernel(module, state, p, root):
         return {"running": state.get("kernel"), "next": None, "next_source": str(exc), "next_modules": None}
 
 
+def module_parameters(state, p, root, report):
+    """The declared NVreg_ parameters against the loaded driver's /proc/driver/nvidia/params (_driver_params): a
+    loaded driver that reads another value is reloaded (disruptive, like an upgrade); nothing loaded, or a reload
+    already planned, takes them with that load. ``report["module_parameters"]``: pending and unreadable names."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_params as dp
+    values = dp.check(p.get("module_parameters") or {})
+    if not values or state.get("loaded") is None:
+        return []
+    try:
+        with open(os.path.join(root, dp.PROC_PARAMS.lstrip("/"))) as handle:
+            loaded = dp.parse_proc_params(handle.read(1024 * 1024))
+    except (IOError, OSError):
+        loaded = None
+    diffs, unreadable = dp.compare(values, loaded)
+    report["module_parameters"] = {"pending": diffs, "unreadable": unreadable if loaded is not None else []}
+    if not diffs:
+        return []
+    reason = ("the loaded driver's module parameters differ from driver_module_parameters (%s): the driver is "
+              "reloaded to take them" % dp.differences_text(diffs))
+    if report["action"] == "none":
+        report["action"] = "reload"
+    if report["action"] == "reload":
+        report["disruptive"].append(reason)
+    return [reason]
+
+
 def check(module, facts, params):
     """The registry's check of step ``driver`` (see the module docstring), and the daemons it needs (``services``)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_state
@@ -206,6 +234,7 @@ def check(module, facts, params):
     except _driver_state.DriverStateError as exc:
         raise Refusal("the driver step cannot read the node below NVML: %s" % exc)
     report, reasons = plan_driver(state, facts.get("nvml_error"), p)
+    reasons = reasons + module_parameters(state, p, root, report)
     report["root"] = root
     report["next_kernel"] = next_kernel(module, state, p, root)
     daemons, daemon_reasons = services(module, state, p, root)
@@ -233,6 +262,11 @@ def validate(module, params):
         raise Refusal(nothing_changed("driver: the Fabric Manager is pinned at %s and the driver at %s: NVIDIA's "
                                       "Fabric Manager runs only at exactly the driver's version. Pin both at one "
                                       "version (or leave driver_fabric_manager_version empty)" % (fm_version, version)))
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_params as dp
+    try:
+        dp.check(p.get("module_parameters") or {}, "driver_module_parameters")
+    except dp.DriverParamsError as exc:
+        raise Refusal(nothing_changed(str(exc)))
     from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import _driver_services as ds
     try:
         ds.check_setting(p.get("fabric_manager") or "auto")

@@ -674,7 +674,8 @@ def _driver_inputs(v):
         "fabric_timeout": int(v("gpu_node_driver_fabric_timeout")),
         "fabric_manager_version": v.text("driver_fabric_manager_version"),
         "allow_downgrade": v.flag("driver_allow_downgrade", False),
-        "modinfo": v("driver_modinfo") or v("gpu_node_driver_modinfo") or None, "dkms": v("driver_dkms") or None}}
+        "modinfo": v("driver_modinfo") or v("gpu_node_driver_modinfo") or None, "dkms": v("driver_dkms") or None,
+        "module_parameters": v("driver_module_parameters") or {}}}
 
 
 def _health_inputs(v):
@@ -724,6 +725,8 @@ STEPS = (
         # the next boot's kernel and its modules (_driver_kernel; the driver role's driver_next_kernel acts on them)
         modinfo=dict(type="list", elements="str"),
         dkms=dict(type="list", elements="str"),
+        # the nvidia module's NVreg_ parameters (_driver_params): a loaded driver reading others is reloaded
+        module_parameters=dict(type="dict", default={}),
     ))}, check=_driver, validate=_driver_validate, tasks="driver.yml", disruptive=True,
         reruns=("mig", "compute_mode", "cdi", "dev_char"), managed=_driver_managed, inputs=_driver_inputs,
         declares="__driver_declared",

@@ -39,6 +39,7 @@ import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_catalog as catalog
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _char_devices
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim import _nvreg_params
 from ansible_collections.gpuops.nvidia.plugins.module_utils.driver._driver_state import (
     KERNEL_RELEASE,
     MODULE_VERSION,
@@ -276,6 +277,11 @@ def load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids=(), module
     _write(root, MODULE_VERSION, version + "\n")
     _write(root, NVRM_VERSION, "%s\nGCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n" % (
         nvrm_version_line(version, flavour)))
+    # the parameters the load took from the root's modprobe.d (a value the kernel refuses: the defaults, as if the
+    # file were not there - the boot's modprobe would fail; the kmod stand-in refuses the load itself)
+    values, _error = _nvreg_params.load_values(root)
+    _write(root, _nvreg_params.PROC_PARAMS, _nvreg_params.proc_params_text(
+        values or dict((p[0], p[2]) for p in _nvreg_params.PARAMS)))
     for bus_id in gpu_bus_ids:
         _write(root, "proc/driver/nvidia/gpus/%s/information" % bus_id, "Bus Location: \t %s\n" % bus_id)
         _bind(root, bus_id, "nvidia")
@@ -586,6 +592,8 @@ def boot(root, host_state, gpu_bus_ids, nvswitch_bus_ids=()):
         version, flavour, modules = host_state["driver"], host_state.get("flavour") or "open", IMAGE_MODULES
     else:
         return None
+    if _nvreg_params.load_values(root)[1]:
+        return None  # an NVreg_ value in modprobe.d that the kernel does not parse: the boot's modprobe fails
     load_driver(root, version, flavour, gpu_bus_ids, nvswitch_bus_ids, modules=modules)
     if persistenced is not None:
         # a running (enabled) nvidia-persistenced starts again with the driver, as its unit does at boot
