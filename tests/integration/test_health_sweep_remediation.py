@@ -1,12 +1,19 @@
 """The fleet health sweep's remediation with consent (health.yml, issue 50 part 2) on a fake cluster of three simulated
 one-GPU nodes: the sweep resets an idle GPU's pending row remap and releases the node after two healthy sweeps, does
-not reset a GPU a process holds, and stops at the cap with the NeedsOperator condition. Nothing is timed."""
+not reset a GPU a process holds, and stops at the cap with the NeedsOperator condition; the remediation's reboot checks
+the next boot's kernel first (driver_next_kernel refuse, then ensure). Nothing is timed."""
 import json
+import os
+import shutil
 
 import pytest
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+
 from tests.integration.test_health_sweep import Fleet
+from tests.integration.test_site_driver_kernel import newer_kernel_installed
+from tests.support import apt_rig, driver_files, driver_rig
 from tests.support.rigs import snapshot
 
 pytestmark = [pytest.mark.slow]
@@ -148,3 +155,76 @@ def test_reboot_with_consent_drains_and_reboots_and_reset_consent_does_not(tmp_p
         assert fleet.sims[rebooted].raw_state()["boot_id"] == boots[rebooted] + 1      # one reboot only
     finally:
         fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    yield from driver_rig.module_rig(tmp_path_factory)
+
+
+@pytest.mark.skipif(bool(apt_rig.missing_tools()), reason="needs Debian's %s" % ", ".join(apt_rig.missing_tools()))
+def test_remediation_reboot_checks_the_next_kernel_refuse_then_ensure(tmp_path, rig):
+    """The remediation's reboot and the next kernel (driver_next_kernel, issue 51): a node that declares driver NEW,
+    installed (DKMS, built for the running kernel) and loaded, a lost GPU and consent to a reboot, and a newer kernel
+    installed as the boot loader's default with no NVIDIA modules for it (an unattended upgrade's result). refuse: the
+    sweep does not reboot the node and names the kernel and the fix; ensure: the headers installed and the modules
+    built for that kernel before the reboot, and the node comes back on it with the driver loaded."""
+    name = "kernel-0"
+    fleet = Fleet(tmp_path, nodes=[name])
+    try:
+        # the node without an image's driver (so a boot into a kernel without modules loads none), its driver
+        # installed by dpkg from the rig's packages and its apt sources the rig's repository
+        root = str(fleet.state / name)
+        os.remove(str(fleet.state / ("%s.json" % name)))
+        shutil.rmtree(root)
+        host = dict(driver_rig.node_vars(root, rig.url, rig.key, driver_rig.NEW, "driver=none"),
+                    gpu_node_health_remediation="reboot")
+        with open(fleet.inventory) as handle:
+            inventory = yaml.safe_load(handle)
+        inventory["all"]["children"]["gpu_nodes"]["hosts"][name].update(host)
+        with open(fleet.inventory, "w") as handle:
+            yaml.safe_dump(inventory, handle)
+        sim = fleet.sims[name] = SimulatedBackend(str(fleet.state / ("%s.json" % name)), shape="h200-x1", root=root,
+                                                  host_options="driver=none")
+        apt = apt_rig.Root(root)
+        version = "%s-%s" % (driver_rig.NEW, driver_rig.CUDA_REVISION)
+        apt.dpkg_install([rig.debs[(n, version)] for n in (
+            "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-utils-580", "nvidia-dkms-580-open",
+            "nvidia-headless-580-open")])
+        driver_files.write(root, "etc/apt/sources.list.d/gpuops-test.list",
+                           "deb [trusted=yes] %s/ubuntu2404/x86_64 /\n" % rig.url)
+        apt_rig.run(["apt-get", "-q", "update"], env=dict(os.environ, **apt.env))
+        sim.reboot()
+        assert driver_files.running_kernel(root) == driver_rig.KERNEL
+        assert loaded(root) == driver_rig.NEW
+        sim.inject_health(0, "lost")
+        newer_kernel_installed(root)
+        boot = sim.raw_state()["boot_id"]
+        limit = {"gpuops_health_breaker_percent": 100}
+        unbuilt = os.path.join(root, "lib/modules", driver_rig.NEXT_KERNEL, "updates")
+
+        refused = fleet.sweep(driver_next_kernel="refuse", **limit)
+        # not rebooted, nothing built for the next kernel; the node's row names the kernel and the fix
+        assert refused.rc != 0, refused
+        assert sim.raw_state()["boot_id"] == boot
+        assert driver_files.running_kernel(root) == driver_rig.KERNEL and not os.path.exists(unbuilt)
+        said = " ".join(refused.rows()[name]["actions"])
+        assert "the next boot runs kernel %s" % driver_rig.NEXT_KERNEL in said, said
+        assert "dkms install nvidia/%s -k %s" % (driver_rig.NEW, driver_rig.NEXT_KERNEL) in said, said
+        assert fleet.quarantined() == [name]
+
+        ensured = fleet.sweep(**limit)
+        assert ensured.rc == 0, ensured
+        assert ensured.rows()[name]["actions"][-1] == "drained and rebooted the node (attempt 2)", ensured.rows()
+        assert sim.raw_state()["boot_id"] == boot + 1
+        assert driver_files.running_kernel(root) == driver_rig.NEXT_KERNEL
+        assert loaded(root) == driver_rig.NEW
+        assert driver_files.find_module_file(root, "nvidia", driver_rig.NEXT_KERNEL).endswith(
+            "/%s/updates/dkms/nvidia.ko" % driver_rig.NEXT_KERNEL)
+        assert "linux-headers-%s" % driver_rig.NEXT_KERNEL in driver_rig.installed(apt)
+    finally:
+        fleet.stop()
+
+
+def loaded(root):
+    return (driver_files.read(root, "sys/module/nvidia/version") or "").strip() or None
