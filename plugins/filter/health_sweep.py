@@ -97,7 +97,7 @@ def _remediation_text(done):
         elif done.get("rebooted") is True:
             out.append("drained and rebooted the node (attempt %s)" % plan.get("attempts"))
         else:
-            out.append("reboot attempt %s did not complete" % plan.get("attempts"))
+            out.append("reboot attempt %s not completed: the drain, the next kernel's check or the reboot failed" % plan.get("attempts"))
     elif action == "needs_operator":
         out.append("needs an operator (condition GpuopsNvidiaGpuRemediation=False, NeedsOperator): %s"
                    % plan.get("reason"))

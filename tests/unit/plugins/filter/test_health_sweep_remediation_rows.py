@@ -40,7 +40,7 @@ def test_the_rows_say_what_the_remediation_did():
     boot = dict(plan, action="reboot", gpus=[], attempts=2)
     assert rows({"plan": boot, "rebooted": True})[-1] == "drained and rebooted the node (attempt 2)"
     assert rows({"plan": boot, "rebooted": False, "failed": "drain timed out"})[-2:] == [
-        "reboot attempt 2 did not complete", "the remediation failed: drain timed out"]
+        "reboot attempt 2 not completed: the drain, the next kernel's check or the reboot failed", "the remediation failed: drain timed out"]
     operator = dict(plan, action="needs_operator", gpus=[], reason="the cap: 2 attempt(s) in 24 h, at most 2")
     assert rows({"plan": operator})[-1] == ("needs an operator (condition GpuopsNvidiaGpuRemediation=False, "
                                             "NeedsOperator): the cap: 2 attempt(s) in 24 h, at most 2")
