@@ -152,6 +152,7 @@ class ComputeDomains(KubeRun):
         self.p = module.params
         self.result.update(changes=[], compute_domains={})
         self.diff = {"before": {}, "after": {}}
+        self.crd_missing = False
 
     def validate(self):
         return _kube.auth_param_errors(self.params) + param_errors(self.params)
@@ -168,12 +169,24 @@ class ComputeDomains(KubeRun):
                                 "create it, or declare the ComputeDomain in another)" % ns)
         if problems:
             self.refuse("; ".join(problems), errors=problems)
-        listed = self.kube.get("list ComputeDomains", path(), labelSelector="%s=%s" % _dra.MANAGED_BY)
+        try:
+            listed = self.kube.get("list ComputeDomains", path(), labelSelector="%s=%s" % _dra.MANAGED_BY)
+        except _kube.KubeError as exc:
+            if exc.status != 404:
+                raise
+            # no ComputeDomain CRD: the chart that brings it is not installed yet (a check run before the DRA
+            # driver's first install may plan the declared ones; a real run cannot write them)
+            if not self.module.check_mode and self.p["compute_domains"]:
+                self.refuse("the cluster serves no ComputeDomains (%s computedomains): their CRD comes with NVIDIA's "
+                            "DRA driver chart - install it first (cluster_device_plugin_provider dra, "
+                            "cluster_dra_compute_domains true)" % _dra.COMPUTE_DOMAIN_API_VERSION)
+            self.crd_missing = True
+            listed = {}
         for obj in listed.get("items") or []:
             current[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
         for decl in self.p["compute_domains"]:
             key = (decl["namespace"], decl["name"])
-            if key in current:
+            if key in current or self.crd_missing:
                 continue
             obj = _kube.read_or_none(self.kube, "read ComputeDomain %s/%s" % key, path(*key))
             if obj is not None and not ours(obj):
@@ -240,7 +253,8 @@ class ComputeDomains(KubeRun):
                     self.fail("ComputeDomain %s/%s was deleted to be created again with the declared spec, but NVIDIA's "
                               "controller is still finalizing it: run again once it is gone to create it" % (ns, name),
                               changed=True)
-            if action == "create" or (action == "replace" and not dry):   # (a dry-run create would meet the old one)
+            # (a dry-run create would meet the old one; without the CRD the API server has nothing to dry-run)
+            if (action == "create" and not (dry and self.crd_missing)) or (action == "replace" and not dry):
                 self.kube.create(what, path(ns), copy.deepcopy(want), dry_run=dry)
             self.result["changes"].append("%s/%s %s" % (ns, name, words[action]))
             key = "%s/%s" % (ns, name)

@@ -173,3 +173,18 @@ def test_what_is_written_is_what_nvidias_crd_keeps():
     obj = _dra.compute_domain_object(ALL)
     kept = dict(obj)
     assert fake_crd.prune(kept, fake_crd.load("computedomains", "v25.12.0")["openAPIV3Schema"], root=True) == []
+
+
+def test_without_the_crd_check_mode_plans_and_a_real_run_says_to_install_the_chart(api, monkeypatch):
+    """Before NVIDIA's chart is installed the API serves no ComputeDomains: a check run over a fresh cluster still
+    reports what it would create; a real run fails naming what to install, writing nothing."""
+    from tests.support import fake_kube_api
+    monkeypatch.setattr(fake_kube_api, "_BY_PATH", dict((k, v) for k, v in fake_kube_api._BY_PATH.items()
+                                                        if k[2] != "computedomains"))
+    res = run_module(dra_compute_domains.main, args(api, [TRAIN]), check_mode=True)
+    assert res["changed"] and not res.get("failed") and res["changes"] == ["ml-a/nvl72-train created"]
+    res = run_module(dra_compute_domains.main, args(api, [TRAIN]))
+    assert res["failed"] and "the cluster serves no ComputeDomains" in res["msg"] and "nothing changed" in res["msg"]
+    assert "DRA driver chart" in res["msg"] and writes(api) == 0
+    # nothing declared, nothing there to remove: nothing to do
+    assert run_module(dra_compute_domains.main, args(api, []))["changed"] is False
