@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: dra_compute_domains
 short_description: Make the cluster hold exactly the declared ComputeDomains of NVIDIA's DRA driver
-version_added: 0.1.0
+version_added: 0.4.0
 description:
   - Makes the cluster hold exactly the declared ComputeDomains (C(resource.nvidia.com/v1beta1), multi-node NVLink),
     each built from a short declaration by the collection's planner and checked against the CRD of NVIDIA's DRA
