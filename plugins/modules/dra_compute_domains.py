@@ -25,6 +25,8 @@ description:
   - Namespaces are not created - a missing one fails the run, naming it, before anything is written.
   - Check mode plans without writing (the API server's dry run checks each write); diff mode shows each ComputeDomain
     before and after.
+  - A delete is guarded by the resourceVersion the run read; another writer in between makes the run read and plan
+    again (three tries).
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia._kube_auth
@@ -146,6 +148,9 @@ class ComputeDomains(KubeRun):
 
     argument_spec = ARGUMENT_SPEC
     apply_in_check_mode = True
+    # a delete is guarded by the resourceVersion read: another writer in between (a 409 Conflict) makes the run read,
+    # check the claims and plan again
+    conflict_tries = 3
 
     def __init__(self, module):
         super(ComputeDomains, self).__init__(module)
@@ -260,6 +265,11 @@ class ComputeDomains(KubeRun):
             key = "%s/%s" % (ns, name)
             self.diff["before"][key] = _view(cur)
             self.diff["after"][key] = _view(want)
+
+    def forget(self, conflict):
+        """What a try that ended in a conflict reported is not the run's answer: the next try reports its own."""
+        self.result["changes"] = []
+        self.diff = {"before": {}, "after": {}}
 
     def after(self, current, changes):
         names = dict(("%s/%s" % k, o["spec"]["channel"]["resourceClaimTemplate"]["name"])

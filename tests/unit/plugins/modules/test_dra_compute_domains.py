@@ -188,3 +188,13 @@ def test_without_the_crd_check_mode_plans_and_a_real_run_says_to_install_the_cha
     assert "DRA driver chart" in res["msg"] and writes(api) == 0
     # nothing declared, nothing there to remove: nothing to do
     assert run_module(dra_compute_domains.main, args(api, []))["changed"] is False
+
+
+def test_a_concurrent_writer_makes_the_run_read_again(api):
+    run_module(dra_compute_domains.main, args(api, [TRAIN, ALL]))
+    # the delete of the first try finds imex-all changed since the run read it (409); the second try reads it again
+    api.inject_failure("DELETE", r"computedomains/imex-all$", code=409, reason="Conflict")
+    res = run_module(dra_compute_domains.main, args(api, [TRAIN]))
+    assert res["changed"] and not res.get("failed") and res["changes"] == ["ml-b/imex-all deleted"]
+    assert sorted(domains(api)) == ["ml-a/nvl72-train"]
+    assert [r["code"] for r in api.requests if r["method"] == "DELETE"] == [409, 200]
