@@ -13,8 +13,9 @@ short_description: Make the cluster hold exactly the declared ComputeDomains of 
 version_added: 0.4.0
 description:
   - Makes the cluster hold exactly the declared ComputeDomains (C(resource.nvidia.com/v1beta1), multi-node NVLink),
-    each built from a short declaration by the collection's planner and checked against the CRD of NVIDIA's DRA
-    driver chart. NVIDIA's controller then creates each one's ResourceClaimTemplate (C(<name>-channel) unless
+    each built from a short declaration by the collection's planner (whose output the tests check against the CRD of
+    NVIDIA's DRA driver chart v25.12.0; the API server validates every write, check mode's dry runs included).
+    NVIDIA's controller then creates each one's ResourceClaimTemplate (C(<name>-channel) unless
     C(claim_template) names it), which a workload's pods reference. docs/dra.md has an example workload.
   - Every ComputeDomain it writes is labelled C(app.kubernetes.io/managed-by=gpuops.nvidia). One of the same name
     without that label is B(never touched) - the run fails naming it, before anything is written.
