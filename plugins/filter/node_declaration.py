@@ -23,7 +23,9 @@ options:
       The declaration: sharing, replicas, mig_layout, mig_config_name (null when not set), mig_strategy,
       compute_mode, mig_owner, provider, provider_var, containerd_owner, operator_poll_interval, and for CDI: cdi,
       runtime_mode, device_list_strategy, containerd_cdi_enabled, manage_containerd; for DRA: dra_claim_templates
-      (gpuops_dra_claim_templates, checked only with provider dra); for reboots: connection (ansible_connection),
+      (gpuops_dra_claim_templates, checked only with provider dra), dra_compute_domain_objects and dra_compute_domains
+      (the cluster role's cluster_dra_compute_domain_objects and cluster_dra_compute_domains: each ComputeDomain
+      checked, and declared only with provider dra and ComputeDomains on); for reboots: connection (ansible_connection),
       mig_allow_reboot and simulated (the node's GPUs are the simulator's); for the GPU health gate: health_policy
       (gpu_node_health_policy, a mapping of finding kind to block, warn or ignore), health_gate
       (gpu_node_health_gate) and health_reset (gpu_node_health_reset, which needs the gate).
@@ -123,6 +125,10 @@ def node_declaration_errors(declared, node):
                       % (head, declared.get("provider_var", "gpuops_device_plugin_provider")))
     if provider == "dra":
         errors.extend("%s %s" % (head, e) for e in _dra_errors(declared.get("dra_claim_templates")))
+    if "dra_compute_domain_objects" in declared:
+        errors.extend("%s %s" % (head, e) for e in _compute_domain_errors(
+            declared["dra_compute_domain_objects"], declared.get("dra_compute_domains", False), provider,
+            declared.get("provider_var", "gpuops_device_plugin_provider")))
     interval = declared.get("operator_poll_interval", 5.0)
     if not _seconds_ok(interval):
         errors.append("%s gpu_node_operator_poll_interval=%s is not a number of seconds from 0.05 to 3600"
@@ -255,6 +261,37 @@ def _dra_errors(explicit):
     except _dra.DraError as exc:
         return [str(exc)]
     return []
+
+
+def _compute_domain_errors(objects, enabled, provider, provider_var):
+    """The fleet's ComputeDomain declarations (the cluster role's cluster_dra_compute_domain_objects, or
+    gpuops_dra_compute_domain_objects): the planner's checks of each, names declared once, and only where NVIDIA's DRA
+    driver serves ComputeDomains."""
+    where = "cluster_dra_compute_domain_objects"
+    if objects in (None, "", []):
+        return []
+    # (imported only for a declaration: site.yml checks every node in every run, mostly with none)
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
+    if not isinstance(objects, list):
+        return ["%s must be a list of ComputeDomains (mappings with %s), got %s"
+                % (where, ", ".join(_dra.COMPUTE_DOMAIN_KEYS), type(objects).__name__)]
+    errors, seen = [], set()
+    for n, decl in enumerate(objects):
+        at = "%s[%d]" % (where, n)
+        errors.extend(_dra.compute_domain_errors(decl, at))
+        if isinstance(decl, dict):
+            key = "%s/%s" % (decl.get("namespace"), decl.get("name"))
+            if key in seen:
+                errors.append("%s: ComputeDomain %s is declared twice" % (at, key))
+            seen.add(key)
+    if objects and provider != "dra":
+        errors.append("%s declares ComputeDomains but %s=%s: only NVIDIA's DRA driver serves them; set it to dra, or "
+                      "remove the declarations" % (where, provider_var, _json(provider)))
+    elif objects and _bool(enabled) is not True:
+        errors.append("%s declares ComputeDomains but cluster_dra_compute_domains=%s: NVIDIA's DRA driver serves them "
+                      "only with it on; set cluster_dra_compute_domains: true, or remove the declarations"
+                      % (where, _json(enabled)))
+    return errors
 
 
 def _bool(value):

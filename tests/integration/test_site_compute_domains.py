@@ -33,6 +33,8 @@ RACK = "rack-a"
 DRA_CHART = os.path.join(ROOT, "tests", "fixtures", "charts", "nvidia-dra-driver-gpu")
 SYSTEMCTL = os.path.join(ROOT, "tests", "support", "bin", "systemctl")
 CLIQUE = "nvidia.com/gpu.clique"
+# the ComputeDomain the rack's workloads join (docs/dra.md "ComputeDomain objects")
+COMPUTE_DOMAIN = {"name": "rack-a-train", "namespace": "ml", "num_nodes": 0}
 IMEX_UNIT = """[Unit]
 Description=NVIDIA IMEX service
 
@@ -70,7 +72,8 @@ class Rack(object):
             "hosts": hosts, "vars": {"gpu_node_nvl_rack": RACK, "gpu_node_nvl_rack_gpus": 8}}}}}}}))
         self.site = Site(tmp_path, limit=TRAYS, gpuops_kubeconfig=kubeconfig, cluster_device_plugin_helm=HELM,
                          gpuops_device_plugin_provider="dra", cluster_dra_chart_path=chart, gpuops_dra_namespaces=["ml"],
-                         cluster_dra_compute_domains=True, gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60)
+                         cluster_dra_compute_domains=True, cluster_dra_compute_domain_objects=[COMPUTE_DOMAIN],
+                         gpu_node_verify_timeout=60, gpu_node_quiesce_timeout=60)
         self.site.inventory = str(inventory)
         self.site.state.mkdir(parents=True)
         for node in TRAYS:
@@ -160,6 +163,7 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
         assert plan["host_imex"]["clique"] == rack.expected_clique(node) and plan["host_imex"]["problems"] == []
         assert rack.imex(node) == ("enabled", "active") and not rack.record(node).exists()
         assert rack.label(node) is None
+    assert rack.api.get("resource.nvidia.com", "computedomains", "rack-a-train", namespace="ml") is None
 
     # converge: host IMEX stopped, disabled, masked; the record of what it was; the rack checked and ready, and its
     # trays labelled with the clique as GFD computes it
@@ -175,6 +179,10 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
         plan = _plan(res, node)
         assert plan["host_imex"]["channels"]["major"] == 234 and plan["host_imex"]["problems"] == []
     assert len(cliques) == 1, "one rack, one clique"
+    # the declared ComputeDomain, as NVIDIA's CRD keeps it (the fake serves it from the chart's schema)
+    domain = rack.api.get("resource.nvidia.com", "computedomains", "rack-a-train", namespace="ml")
+    assert domain["spec"] == {"numNodes": 0, "channel": {"allocationMode": "Single",
+                                                         "resourceClaimTemplate": {"name": "rack-a-train-channel"}}}
 
     # a re-run changes nothing
     res = rack.site.run()
@@ -184,11 +192,11 @@ def test_a_fresh_rack_converges_to_compute_domain_ready_and_removing_the_declara
         assert _plan(res, node)["steps"]["host_imex"] == []
 
     # the declaration goes away: the host service is given back as it was (unmasked, enabled, running), once
-    res = rack.site.run(cluster_dra_compute_domains=False)
+    res = rack.site.run(cluster_dra_compute_domains=False, cluster_dra_compute_domain_objects=[])
     assert res.rc == 0, res
     for node in TRAYS:
         assert rack.imex(node) == ("enabled", "active") and not rack.record(node).exists()
-    res = rack.site.run(cluster_dra_compute_domains=False)
+    res = rack.site.run(cluster_dra_compute_domains=False, cluster_dra_compute_domain_objects=[])
     assert res.rc == 0, res
     for node in TRAYS:
         assert res.changed(node) == 0, res

@@ -461,6 +461,15 @@ MODULES = {
         hints=dict(KUBE_HINTS, namespaces=st.one_of(st.lists(strings(["ml", "nope", "a b"]), max_size=2), hostile()),
                    **{"templates[].config": st.one_of(_MPS_CONFIGS, _ANY)}),
         files=KUBE_FILES),
+    "dra_compute_domains": dict(rig="dra_api", args={
+        "compute_domains": [{"name": "nvl72", "namespace": "ml", "num_nodes": 0},
+                            {"name": "all", "namespace": "ml", "num_nodes": 2, "channel_allocation_mode": "All"}]},
+        # (a list of mappings the module checks itself, key by key: the keys with good and bad values, any value)
+        hints=dict(KUBE_HINTS, compute_domains=st.one_of(st.lists(st.fixed_dictionaries({}, optional={
+            "name": strings(["nvl72", "a" * 250, "X_1"]), "namespace": strings(["ml", "nope", "a b"]),
+            "num_nodes": st.one_of(_COUNTS, hostile()), "channel_allocation_mode": strings(["Single", "All", "all"]),
+            "claim_template": strings(["chan"]), "nodes": _ANY}), max_size=3), hostile())),
+        files=KUBE_FILES),
     "dra_node_verify": dict(rig="dra_api", args={"node_name": "gpu-node-1", "gpus": [rigs.DRA_GPU], "timeout": 1,
                                                  "interval": 0.05},
                             hints=dict(KUBE_HINTS, timeout=TIMEOUTS, gpus=st.one_of(st.just([rigs.DRA_GPU]), _ANY)),

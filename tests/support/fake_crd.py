@@ -16,7 +16,8 @@ every create, update and patch (dry runs included), in the real order:
    server's (``spec.x: Unsupported value: "foo": supported values: "a", "b"``, ``spec.y: Required value``,
    ``... in body must be of type string: "integer"``).
 
-Not modelled: CEL rules (``x-kubernetes-validations``; the ClusterPolicy CRDs used here have none), the status
+Not modelled: CEL rules (``x-kubernetes-validations``; the ClusterPolicy CRDs used here have none; the ComputeDomain's
+one, its spec immutable, is written out in IMMUTABLE_SPEC), the status
 subresource's rule that writes to the main resource ignore ``status``, conversion between versions, list-type and
 map-type merge semantics.
 
@@ -40,7 +41,13 @@ DEFAULT_CLUSTERPOLICY_VERSION = "v25.10.1"
 # plural -> (group, kind, fixture file pattern). The fake server asks admit() about every write; other plurals pass.
 CUSTOM_RESOURCES = {
     "clusterpolicies": ("nvidia.com", "ClusterPolicy", "clusterpolicy-%s.json"),
+    # NVIDIA's DRA driver's ComputeDomain, from the CRD its chart ships (tests/fixtures/dra, the CRD itself as YAML)
+    "computedomains": ("resource.nvidia.com", "ComputeDomain", "../dra/crd-computedomains-%s.yaml"),
 }
+DEFAULT_VERSIONS = {"computedomains": "v25.12.0"}
+# CEL rules (x-kubernetes-validations) modelled per resource: the spec of a ComputeDomain is immutable
+# (``self == oldSelf`` on spec, with NVIDIA's message)
+IMMUTABLE_SPEC = {"computedomains": "A computeDomain.spec is immutable"}
 
 _CACHE = {}
 
@@ -51,14 +58,19 @@ def load(plural, version):
     if key not in _CACHE:
         pattern = CUSTOM_RESOURCES[plural][2]
         with open(os.path.join(FIXTURES, pattern % version)) as handle:
-            _CACHE[key] = json.load(handle)
+            if pattern.endswith(".yaml"):
+                import yaml
+                crd = [d for d in yaml.safe_load_all(handle) if d][0]
+                _CACHE[key] = extract(crd, "", version, "", pattern % version)
+            else:
+                _CACHE[key] = json.load(handle)
     return _CACHE[key]
 
 
 def schema_version(api, plural):
     """Which release's schema a FakeKubeApi serves for ``plural`` (tests set ``api.crd_versions[plural]``)."""
     versions = getattr(api, "crd_versions", None) or {}
-    return versions.get(plural, DEFAULT_CLUSTERPOLICY_VERSION)
+    return versions.get(plural, DEFAULT_VERSIONS.get(plural, DEFAULT_CLUSTERPOLICY_VERSION))
 
 
 # ---- pruning and defaulting (apiextensions-apiserver pkg/apiserver/schema/pruning, defaulting) -------------------
@@ -180,9 +192,10 @@ def causes_of(obj, schema):
     return out
 
 
-def admit(api, plural, kind, obj, name):
-    """Prune, default and validate a custom resource about to be stored (in place). Returns None when valid, else
-    the (code, Status body) of the 422 answer. Plurals that are not custom resources pass untouched."""
+def admit(api, plural, kind, obj, name, old=None):
+    """Prune, default and validate a custom resource about to be stored (in place); ``old``: the stored object on an
+    update. Returns None when valid, else the (code, Status body) of the 422 answer. Plurals that are not custom
+    resources pass untouched."""
     if plural not in CUSTOM_RESOURCES:
         return None
     doc = load(plural, schema_version(api, plural))
@@ -192,6 +205,8 @@ def admit(api, plural, kind, obj, name):
     causes = causes_of({k: v for k, v in obj.items() if k != "metadata"},
                        dict(schema, properties={k: v for k, v in schema.get("properties", {}).items()
                                                 if k != "metadata"}))
+    if old is not None and plural in IMMUTABLE_SPEC and obj.get("spec") != old.get("spec"):
+        causes.append(("FieldValueInvalid", "spec", "spec: Invalid value: \"object\": %s" % IMMUTABLE_SPEC[plural]))
     if not causes:
         return None
     group = CUSTOM_RESOURCES[plural][0]

@@ -19,6 +19,8 @@ in the API's own shapes:
   selectors on lists, ``resourceVersion``, ``uid``, ``generation``;
 - the custom resource ClusterPolicy (``nvidia.com/v1``, cluster-scoped), pruned, defaulted and validated against the
   schema of NVIDIA's published CRD at a chosen release (``crd_versions``; fake_crd.py, tests/fixtures/gpu-operator);
+- the custom resource ComputeDomain (``resource.nvidia.com/v1beta1``, namespaced) likewise, from the CRD of NVIDIA's DRA
+  driver chart v25.12.0 (tests/fixtures/dra), its spec immutable as the CRD's CEL rule says;
 - Nodes as kube-apiserver's node strategies (pkg/registry/core/node/strategy.go): a write to the node keeps the
   stored ``status`` and a write to its ``status`` subresource keeps the stored ``spec``; taints validated as
   ValidateNode does (key a label name, value a label value, effect NoSchedule/PreferNoSchedule/NoExecute, unique by
@@ -83,6 +85,8 @@ RESOURCES = [
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     # A custom resource: served from its CRD's schema (tests/support/fake_crd.py, tests/fixtures/gpu-operator).
     ("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
+    # NVIDIA's DRA driver's ComputeDomain (namespaced), from the CRD of its chart (fake_crd.py, tests/fixtures/dra).
+    ("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", True),
     ("coordination.k8s.io", "v1", "leases", "Lease", True),
     # Dynamic Resource Allocation: served only at the versions in FakeKubeApi.resource_api_versions.
     ("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
@@ -814,7 +818,7 @@ class FakeKubeApi(object):
                 causes.append(("handler", handler, "a lowercase RFC 1123 label must consist of lower case "
                                "alphanumeric characters or '-'"))
         if not causes:
-            return fake_crd.admit(self, plural, kind, obj, name)
+            return fake_crd.admit(self, plural, kind, obj, name, old)
         msgs = ["%s: Invalid value: %s: %s" % (f, json.dumps(v), why) for f, v, why in causes]
         return status(422, "Invalid", "%s \"%s\" is invalid: %s" % (kind, name, "; ".join(msgs)),
                       {"name": name, "kind": kind,

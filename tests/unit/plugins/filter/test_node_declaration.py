@@ -98,6 +98,38 @@ def test_consistent_cdi_declarations_pass(values):
     assert node_declaration_errors(_cdi(**values), "n1") == []
 
 
+CD = {"name": "nvl72-train", "namespace": "ml", "num_nodes": 0}
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"provider": "dra", "dra_compute_domains": True,
+      "dra_compute_domain_objects": [dict(CD, channel_allocation_mode="all")]},
+     "cluster_dra_compute_domain_objects[0].channel_allocation_mode must be one of Single, All"),
+    ({"provider": "dra", "dra_compute_domains": True, "dra_compute_domain_objects": [dict(CD, num_nodes=-2)]},
+     "cluster_dra_compute_domain_objects[0].num_nodes must be a whole number of nodes, 0 or more"),
+    ({"provider": "dra", "dra_compute_domains": True, "dra_compute_domain_objects": [dict(CD, size=2)]},
+     "cluster_dra_compute_domain_objects[0] has unknown keys size (valid: name, namespace, num_nodes"),
+    ({"provider": "dra", "dra_compute_domains": True, "dra_compute_domain_objects": [CD, CD]},
+     "cluster_dra_compute_domain_objects[1]: ComputeDomain ml/nvl72-train is declared twice"),
+    ({"provider": "dra", "dra_compute_domains": True, "dra_compute_domain_objects": "nvl72-train"},
+     "cluster_dra_compute_domain_objects must be a list of ComputeDomains"),
+    ({"provider": "dra", "dra_compute_domains": False, "dra_compute_domain_objects": [CD]},
+     "but cluster_dra_compute_domains=false: NVIDIA's DRA driver serves them only with it on"),
+    ({"provider": "chart", "dra_compute_domains": True, "dra_compute_domain_objects": [CD]},
+     "declares ComputeDomains but gpu_node_device_plugin_provider=\"chart\": only NVIDIA's DRA driver serves them"),
+])
+def test_compute_domain_declarations_that_cannot_work_are_refused(values, words):
+    errors = node_declaration_errors(_cdi(**values), "n1")
+    assert len(errors) == 1 and words in errors[0] and errors[0].endswith("; nothing changed"), errors
+
+
+def test_good_compute_domain_declarations_pass():
+    for objects in ([], [CD, dict(CD, name="all", channel_allocation_mode="All", claim_template="chan")]):
+        assert node_declaration_errors(_cdi(provider="dra", dra_compute_domains="yes",
+                                            dra_compute_domain_objects=objects), "n1") == []
+    assert node_declaration_errors(_cdi(dra_compute_domain_objects=[]), "n1") == []
+
+
 @pytest.mark.parametrize("values, words", [
     ({"provider": "dra", "compute_mode": "Exclusive_Process"}, "sets the compute mode itself"),
     ({"provider": "dra", "mig_owner": "gpu_operator"}, "no GPU Operator MIG manager"),
