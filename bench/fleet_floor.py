@@ -125,7 +125,12 @@ def measure(nodes, share, shape, forks, repeat, real):
                 if run.changed_hosts():
                     raise BenchError("%s changed %s: %s" % (key, run.changed_hosts()[:5], run.changed_tasks()[:10]))
                 if mirrored is not None and _ran(batches(run.data)) != _ran(mirrored):
-                    raise BenchError("the %s play did not run and skip the tasks it mirrors on the same hosts" % key)
+                    got, want = _ran(batches(run.data)), _ran(mirrored)
+                    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                    raise BenchError("the %s play did not run and skip the tasks it mirrors on the same hosts (task %d: "
+                                     "%r, mirrored %r; %d tasks against %d)" % (
+                                         key, first, got[first] if first < len(got) else None,
+                                         want[first] if first < len(want) else None, len(got), len(want)))
                 figures = run.figures()
                 out[key].append({"cpu": figures["cpu"], "wall": figures["wall"], "load": figures["load"]})
         return out
@@ -136,7 +141,8 @@ def measure(nodes, share, shape, forks, repeat, real):
 def _ran(shape):
     """Per task, in order: whether it ran a module, and the hosts it ran on and skipped (a play whose every node left
     it in a meta task has no host and is not mirrored: fleet_common.empty_playbook leaves it out)."""
-    return [(t["module"], t["ran"], t["skipped"]) for b in shape if b["hosts"] for t in b["tasks"]]
+    return [(t["module"], t["ran"], t["skipped"]) for b in shape if b["hosts"] for t in b["tasks"]
+            if t["ran"] or t["skipped"]]   # (a meta task, end_host's included, reports no host: not mirrored either)
 
 
 def _median(runs):

@@ -15,13 +15,13 @@ version_added: 0.3.0
 description:
   - Takes a role's declared directories, files and absent paths (the entries of the filter
     P(gpuops.nvidia.declared_files#filter), with the texts they name) and makes the node match them in one module run,
-    where one M(ansible.builtin.file) run per directory and a C(stat) and a C(copy) run per file did the same work.
+    where one C(ansible.builtin.file) run per directory and a C(stat) and a C(copy) run per file did the same work.
   - What counts as different is what gpuops.nvidia.gpu_node_plan compares (the same code); the kind of path, the
     permission bits and, for a file, the sha1 of its bytes. Owner and group are left as they are (the roles declare
     none).
   - A file is written to a temporary file in its directory and moved over the old one atomically; an existing file
     keeps its owner, and gets the declared mode. A symlink where a file is declared is replaced by the file (as
-    M(ansible.builtin.copy) does without C(follow)). Missing parent directories are created (under the umask).
+    C(ansible.builtin.copy) does without C(follow)). Missing parent directories are created (under the umask).
   - Every entry is read and checked before anything is written. A relative path, a mode that is not octal, a text
     that is not given, a directory where a file is declared (or the reverse) or a path that cannot be read fails the
     run with nothing changed.
@@ -58,7 +58,7 @@ options:
       force:
         description:
           - For V(file), V(false) writes the file only where nothing is at its path; whatever is there is then left
-            as it is, its content and its mode (as M(ansible.builtin.copy)'s C(force=false)). A seed for a config that
+            as it is, its content and its mode (as C(ansible.builtin.copy)'s C(force=false)). A seed for a config that
             other tools edit afterwards.
         type: bool
         default: true
@@ -75,7 +75,7 @@ options:
       src:
         description:
           - Not written by this module. Copy an entry that has C(src) (a package file, copied as it is from the
-            controller) with M(ansible.builtin.copy), which transfers it. Given here it fails the run with nothing
+            controller) with C(ansible.builtin.copy), which transfers it. Given here it fails the run with nothing
             changed.
         type: str
   contents:
@@ -85,7 +85,7 @@ options:
     default: {}
   backup:
     description:
-      - Keep a timestamped copy of a file before it is replaced or removed (as M(ansible.builtin.copy)'s C(backup)).
+      - Keep a timestamped copy of a file before it is replaced or removed (as C(ansible.builtin.copy)'s C(backup)).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -103,8 +103,12 @@ notes:
     instead of repeating it.
 seealso:
   - module: gpuops.nvidia.gpu_node_plan
-  - module: ansible.builtin.copy
-  - module: ansible.builtin.file
+  - name: ansible.builtin.copy
+    description: The module whose C(stat) and C(copy) runs per file this one replaces in the roles.
+    link: https://docs.ansible.com/ansible/latest/collections/ansible/builtin/copy_module.html
+  - name: ansible.builtin.file
+    description: The module whose run per directory this one replaces in the roles.
+    link: https://docs.ansible.com/ansible/latest/collections/ansible/builtin/file_module.html
 author:
   - gpuops.nvidia developers (@gpuops)
 """
