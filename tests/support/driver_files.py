@@ -203,36 +203,31 @@ def _save(root, modules, versions):
             write(root, rel, text)
 
 
-def _char_devices():
-    """The collection's plugins/module_utils/sim/_char_devices.py (R/proc/devices and mig-minors, as the simulator
-    renders them), loaded by its path: it imports nothing."""
-    global _CHAR_DEVICES
-    if _CHAR_DEVICES is None:
+_SIM_MODULES = {}
+
+
+def _sim_module(name):
+    """The collection's plugins/module_utils/sim/<name>.py, loaded by its path (it imports nothing), once."""
+    if name not in _SIM_MODULES:
         import importlib.util
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         spec = importlib.util.spec_from_file_location(
-            "gpuops_char_devices", os.path.join(here, "plugins", "module_utils", "sim", "_char_devices.py"))
-        _CHAR_DEVICES = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_CHAR_DEVICES)
-    return _CHAR_DEVICES
+            "gpuops" + name, os.path.join(here, "plugins", "module_utils", "sim", name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _SIM_MODULES[name] = module
+    return _SIM_MODULES[name]
 
 
-_CHAR_DEVICES = None
-_NVREG = None
+def _char_devices():
+    """_char_devices.py: R/proc/devices and mig-minors, as the simulator renders them."""
+    return _sim_module("_char_devices")
 
 
 def nvreg_params():
-    """The collection's plugins/module_utils/sim/_nvreg_params.py (the simulated nvidia module's parameters: what
-    modinfo -p lists, what a load takes from modprobe.d, R/proc/driver/nvidia/params), loaded by its path."""
-    global _NVREG
-    if _NVREG is None:
-        import importlib.util
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        spec = importlib.util.spec_from_file_location(
-            "gpuops_nvreg_params", os.path.join(here, "plugins", "module_utils", "sim", "_nvreg_params.py"))
-        _NVREG = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_NVREG)
-    return _NVREG
+    """_nvreg_params.py: the simulated nvidia module's parameters (what modinfo -p lists, what a load takes from
+    modprobe.d, R/proc/driver/nvidia/params)."""
+    return _sim_module("_nvreg_params")
 
 
 def load_module(root, module, info):

@@ -4,12 +4,10 @@ tests/support/fake_crd.py): check, apply, apply again, change, remove; foreign o
 use and bad declarations refused before any write."""
 
 import pytest
-import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_compute_domains
 from tests.conftest import KUBE_TOKEN
-from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main as run_module
 
 pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
@@ -17,20 +15,6 @@ pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 TRAIN = {"name": "nvl72-train", "namespace": "ml-a", "num_nodes": 18}
 ALL = {"name": "imex-all", "namespace": "ml-b", "num_nodes": 0, "channel_allocation_mode": "All",
        "claim_template": "imex-channels"}
-
-
-@pytest.fixture
-def api(tmp_path):
-    fake = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}, server_version="v1.34.1").start()
-    fake.kubeconfig_path = str(tmp_path / "kubeconfig")
-    with open(fake.kubeconfig_path, "w") as handle:
-        yaml.safe_dump(fake.kubeconfig(token=KUBE_TOKEN), handle)
-    for ns in ("ml-a", "ml-b"):
-        fake.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def domains(api):

@@ -2,12 +2,9 @@
 resource.k8s.io/v1 as Kubernetes 1.34 does (tests/support/fake_kube_api.py validates what is written)."""
 
 import pytest
-import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan import _dra
 from ansible_collections.gpuops.nvidia.plugins.modules import dra_claim_templates, dra_node_verify
-from tests.conftest import KUBE_TOKEN
-from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main as run_module
 
 pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
@@ -15,20 +12,6 @@ pytestmark = pytest.mark.usefixtures("no_ambient_kube_credentials")
 PROFILES = [{"name": "default"}, {"name": "ts-4", "sharing": "time-slicing", "replicas": 4}]
 H200 = {"index": 0, "uuid": "GPU-h0", "name": "NVIDIA H200", "memory_total_bytes": 150754820096,
         "mig_mode_current": "Disabled", "mig_devices": []}
-
-
-@pytest.fixture
-def api(tmp_path):
-    fake = FakeKubeApi(tokens={KUBE_TOKEN: "rw"}, server_version="v1.34.1").start()
-    fake.kubeconfig_path = str(tmp_path / "kubeconfig")
-    with open(fake.kubeconfig_path, "w") as handle:
-        yaml.safe_dump(fake.kubeconfig(token=KUBE_TOKEN), handle)
-    for ns in ("ml-a", "ml-b"):
-        fake.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def templates_in(api, ns):
