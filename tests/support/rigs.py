@@ -110,6 +110,12 @@ class Rig(object):
     kind = None
     exclude = ()
 
+    @classmethod
+    def prepare(cls):
+        """What every rig of this kind needs and no rig changes (helpers imported, files read or built once), done
+        once in this process: the fuzzer calls it before forking, so that its children share it instead of each
+        doing it again. A rig works without it (it then does the same on its own)."""
+
     def __init__(self, directory):
         self.dir = str(directory)
         os.makedirs(self.dir, exist_ok=True)
@@ -256,6 +262,10 @@ class CdiRig(SimRig):
 
     kind = "cdi"
 
+    @classmethod
+    def prepare(cls):
+        from tests.support import dev_char_tree  # noqa: F401
+
     def __init__(self, directory, module="cdi_spec", **kwargs):
         super(CdiRig, self).__init__(directory, **kwargs)
         etc, run = self.path("etc", "cdi"), self.path("run", "cdi")
@@ -282,6 +292,11 @@ class KubeRig(Rig):
     node gpu-node-1 and a RuntimeClass runc."""
 
     kind = "kube"
+
+    @classmethod
+    def prepare(cls):
+        import yaml  # noqa: F401
+        from tests.support import fake_kube_api  # noqa: F401
 
     def __init__(self, directory, server_version=None):
         super(KubeRig, self).__init__(directory)
@@ -333,6 +348,13 @@ class OperatorRig(KubeRig):
 
     kind = "operator"
     shapes = {"a100": "dgx-a100-40gb", "h200": "hgx-h200"}
+
+    @classmethod
+    def prepare(cls):
+        super(OperatorRig, cls).prepare()
+        from tests.support import fake_crd, fake_gpu_operator
+        fake_gpu_operator.fixtures()
+        fake_crd.load("clusterpolicies", fake_crd.DEFAULT_CLUSTERPOLICY_VERSION)
 
     def __init__(self, directory, loop=False, mig_config_map="gpuops-mig-parted-config"):
         super(OperatorRig, self).__init__(directory)
@@ -480,6 +502,10 @@ class DriverRig(SystemctlRig):
     kind = "driver"
     exclude = ("systemd.json",)
 
+    @classmethod
+    def prepare(cls):
+        from tests.support import apt_rig, driver_files  # noqa: F401
+
     def __init__(self, directory, module="driver_modules", loaded=DRIVER_OLD, installed=DRIVER_NEW):
         super(DriverRig, self).__init__(directory)
         from tests.support import driver_files as df
@@ -547,6 +573,13 @@ class DcgmRig(SystemctlRig):
     exclude = ("systemd.json",)
     _debs = {}
 
+    @classmethod
+    def prepare(cls):
+        from tests.support import apt_rig, dcgm_rig
+        if not cls._debs:
+            import tempfile
+            cls._debs.update(dcgm_rig.build(tempfile.mkdtemp(prefix="gpuops-dcgm-debs-"), dcgm_rig.NEW))
+
     def __init__(self, directory):
         super(DcgmRig, self).__init__(directory)
         from tests.support import apt_rig, dcgm_rig
@@ -559,9 +592,7 @@ class DcgmRig(SystemctlRig):
                 tool_wrapper(os.path.join(bin_dir, tool), [real])
         self.tools = {"systemctl": tool_wrapper(os.path.join(bin_dir, "systemctl"), [
             sys.executable, os.path.join(ROOT, "tests", "support", "systemctl_standin.py")])}
-        if not DcgmRig._debs:
-            import tempfile
-            DcgmRig._debs.update(dcgm_rig.build(tempfile.mkdtemp(prefix="gpuops-dcgm-debs-"), dcgm_rig.NEW))
+        DcgmRig.prepare()
         files = dcgm_rig.place(DcgmRig._debs, self.path("debs"))
         self.env.update(dict(apt.env, PATH=bin_dir, GPUOPS_SIMULATED_ROOT=apt.path,
                              FAKE_SYSTEMD_STATE=self.path("systemd.json"),
@@ -585,6 +616,11 @@ class ExporterRig(KubeRig):
 
     kind = "exporter"
     exclude = ("helm-state.json",)
+
+    @classmethod
+    def prepare(cls):
+        super(ExporterRig, cls).prepare()
+        from tests.support import dcgm_exporter_standin  # noqa: F401
 
     def __init__(self, directory, module="release"):
         super(ExporterRig, self).__init__(directory)
