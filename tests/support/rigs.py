@@ -121,8 +121,10 @@ class Rig(object):
         os.makedirs(self.dir, exist_ok=True)
         private = os.path.join(self.dir, PRIVATE)
         os.makedirs(private, exist_ok=True)
-        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private
-        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private}
+        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private;
+        # GPUOPS_TEST_PYTHON: the Python the stand-ins of tests/support/bin run on (this one: "python3" on PATH may
+        # be a version manager's shim, which costs more CPU than the stand-in itself at every call)
+        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private, "GPUOPS_TEST_PYTHON": sys.executable}
         self.args = {}
         self.internal = {"_ansible_tmpdir": private, "_ansible_keep_remote_files": False}
 
