@@ -181,9 +181,9 @@ def run_example(name, mutation, base_dir):
     forked child; returns (outcome, report) where report has the module's result and what changed."""
     harness = fuzz_harness.MODULES[name]
     module = argument_spec(name)[0]
-    # the rig kind's helpers, imported (and its fixed files read or built) here once, not in every child; each
-    # child still builds a fresh rig of its own
-    rigs.RIGS[harness["rig"]].prepare()
+    # the rig kind's helpers imported, its fixed files read or built (a driver rig's node: copied by each child)
+    # here once, not in every child; each child still gets a fresh rig of its own
+    rigs.RIGS[harness["rig"]].prepare(**harness.get("rig_kwargs", {}))
 
     def work():
         sandbox = tempfile.mkdtemp(prefix="ex-", dir=base_dir)
