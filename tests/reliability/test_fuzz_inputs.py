@@ -36,6 +36,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as st
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
 
 from tests.reliability import fuzz_harness
 from tests.support import fuzz_values
@@ -164,11 +165,25 @@ def _offline():
     socket.getaddrinfo = getaddrinfo
 
 
+@pytest.fixture(scope="module", autouse=True)
+def imported_before_forking():
+    """What every forked child would otherwise import and set up again on its own, imported once in this worker
+    before the first fork (run_bounded's children share it): ansible-core's serialization profile for module
+    arguments (patch_module_args) and, through ansible.utils.display, ansible.constants with its configuration
+    (the text of an AnsibleError): about 0.1 CPU s a child. The rigs' own (Rig.prepare) are run_example's."""
+    with patch_module_args({}):
+        pass
+    str(AnsibleFilterError("imported before forking"))
+
+
 def run_example(name, mutation, base_dir):
     """Run module ``name`` with the harness's arguments changed by ``mutation`` ({option: value or OMIT}) in a
     forked child; returns (outcome, report) where report has the module's result and what changed."""
     harness = fuzz_harness.MODULES[name]
     module = argument_spec(name)[0]
+    # the rig kind's helpers imported, its fixed files read or built (a driver rig's node: copied by each child)
+    # here once, not in every child; each child still gets a fresh rig of its own
+    rigs.RIGS[harness["rig"]].prepare(**harness.get("rig_kwargs", {}))
 
     def work():
         sandbox = tempfile.mkdtemp(prefix="ex-", dir=base_dir)

@@ -32,6 +32,7 @@ Its writes go straight into the fake server's store (they bump resourceVersion l
 ``FakeKubeApi.requests``, which so holds only what the collection sent.
 """
 
+import copy
 import os
 import time
 
@@ -58,6 +59,19 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 
 
+_FIXTURES = []
+
+
+def fixtures():
+    """A copy of the operator's default mig-parted ConfigMap and of the ClusterPolicy its chart installs (the
+    fixtures, parsed once per process)."""
+    if not _FIXTURES:
+        for path in (MIG_DEFAULT_FIXTURE, POLICY_FIXTURE):
+            with open(path) as handle:
+                _FIXTURES.append(yaml.safe_load(handle))
+    return copy.deepcopy(_FIXTURES)
+
+
 class FakeGpuOperator(ReconcileLoop):
     """``nodes``: {node name: (simulated GPU state file, machine shape)}."""
 
@@ -76,12 +90,9 @@ class FakeGpuOperator(ReconcileLoop):
     def install(self):
         api = self.api
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
-        with open(MIG_DEFAULT_FIXTURE) as handle:
-            default_cm = yaml.safe_load(handle)
+        default_cm, policy = fixtures()
         default_cm["metadata"]["namespace"] = self.namespace
         api.put(default_cm)
-        with open(POLICY_FIXTURE) as handle:
-            policy = yaml.safe_load(handle)
         spec = policy["spec"]
         if self.mig_strategy:
             spec["mig"] = {"strategy": self.mig_strategy}

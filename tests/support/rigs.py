@@ -91,6 +91,24 @@ def tool_wrapper(path, argv):
     return path
 
 
+def copy_relocated(source, directory, name):
+    """Copy ``source``/``name`` (a file or a tree, with metadata) to ``directory``/``name``; a symbolic link that
+    points into ``source`` then points to the same place in ``directory``."""
+    src, dst = os.path.join(source, name), os.path.join(directory, name)
+    if not os.path.isdir(src):
+        shutil.copy2(src, dst)
+        return
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+    prefix = source.rstrip(os.sep) + os.sep
+    for dirpath, dirs, files in os.walk(dst):
+        for entry in dirs + files:
+            full = os.path.join(dirpath, entry)
+            if os.path.islink(full) and os.readlink(full).startswith(prefix):
+                target = os.path.join(directory, os.readlink(full)[len(prefix):])
+                os.unlink(full)
+                os.symlink(target, full)
+
+
 def apply_env(env, setenv, delenv):
     """Apply a rig's ``env`` through setenv(key, value) / delenv(key) (monkeypatch's, or os.environ's)."""
     for key, value in env.items():
@@ -110,13 +128,21 @@ class Rig(object):
     kind = None
     exclude = ()
 
+    @classmethod
+    def prepare(cls, **kwargs):
+        """What every rig of this kind (and of these arguments) needs and no rig changes (helpers imported, files
+        read or built once), done once in this process: the fuzzer calls it before forking, so that its children
+        share it instead of each doing it again. A rig works without it (it then does the same on its own)."""
+
     def __init__(self, directory):
         self.dir = str(directory)
         os.makedirs(self.dir, exist_ok=True)
         private = os.path.join(self.dir, PRIVATE)
         os.makedirs(private, exist_ok=True)
-        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private
-        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private}
+        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private;
+        # GPUOPS_TEST_PYTHON: the Python the stand-ins of tests/support/bin run on (this one: "python3" on PATH may
+        # be a version manager's shim, which costs more CPU than the stand-in itself at every call)
+        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private, "GPUOPS_TEST_PYTHON": sys.executable}
         self.args = {}
         self.internal = {"_ansible_tmpdir": private, "_ansible_keep_remote_files": False}
 
@@ -256,6 +282,10 @@ class CdiRig(SimRig):
 
     kind = "cdi"
 
+    @classmethod
+    def prepare(cls, **kwargs):
+        from tests.support import dev_char_tree  # noqa: F401
+
     def __init__(self, directory, module="cdi_spec", **kwargs):
         super(CdiRig, self).__init__(directory, **kwargs)
         etc, run = self.path("etc", "cdi"), self.path("run", "cdi")
@@ -282,6 +312,11 @@ class KubeRig(Rig):
     node gpu-node-1 and a RuntimeClass runc."""
 
     kind = "kube"
+
+    @classmethod
+    def prepare(cls, **kwargs):
+        import yaml  # noqa: F401
+        from tests.support import fake_kube_api  # noqa: F401
 
     def __init__(self, directory, server_version=None):
         super(KubeRig, self).__init__(directory)
@@ -333,6 +368,13 @@ class OperatorRig(KubeRig):
 
     kind = "operator"
     shapes = {"a100": "dgx-a100-40gb", "h200": "hgx-h200"}
+
+    @classmethod
+    def prepare(cls, **kwargs):
+        super(OperatorRig, cls).prepare()
+        from tests.support import fake_crd, fake_gpu_operator
+        fake_gpu_operator.fixtures()
+        fake_crd.load("clusterpolicies", fake_crd.DEFAULT_CLUSTERPOLICY_VERSION)
 
     def __init__(self, directory, loop=False, mig_config_map="gpuops-mig-parted-config"):
         super(OperatorRig, self).__init__(directory)
@@ -480,6 +522,30 @@ class DriverRig(SystemctlRig):
     kind = "driver"
     exclude = ("systemd.json",)
 
+    _templates = {}     # (loaded, installed) -> a rig's directory as __init__ left it, before any module ran
+
+    @classmethod
+    def prepare(cls, loaded=DRIVER_OLD, installed=DRIVER_NEW, **kwargs):
+        """The node a rig of ``loaded``/``installed`` starts from, built once in this process (its files and the
+        systemctl stand-in's record of nvidia-persistenced started: two stand-in runs): later rigs of the same
+        arguments copy it instead of building it again. Its files name no path of the rig (they are relocatable)."""
+        from tests.support import apt_rig, driver_files  # noqa: F401
+        if (loaded, installed) not in cls._templates:
+            import atexit
+            import tempfile
+            folder = tempfile.mkdtemp(prefix="gpuops-driver-rig-")
+            atexit.register(shutil.rmtree, folder, True)
+            rig = cls(os.path.join(folder, "rig"), loaded=loaded, installed=installed)
+            for dirpath, _dirs, files in os.walk(rig.dir):
+                for name in files:
+                    full = os.path.join(dirpath, name)
+                    if not os.path.islink(full):        # links into the rig are moved by copy_relocated
+                        with open(full, "rb") as handle:
+                            if rig.dir.encode() in handle.read():
+                                raise AssertionError("%s names the rig's own path: a copy would not be the same node"
+                                                     % os.path.relpath(full, rig.dir))
+            cls._templates[(loaded, installed)] = rig.dir
+
     def __init__(self, directory, module="driver_modules", loaded=DRIVER_OLD, installed=DRIVER_NEW):
         super(DriverRig, self).__init__(directory)
         from tests.support import driver_files as df
@@ -502,6 +568,17 @@ class DriverRig(SystemctlRig):
         self.env.update({df.ENV_ROOT: self.root, "PATH": bin_dir, "FAKE_SYSTEMD_STATE": self.path("systemd.json"),
                          "FAKE_SYSTEMD_UNIT_DIR": units, "GPUOPS_NODE_LOCK": self.path("node.lock"),
                          "GPUOPS_SIMULATED_GPUS": None, "GPUOPS_SIMULATED_MACHINE": None})
+        template = DriverRig._templates.get((loaded, installed))
+        if template is not None:
+            # the same node, as prepare() built it: its root, the unit and the stand-in's systemd record
+            for name in ("root", "units", "systemd.json"):
+                copy_relocated(template, self.dir, name)
+        else:
+            self._build_node(units, standin, loaded, installed)
+        self._args_for(module)
+
+    def _build_node(self, units, standin, loaded, installed):
+        from tests.support import driver_files as df
         df.set_kernel(self.root, DRIVER_KERNEL)
         dev = df.path(self.root, "sys/bus/pci/devices", DRIVER_GPU)
         os.makedirs(dev)
@@ -521,6 +598,9 @@ class DriverRig(SystemctlRig):
         for command in (["daemon-reload"], ["start", unit]):
             subprocess.run([self.tools["systemctl"]] + command, env=env, check=True, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
+
+    def _args_for(self, module):
+        from tests.support import driver_files as df
         if module == "driver_modules":
             self.args = dict(root=self.root, **self.tools)
         elif module == "driver_services":
@@ -547,6 +627,16 @@ class DcgmRig(SystemctlRig):
     exclude = ("systemd.json",)
     _debs = {}
 
+    @classmethod
+    def prepare(cls, **kwargs):
+        from tests.support import apt_rig, dcgm_rig  # noqa: F401
+        if not cls._debs:
+            import atexit
+            import tempfile
+            folder = tempfile.mkdtemp(prefix="gpuops-dcgm-debs-")
+            atexit.register(shutil.rmtree, folder, True)
+            cls._debs.update(dcgm_rig.build(folder, dcgm_rig.NEW))
+
     def __init__(self, directory):
         super(DcgmRig, self).__init__(directory)
         from tests.support import apt_rig, dcgm_rig
@@ -559,9 +649,7 @@ class DcgmRig(SystemctlRig):
                 tool_wrapper(os.path.join(bin_dir, tool), [real])
         self.tools = {"systemctl": tool_wrapper(os.path.join(bin_dir, "systemctl"), [
             sys.executable, os.path.join(ROOT, "tests", "support", "systemctl_standin.py")])}
-        if not DcgmRig._debs:
-            import tempfile
-            DcgmRig._debs.update(dcgm_rig.build(tempfile.mkdtemp(prefix="gpuops-dcgm-debs-"), dcgm_rig.NEW))
+        DcgmRig.prepare()
         files = dcgm_rig.place(DcgmRig._debs, self.path("debs"))
         self.env.update(dict(apt.env, PATH=bin_dir, GPUOPS_SIMULATED_ROOT=apt.path,
                              FAKE_SYSTEMD_STATE=self.path("systemd.json"),
@@ -585,6 +673,11 @@ class ExporterRig(KubeRig):
 
     kind = "exporter"
     exclude = ("helm-state.json",)
+
+    @classmethod
+    def prepare(cls, **kwargs):
+        super(ExporterRig, cls).prepare()
+        from tests.support import dcgm_exporter_standin  # noqa: F401
 
     def __init__(self, directory, module="release"):
         super(ExporterRig, self).__init__(directory)
