@@ -14,6 +14,10 @@ if COLLECTIONS not in sys.path:
 # The tests' compile cache (tests/support/compile_cache/sitecustomize.py) for every ansible command of the session,
 # those of the benches that tests run included (tests/support/ansible_run.py, with_compile_cache).
 os.environ.setdefault("GPUOPS_TEST_COMPILE_CACHE", COMPILE_CACHE)
+# The Python the stand-ins of tests/support/bin run on (their `exec "${GPUOPS_TEST_PYTHON:-python3}"`): this one, for
+# every process the tests start. `python3` on PATH can be a version manager's shim (pyenv's: about 0.09 CPU s a call
+# against 0.015 for the interpreter itself), and the tests' ansible runs already put this Python's bin first on PATH.
+os.environ.setdefault("GPUOPS_TEST_PYTHON", sys.executable)
 # Each test's CPU seconds, wall seconds and ansible runs, merged per file into build/test-logs/test-costs.md at the
 # end of the run (issue 49; off with -p no:tests.support.cost_table).
 pytest_plugins = ("tests.support.cost_table",)
