@@ -368,8 +368,8 @@ class DeclaredFiles(ModuleRun):
         self.result["invocation"] = self.invocation()
 
     def refuse_input(self, errors):
-        self.module.fail_json(msg=invalid_input(errors), errors=list(errors), changed=False,
-                              invocation=self.invocation())
+        # (the base's refusal, with the invocation as this module shows it: the texts by length and sha1)
+        self.fail(invalid_input(errors), errors=list(errors), changed=False, invocation=self.invocation())
 
     def invocation(self):
         """The module's arguments as the result shows them (-vvv, the json callback): each text by its length and

@@ -302,6 +302,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _helm_re
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._module_run import (
     NOTHING_CHANGED, Failure, Refusal, run_module)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube_service
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _rollout
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bounds import seconds_error
 from ansible_collections.gpuops.nvidia.plugins.module_utils.common._waits import WAITS
@@ -384,10 +385,12 @@ class DevicePluginRelease(_helm_release.HelmRelease):
 
     def health_env(self, kube, namespace, name, value):
         """Make one plugin DaemonSet's DP_DISABLE_HEALTHCHECKS ``value`` (None: unset) where this module owns it; a
-        concurrent write (409) is read again once. Returns the plan carried out."""
+        concurrent write (409) is read and planned again once (_kube_service.retry_on_conflict). Returns the plan
+        carried out."""
         module, path = self.module, _kube.daemonsets_path(namespace, name)
         what = "read the device plugin DaemonSet %s/%s" % (namespace, name)
-        for attempt in (1, 2):
+
+        def attempt():
             daemonset = _kube.read_or_none(kube, what, path)
             plan = _device_plugin_health.env_plan(daemonset, value)
             action = plan["action"]
@@ -417,16 +420,12 @@ class DevicePluginRelease(_helm_release.HelmRelease):
             patch = {"metadata": {"annotations": {_device_plugin_health.MARK: None}}} if action == "unmark" \
                 else _device_plugin_health.env_patch(value)
             patch["metadata"]["resourceVersion"] = daemonset["metadata"].get("resourceVersion")
-            try:
-                kube.patch("set %s on the device plugin DaemonSet %s/%s" % (_device_plugin_health.DISABLE_ENV,
-                                                                            namespace, name),
-                           path, patch, strategic=True)
-            except _kube.KubeError as exc:
-                if exc.status == 409 and attempt == 1:
-                    continue
-                raise
+            kube.patch("set %s on the device plugin DaemonSet %s/%s" % (_device_plugin_health.DISABLE_ENV,
+                                                                        namespace, name),
+                       path, patch, strategic=True)
             return plan
-        return plan
+
+        return _kube_service.retry_on_conflict(attempt, tries=2)
 
     def after_apply(self, context):
         if self.params["verify"]:

@@ -152,3 +152,51 @@ class Running(ModuleRun):
     assert got["Waiting"] == ["a while loop in settle", "sleep() in settle"]
     assert got["Reading"] == ["get_backend() in read_them", "read_all() in read_them"]
     assert got["Running"] == []
+
+
+def _conflict_retries(path):
+    """Lines of ``path`` where a loop compares something with the API's 409 (a literal 409 or a name CONFLICT): a
+    conflict retried by hand. (A 409 outside a loop is an answer, not a retry: _kube.api_error's wording of it, a
+    create that finds the namespace made meanwhile.)"""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    found = []
+
+    def visit(node, in_loop):
+        if in_loop and isinstance(node, ast.Compare):
+            for side in [node.left] + list(node.comparators):
+                if (isinstance(side, ast.Constant) and side.value == 409) or \
+                        (isinstance(side, ast.Name) and side.id == "CONFLICT") or \
+                        (isinstance(side, ast.Attribute) and side.attr == "CONFLICT"):
+                    found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_loop or isinstance(node, (ast.For, ast.While)))
+
+    visit(tree, False)
+    return sorted(set(found))
+
+
+def test_no_module_fails_by_hand_or_retries_a_conflict_by_hand():
+    """Issue 48's done-means: no ``fail_json`` in a module (failures go to the base: ``self.fail``, ``refuse``,
+    ``refuse_input`` or a raised ``Failure``), and no 409 Conflict handled outside the service layer
+    (_kube_service.retry_on_conflict, KubeRun's ``conflict_tries``)."""
+    by_hand = [name for name in module_names()
+               if "fail_json" in open(os.path.join(MODULES, name + ".py")).read()]
+    assert not by_hand, "modules that call fail_json themselves: %s" % by_hand
+    service = os.path.join(ROOT, "plugins", "module_utils", "kube", "_kube_service.py")
+    conflicts = {}
+    for folder, dummy, files in os.walk(os.path.join(ROOT, "plugins")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != service and _conflict_retries(path):
+                conflicts[os.path.relpath(path, ROOT)] = _conflict_retries(path)
+    assert not conflicts, "409 Conflict handled by hand (use _kube_service.retry_on_conflict): %s" % conflicts
+
+
+def test_the_conflict_check_finds_a_hand_written_409_retry(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("for attempt in (1, 2):\n    try:\n        write()\n    except KubeError as exc:\n"
+                      "        if exc.status == 409 and attempt == 1:\n            continue\n        raise\n"
+                      "while True:\n    if _kube_service.CONFLICT == status():\n        break\n"
+                      "if exc.status == 409:\n    pass\n")
+    assert _conflict_retries(str(sample)) == [5, 9]

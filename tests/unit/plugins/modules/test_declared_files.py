@@ -153,6 +153,8 @@ def test_bad_input_is_refused_with_nothing_changed(tmp_path):
     assert res.get("failed") and res["changed"] is False, res
     assert "files[5] (etc/gpuops.conf): the path must be absolute" in res["msg"] and "nothing changed" in res["msg"]
     assert not os.path.exists(root)
+    # a refusal's invocation names the texts by length and sha1 too, as a run's does
+    assert res["invocation"]["module_args"]["contents"]["bundle"].startswith("(%d characters, sha1 " % len(BUNDLE))
 
     unknown = declared(root)
     unknown["files"][1]["state"] = "link"

@@ -271,3 +271,53 @@ def test_verify_fails_with_what_differs(rig, kube_api):
     assert res["failed"]
     assert "node gpu-1 advertises nvidia.com/gpu.shared=0, expected 8" in res["msg"]
     assert "MPS control daemon pod is not ready" in res["msg"]
+
+
+class _ConflictingKube(object):
+    """A client whose DaemonSet another writer changes between this run's read and its first patch: the first patch
+    is answered 409 Conflict; ``conflicts`` of them in all."""
+
+    def __init__(self, conflicts):
+        self.conflicts, self.patches, self.reads = conflicts, [], 0
+
+    def get(self, what, path):
+        self.reads += 1
+        return {"metadata": {"name": "nvidia-device-plugin", "resourceVersion": str(self.reads), "annotations": {}},
+                "spec": {"template": {"spec": {"containers": [{"name": "nvidia-device-plugin-ctr", "env": []}]}}}}
+
+    def patch(self, what, path, body, strategic=False):
+        if self.conflicts > 0:
+            self.conflicts -= 1
+            raise device_plugin._kube.KubeError("conflict", status=409, reason="Conflict")
+        self.patches.append(body)
+
+
+class _Module(object):
+    check_mode, _diff = False, False
+
+    def warn(self, msg):
+        raise AssertionError("no warning expected: %s" % msg)
+
+
+def _health_env(kube):
+    run = device_plugin.DevicePluginRelease.__new__(device_plugin.DevicePluginRelease)
+    run.module, run.result = _Module(), {"changed": False}
+    return run, run.health_env(kube, "nvidia-device-plugin", "nvidia-device-plugin", "79,48")
+
+
+def test_skip_xids_write_that_meets_a_conflict_is_read_planned_and_written_again_once():
+    kube = _ConflictingKube(conflicts=1)
+    run, plan = _health_env(kube)
+    assert plan["action"] == "set" and run.result["changed"] is True
+    assert kube.reads == 2 and len(kube.patches) == 1
+    # the write carries the resourceVersion of the second read, not of the one the conflict answered
+    assert kube.patches[0]["metadata"]["resourceVersion"] == "2"
+    assert kube.patches[0]["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "DP_DISABLE_HEALTHCHECKS", "value": "79,48"}]
+
+
+def test_skip_xids_write_that_meets_a_second_conflict_fails_with_it():
+    kube = _ConflictingKube(conflicts=2)
+    with pytest.raises(device_plugin._kube.KubeError) as failed:
+        _health_env(kube)
+    assert failed.value.status == 409 and kube.reads == 2 and kube.patches == []
