@@ -33,6 +33,7 @@ Its writes go straight into the fake server's store (they bump resourceVersion l
 """
 
 import copy
+import functools
 import os
 import time
 
@@ -59,17 +60,16 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 
 
-_FIXTURES = []
+@functools.lru_cache(maxsize=None)
+def _fixture(path):
+    with open(path) as handle:
+        return yaml.safe_load(handle)
 
 
 def fixtures():
     """A copy of the operator's default mig-parted ConfigMap and of the ClusterPolicy its chart installs (the
     fixtures, parsed once per process)."""
-    if not _FIXTURES:
-        for path in (MIG_DEFAULT_FIXTURE, POLICY_FIXTURE):
-            with open(path) as handle:
-                _FIXTURES.append(yaml.safe_load(handle))
-    return copy.deepcopy(_FIXTURES)
+    return copy.deepcopy([_fixture(MIG_DEFAULT_FIXTURE), _fixture(POLICY_FIXTURE)])
 
 
 class FakeGpuOperator(ReconcileLoop):

@@ -14,6 +14,7 @@ holds call_log, so not even a mutating call that failed may be there), the fake 
 non-dry-run writes that it accepted, the helm release store and its mutating commands. Lock files (``*.lock``) are
 not compared: taking a lock is not a change of configuration.
 """
+import atexit
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
 from tests.support import ctk_env
@@ -91,6 +93,14 @@ def tool_wrapper(path, argv):
     return path
 
 
+def process_folder(prefix):
+    """A new temporary folder that lives as long as this process (removed when it exits; a forked child that ends with
+    os._exit leaves it to its parent): for what a rig kind's ``prepare`` builds once."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def copy_relocated(source, directory, name):
     """Copy ``source``/``name`` (a file or a tree, with metadata) to ``directory``/``name``; a symbolic link that
     points into ``source`` then points to the same place in ``directory``."""
@@ -139,10 +149,9 @@ class Rig(object):
         os.makedirs(self.dir, exist_ok=True)
         private = os.path.join(self.dir, PRIVATE)
         os.makedirs(private, exist_ok=True)
-        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private;
-        # GPUOPS_TEST_PYTHON: the Python the stand-ins of tests/support/bin run on (this one: "python3" on PATH may
-        # be a version manager's shim, which costs more CPU than the stand-in itself at every call)
-        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private, "GPUOPS_TEST_PYTHON": sys.executable}
+        # HOME: "~" in any argument is the rig; ANSIBLE_LOCAL_TEMP: ansible's own temporary files stay private
+        # (the stand-ins' Python, GPUOPS_TEST_PYTHON, is the test session's: tests/conftest.py)
+        self.env = {"HOME": self.dir, "ANSIBLE_LOCAL_TEMP": private}
         self.args = {}
         self.internal = {"_ansible_tmpdir": private, "_ansible_keep_remote_files": False}
 
@@ -531,10 +540,7 @@ class DriverRig(SystemctlRig):
         arguments copy it instead of building it again. Its files name no path of the rig (they are relocatable)."""
         from tests.support import apt_rig, driver_files  # noqa: F401
         if (loaded, installed) not in cls._templates:
-            import atexit
-            import tempfile
-            folder = tempfile.mkdtemp(prefix="gpuops-driver-rig-")
-            atexit.register(shutil.rmtree, folder, True)
+            folder = process_folder("gpuops-driver-rig-")
             rig = cls(os.path.join(folder, "rig"), loaded=loaded, installed=installed)
             for dirpath, _dirs, files in os.walk(rig.dir):
                 for name in files:
@@ -631,11 +637,7 @@ class DcgmRig(SystemctlRig):
     def prepare(cls, **kwargs):
         from tests.support import apt_rig, dcgm_rig  # noqa: F401
         if not cls._debs:
-            import atexit
-            import tempfile
-            folder = tempfile.mkdtemp(prefix="gpuops-dcgm-debs-")
-            atexit.register(shutil.rmtree, folder, True)
-            cls._debs.update(dcgm_rig.build(folder, dcgm_rig.NEW))
+            cls._debs.update(dcgm_rig.build(process_folder("gpuops-dcgm-debs-"), dcgm_rig.NEW))
 
     def __init__(self, directory):
         super(DcgmRig, self).__init__(directory)
