@@ -4,7 +4,9 @@ import sys
 
 import pytest
 
-from tests.support.ansible_run import COMPILE_CACHE
+from tests.support.ansible_run import COMPILE_CACHE, ansible_env
+from tests.support.compile_cache import gpuops_module_server as module_server
+from tests.support.compile_cache.gpuops_module_server import VARIABLE
 from tests.support.converged_lab import session_root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,44 @@ def shared_ansiballz_cache(tmp_path_factory):
     (tests/support/compile_cache/gpuops_shared_ansiballz.py): new in each session, shared by its xdist workers."""
     os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_CACHE", str(session_root(tmp_path_factory) / "ansiballz-cache"))
     os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_COLLECTIONS", COLLECTIONS)
+    yield
+
+
+# The tests whose assertions are about module processes themselves: they find a module among ansible-playbook's
+# descendants, stop it through its parent (tests/support/stop_points.py) or kill a run's process group at a chosen
+# point. Their ansible runs start every module in its own interpreter, as a node does; the other tests' module runs
+# fork from the session's warm interpreter (tests/support/compile_cache/gpuops_module_server.py, issue 49).
+MODULE_PROCESS_TESTS = ("tests/reliability/test_sigkill_site.py", "tests/reliability/test_sigkill_module.py",
+                        "tests/reliability/test_sigkill_driver_modules.py",
+                        "tests/reliability/test_sigkill_health_quarantine.py", "tests/reliability/test_fuzz_inputs.py",
+                        "tests/integration/test_site_chart_flow.py", "tests/integration/test_site_driver_live.py",
+                        "tests/integration/test_site_slices.py", "tests/unit/plugins/modules/test_cdi_spec.py",
+                        "tests/unit/plugins/modules/test_device_plugin_real_helm.py",
+                        "tests/unit/plugins/modules/test_gpu_operator_modules.py")
+
+
+@pytest.fixture(scope="session")
+def _module_server(tmp_path_factory, shared_ansiballz_cache):   # pylint: disable=unused-argument,redefined-outer-name
+    """This pytest process's warm interpreter for module runs, started with the environment of the tests' ansible
+    commands (so that their module runs find it); none where GPUOPS_TEST_MODULE_SERVER is already set (``off``: none
+    at all) or the system cannot run it."""
+    if VARIABLE in os.environ or not module_server.available():
+        yield None
+        return
+    server = module_server.Started(str(tmp_path_factory.mktemp("ms")), ansible_env())
+    if not server.ready():
+        server.stop()
+        yield None
+        return
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def module_server_for_test(request, _module_server, monkeypatch):   # pylint: disable=redefined-outer-name
+    """The session's module server named for this test's ansible runs, unless the test is one of MODULE_PROCESS_TESTS."""
+    if _module_server is not None and request.node.nodeid.split("::", 1)[0] not in MODULE_PROCESS_TESTS:
+        monkeypatch.setenv(VARIABLE, _module_server.directory)
     yield
 
 

@@ -15,7 +15,10 @@ trend command keeps the table and its trend in docs/readings/test-costs.md. Off 
 Limits: a module- or session-scoped fixture is charged to the test whose setup or teardown ran it; a process a test
 leaves running is charged to the test during which it is waited for (its runs' lines to the test during which they
 are written); an ansible run started with an environment of its own, without ansible_env's callback path or this
-variable, is not counted (its CPU is).
+variable, is not counted (its CPU is). The session's module server (tests/support/compile_cache/gpuops_module_server.py)
+runs the module runs of most tests' ansible commands as its own children: its CPU seconds, which it counts as it reaps
+each run, are added while it runs, so that a module run is charged to the test whose ansible command started it (and,
+once the server has ended and been waited for, they are in this process's children's).
 """
 import importlib.util
 import json
@@ -27,6 +30,7 @@ import uuid
 import pytest
 
 from tests.support.ansible_run import ROOT
+from tests.support.compile_cache import gpuops_module_server as module_server
 
 VARIABLE = "GPUOPS_TEST_ANSIBLE_RUNS"    # the callback's file (tests/support/callback_plugins/ansible_runs.py)
 RUN_VARIABLE = "GPUOPS_TEST_COST_RUN"    # the main process's run id, which its xdist workers inherit
@@ -42,9 +46,10 @@ _SPEC.loader.exec_module(test_budget)
 
 
 def cpu_seconds():
-    """User and system CPU seconds of this process and of the children it has waited for."""
+    """User and system CPU seconds of this process and of the children it has waited for, and of the session's module
+    server while it runs (its module runs are its children, not the ansible commands': gpuops_module_server.py)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + module_server.running_cpu()
 
 
 def parse_runs(text):

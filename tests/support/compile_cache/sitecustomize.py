@@ -26,6 +26,9 @@ unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on 
 ``GPUOPS_TEST_TASK_CPU``: a file where every process of the run writes its CPU seconds when it ends, per task and module
 (gpuops_task_cpu.py, issue 49; tests/support/task_cpu.py sums them); it needs the cache's directory on PYTHONPATH, so
 the compile cache on. Unset: nothing is recorded.
+``GPUOPS_TEST_MODULE_SERVER``: a directory where the session's warm interpreter for module runs listens
+(gpuops_module_server.py, issue 49); a Python started to read its script from standard input hands the script to it.
+Unset or empty: every module run starts its own interpreter.
 """
 import __future__
 import _thread
@@ -130,6 +133,13 @@ def _run_shadowed_sitecustomize():
 
 
 def _start(environ):
+    handed = None
+    if environ.get("GPUOPS_TEST_MODULE_SERVER", "off") not in ("", "off") and sys.argv == [""] and not os.isatty(0):
+        # a script read from standard input (a module run: ansible.cfg's pipelining) goes to the session's warm
+        # interpreter where there is one for this interpreter (this directory's gpuops_module_server.py); the process
+        # ends there, or gets the script back (declined) and runs it below, after its usual start-up
+        import gpuops_module_server   # pylint: disable=import-outside-toplevel
+        handed = gpuops_module_server.client(environ["GPUOPS_TEST_MODULE_SERVER"], environ)
     chosen = environ.get("GPUOPS_TEST_COMPILE_CACHE", "")
     if chosen and chosen.lower() != "off":
         install(chosen)
@@ -145,6 +155,8 @@ def _start(environ):
         import gpuops_task_cpu   # pylint: disable=import-outside-toplevel
         gpuops_task_cpu.install(environ["GPUOPS_TEST_TASK_CPU"])
     _run_shadowed_sitecustomize()
+    if handed is not None:
+        gpuops_module_server.run_source(handed)
 
 
 if __name__ == "sitecustomize":   # (the tests import this file under another name, to test it)

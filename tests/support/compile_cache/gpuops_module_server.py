@@ -1,0 +1,393 @@
+"""A warm interpreter for the module runs of the tests' ansible commands (issue 49), loaded by this directory's
+sitecustomize.py where ``GPUOPS_TEST_MODULE_SERVER`` names a directory (tests/conftest.py: one server per pytest
+process, for its session). Off unless named.
+
+Why: every module run of a test's converge starts a new Python that reads AnsiballZ's wrapper from its standard input
+(ansible.cfg's ``pipelining``) and imports ansible-core's module_utils again (``ansible.module_utils.basic`` and what
+it imports: about 0.1 of a module run's 0.13-0.2 CPU s), some 3,700 times a `make test`. Here a server that imported
+them once forks for each run instead; the Python that ansible started hands its script, its standard streams, its
+environment, working directory, umask and ``sys.path`` to the server, waits for the fork to end and ends the same way
+(its exit status, or killed by the same signal). The module's own code still runs from the payload ansible built, in
+its own process, with the node's environment; only ansible-core's module_utils are the server's copies, and only where
+the payload's ``ansible/module_utils/basic.py`` is the server's byte for byte (the same ansible-core), else the
+Python that ansible started runs the script itself, as without the server.
+
+What differs from a fresh interpreter, and so where the server is not used:
+
+- the module's process is the server's child, not a child of the ansible worker: a test that finds a module among
+  ansible-playbook's descendants or stops it through its parent (tests/support/stop_points.py) runs without the server
+  (its files are named in tests/conftest.py, MODULE_PROCESS_TESTS); a module whose starter is killed (a test's
+  SIGKILL of ansible-playbook's process group) is killed by the server as soon as it sees the starter gone;
+- the interpreter's start-up is the server's: a process whose ``sys.executable``, version, flags, ``PYTHON*``, locale
+  or tests' hooks (GPUOPS_TEST_COMPILE_CACHE, GPUOPS_TEST_ANSIBALLZ_*) differ finds no server (its socket is named by
+  a digest of them) and starts as usual; so does any Python started with arguments (only a script read from standard
+  input is handed over), and every run while ``GPUOPS_TEST_TASK_CPU`` is set (that reading measures real processes).
+
+Where the CPU goes: the module's process is the server's child, so the tests' cost table (tests/support/cost_table.py)
+adds the server's CPU seconds (``server_cpu``), which the server counts as it reaps each run.
+"""
+import hashlib
+import marshal
+import os
+import sys
+
+VARIABLE = "GPUOPS_TEST_MODULE_SERVER"
+# what the server imports once: AnsiballZ's wrapper and loader, ansible-core's module_utils that every module imports
+PRELOAD = ("ansible.module_utils.basic", "ansible.module_utils._internal._ansiballz._loader", "base64", "datetime",
+           "json", "shutil", "tempfile", "zipfile")
+# the variables that decide how an interpreter and this directory's sitecustomize start: part of the socket's name
+_HOOKS = ("GPUOPS_TEST_COMPILE_CACHE", "GPUOPS_TEST_ANSIBALLZ_CACHE", "GPUOPS_TEST_ANSIBALLZ_COLLECTIONS",
+          "GPUOPS_TEST_TASK_CPU")
+_HEADER = 8
+_QUERY = 0             # a request of this length asks for the server's CPU seconds
+_DECLINED = -(1 << 30)  # the reply for a script the server does not run (another ansible-core's payload)
+
+
+def fingerprint(environ):
+    """What an interpreter started with ``environ`` would be: sys.executable, version, flags and the variables above."""
+    keys = sorted(k for k in environ if k.startswith("PYTHON") or k.startswith("LC_") or k == "LANG" or k in _HOOKS)
+    text = repr((sys.executable, sys.version, tuple(sys.flags), [(k, environ[k]) for k in keys]))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def socket_path(directory, environ):
+    return os.path.join(directory, fingerprint(environ) + ".sock")
+
+
+def run_source(source):
+    """Run ``source`` as `python` runs a script read from its standard input, then end the process as it would."""
+    import types
+    main = types.ModuleType("__main__")
+    main.__file__ = "<stdin>"
+    main.__builtins__ = sys.modules["builtins"]
+    sys.modules["__main__"] = main
+    status, signal_number = 0, None
+    try:
+        exec(compile(source, "<stdin>", "exec"), main.__dict__)   # pylint: disable=exec-used
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        import signal   # pylint: disable=import-outside-toplevel
+        kind, value, trace = sys.exc_info()
+        sys.excepthook(kind, value.with_traceback(trace.tb_next), trace.tb_next)
+        status, signal_number = 1, signal.SIGINT
+    except BaseException:   # pylint: disable=broad-except
+        kind, value, trace = sys.exc_info()
+        sys.excepthook(kind, value.with_traceback(trace.tb_next), trace.tb_next)   # from the script's frame, as Python
+        status = 1
+    _finalize()
+    if signal_number is not None:
+        import signal   # pylint: disable=import-outside-toplevel
+        signal.signal(signal_number, signal.SIG_DFL)
+        os.kill(os.getpid(), signal_number)
+    os._exit(status)
+
+
+def _exit_status(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write("%s\n" % (code,))
+    except Exception:   # pylint: disable=broad-except
+        pass
+    return 1
+
+
+def _finalize():
+    """What Python does at exit before it tears down: wait for threads, run atexit, flush the standard streams."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()   # pylint: disable=protected-access
+        except Exception:   # pylint: disable=broad-except
+            pass
+    import atexit   # pylint: disable=import-outside-toplevel
+    atexit._run_exitfuncs()   # pylint: disable=protected-access
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:   # pylint: disable=broad-except
+            pass
+
+
+def client(directory, environ):
+    """In a Python started to read its script from standard input: hand the run to the server. Returns None where
+    there is no server for this interpreter (standard input untouched: Python goes on as usual), the script where the
+    server declined it (this process runs it, after its usual start-up); ends the process otherwise."""
+    if environ.get("GPUOPS_TEST_TASK_CPU"):
+        return None
+    import socket   # pylint: disable=import-outside-toplevel
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(socket_path(directory, environ))
+    except OSError:
+        sock.close()
+        return None
+    source = sys.stdin.buffer.read()
+    request = marshal.dumps({"cwd": os.getcwd(), "env": dict(environ), "umask": _umask(), "path": list(sys.path),
+                             "source": source})
+    streams = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
+    try:
+        sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
+        sock.sendall(request)
+        reply = _read(sock, 4)
+    except OSError:
+        reply = b""
+    if len(reply) < 4:
+        return source             # the server went away before the run started: run it here
+    status = int.from_bytes(reply, "big", signed=True)
+    if status == _DECLINED:
+        return source
+    if status < 0:
+        import signal   # pylint: disable=import-outside-toplevel
+        try:
+            signal.signal(-status, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass          # SIGKILL, SIGSTOP: nothing to reset
+        os.kill(os.getpid(), -status)
+        status = 128 - status
+    os._exit(status)
+
+
+def server_cpu(directory, environ=None):
+    """The CPU seconds of the server for ``environ`` (default this process's) and of every run it reaped: 0.0 where
+    there is none."""
+    import socket   # pylint: disable=import-outside-toplevel
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(socket_path(directory, os.environ if environ is None else environ))
+        sock.sendall(_QUERY.to_bytes(_HEADER, "big"))
+        return float(_read(sock, 64).decode("ascii") or 0.0)
+    except (OSError, ValueError):
+        return 0.0
+    finally:
+        sock.close()
+
+
+def _read(sock, size):
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class Server(object):
+    """The server's loop: accepts runs, forks one process per run, reaps it and tells its starter how it ended; kills a
+    run whose starter is gone. One thread, no signal handlers: every wait is a poll over the listener, the runs'
+    process file descriptors and their starters' connections."""
+
+    def __init__(self, directory):
+        import select   # pylint: disable=import-outside-toplevel
+        import socket   # pylint: disable=import-outside-toplevel
+        for name in PRELOAD:
+            __import__(name)
+        basic = sys.modules["ansible.module_utils.basic"].__file__
+        with open(basic, "rb") as handle:
+            self.basic = handle.read()
+        # ansible-core's files as the payloads name them ("ansible/module_utils/basic.py"): a payload that carries
+        # any other file under ansible/ (a playbook's own library module is ansible/legacy/<name>.py) is declined,
+        # since the server's `ansible` package would not find it
+        top = os.path.dirname(sys.modules["ansible"].__file__)
+        self.ansible_files = set(os.path.relpath(os.path.join(folder, name), os.path.dirname(top))
+                                 for folder, _dirs, names in os.walk(top) for name in names)
+        self.select, self.socket = select, socket
+        self.path = socket_path(directory, os.environ)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path + ".new")
+        self.listener.listen(64)
+        os.replace(self.path + ".new", self.path)   # whole: a client connects to a listening server or to none
+        self.poller = select.poll()
+        self.poller.register(self.listener.fileno(), select.POLLIN)
+        self.runs = {}            # pidfd -> (pid, connection)
+        self.starters = {}        # connection's fd -> pidfd
+
+    def serve(self):
+        while True:
+            for fd, _events in self.poller.poll():
+                if fd == self.listener.fileno():
+                    self._accept()
+                elif fd in self.runs:
+                    self._ended(fd)
+                elif fd in self.starters:
+                    self._starter_gone(fd)
+
+    def _accept(self):
+        conn, _ = self.listener.accept()
+        try:
+            fds, request = self._receive(conn)
+        except (OSError, ValueError, EOFError, TypeError):
+            conn.close()
+            return
+        if request is None:
+            conn.sendall(("%.6f" % self._cpu()).encode("ascii"))
+            conn.close()
+            return
+        if not self._same_ansible(request["source"]):
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(_DECLINED.to_bytes(4, "big", signed=True))
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self._child(fds, request)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.runs[pidfd] = (pid, conn)
+        self.starters[conn.fileno()] = pidfd
+        self.poller.register(pidfd, self.select.POLLIN)
+        self.poller.register(conn.fileno(), self.select.POLLIN)   # the starter sends nothing more: this is its end
+
+    def _receive(self, conn):
+        socket = self.socket
+        msg, ancdata, _flags, _addr = conn.recvmsg(_HEADER, socket.CMSG_SPACE(3 * 4))
+        fds = []
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True) for i in range(0, len(data) - 3, 4)]
+        size = int.from_bytes(msg, "big") if len(msg) == _HEADER else -1
+        if size == _QUERY and not fds:
+            return fds, None
+        if size <= 0 or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("not a request")
+        return fds, marshal.loads(_read(conn, size))
+
+    def _same_ansible(self, source):
+        """Whether a script that carries an AnsiballZ payload carries this server's basic.py and no file under
+        ansible/ that the server's ansible-core lacks (a script that is not AnsiballZ's wrapper: yes)."""
+        start = source.find(b"\nzip_data='")
+        if start < 0:
+            return b"_ANSIBALLZ_WRAPPER" not in source[:4096]   # another ansible-core's wrapper: declined
+        start += len(b"\nzip_data='")
+        import base64   # pylint: disable=import-outside-toplevel
+        import io   # pylint: disable=import-outside-toplevel
+        import zipfile   # pylint: disable=import-outside-toplevel
+        try:
+            payload = zipfile.ZipFile(io.BytesIO(base64.b64decode(source[start:source.index(b"'", start)])))
+            if any(name.startswith("ansible/") and name not in self.ansible_files for name in payload.namelist()):
+                return False
+            return payload.read("ansible/module_utils/basic.py") == self.basic
+        except (KeyError, ValueError, zipfile.BadZipFile):
+            return False
+
+    def _child(self, fds, request):
+        """The run's process: the starter's streams, environment, directory, umask and path; then its script."""
+        try:
+            import signal   # pylint: disable=import-outside-toplevel
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            os.closerange(3, 65536)   # the listener, other runs' connections: a fresh interpreter has none of them
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.umask(request["umask"])
+            sys.argv[:] = [""]
+            sys.path[:] = ([] if sys.flags.safe_path else [""]) + request["path"]
+        except BaseException:   # pylint: disable=broad-except
+            os._exit(70)
+        run_source(request["source"])
+
+    def _ended(self, pidfd):
+        pid, conn = self.runs.pop(pidfd)
+        self._forget(pidfd, conn)
+        _, status = os.waitpid(pid, 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        try:
+            conn.sendall(code.to_bytes(4, "big", signed=True))
+        except OSError:
+            pass
+        conn.close()
+
+    def _starter_gone(self, fd):
+        pidfd = self.starters[fd]
+        pid, conn = self.runs.pop(pidfd)
+        self._forget(pidfd, conn)
+        import signal   # pylint: disable=import-outside-toplevel
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        conn.close()
+
+    def _forget(self, pidfd, conn):
+        self.poller.unregister(pidfd)
+        self.poller.unregister(conn.fileno())
+        del self.starters[conn.fileno()]
+        os.close(pidfd)
+
+    @staticmethod
+    def _cpu():
+        import resource   # pylint: disable=import-outside-toplevel
+        own, runs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + runs.ru_utime + runs.ru_stime
+
+
+_RUNNING = []   # the servers this process started and has not stopped yet
+
+
+def running_cpu():
+    """The CPU seconds of the servers this process started and runs (their runs reaped so far included); a server's
+    seconds are its parent's children's once it has been stopped and waited for."""
+    return sum(server_cpu(started.directory, started.env) for started in _RUNNING)
+
+
+class Started(object):
+    """A server started by a test session: ``stop()`` ends it and removes its socket."""
+
+    def __init__(self, directory, env):
+        self.env = env
+        import subprocess   # pylint: disable=import-outside-toplevel
+        self.directory = directory
+        self.path = socket_path(directory, env)
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.process = subprocess.Popen([sys.executable, os.path.join(here, "gpuops_module_server.py"), directory],
+                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, close_fds=True)
+
+    def ready(self, bound_s=60.0):
+        """Whether the server listens (polls for its socket, bounded; False where it ended first)."""
+        import time   # pylint: disable=import-outside-toplevel
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            if os.path.exists(self.path):
+                _RUNNING.append(self)
+                return True
+            if self.process.poll() is not None:
+                return False
+            time.sleep(0.02)
+        return False
+
+    def stop(self):
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        self.process.kill()
+        self.process.wait()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def available():
+    """Whether this Python and system can run the server (Linux's pidfd_open, SCM_RIGHTS)."""
+    return hasattr(os, "pidfd_open") and sys.platform.startswith("linux")
+
+
+if __name__ == "__main__":
+    Server(sys.argv[1]).serve()

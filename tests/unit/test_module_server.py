@@ -1,0 +1,156 @@
+"""The tests' warm interpreter for module runs (tests/support/compile_cache/gpuops_module_server.py): a script handed to
+it behaves as in a Python of its own (output, exit status, a signal, the environment, directory, umask, argv, path,
+atexit); a run whose starter is killed is killed; another ansible-core's payload, another interpreter's start-up and
+the CPU reading's runs are not taken; the server's CPU seconds are read while it runs."""
+import base64
+import io
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.support import ansible_run
+from tests.support.compile_cache import gpuops_module_server as module_server
+from tests.support.stop_points import BOUND_S, wait_gone
+
+pytestmark = pytest.mark.skipif(not module_server.available(), reason="needs Linux's pidfd_open")
+
+SCRIPT = r"""
+import atexit, json, os, sys
+atexit.register(lambda: sys.stdout.write("atexit ran\n"))
+umask = os.umask(0); os.umask(umask)
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "umask": umask,
+                  "marker": os.environ.get("GPUOPS_TEST_MARKER"), "main": __name__, "file": __file__,
+                  "in_path": "/elsewhere/lib" in sys.path, "fds": sorted(int(f) for f in os.listdir("/proc/self/fd"))}))
+sys.stderr.write("to stderr\n")
+sys.exit(int(os.environ.get("GPUOPS_TEST_EXIT", "0")))
+"""
+
+
+@pytest.fixture
+def server(tmp_path):
+    env = _env()
+    started = module_server.Started(str(tmp_path / "ms"), env)
+    os.makedirs(started.directory)
+    assert started.ready(), "the module server did not start"
+    yield started
+    started.stop()
+
+
+def _env(**extra):
+    env = ansible_run.with_compile_cache(dict(os.environ, PYTHONPATH="/elsewhere/lib"))
+    env.pop(module_server.VARIABLE, None)
+    env.pop("GPUOPS_TEST_TASK_CPU", None)
+    env.update(extra)
+    return env
+
+
+def _python(script, env, cwd, directory=None):
+    if directory is not None:
+        env = dict(env, **{module_server.VARIABLE: directory})
+    return subprocess.run([sys.executable], input=script.encode(), env=env, cwd=str(cwd), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=BOUND_S, check=False)
+
+
+def _served(server, before):
+    return module_server.server_cpu(server.directory, server.env) > before
+
+
+def test_a_script_runs_in_the_server_as_in_a_python_of_its_own(server, tmp_path):
+    env = _env(GPUOPS_TEST_MARKER="here", GPUOPS_TEST_EXIT="3")
+    own = _python(SCRIPT, env, tmp_path)
+    before = module_server.server_cpu(server.directory, server.env)
+    served = _python(SCRIPT, env, tmp_path, server.directory)
+    assert _served(server, before)
+    assert (served.returncode, served.stdout, served.stderr) == (own.returncode, own.stdout, own.stderr)
+    assert own.returncode == 3 and b'"marker": "here"' in own.stdout and own.stdout.endswith(b"atexit ran\n")
+    assert b'"argv": [""], "path0": ""' in own.stdout and b'"in_path": true' in own.stdout
+    assert b'"fds": [0, 1, 2, 3]' in served.stdout        # the listing's own descriptor: nothing of the server's
+
+
+def test_the_run_ends_as_the_script_does(server, tmp_path):
+    env = _env()
+    for script, code, err in (("raise SystemExit('no way')", 1, b"no way\n"),
+                              ("raise ValueError('bad')", 1, b"ValueError: bad\n"),
+                              ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL, b""),
+                              ("import sys; sys.exit(None)", 0, b"")):
+        own = _python(script, env, tmp_path)
+        served = _python(script, env, tmp_path, server.directory)
+        assert (own.returncode, served.returncode) == (code, code), script
+        assert own.stderr == served.stderr and own.stderr.endswith(err), (script, own.stderr, served.stderr)
+
+
+def test_a_run_whose_starter_is_killed_is_killed(server, tmp_path):
+    pid_file = tmp_path / "run.pid"
+    script = "import os, signal; open(%r, 'w').write(str(os.getpid())); signal.pause()" % str(pid_file)
+    env = dict(_env(), **{module_server.VARIABLE: server.directory})
+    starter = subprocess.Popen([sys.executable], stdin=subprocess.PIPE, env=env, cwd=str(tmp_path))
+    starter.stdin.write(script.encode())
+    starter.stdin.close()
+    run = wait_for_file(pid_file, starter)
+    assert run != starter.pid                               # the script runs in the server's fork
+    starter.kill()
+    starter.wait()
+    wait_gone([run])
+
+
+def wait_for_file(path, starter):
+    import time   # pylint: disable=import-outside-toplevel
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        assert starter.poll() is None, "the starter ended before the script wrote its pid"
+        time.sleep(0.01)
+    raise AssertionError("the script never wrote its pid")
+
+
+def _wrapper(basic, *more):
+    """A script shaped as AnsiballZ's wrapper, whose payload carries ``basic`` as ansible/module_utils/basic.py (and
+    the files ``more`` names)."""
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w") as payload:
+        payload.writestr("ansible/module_utils/basic.py", basic)
+        for name in more:
+            payload.writestr(name, "")
+    return "\n".join(["_ANSIBALLZ_WRAPPER = True", "import os", "print(os.getppid())", "x = dict(",
+                      "zip_data='%s'," % base64.b64encode(data.getvalue()).decode(), ")", ""])
+
+
+def test_only_a_payload_of_the_same_ansible_core_is_taken(server, tmp_path):
+    from ansible.module_utils import basic   # pylint: disable=import-outside-toplevel
+    with open(basic.__file__, "rb") as handle:
+        same = handle.read()
+    env = _env()
+    taken = _python(_wrapper(same), env, tmp_path, server.directory)
+    declined = _python(_wrapper(same + b"\n# another ansible-core\n"), env, tmp_path, server.directory)
+    legacy = _python(_wrapper(same, "ansible/legacy/__init__.py", "ansible/legacy/my_module.py"), env, tmp_path,
+                     server.directory)
+    assert taken.returncode == declined.returncode == legacy.returncode == 0
+    assert int(taken.stdout) == server.process.pid            # forked by the server
+    assert int(declined.stdout) == int(legacy.stdout) == os.getpid()   # ran in the Python this test started
+
+
+def test_another_start_up_or_the_cpu_reading_finds_no_server(server, tmp_path):
+    script = "import os; print(os.getppid())"
+    assert int(_python(script, _env(), tmp_path, server.directory).stdout) == server.process.pid
+    for other in (_env(PYTHONHASHSEED="7"), _env(GPUOPS_TEST_TASK_CPU=str(tmp_path / "cpu.tsv")),
+                  _env(GPUOPS_TEST_COMPILE_CACHE="off")):
+        assert int(_python(script, other, tmp_path, server.directory).stdout) == os.getpid()
+
+
+def test_the_server_cpu_is_read_while_it_runs_and_is_its_parents_once_stopped(tmp_path):
+    started = module_server.Started(str(tmp_path / "ms"), _env())
+    os.makedirs(started.directory)
+    assert started.ready()
+    assert started in module_server._RUNNING   # pylint: disable=protected-access
+    first = module_server.running_cpu()
+    assert first > 0                             # its imports
+    _python("sum(range(3000000))", started.env, tmp_path, started.directory)
+    assert module_server.running_cpu() > first   # the run it reaped
+    started.stop()
+    assert started not in module_server._RUNNING   # pylint: disable=protected-access
+    assert module_server.server_cpu(started.directory, started.env) == 0.0
