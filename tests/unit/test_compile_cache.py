@@ -192,3 +192,19 @@ def test_a_bench_uses_the_cache_only_where_its_environment_names_it(monkeypatch,
     fleet_common.Run("site.yml", str(tmp_path), 1, {})
     assert seen[-1]["PYTHONPATH"].split(os.pathsep) == [ansible_run.COMPILE_CACHE_PATH, "/elsewhere"]
     assert seen[-1]["GPUOPS_TEST_COMPILE_CACHE"] == str(tmp_path / "cache")
+
+
+def test_a_process_started_as_the_tests_start_ansible_freezes_its_objects_only_across_a_fork():
+    """The sitecustomize's fork hook: the forked child starts with its parent's objects frozen (its collector leaves
+    them alone), the parent has none frozen after the fork."""
+    script = ("import gc, os; before = gc.get_freeze_count(); r, w = os.pipe(); pid = os.fork()\n"
+              "if pid == 0:\n    os.write(w, str(gc.get_freeze_count()).encode()); os._exit(0)\n"
+              "os.close(w); child = int(os.read(r, 64)); os.waitpid(pid, 0)\n"
+              "print(before, child > 1000, gc.get_freeze_count())")
+    env = ansible_run.ansible_env({})
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, check=True)
+    assert out.stdout.split() == ["0", "True", "0"]
+    off = subprocess.run([sys.executable, "-c", script], env=ansible_run.ansible_env({"GPUOPS_TEST_COMPILE_CACHE": "off"}),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=True)
+    assert off.stdout.split() == ["0", "False", "0"]      # without the tests' start-up: nothing frozen
