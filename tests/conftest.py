@@ -35,13 +35,14 @@ def shared_ansiballz_cache(tmp_path_factory):
 
 
 # The tests whose assertions are about module processes themselves: they find a module among ansible-playbook's
-# descendants, stop it through its parent (tests/support/stop_points.py) or kill a run's process group at a chosen
-# point. Their ansible runs start every module in its own interpreter, as a node does; the other tests' module runs
-# fork from the session's warm interpreter (tests/support/compile_cache/gpuops_module_server.py, issue 49).
+# descendants, kill the process group a stand-in names (the module's) or kill a run while a module may be running.
+# Their ansible runs start every module in its own interpreter, as a node does; the other tests' module runs fork from
+# the session's warm interpreter (tests/support/compile_cache/gpuops_module_server.py, issue 49). Two kill tests use
+# it: test_site_chart_flow kills ansible-playbook stopped at a task's start (no module running), test_site_driver_live
+# kills the module a stand-in stopped by its PID (the stand-in's parent: the module's own process either way).
 MODULE_PROCESS_TESTS = ("tests/reliability/test_sigkill_site.py", "tests/reliability/test_sigkill_module.py",
                         "tests/reliability/test_sigkill_driver_modules.py",
                         "tests/reliability/test_sigkill_health_quarantine.py", "tests/reliability/test_fuzz_inputs.py",
-                        "tests/integration/test_site_chart_flow.py", "tests/integration/test_site_driver_live.py",
                         "tests/integration/test_site_slices.py", "tests/unit/plugins/modules/test_cdi_spec.py",
                         "tests/unit/plugins/modules/test_device_plugin_real_helm.py",
                         "tests/unit/plugins/modules/test_gpu_operator_modules.py")
