@@ -154,3 +154,19 @@ def test_the_server_cpu_is_read_while_it_runs_and_is_its_parents_once_stopped(tm
     started.stop()
     assert started not in module_server._RUNNING   # pylint: disable=protected-access
     assert module_server.server_cpu(started.directory, started.env) == 0.0
+
+
+def test_a_server_whose_session_is_gone_ends(tmp_path):
+    """A server left by a killed test session (its parent) ends on its own: none pile up on a developer's machine."""
+    directory = str(tmp_path / "ms")
+    os.makedirs(directory)
+    here = os.path.dirname(os.path.abspath(module_server.__file__))
+    # a parent that starts the server, says its PID and is then killed (no stop(): as a killed pytest worker)
+    starts = ("import os, subprocess, sys; p = subprocess.Popen([sys.executable, %r, %r, str(os.getpid())]); "
+              "print(p.pid, flush=True); import signal; signal.pause()") % (
+                  os.path.join(here, "gpuops_module_server.py"), directory)
+    parent = subprocess.Popen([sys.executable, "-c", starts], env=_env(), stdout=subprocess.PIPE)
+    server = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    wait_gone([server])

@@ -41,6 +41,7 @@ _HOOKS = ("GPUOPS_TEST_COMPILE_CACHE", "GPUOPS_TEST_ANSIBALLZ_CACHE", "GPUOPS_TE
 _HEADER = 8
 _QUERY = 0             # a request of this length asks for the server's CPU seconds
 _DECLINED = -(1 << 30)  # the reply for a script the server does not run (another ansible-core's payload)
+_PARENT_CHECK_MS = 5000  # while idle, how often the server looks whether the process that started it still runs
 
 
 def fingerprint(environ):
@@ -187,7 +188,8 @@ class Server(object):
     run whose starter is gone. One thread, no signal handlers: every wait is a poll over the listener, the runs'
     process file descriptors and their starters' connections."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, parent):
+        self.parent = parent      # the process that started the server: the server ends once that one is gone
         import select   # pylint: disable=import-outside-toplevel
         import socket   # pylint: disable=import-outside-toplevel
         for name in PRELOAD:
@@ -214,7 +216,10 @@ class Server(object):
 
     def serve(self):
         while True:
-            for fd, _events in self.poller.poll():
+            events = self.poller.poll(_PARENT_CHECK_MS)
+            if not events and os.getppid() != self.parent:
+                return            # the test session that started it is gone (killed): so is the server
+            for fd, _events in events:
                 if fd == self.listener.fileno():
                     self._accept()
                 elif fd in self.runs:
@@ -297,7 +302,7 @@ class Server(object):
             os.environ.update(request["env"])
             os.umask(request["umask"])
             sys.argv[:] = [""]
-            sys.path[:] = ([] if sys.flags.safe_path else [""]) + request["path"]
+            sys.path[:] = ([] if getattr(sys.flags, "safe_path", False) else [""]) + request["path"]
         except BaseException:   # pylint: disable=broad-except
             os._exit(70)
         run_source(request["source"])
@@ -356,7 +361,8 @@ class Started(object):
         self.directory = directory
         self.path = socket_path(directory, env)
         here = os.path.dirname(os.path.abspath(__file__))
-        self.process = subprocess.Popen([sys.executable, os.path.join(here, "gpuops_module_server.py"), directory],
+        self.process = subprocess.Popen([sys.executable, os.path.join(here, "gpuops_module_server.py"), directory,
+                                         str(os.getpid())],
                                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, close_fds=True)
 
@@ -390,4 +396,5 @@ def available():
 
 
 if __name__ == "__main__":
-    Server(sys.argv[1]).serve()
+    # argv: the socket's directory, the PID of the process whose end ends the server
+    Server(sys.argv[1], int(sys.argv[2])).serve()
