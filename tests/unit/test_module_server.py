@@ -19,10 +19,10 @@ from tests.support.stop_points import BOUND_S, wait_gone
 pytestmark = pytest.mark.skipif(not module_server.available(), reason="needs Linux's pidfd_open")
 
 SCRIPT = r"""
-import atexit, json, os, sys
+import atexit, json, os, sys, tempfile, time
 atexit.register(lambda: sys.stdout.write("atexit ran\n"))
 umask = os.umask(0); os.umask(umask)
-print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "umask": umask,
+print(json.dumps({"tz": time.tzname, "tmp": tempfile.gettempdir(), "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "umask": umask,
                   "marker": os.environ.get("GPUOPS_TEST_MARKER"), "main": __name__, "file": __file__,
                   "in_path": "/elsewhere/lib" in sys.path, "fds": sorted(int(f) for f in os.listdir("/proc/self/fd"))}))
 sys.stderr.write("to stderr\n")
@@ -60,7 +60,8 @@ def _served(server, before):
 
 
 def test_a_script_runs_in_the_server_as_in_a_python_of_its_own(server, tmp_path):
-    env = _env(GPUOPS_TEST_MARKER="here", GPUOPS_TEST_EXIT="3")
+    (tmp_path / "tmp").mkdir()
+    env = _env(GPUOPS_TEST_MARKER="here", GPUOPS_TEST_EXIT="3", TZ="XYZ+3", TMPDIR=str(tmp_path / "tmp"))
     own = _python(SCRIPT, env, tmp_path)
     before = module_server.server_cpu(server.directory, server.env)
     served = _python(SCRIPT, env, tmp_path, server.directory)
@@ -68,6 +69,7 @@ def test_a_script_runs_in_the_server_as_in_a_python_of_its_own(server, tmp_path)
     assert (served.returncode, served.stdout, served.stderr) == (own.returncode, own.stdout, own.stderr)
     assert own.returncode == 3 and b'"marker": "here"' in own.stdout and own.stdout.endswith(b"atexit ran\n")
     assert b'"argv": [""], "path0": ""' in own.stdout and b'"in_path": true' in own.stdout
+    assert b'"tz": ["XYZ", "XYZ"]' in own.stdout and str(tmp_path / "tmp").encode() in own.stdout
     assert b'"fds": [0, 1, 2, 3]' in served.stdout        # the listing's own descriptor: nothing of the server's
 
 

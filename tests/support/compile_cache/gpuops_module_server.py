@@ -14,14 +14,17 @@ Python that ansible started runs the script itself, as without the server.
 
 What differs from a fresh interpreter, and so where the server is not used:
 
-- the module's process is the server's child, not a child of the ansible worker: a test that finds a module among
-  ansible-playbook's descendants or stops it through its parent (tests/support/stop_points.py) runs without the server
-  (its files are named in tests/conftest.py, MODULE_PROCESS_TESTS); a module whose starter is killed (a test's
-  SIGKILL of ansible-playbook's process group) is killed by the server as soon as it sees the starter gone;
-- the interpreter's start-up is the server's: a process whose ``sys.executable``, version, flags, ``PYTHON*``, locale
-  or tests' hooks (GPUOPS_TEST_COMPILE_CACHE, GPUOPS_TEST_ANSIBALLZ_*) differ finds no server (its socket is named by
-  a digest of them) and starts as usual; so does any Python started with arguments (only a script read from standard
-  input is handed over), and every run while ``GPUOPS_TEST_TASK_CPU`` is set (that reading measures real processes).
+- the module's process is the server's child, not a child of the ansible worker, in the server's process group: a
+  test that finds a module among ansible-playbook's descendants, kills a process group a stand-in names or kills a run
+  while a module may be running keeps a Python per run (its file is named in tests/conftest.py,
+  MODULE_PROCESS_TESTS); a module whose starter is killed (a SIGKILL of ansible-playbook's process group) is killed by
+  the server as soon as it sees the starter gone;
+- the interpreter's start-up is the server's: every run has the server's hash seed (a fresh Python draws one per
+  process; ``random`` is reseeded in each fork by Python itself), and a process whose ``sys.executable``, version,
+  flags, ``PYTHON*``, locale or tests' hooks (GPUOPS_TEST_COMPILE_CACHE, GPUOPS_TEST_ANSIBALLZ_*) differ finds no
+  server (its socket is named by a digest of them) and starts as usual; so does any Python started with arguments
+  (only a script read from standard input is handed over), and every run while ``GPUOPS_TEST_TASK_CPU`` is set (that
+  reading measures real processes).
 
 Where the CPU goes: the module's process is the server's child, so the tests' cost table (tests/support/cost_table.py)
 adds the server's CPU seconds (``server_cpu``), which the server counts as it reaps each run.
@@ -298,9 +301,16 @@ class Server(object):
             os.closerange(3, 65536)   # the listener, other runs' connections: a fresh interpreter has none of them
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.chdir(request["cwd"])
+            zone = os.environ.get("TZ")
             os.environ.clear()
             os.environ.update(request["env"])
             os.umask(request["umask"])
+            if os.environ.get("TZ") != zone:
+                import time   # pylint: disable=import-outside-toplevel
+                time.tzset()      # the local time of the starter's TZ, as its own interpreter would read it
+            tempfile = sys.modules.get("tempfile")
+            if tempfile is not None:
+                tempfile.tempdir = None   # found again from the starter's TMPDIR where a script asks for it
             sys.argv[:] = [""]
             sys.path[:] = ([] if getattr(sys.flags, "safe_path", False) else [""]) + request["path"]
         except BaseException:   # pylint: disable=broad-except
