@@ -9,6 +9,9 @@ with the Python that file names, installed by `make setup`), runs:
    change something on every node and fail on none, the second must report changed=0 on every node;
 3. molecule: the default scenario (extensions/molecule/default: converge, idempotence, verify).
 
+The lab and molecule steps run their modules as the tests do: forked from a warm interpreter of that version's Python
+and ansible-core (tests/support/compile_cache/gpuops_module_server.py), where it starts.
+
     .venv/bin/python scripts/compat.py                   # every version, every step
     .venv/bin/python scripts/compat.py 2.16 --steps lab  # one version, some steps
 
@@ -24,6 +27,7 @@ CPU s alone, ran past the 1800 s per-step limit this file used to have (CI's run
 deadline is stopped with its whole process group (SIGTERM, then SIGKILL), ansible-test's and molecule's children too.
 """
 import argparse
+import contextlib
 import glob
 import os
 import re
@@ -39,6 +43,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tests.support.ansible_run import COMPILE_CACHE, with_compile_cache  # noqa: E402  # pylint: disable=wrong-import-position
+from tests.support.compile_cache import gpuops_module_server as module_server  # noqa: E402  # pylint: disable=wrong-import-position
 
 BUILD = os.path.join(ROOT, "build", "compat")
 STEPS = ("sanity", "lab", "molecule")
@@ -233,6 +238,20 @@ class Version(object):
             status, "; ".join(re.findall(r"^ERROR: (.*)$", output, re.M)[:5]) or "see the log")]
         return problems, "%d sanity tests" % len(tests)
 
+    @contextlib.contextmanager
+    def served(self, env):
+        """``env`` with this version's warm interpreter for module runs where it starts (its own Python and
+        ansible-core, in build/compat/<version>/module-server: tests/support/compile_cache/gpuops_module_server.py),
+        as the tests' runs have one; ``env`` as it is where it does not."""
+        directory = os.path.join(self.dir, "module-server")
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        server = module_server.Started(directory, env, python=os.path.join(self.venv, "bin", "python"))
+        try:
+            yield dict(env, **{module_server.VARIABLE: directory}) if server.ready() else env
+        finally:
+            server.stop()
+
     def lab(self, log):
         state = os.path.join(self.dir, "lab-state")
         shutil.rmtree(state, ignore_errors=True)
@@ -241,7 +260,8 @@ class Version(object):
         hosts = lab_hosts()
         problems, changed = [], []
         for name, rerun in (("converge", False), ("re-run", True)):
-            status, output = self.call(log, argv, env=self.playbook_env())
+            with self.served(self.playbook_env()) as env:
+                status, output = self.call(log, argv, env=env)
             problems += run_problems(name, output, status, hosts, rerun)
             stats = recap(output)
             changed.append("%s %s" % (name, ", ".join("%s changed=%s" % (h, stats.get(h, {}).get("changed", "?"))
@@ -251,8 +271,9 @@ class Version(object):
         return problems, "; ".join(changed)
 
     def molecule(self, log):
-        status, output = self.call(log, [os.path.join(self.venv, "bin", "molecule"), "test", "-s", "default"],
-                                   cwd=os.path.join(ROOT, "extensions"), env=self.playbook_env())
+        with self.served(self.playbook_env()) as env:
+            status, output = self.call(log, [os.path.join(self.venv, "bin", "molecule"), "test", "-s", "default"],
+                                       cwd=os.path.join(ROOT, "extensions"), env=env)
         found = MOLECULE_RECAP.search(output)
         return molecule_problems(output, status), (found.group(0).strip() if found else "no recap")
 

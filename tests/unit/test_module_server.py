@@ -56,14 +56,14 @@ def _python(script, env, cwd, directory=None):
 
 
 def _served(server, before):
-    return module_server.server_cpu(server.directory, server.env) > before
+    return module_server.server_cpu(server.path) > before
 
 
 def test_a_script_runs_in_the_server_as_in_a_python_of_its_own(server, tmp_path):
     (tmp_path / "tmp").mkdir()
     env = _env(GPUOPS_TEST_MARKER="here", GPUOPS_TEST_EXIT="3", TZ="XYZ+3", TMPDIR=str(tmp_path / "tmp"))
     own = _python(SCRIPT, env, tmp_path)
-    before = module_server.server_cpu(server.directory, server.env)
+    before = module_server.server_cpu(server.path)
     served = _python(SCRIPT, env, tmp_path, server.directory)
     assert _served(server, before)
     assert (served.returncode, served.stdout, served.stderr) == (own.returncode, own.stdout, own.stderr)
@@ -151,11 +151,11 @@ def test_the_server_cpu_is_read_while_it_runs_and_is_its_parents_once_stopped(tm
     assert started in module_server._RUNNING   # pylint: disable=protected-access
     first = module_server.running_cpu()
     assert first > 0                             # its imports
-    _python("sum(range(3000000))", started.env, tmp_path, started.directory)
+    _python("sum(range(3000000))", _env(), tmp_path, started.directory)
     assert module_server.running_cpu() > first   # the run it reaped
     started.stop()
     assert started not in module_server._RUNNING   # pylint: disable=protected-access
-    assert module_server.server_cpu(started.directory, started.env) == 0.0
+    assert module_server.server_cpu(started.path) == 0.0
 
 
 def test_a_server_whose_session_is_gone_ends(tmp_path):

@@ -155,13 +155,12 @@ def client(directory, environ):
     os._exit(status)
 
 
-def server_cpu(directory, environ=None):
-    """The CPU seconds of the server for ``environ`` (default this process's) and of every run it reaped: 0.0 where
-    there is none."""
+def server_cpu(path):
+    """The CPU seconds of the server listening at ``path`` and of every run it reaped: 0.0 where there is none."""
     import socket   # pylint: disable=import-outside-toplevel
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(socket_path(directory, os.environ if environ is None else environ))
+        sock.connect(path)
         sock.sendall(_QUERY.to_bytes(_HEADER, "big"))
         return float(_read(sock, 64).decode("ascii") or 0.0)
     except (OSError, ValueError):
@@ -196,7 +195,10 @@ class Server(object):
         import select   # pylint: disable=import-outside-toplevel
         import socket   # pylint: disable=import-outside-toplevel
         for name in PRELOAD:
-            __import__(name)
+            try:
+                __import__(name)
+            except ImportError:
+                pass              # not in this ansible-core (2.16 has no _ansiballz package): imported per run
         basic = sys.modules["ansible.module_utils.basic"].__file__
         with open(basic, "rb") as handle:
             self.basic = handle.read()
@@ -277,10 +279,13 @@ class Server(object):
     def _same_ansible(self, source):
         """Whether a script that carries an AnsiballZ payload carries this server's basic.py and no file under
         ansible/ that the server's ansible-core lacks (a script that is not AnsiballZ's wrapper: yes)."""
-        start = source.find(b"\nzip_data='")
-        if start < 0:
-            return b"_ANSIBALLZ_WRAPPER" not in source[:4096]   # another ansible-core's wrapper: declined
-        start += len(b"\nzip_data='")
+        for marker in (b"\nzip_data='", b"ZIPDATA = '"):    # ansible-core 2.19 on, before 2.19
+            start = source.find(marker)
+            if start >= 0:
+                start += len(marker)
+                break
+        else:
+            return b"_ANSIBALLZ_WRAPPER" not in source[:4096]   # a wrapper of another shape: declined
         import base64   # pylint: disable=import-outside-toplevel
         import io   # pylint: disable=import-outside-toplevel
         import zipfile   # pylint: disable=import-outside-toplevel
@@ -359,20 +364,20 @@ _RUNNING = []   # the servers this process started and has not stopped yet
 def running_cpu():
     """The CPU seconds of the servers this process started and runs (their runs reaped so far included); a server's
     seconds are its parent's children's once it has been stopped and waited for."""
-    return sum(server_cpu(started.directory, started.env) for started in _RUNNING)
+    return sum(server_cpu(started.path) for started in _RUNNING)
 
 
 class Started(object):
-    """A server started by a test session: ``stop()`` ends it and removes its socket."""
+    """A server started with ``python`` (default this one: another is another ansible-core's, scripts/compat.py) and
+    ``env``, in a directory of its own; ``stop()`` ends it and removes its socket."""
 
-    def __init__(self, directory, env):
-        self.env = env
+    def __init__(self, directory, env, python=None):
         import subprocess   # pylint: disable=import-outside-toplevel
         self.directory = directory
-        self.path = socket_path(directory, env)
+        self.path = None          # the socket, once the server listens (its name is the server's interpreter's)
         here = os.path.dirname(os.path.abspath(__file__))
-        self.process = subprocess.Popen([sys.executable, os.path.join(here, "gpuops_module_server.py"), directory,
-                                         str(os.getpid())],
+        self.process = subprocess.Popen([python or sys.executable, os.path.join(here, "gpuops_module_server.py"),
+                                         directory, str(os.getpid())],
                                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, close_fds=True)
 
@@ -381,7 +386,9 @@ class Started(object):
         import time   # pylint: disable=import-outside-toplevel
         deadline = time.monotonic() + bound_s
         while time.monotonic() < deadline:
-            if os.path.exists(self.path):
+            found = [name for name in os.listdir(self.directory) if name.endswith(".sock")]
+            if found:
+                self.path = os.path.join(self.directory, found[0])
                 _RUNNING.append(self)
                 return True
             if self.process.poll() is not None:
@@ -394,10 +401,11 @@ class Started(object):
             _RUNNING.remove(self)
         self.process.kill()
         self.process.wait()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
 
 def available():
