@@ -131,9 +131,28 @@ def test_only_a_payload_of_the_same_ansible_core_is_taken(server, tmp_path):
     declined = _python(_wrapper(same + b"\n# another ansible-core\n"), env, tmp_path, server.directory)
     legacy = _python(_wrapper(same, "ansible/legacy/__init__.py", "ansible/legacy/my_module.py"), env, tmp_path,
                      server.directory)
-    assert taken.returncode == declined.returncode == legacy.returncode == 0
+    lease = _python(_wrapper(same, *module_server.DECLINED_FILES), env, tmp_path, server.directory)
+    assert taken.returncode == declined.returncode == legacy.returncode == lease.returncode == 0
     assert int(taken.stdout) == server.process.pid            # forked by the server
-    assert int(declined.stdout) == int(legacy.stdout) == os.getpid()   # ran in the Python this test started
+    # ran in the Python this test started
+    assert int(declined.stdout) == int(legacy.stdout) == int(lease.stdout) == os.getpid()
+
+
+def test_every_module_that_reads_its_own_ancestry_is_run_by_its_starter():
+    """A module whose code walks its own parents (the lease's owner) would find the server's: the files that do are
+    DECLINED_FILES, or import one of them (so their payloads carry it)."""
+    root = os.path.join(ansible_run.ROOT, "plugins")
+    declined = [os.path.basename(name)[:-3] for name in module_server.DECLINED_FILES]
+    readers = []
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as handle:
+                    text = handle.read()
+                if "getppid(" in text or "find_owner(" in text:
+                    readers.append(name)
+                    assert name[:-3] in declined or any(("import %s" % d) in text for d in declined), name
+    assert sorted(readers) == ["_lease.py", "cluster_lease.py"]
 
 
 def test_another_start_up_or_the_cpu_reading_finds_no_server(server, tmp_path):
@@ -172,3 +191,12 @@ def test_a_server_whose_session_is_gone_ends(tmp_path):
     parent.kill()
     parent.wait()
     wait_gone([server])
+
+
+def test_a_server_that_ends_during_a_run_fails_the_run_and_never_starts_it_twice(server, tmp_path):
+    count = tmp_path / "runs"
+    script = ("import os, signal; open(%r, 'a').write('run\\n'); os.kill(%d, signal.SIGKILL)"
+              % (str(count), server.process.pid))
+    served = _python(script, _env(), tmp_path, server.directory)
+    assert served.returncode == 70 and b"the module server ended before" in served.stderr
+    assert count.read_text() == "run\n"

@@ -19,6 +19,7 @@ What differs from a fresh interpreter, and so where the server is not used:
   while a module may be running keeps a Python per run (its file is named in tests/conftest.py,
   MODULE_PROCESS_TESTS); a module whose starter is killed (a SIGKILL of ansible-playbook's process group) is killed by
   the server as soon as it sees the starter gone;
+- a module that reads its own ancestry (the cluster lease's owner: DECLINED_FILES) runs in its own interpreter;
 - the interpreter's start-up is the server's: every run has the server's hash seed (a fresh Python draws one per
   process; ``random`` is reseeded in each fork by Python itself), and a process whose ``sys.executable``, version,
   flags, ``PYTHON*``, locale or tests' hooks (GPUOPS_TEST_COMPILE_CACHE, GPUOPS_TEST_ANSIBALLZ_*) differ finds no
@@ -45,6 +46,10 @@ _HEADER = 8
 _QUERY = 0             # a request of this length asks for the server's CPU seconds
 _DECLINED = -(1 << 30)  # the reply for a script the server does not run (another ansible-core's payload)
 _PARENT_CHECK_MS = 5000  # while idle, how often the server looks whether the process that started it still runs
+# payload files whose code reads the module's own ancestry, and so a module that carries one is run by its starter:
+# the cluster lease's owner is the ansible-playbook found among the module's ancestors (find_owner, else its
+# parent), and the lease's renewer lives as long as that owner; in the server the ancestors are the server's
+DECLINED_FILES = ("ansible_collections/gpuops/nvidia/plugins/module_utils/kube/_lease.py",)
 
 
 def fingerprint(environ):
@@ -119,7 +124,9 @@ def _finalize():
 def client(directory, environ):
     """In a Python started to read its script from standard input: hand the run to the server. Returns None where
     there is no server for this interpreter (standard input untouched: Python goes on as usual), the script where the
-    server declined it (this process runs it, after its usual start-up); ends the process otherwise."""
+    server declined it or never had the whole request (this process runs it, after its usual start-up); ends the
+    process otherwise, as the run ended (with status 70 and a message where the server ended first: the run is never
+    started twice)."""
     if environ.get("GPUOPS_TEST_TASK_CPU"):
         return None
     import socket   # pylint: disable=import-outside-toplevel
@@ -136,11 +143,16 @@ def client(directory, environ):
     try:
         sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
         sock.sendall(request)
+    except OSError:
+        return source             # the server never had the whole request, so started nothing: run it here
+    try:
         reply = _read(sock, 4)
     except OSError:
         reply = b""
     if len(reply) < 4:
-        return source             # the server went away before the run started: run it here
+        # the server ended with the run started or not: never run it a second time, say so and fail
+        os.write(2, b"gpuops_module_server: the module server ended before it said how the run ended\n")
+        os._exit(70)
     status = int.from_bytes(reply, "big", signed=True)
     if status == _DECLINED:
         return source
@@ -192,6 +204,7 @@ class Server(object):
 
     def __init__(self, directory, parent):
         self.parent = parent      # the process that started the server: the server ends once that one is gone
+        os.close(os.pidfd_open(os.getpid()))   # a kernel without pidfds (before Linux 5.3) fails here: no server
         import select   # pylint: disable=import-outside-toplevel
         import socket   # pylint: disable=import-outside-toplevel
         for name in PRELOAD:
@@ -277,8 +290,9 @@ class Server(object):
         return fds, marshal.loads(_read(conn, size))
 
     def _same_ansible(self, source):
-        """Whether a script that carries an AnsiballZ payload carries this server's basic.py and no file under
-        ansible/ that the server's ansible-core lacks (a script that is not AnsiballZ's wrapper: yes)."""
+        """Whether a script that carries an AnsiballZ payload carries this server's basic.py, no file under
+        ansible/ that the server's ansible-core lacks and none of DECLINED_FILES (a script that is not AnsiballZ's
+        wrapper: yes)."""
         for marker in (b"\nzip_data='", b"ZIPDATA = '"):    # ansible-core 2.19 on, before 2.19
             start = source.find(marker)
             if start >= 0:
@@ -291,7 +305,10 @@ class Server(object):
         import zipfile   # pylint: disable=import-outside-toplevel
         try:
             payload = zipfile.ZipFile(io.BytesIO(base64.b64decode(source[start:source.index(b"'", start)])))
-            if any(name.startswith("ansible/") and name not in self.ansible_files for name in payload.namelist()):
+            names = payload.namelist()
+            if any(name.startswith("ansible/") and name not in self.ansible_files for name in names):
+                return False
+            if any(name in DECLINED_FILES for name in names):
                 return False
             return payload.read("ansible/module_utils/basic.py") == self.basic
         except (KeyError, ValueError, zipfile.BadZipFile):
