@@ -246,7 +246,7 @@ class Server(object):
                     self._starter_gone(fd)
 
     def _accept(self):
-        conn, _ = self.listener.accept()
+        conn = self.listener.accept()[0]
         try:
             fds, request = self._receive(conn)
         except (OSError, ValueError, EOFError, TypeError):
@@ -342,7 +342,7 @@ class Server(object):
     def _ended(self, pidfd):
         pid, conn = self.runs.pop(pidfd)
         self._forget(pidfd, conn)
-        _, status = os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         try:
             conn.sendall(code.to_bytes(4, "big", signed=True))
