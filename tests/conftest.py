@@ -1,6 +1,8 @@
 """Test-wide setup: make the collection importable as ansible_collections.gpuops.nvidia."""
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -56,13 +58,15 @@ def _module_server(tmp_path_factory, shared_ansiballz_cache):   # pylint: disabl
     if VARIABLE in os.environ or not module_server.available():
         yield None
         return
-    server = module_server.Started(str(tmp_path_factory.mktemp("ms")), ansible_env())
-    if not server.ready():
+    directory = str(tmp_path_factory.mktemp("ms"))
+    if len(directory) > 80:     # a socket's path has at most 107 bytes: <directory>/<20 hex digits>.sock
+        directory = tempfile.mkdtemp(prefix="gpuops-ms-", dir="/tmp")
+    server = module_server.Started(directory, ansible_env())
+    try:
+        yield server if server.ready() else None
+    finally:
         server.stop()
-        yield None
-        return
-    yield server
-    server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -200,3 +200,17 @@ def test_a_server_that_ends_during_a_run_fails_the_run_and_never_starts_it_twice
     served = _python(script, _env(), tmp_path, server.directory)
     assert served.returncode == 70 and b"the module server ended before" in served.stderr
     assert count.read_text() == "run\n"
+
+
+def test_the_session_server_is_named_for_this_test_and_takes_its_module_runs(tmp_path):
+    """tests/conftest.py's fixture: a test outside MODULE_PROCESS_TESTS has the session's server named, and a module
+    run started as its ansible commands start one (ansible_env) is forked by that server."""
+    directory = os.environ.get(module_server.VARIABLE, "")
+    if directory == "off":
+        pytest.skip("GPUOPS_TEST_MODULE_SERVER=off: the session runs without the server")
+    assert directory, "the session's module server did not start"
+    served = subprocess.run([sys.executable], input=b"import os; print(os.getppid())", env=ansible_run.ansible_env(),
+                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=BOUND_S,
+                            check=True)
+    assert int(served.stdout) != os.getpid()
+    assert [name for name in os.listdir(directory) if name.endswith(".sock")]
