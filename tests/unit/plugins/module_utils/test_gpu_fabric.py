@@ -4,7 +4,7 @@ import uuid
 
 import pynvml
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu import _gpu_fabric as fabric
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu._gpu_health import NOT_SUPPORTED
@@ -69,12 +69,17 @@ def test_encode_then_decode_gives_the_fields_back(fields):
     assert decoded == dict((name, fields.get(name, NOT_SUPPORTED)) for name in fabric.HEALTH_FIELD_NAMES)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 0xFFFF))
-def test_decode_then_encode_gives_every_named_mask_back(mask):
-    decoded = fabric.decode_health(mask)
-    assume(not any(str(v).startswith("unknown") for v in decoded.values()) and "unknown_bits" not in decoded)
-    assert fabric.encode_health(decoded) == mask
+def test_decode_then_encode_gives_every_named_mask_back():
+    """Every 16-bit mask, not a sample: a tenth of them decode to named values only (6561 = 3 ** 8), too few for
+    Hypothesis to draw by filtering (its filter_too_much health check failed a run)."""
+    named = 0
+    for mask in range(0x10000):
+        decoded = fabric.decode_health(mask)
+        if any(str(v).startswith("unknown") for v in decoded.values()) or "unknown_bits" in decoded:
+            continue
+        named += 1
+        assert fabric.encode_health(decoded) == mask, mask
+    assert named == 3 ** 8
 
 
 def test_encode_refuses_a_value_nvml_has_no_code_for():
