@@ -45,9 +45,17 @@ def shared_ansiballz_cache(tmp_path_factory):
 MODULE_PROCESS_TESTS = ("tests/reliability/test_sigkill_site.py", "tests/reliability/test_sigkill_module.py",
                         "tests/reliability/test_sigkill_driver_modules.py",
                         "tests/reliability/test_sigkill_health_quarantine.py", "tests/reliability/test_fuzz_inputs.py",
-                        "tests/integration/test_site_slices.py", "tests/unit/plugins/modules/test_cdi_spec.py",
-                        "tests/unit/plugins/modules/test_device_plugin_real_helm.py",
-                        "tests/unit/plugins/modules/test_gpu_operator_modules.py")
+                        "tests/integration/test_site_slices.py::"
+                        "test_a_killed_lock_holder_is_taken_over_after_its_lease_expires",
+                        "tests/unit/plugins/modules/test_cdi_spec.py::"
+                        "test_a_run_killed_between_generate_and_replace_leaves_the_old_spec_whole")
+
+
+def starts_its_own_modules(nodeid):
+    """Whether the test ``nodeid`` is one of MODULE_PROCESS_TESTS (a file: each of its tests; file::test: that test
+    and each of its parameters)."""
+    return any(nodeid == name or nodeid.startswith(name + ("[" if "::" in name else "::"))
+               for name in MODULE_PROCESS_TESTS)
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +79,9 @@ def _module_server(tmp_path_factory, shared_ansiballz_cache):   # pylint: disabl
 
 @pytest.fixture(autouse=True)
 def module_server_for_test(request, _module_server, monkeypatch):   # pylint: disable=redefined-outer-name
-    """The session's module server named for this test's ansible runs, unless the test is one of MODULE_PROCESS_TESTS."""
-    if _module_server is not None and request.node.nodeid.split("::", 1)[0] not in MODULE_PROCESS_TESTS:
+    """The session's module server named for this test's ansible runs, unless the test is one of MODULE_PROCESS_TESTS
+    (a file: all its tests; file::test: that test, each of its parameters)."""
+    if _module_server is not None and not starts_its_own_modules(request.node.nodeid):
         monkeypatch.setenv(VARIABLE, _module_server.directory)
     yield
 

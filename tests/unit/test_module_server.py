@@ -214,3 +214,14 @@ def test_the_session_server_is_named_for_this_test_and_takes_its_module_runs(tmp
                             check=True)
     assert int(served.stdout) != os.getpid()
     assert [name for name in os.listdir(directory) if name.endswith(".sock")]
+
+
+def test_the_process_model_tests_are_named_by_file_or_by_test():
+    from tests.conftest import starts_its_own_modules   # pylint: disable=import-outside-toplevel
+    assert starts_its_own_modules("tests/reliability/test_sigkill_site.py::test_sigkill_at_a_chosen_point[3]")
+    assert starts_its_own_modules("tests/integration/test_site_slices.py::"
+                                  "test_a_killed_lock_holder_is_taken_over_after_its_lease_expires")
+    assert not starts_its_own_modules("tests/integration/test_site_slices.py::"
+                                      "test_three_slices_at_once_install_once_then_a_rerun_changes_nothing")
+    assert not starts_its_own_modules("tests/integration/test_site_lab.py::test_check_then_apply_then_nothing_to_do")
+    assert not starts_its_own_modules("tests/reliability/test_sigkill_site_other.py::test_x")
