@@ -16,7 +16,7 @@ What differs from a fresh interpreter, and so where the server is not used:
 
 - the module's process is the server's child, not a child of the ansible worker, in the server's process group: a
   test that finds a module among ansible-playbook's descendants, kills a process group a stand-in names or kills a run
-  while a module may be running keeps a Python per run (its file is named in tests/conftest.py,
+  while a module may be running keeps a Python per run (the test or its file is named in tests/conftest.py,
   MODULE_PROCESS_TESTS); a module whose starter is killed (a SIGKILL of ansible-playbook's process group) is killed by
   the server as soon as it sees the starter gone;
 - a module that reads its own ancestry (the cluster lease's owner: DECLINED_FILES) runs in its own interpreter;
