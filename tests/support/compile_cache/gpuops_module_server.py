@@ -45,6 +45,7 @@ _HOOKS = ("GPUOPS_TEST_COMPILE_CACHE", "GPUOPS_TEST_ANSIBALLZ_CACHE", "GPUOPS_TE
 _HEADER = 8
 _QUERY = 0             # a request of this length asks for the server's CPU seconds
 _DECLINED = -(1 << 30)  # the reply for a script the server does not run (another ansible-core's payload)
+_RECEIVE_S = 60.0        # how long the server waits for a whole request once a starter has connected
 _PARENT_CHECK_MS = 5000  # while idle, how often the server looks whether the process that started it still runs
 # payload files whose code reads the module's own ancestry, and so a module that carries one is run by its starter:
 # the cluster lease's owner is the ansible-playbook found among the module's ancestors (find_owner, else its
@@ -247,11 +248,13 @@ class Server(object):
 
     def _accept(self):
         conn = self.listener.accept()[0]
+        conn.settimeout(_RECEIVE_S)   # a starter stopped mid-request never holds the other runs up for longer
         try:
             fds, request = self._receive(conn)
         except (OSError, ValueError, EOFError, TypeError):
             conn.close()
             return
+        conn.settimeout(None)
         if request is None:
             conn.sendall(("%.6f" % self._cpu()).encode("ascii"))
             conn.close()
