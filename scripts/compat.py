@@ -243,7 +243,7 @@ class Version(object):
         """``env`` with this version's warm interpreter for module runs where it starts (its own Python and
         ansible-core, in build/compat/<version>/module-server: tests/support/compile_cache/gpuops_module_server.py),
         as the tests' runs have one; ``env`` as it is where it does not."""
-        directory = os.path.join(self.dir, "module-server")
+        directory = module_server.socket_folder(os.path.join(self.dir, "module-server"))
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
         server = module_server.Started(directory, env, python=os.path.join(self.venv, "bin", "python"))
@@ -251,6 +251,7 @@ class Version(object):
             yield dict(env, **{module_server.VARIABLE: directory}) if server.ready() else env
         finally:
             server.stop()
+            shutil.rmtree(directory, ignore_errors=True)
 
     def lab(self, log):
         state = os.path.join(self.dir, "lab-state")

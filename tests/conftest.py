@@ -2,7 +2,6 @@
 import os
 import shutil
 import sys
-import tempfile
 
 import pytest
 
@@ -66,9 +65,7 @@ def _module_server(tmp_path_factory, shared_ansiballz_cache):   # pylint: disabl
     if VARIABLE in os.environ or not module_server.available():
         yield None
         return
-    directory = str(tmp_path_factory.mktemp("ms"))
-    if len(directory) > 80:     # a socket's path has at most 107 bytes: <directory>/<20 hex digits>.sock
-        directory = tempfile.mkdtemp(prefix="gpuops-ms-", dir="/tmp")
+    directory = module_server.socket_folder(str(tmp_path_factory.mktemp("ms")))
     server = module_server.Started(directory, ansible_env())
     try:
         yield server if server.ready() else None

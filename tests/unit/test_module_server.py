@@ -225,3 +225,13 @@ def test_the_process_model_tests_are_named_by_file_or_by_test():
                                       "test_three_slices_at_once_install_once_then_a_rerun_changes_nothing")
     assert not starts_its_own_modules("tests/integration/test_site_lab.py::test_check_then_apply_then_nothing_to_do")
     assert not starts_its_own_modules("tests/reliability/test_sigkill_site_other.py::test_x")
+
+
+def test_a_socket_folder_too_long_for_a_socket_path_is_replaced_by_a_short_one(tmp_path):
+    assert module_server.socket_folder(str(tmp_path)) == str(tmp_path)      # pytest's: short enough here
+    long_one = "/tmp/" + "x" * 90
+    short = module_server.socket_folder(long_one)
+    try:
+        assert short != long_one and os.path.isdir(short) and len(short) <= 80
+    finally:
+        os.rmdir(short)

@@ -387,6 +387,15 @@ def running_cpu():
     return sum(server_cpu(started.path) for started in _RUNNING)
 
 
+def socket_folder(preferred):
+    """``preferred`` where a socket's path under it fits (at most 107 bytes: <folder>/<20 hex digits>.sock), else a
+    new short folder under /tmp (a CI runner's checkout or pytest folder can be too long)."""
+    if len(preferred) <= 80:
+        return preferred
+    import tempfile   # pylint: disable=import-outside-toplevel
+    return tempfile.mkdtemp(prefix="gpuops-ms-", dir="/tmp")
+
+
 class Started(object):
     """A server started with ``python`` (default this one: another is another ansible-core's, scripts/compat.py) and
     ``env``, in a directory of its own; ``stop()`` ends it and removes its socket."""

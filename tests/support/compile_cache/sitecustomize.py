@@ -28,7 +28,7 @@ unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on 
 the compile cache on. Unset: nothing is recorded.
 ``GPUOPS_TEST_MODULE_SERVER``: a directory where the session's warm interpreter for module runs listens
 (gpuops_module_server.py, issue 49); a Python started to read its script from standard input hands the script to it.
-Unset or empty: every module run starts its own interpreter.
+Unset, empty or ``off``: every module run starts its own interpreter.
 Every process that loads this file also freezes its objects before it forks (``gc.freeze``; unfrozen in the parent
 after the fork): a forked child's collector then leaves the inherited heap alone (issue 49).
 """
