@@ -10,6 +10,7 @@ Programs the child starts inherit the soft limit; the tool wrappers in tests/sup
 can be raised again up to the hard one, which is left alone).
 """
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -84,11 +85,16 @@ def run_bounded(func, wall_s=60):
     memory_bound() around what it wants bounded."""
     read_fd, write_fd = os.pipe()
     start = time.time()
+    # The child's collector leaves alone what it inherited (the pytest worker's heap: every module imported, the
+    # session's objects), as the tests' sitecustomize does for ansible's forks: a collection in the child would walk
+    # that heap and write every page of it (copy-on-write) for objects the child only reads.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:                                # pragma: no cover - runs in the child
         os.close(read_fd)
         os.setpgid(0, 0)
         _child(func, write_fd)
+    gc.unfreeze()
     os.close(write_fd)
     chunks, timed_out = [], False
     deadline = start + wall_s
