@@ -73,6 +73,26 @@ def test_a_script_runs_in_the_server_as_in_a_python_of_its_own(server, tmp_path)
     assert b'"fds": [0, 1, 2, 3]' in served.stdout        # the listing's own descriptor: nothing of the server's
 
 
+def test_the_libraries_the_server_preloads_are_those_the_script_would_import(server, tmp_path):
+    """PRELOAD's libraries (urllib3, yaml, ...: already imported when a run starts) are the files the script's own
+    Python imports: the interpreter's site-packages and standard library, never another copy."""
+    script = ("import importlib, json, sys\n"
+              "names = %r\n"
+              "found = {}\n"
+              "for name in names:\n"
+              "    try:\n"
+              "        found[name] = getattr(importlib.import_module(name), '__file__', None)\n"
+              "    except ImportError:\n"
+              "        found[name] = None\n"
+              "print(json.dumps(found, sort_keys=True))\n") % (list(module_server.PRELOAD),)
+    env = _env()
+    own = _python(script, env, tmp_path)
+    served = _python(script, env, tmp_path, server.directory)
+    assert own.returncode == served.returncode == 0, (own.stderr, served.stderr)
+    assert served.stdout == own.stdout
+    assert b'"urllib3": "' in own.stdout and b'"yaml": "' in own.stdout     # installed here: the preload is exercised
+
+
 def test_the_run_ends_as_the_script_does(server, tmp_path):
     env = _env()
     for script, code, err in (("raise SystemExit('no way')", 1, b"no way\n"),
