@@ -40,7 +40,9 @@ def shared_ansiballz_cache(tmp_path_factory):
 # Their ansible runs start every module in its own interpreter, as a node does; the other tests' module runs fork from
 # the session's warm interpreter (tests/support/compile_cache/gpuops_module_server.py, issue 49). Two kill tests use
 # it: test_site_chart_flow kills ansible-playbook stopped at a task's start (no module running), test_site_driver_live
-# kills the module a stand-in stopped by its PID (the stand-in's parent: the module's own process either way).
+# kills the module a stand-in stopped by its PID (the stand-in's parent: the module's own process either way). The SIGKILL
+# series' clean converge and its re-runs after the kills name the server again (module_server_env below): only the
+# killed run starts its modules in their own interpreters.
 MODULE_PROCESS_TESTS = ("tests/reliability/test_sigkill_site.py", "tests/reliability/test_sigkill_module.py",
                         "tests/reliability/test_sigkill_driver_modules.py",
                         "tests/reliability/test_sigkill_health_quarantine.py", "tests/reliability/test_fuzz_inputs.py",
@@ -81,6 +83,14 @@ def module_server_for_test(request, _module_server, monkeypatch):   # pylint: di
     if _module_server is not None and not starts_its_own_modules(request.node.nodeid):
         monkeypatch.setenv(VARIABLE, _module_server.directory)
     yield
+
+
+@pytest.fixture(scope="session")
+def module_server_env(_module_server):   # pylint: disable=redefined-outer-name
+    """The environment that names the session's module server ({} where there is none): for the ansible runs of a
+    MODULE_PROCESS_TESTS test whose processes its assertions do not look at (the SIGKILL series' clean converge and
+    its re-run after a kill), so that only the run it kills starts its modules in their own interpreters."""
+    return {VARIABLE: _module_server.directory} if _module_server is not None else {}
 
 
 # The files whose tests are the longest single tests of `make test` (each 85 to 190 s on CI's 2 cores:

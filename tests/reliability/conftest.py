@@ -6,10 +6,12 @@ import pytest
 from tests.reliability.site_env import NODES, SmallSite, declared, session_lock
 
 
-def _clean_converge(directory):
+def _clean_converge(directory, env):
     """A clean converge of the small fleet, then a second run that must change nothing: the state it ends in, its
-    mutating steps (NVML calls per node, API writes, helm and containerd invocations), and its task starts."""
+    mutating steps (NVML calls per node, API writes, helm and containerd invocations), and its task starts. ``env``:
+    more environment for both runs (the session's module server: nothing here kills or looks at a module process)."""
     site = SmallSite(directory)
+    site.site.env.update(env)
     try:
         res = site.run()
         assert res.rc == 0, res
@@ -34,7 +36,7 @@ def session_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory, session_dir):
+def reference(tmp_path_factory, session_dir, module_server_env):
     """The clean converge (see _clean_converge), made once per test session: pytest-xdist workers share it through
     a file in their common temporary directory, the first one to need it makes it under a lock."""
     path = session_dir / "site-reference.pickle"
@@ -42,7 +44,7 @@ def reference(tmp_path_factory, session_dir):
         if path.exists():
             with open(str(path), "rb") as handle:
                 return pickle.load(handle)
-        made = _clean_converge(tmp_path_factory.mktemp("reference"))
+        made = _clean_converge(tmp_path_factory.mktemp("reference"), module_server_env)
         with open(str(path), "wb") as handle:
             pickle.dump(made, handle)
         return made

@@ -177,7 +177,7 @@ def test_kill_points_spread_over_each_kind():
 
 
 @pytest.mark.parametrize("k", RUN_KILLS)
-def test_sigkill_at_a_chosen_point_then_rerun_converges(k, reference, session_dir, tmp_path):
+def test_sigkill_at_a_chosen_point_then_rerun_converges(k, reference, session_dir, tmp_path, module_server_env):
     want = reference["state"]
     kind, where, whole_group = _kill_points(reference)[k]
     site = SmallSite(tmp_path / "fleet")
@@ -187,6 +187,9 @@ def test_sigkill_at_a_chosen_point_then_rerun_converges(k, reference, session_di
         assert landed == (where[1] if kind == "nvml" else where), (k, kind, where, "the kill landed at", landed)
         done = site.progress()
         check_integrity(site, want)
+        # the re-run's module processes are not what this test asserts about: from the session's warm interpreter
+        # (tests/conftest.py), as the other site tests' runs; the killed run above started each in its own
+        site.site.env.update(module_server_env)
         again = site.run()
         assert again.rc == 0, (k, kind, where, whole_group, done, again)
         assert not differences(declared(site), want), (k, kind, where, whole_group, done,
