@@ -11,7 +11,7 @@ def _clean_converge(directory, env):
     mutating steps (NVML calls per node, API writes, helm and containerd invocations), and its task starts. ``env``:
     more environment for both runs (the session's module server: nothing here kills or looks at a module process)."""
     site = SmallSite(directory)
-    site.site.env.update(env)
+    site.use_module_server(env)
     try:
         res = site.run()
         assert res.rc == 0, res

@@ -105,6 +105,11 @@ class SmallSite(object):
     def run(self, **extra):
         return self.site.run(**extra)
 
+    def use_module_server(self, env):
+        """The later runs fork their modules from the server ``env`` names (tests/conftest.py, module_server_env;
+        {}: as before): for runs whose module processes the test does not look at."""
+        self.site.env.update(env)
+
     def command(self):
         """The ansible-playbook command line and environment of run() (for tests that start it themselves)."""
         return self.site.command()

@@ -189,7 +189,7 @@ def test_sigkill_at_a_chosen_point_then_rerun_converges(k, reference, session_di
         check_integrity(site, want)
         # the re-run's module processes are not what this test asserts about: from the session's warm interpreter
         # (tests/conftest.py), as the other site tests' runs; the killed run above started each in its own
-        site.site.env.update(module_server_env)
+        site.use_module_server(module_server_env)
         again = site.run()
         assert again.rc == 0, (k, kind, where, whole_group, done, again)
         assert not differences(declared(site), want), (k, kind, where, whole_group, done,

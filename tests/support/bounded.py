@@ -89,12 +89,14 @@ def run_bounded(func, wall_s=60):
     # session's objects), as the tests' sitecustomize does for ansible's forks: a collection in the child would walk
     # that heap and write every page of it (copy-on-write) for objects the child only reads.
     gc.freeze()
-    pid = os.fork()
-    if pid == 0:                                # pragma: no cover - runs in the child
-        os.close(read_fd)
-        os.setpgid(0, 0)
-        _child(func, write_fd)
-    gc.unfreeze()
+    try:
+        pid = os.fork()
+        if pid == 0:                            # pragma: no cover - runs in the child
+            os.close(read_fd)
+            os.setpgid(0, 0)
+            _child(func, write_fd)
+    finally:
+        gc.unfreeze()                           # the parent's, also where the fork failed
     os.close(write_fd)
     chunks, timed_out = [], False
     deadline = start + wall_s

@@ -39,8 +39,8 @@ VARIABLE = "GPUOPS_TEST_MODULE_SERVER"
 # what the server imports once: AnsiballZ's wrapper and loader, ansible-core's module_utils that every module imports,
 # and the libraries of the interpreter's own site-packages and standard library that the collection's modules import
 # on their common paths (counted over the module runs of test_site_dra and test_site_lab: urllib3 and yaml, the
-# Kubernetes modules' client path, in 176 of 314 runs, about 0.03-0.04 CPU s a run; resource, glob and uuid in 103 to
-# 248). Never the collection's own code: a run takes that from its payload, which can be another copy's.
+# Kubernetes modules' client path, in 176 of 314 runs, 0.07-0.1 CPU s a run on the slow machine that counted them;
+# resource, glob and uuid in 103 to 248). Never the collection's own code: a run takes that from its payload, which can be another copy's.
 PRELOAD = ("ansible.module_utils.basic", "ansible.module_utils._internal._ansiballz._loader", "base64", "datetime",
            "json", "shutil", "tempfile", "zipfile", "urllib3", "yaml", "resource", "glob", "uuid", "tomllib")
 # the variables that decide how an interpreter and this directory's sitecustomize start: part of the socket's name
