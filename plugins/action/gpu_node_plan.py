@@ -20,6 +20,8 @@ declaration for the files, units and packages), and its result gets ``gates`` (e
 and ``disruptive``) and ``runs`` (the steps that are not disruptive and run, in order), decided by the registry from
 the plan, the steps the role manages, check mode, whether this plan follows a change of this run
 (``__gpu_node_plan_after_change``) and the node's marks (``__gpu_node_kube_node``, where the node was read).
+The module's payload is kept between runs on the controller (plugins/plugin_utils/payload_store.py): a run whose
+sources are those of an earlier run reads that run's payload instead of building it again (issue 48).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,11 +29,16 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import gc
+import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import payload_store
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils.role_vars import role_vars
+
+COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODULE_FQN = "ansible_collections.gpuops.nvidia.plugins.modules.gpu_node_plan"
 
 
 class ActionModule(NormalAction):
@@ -49,6 +56,13 @@ class ActionModule(NormalAction):
         finally:
             if was_enabled:
                 gc.enable()
+
+    def _configure_module(self, module_name, module_args, task_vars):
+        build = super(ActionModule, self)._configure_module
+        return payload_store.around_build(
+            MODULE_FQN, os.path.join(COLLECTION, "plugins", "modules", "gpu_node_plan.py"),
+            [os.path.join(COLLECTION, "plugins", "module_utils")],
+            lambda: build(module_name, module_args, task_vars))
 
     def _from_role(self, task_vars):
         """Where the role's decision is in scope and the task gives no step's options: the arguments from the role's
