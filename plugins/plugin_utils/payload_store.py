@@ -166,7 +166,11 @@ class _Store(object):
             raise OSError("no private store folder")
         self.module_dir = os.path.join(root, module_fqn)
         os.makedirs(self.module_dir, mode=0o700, exist_ok=True)
-        self.entry = os.path.join(self.module_dir, key(module_fqn, module_path, module_utils_dirs))
+        # a later worker of the same run finds the payload in the run's cache: the worker that built or put it
+        # there keeps it, so this one neither works out the key (9 ms of CPU for ~330 files) nor looks at the store
+        self.served = bool(self._run_files())
+        self.entry = None if self.served else os.path.join(self.module_dir,
+                                                           key(module_fqn, module_path, module_utils_dirs))
 
     def _run_files(self):
         try:
@@ -176,7 +180,7 @@ class _Store(object):
 
     def restore(self):
         """The stored files into the run's cache, where the run has none yet; True if they were put there."""
-        if self._run_files():
+        if self.served:
             return False
         try:
             stored = _ours(os.listdir(self.entry), self.fqn)
@@ -192,7 +196,7 @@ class _Store(object):
 
     def keep(self):
         """The run's files of this module as the entry of this key, where there is none yet."""
-        if os.path.isdir(self.entry):
+        if self.served or os.path.isdir(self.entry):
             return
         names = self._run_files()
         if not names:

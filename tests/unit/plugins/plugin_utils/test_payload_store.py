@@ -84,12 +84,16 @@ def test_a_later_run_reads_the_first_runs_payload(source):
     assert stat.S_IMODE(os.stat(str(source.home / payload_store.STORE_NAME)).st_mode) == 0o700
 
 
-def test_a_run_that_has_the_payload_already_is_left_alone(source):
+def test_a_run_that_has_the_payload_already_is_left_alone(source, monkeypatch):
+    """A later worker of the same run: the worker that built the payload (or put it there) keeps it; this one works
+    out no key, puts nothing in and keeps nothing."""
     source.around(source.new_run())
     run = source.new_run()
     (run / "ansiballz_cache").mkdir()
     (run / "ansiballz_cache" / NAME).write_bytes(b"another worker's build")
+    monkeypatch.setattr(payload_store, "key", lambda *args: pytest.fail("the key was worked out"))
     assert source.around(run) == b"another worker's build"
+    assert len(os.listdir(str(source.store()))) == 1
 
 
 @pytest.mark.parametrize("change", ["content", "mtime", "new file", "removed file", "module"])
