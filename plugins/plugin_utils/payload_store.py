@@ -47,26 +47,27 @@ __metaclass__ = type
 import hashlib
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
 
 from ansible import constants as C
+from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE
 from ansible.utils.display import Display
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.common._bytecode_cache import private_dir
 
 display = Display()
 
 FORMAT = "1"
 KEEP = 3
-OFF = ("0", "off", "false", "no")
 STORE_NAME = "gpuops.nvidia-payloads"
 _SKIP = (".lock", "-part")
 
 
 def enabled(environ=None):
     environ = os.environ if environ is None else environ
-    return environ.get("GPUOPS_NVIDIA_PAYLOAD_STORE", "").strip().lower() not in OFF
+    return environ.get("GPUOPS_NVIDIA_PAYLOAD_STORE", "").strip().lower() not in BOOLEANS_FALSE
 
 
 def _listing(root, digest, skip_dirs=("__pycache__",)):
@@ -109,10 +110,9 @@ def _private_folder(path):
     """``path`` as a folder of this user's that no one else can write (created 0700 where missing), or None."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    if not private_dir(path):
         display.vvvv("gpuops.nvidia payload store: %s is not a private folder of this user: not used" % path)
         return None
     return path

@@ -67,8 +67,9 @@ def cache_dir(environ=None):
     return os.path.join(base, "gpuops.nvidia", "bytecode"), False
 
 
-def _private(path):
-    """Whether ``path`` is a directory of this user that nobody else can write to."""
+def private_dir(path):
+    """Whether ``path`` is a directory of this user that nobody else can write to (no link); the controller's payload
+    store (plugins/plugin_utils/payload_store.py) holds its folder to the same rule."""
     try:
         info = os.lstat(path)
     except OSError:
@@ -94,7 +95,7 @@ class BytecodeCache(object):
                         os.makedirs(self.directory, 0o700)
                 except OSError:
                     return False
-                self._usable = _private(self.directory) and _private(os.path.dirname(self.directory))
+                self._usable = private_dir(self.directory) and private_dir(os.path.dirname(self.directory))
         return self._usable
 
     def _entry(self, fullname):
