@@ -12,7 +12,8 @@ in a forked child against a fresh rig (tests/support/rigs.py) under a memory and
 - a failed run reports changed=false, changed nothing the rig can see, and its message names at least one of the
   options the example changed.
 
-Filters: each filter function with generated arguments returns, or raises AnsibleFilterError; nothing else.
+Filters: each filter function with generated arguments returns, or raises AnsibleFilterError; nothing else. A
+filter's examples share one forked child (FILTER_FORK_EACH below), each under the same two bounds.
 
 Settings: GPUOPS_FUZZ_EXAMPLES examples per module (default 30 in CI) and per filter (default 60); the examples
 are fixed (derandomized) unless GPUOPS_FUZZ_SEED is set, which makes a seeded random run for longer local runs:
@@ -42,7 +43,8 @@ from tests.reliability import fuzz_harness
 from tests.support import fuzz_values
 from tests.support import rigs
 from tests.support.ansible_run import CANARY, ROOT, first_failure, run_playbook, site_validation_play
-from tests.support.bounded import memory_bound, run_bounded
+from tests.support import bounded
+from tests.support.bounded import memory_bound
 from tests.support.modrun import run_main
 
 PACKAGE = "ansible_collections.gpuops.nvidia.plugins"
@@ -51,6 +53,10 @@ FILTER_EXAMPLES = int(os.environ.get("GPUOPS_FUZZ_EXAMPLES") or 60)
 SEED = os.environ.get("GPUOPS_FUZZ_SEED")
 WALL_S = float(os.environ.get("GPUOPS_FUZZ_WALL_S") or 60)
 MEMORY_MIB = int(os.environ.get("GPUOPS_FUZZ_MEMORY_MIB") or 512)
+# A filter's examples run one after another in ONE forked child per filter (bounded.run_series), each under the memory
+# bound and a wall-clock bound of its own; GPUOPS_FUZZ_FORK_EACH=1 forks a child per example, as the modules' examples
+# always are (a module run changes its process: the environment, the directory, its modules' state).
+FILTER_FORK_EACH = os.environ.get("GPUOPS_FUZZ_FORK_EACH") == "1"
 OMIT = "@OMIT@"
 # Options each rig points at its sandbox or its tools (tests/support/rigs.py): never omitted by an example (their
 # defaults are the host's real paths, /etc/containerd/config.toml and the like, and its real tools).
@@ -205,7 +211,7 @@ def run_example(name, mutation, base_dir):
             return {"result": result, "changes": rig.changes(before)}
         finally:
             rig.close()
-    return run_bounded(work, wall_s=WALL_S)
+    return bounded.run_bounded(work, wall_s=WALL_S)
 
 
 # Messages of ansible-core's own argument validation that do not name the option; the fix belongs in ansible-core.
@@ -353,6 +359,8 @@ def test_fuzz_filter(filename, func):
     hints = fuzz_harness.FILTERS[filename][func]
     strategies = [hints.get(p.name, st.one_of(fuzz_values.json_values(), fuzz_values.hostile())) for p in params]
     required = sum(1 for p in params if p.default is inspect.Parameter.empty)
+    # each example in a child of its own where FILTER_FORK_EACH; else, below, in_series' stand-in in one child
+    run_bounded = bounded.run_bounded
 
     @settings_for(FILTER_EXAMPLES)
     @given(st.integers(required, len(params)).flatmap(lambda n: st.tuples(*strategies[:n])))
@@ -371,7 +379,19 @@ def test_fuzz_filter(filename, func):
 
     if SEED is not None:
         one = seed(int(SEED))(one)
-    one()
+    if FILTER_FORK_EACH:
+        one()
+        return
+
+    def series(step):
+        nonlocal run_bounded                    # in the series' child only: its examples run there, one by one
+        run_bounded = bounded.in_series(step)
+        one()
+        return "passed"
+    outcome = bounded.run_series(series, wall_s=WALL_S)
+    problem = outcome.problem(WALL_S, MEMORY_MIB)
+    assert problem is None, "%s: %s (its unit: the example in that order; GPUOPS_FUZZ_FORK_EACH=1 runs each " \
+        "example in a child of its own and names the one that fails)" % (func, problem)
 
 
 # ---- roles --------------------------------------------------------------------------------------------------------
