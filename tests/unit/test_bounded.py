@@ -2,6 +2,8 @@
 (frozen across the fork, as the tests' sitecustomize does for ansible's forks), and the parent's are unfrozen again;
 a series runs its units in one child, a unit past the wall-clock bound named by its place."""
 import gc
+import os
+import select
 
 from tests.support.bounded import in_series, run_bounded, run_series
 
@@ -22,16 +24,13 @@ def test_what_the_child_raises_is_reported_and_the_parent_is_unfrozen_too():
 
 # ---- run_series: many units in one child, each with its own wall-clock bound -------------------------------------
 def _forever():
-    import select
     select.select([], [], [])               # never returns: the bound, not the unit, ends it
 
 
 def test_a_series_runs_its_units_in_one_child_and_returns_what_it_returned():
-    import os
-
     def series(step):
         pids = []
-        for _ in range(3):
+        for _unit in range(3):
             step()
             pids.append(os.getpid())
         return pids
