@@ -626,8 +626,10 @@ class DcgmRig(SystemctlRig):
     with package files shaped like DCGM 4's (tests/support/dcgm_rig.py, NOT NVIDIA's; built once per process) in
     ``debs/``, installed with Debian's real apt-get and dpkg into that root only, and the systemctl stand-in running
     their unit (its state in systemd.json). PATH holds only the rig's own bin directory: wrappers of the real
-    apt-get, dpkg, dpkg-query, dpkg-deb and tar (and ldconfig and start-stop-daemon, which dpkg requires on PATH), of
-    the systemctl stand-in; a command a fuzzed option names by a bare name is not found there."""
+    apt-get, dpkg, dpkg-query, dpkg-deb and tar (and ldconfig and start-stop-daemon, which dpkg requires on PATH, and
+    rm, with which dpkg removes the folder dpkg-deb unpacked a package's control files into: without it each install
+    left a /tmp/dpkg-deb.* behind), of the systemctl stand-in; a command a fuzzed option names by a bare name is not
+    found there."""
 
     kind = "dcgm"
     exclude = ("systemd.json",)
@@ -645,7 +647,7 @@ class DcgmRig(SystemctlRig):
         apt = apt_rig.Root(self.path("root"))
         bin_dir = self.path(PRIVATE, "bin")
         os.makedirs(bin_dir, exist_ok=True)
-        for tool in ("apt-get", "dpkg", "dpkg-query", "dpkg-deb", "tar", "ldconfig", "start-stop-daemon"):
+        for tool in ("apt-get", "dpkg", "dpkg-query", "dpkg-deb", "tar", "ldconfig", "start-stop-daemon", "rm"):
             real = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
             if real:
                 tool_wrapper(os.path.join(bin_dir, tool), [real])
