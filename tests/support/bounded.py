@@ -81,14 +81,19 @@ def _step(write_fd):
     return step
 
 
-def _child(func, write_fd):
-    """In the child: run func(step), write {"value"} or {"error"} as JSON, _exit."""
+def _report(call):
+    """{"value": what call() returned} or {"error": the traceback of what escaped it}, as JSON text."""
     try:
-        try:
-            report = {"value": func(_step(write_fd))}
-        except BaseException:                   # noqa: B902 - everything that escapes is the finding
-            report = {"error": traceback.format_exc()}
-        data = json.dumps(report, default=repr).encode("utf-8", "surrogatepass")
+        report = {"value": call()}
+    except BaseException:                       # noqa: B902 - everything that escapes is the finding
+        report = {"error": traceback.format_exc()}
+    return json.dumps(report, default=repr)
+
+
+def _child(func, write_fd):
+    """In the child: run func(step), write its _report, _exit."""
+    try:
+        data = _report(lambda: func(_step(write_fd))).encode("utf-8", "surrogatepass")
         while data:
             data = data[os.write(write_fd, data):]
     finally:
@@ -114,12 +119,9 @@ def in_series(step):
     def run(func, wall_s=None):                 # wall_s: the series' own bound applies
         step()
         start = time.time()
-        try:
-            report = {"value": func()}
-        except BaseException:                   # noqa: B902 - everything that escapes is the finding
-            return Outcome(error=traceback.format_exc(), seconds=time.time() - start)
-        raw = json.dumps(report, default=repr)
-        return Outcome(value=json.loads(raw)["value"], seconds=time.time() - start, raw=raw)
+        raw = _report(func)
+        report = json.loads(raw)
+        return Outcome(value=report.get("value"), error=report.get("error"), seconds=time.time() - start, raw=raw)
     return run
 
 
