@@ -24,44 +24,9 @@ and the folder has one subfolder per ansible-core version and Python (another co
 import os
 import sys
 
+from gpuops_after_import import AfterImport
+
 TRIGGER = "ansible.constants"
-
-
-class _AfterImport(object):
-    """A sys.meta_path finder that calls ``callback(module)`` once, right after ``name`` is first imported (its
-    loader's exec_module). Plain classes, not importlib.abc's: every module process the tests start loads this file,
-    and importlib.abc would be one more import for each."""
-
-    def __init__(self, name, callback):
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader, callback = spec.loader, self.callback
-
-        class _Loader(object):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                callback(module)
-
-        spec.loader = _Loader()
-        return spec
 
 
 def link(constants, shared):
@@ -92,5 +57,5 @@ def install(environ):
     if TRIGGER in sys.modules:
         link(sys.modules[TRIGGER], shared)
     else:
-        sys.meta_path.insert(0, _AfterImport(TRIGGER, lambda module: link(module, shared)))
+        sys.meta_path.insert(0, AfterImport(TRIGGER, lambda module: link(module, shared)))
     return True

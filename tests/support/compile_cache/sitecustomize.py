@@ -23,6 +23,8 @@ fails raises as before and caches nothing. What the cache does not give back: a 
 
 ``GPUOPS_TEST_COMPILE_CACHE``: the cache directory (ansible_run.py names build/test-compile-cache in the checkout);
 unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on sys.path is run after it.
+With the compile cache on, the code Jinja compiles from a template is kept too, in its ``jinja`` folder
+(gpuops_jinja_cache.py, issue 49); ``GPUOPS_TEST_JINJA_CACHE=off`` leaves Jinja alone.
 ``GPUOPS_TEST_TASK_CPU``: a file where every process of the run writes its CPU seconds when it ends, per task and module
 (gpuops_task_cpu.py, issue 49; tests/support/task_cpu.py sums them); it needs the cache's directory on PYTHONPATH, so
 the compile cache on. Unset: nothing is recorded.
@@ -135,6 +137,11 @@ def _run_shadowed_sitecustomize():
         spec.loader.exec_module(module)
 
 
+def _jinja_cache(chosen, environment_module):
+    import gpuops_jinja_cache   # pylint: disable=import-outside-toplevel
+    gpuops_jinja_cache.install(os.path.join(chosen, gpuops_jinja_cache.FOLDER), environment_module.Environment)
+
+
 def _start(environ):
     handed = None
     if environ.get("GPUOPS_TEST_MODULE_SERVER", "off") not in ("", "off") and sys.argv == [""] and not os.isatty(0):
@@ -150,6 +157,11 @@ def _start(environ):
     chosen = environ.get("GPUOPS_TEST_COMPILE_CACHE", "")
     if chosen and chosen.lower() != "off":
         install(chosen)
+        if environ.get("GPUOPS_TEST_JINJA_CACHE", "").lower() != "off":
+            # and the code of compiled Jinja templates (this directory's gpuops_jinja_cache.py), armed to install when
+            # the process imports Jinja (ansible's commands and their workers; never a module run)
+            from gpuops_after_import import AfterImport   # pylint: disable=import-outside-toplevel
+            sys.meta_path.insert(0, AfterImport("jinja2.environment", lambda module: _jinja_cache(chosen, module)))
     if environ.get("GPUOPS_TEST_ANSIBALLZ_CACHE"):
         # the session's shared AnsiballZ cache (this directory's gpuops_shared_ansiballz.py), imported only where the
         # environment names it; a module process inherits that environment too, and its hook never fires there
