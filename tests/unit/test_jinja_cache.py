@@ -1,5 +1,6 @@
 """The tests' cache of compiled Jinja templates (tests/support/compile_cache/gpuops_jinja_cache.py): a hit gives back
 the code the same compile makes, and an entry is not used where anything that decides the code differs."""
+import importlib.util
 import marshal
 import os
 
@@ -7,8 +8,13 @@ import jinja2
 import pytest
 from jinja2.utils import pass_context
 
-from tests.support.ansible_run import run_module
+from tests.support.ansible_run import COMPILE_CACHE_PATH, run_module
 from tests.support.compile_cache import gpuops_jinja_cache as jinja_cache
+
+_spec = importlib.util.spec_from_file_location("gpuops_test_jinja_site", os.path.join(COMPILE_CACHE_PATH,
+                                                                                      "sitecustomize.py"))
+site = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(site)
 
 TEMPLATES = (
     "plain text, no template",
@@ -50,7 +56,7 @@ def cached(tmp_path):
     def again():
         if installed:
             installed[-1].uninstall()
-        installed.append(jinja_cache.install(str(tmp_path / "jinja"), Env))
+        installed.append(jinja_cache.install(str(tmp_path / "jinja"), site.read_marshal, site.write_marshal, Env))
         return installed[-1]
     again()
     yield again
@@ -144,7 +150,7 @@ def test_what_is_not_cached(cached, tmp_path):
     debugging.compile(TEMPLATES[1])
     # the two failing compiles were misses; the raw and the debugging compiles were not looked up at all
     assert (cache.hits, cache.misses) == (0, 2) and not os.path.exists(str(tmp_path / "jinja"))
-    assert jinja_cache.JinjaCache("unused").key(debugging, "template", TEMPLATES[1]) is None
+    assert jinja_cache.JinjaCache("unused", site.read_marshal, site.write_marshal).key(debugging, "template", TEMPLATES[1]) is None
 
 
 def test_a_damaged_entry_is_compiled_again_and_replaced(cached, tmp_path):
@@ -173,7 +179,7 @@ def test_ansible_escape_backslashes_is_part_of_the_key(tmp_path):
 
     plain = [code(True), code(False)]
     assert plain[0] != plain[1]
-    cache = jinja_cache.install(str(tmp_path / "jinja"), jinja2.Environment)
+    cache = jinja_cache.install(str(tmp_path / "jinja"), site.read_marshal, site.write_marshal, jinja2.Environment)
     try:
         assert [code(True), code(False)] == plain and cache.misses == 2
         assert [code(True), code(False)] == plain and cache.hits == 2

@@ -29,7 +29,6 @@ into place); an entry that cannot be read, or is not what this file writes, is c
 """
 import hashlib
 import importlib.util
-import marshal
 import os
 import re
 import sys
@@ -68,8 +67,10 @@ class JinjaCache(object):
     """Compiled templates of ``directory``; ``hits``, ``misses`` and ``rejected`` (an entry whose filters or tests
     this process finds otherwise) count this process's cacheable compiles."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, read, write):
         self.directory = directory
+        self.read = read      # path -> the value marshal wrote there, or None (sitecustomize.read_marshal)
+        self.write = write    # (path, value): marshal it into path whole (sitecustomize.write_marshal)
         self.hits = 0
         self.misses = 0
         self.rejected = 0
@@ -159,11 +160,7 @@ class JinjaCache(object):
 
     def load(self, environment, key):
         """The code kept under ``key`` where it is there, whole, and its filters and tests are still as recorded."""
-        try:
-            with open(self._path(key), "rb") as handle:
-                entry = marshal.loads(handle.read())
-        except (OSError, ValueError, EOFError, TypeError):
-            return None
+        entry = self.read(self._path(key))
         if (not isinstance(entry, tuple) or len(entry) != 3 or entry[0] != _FORMAT
                 or not isinstance(entry[2], types.CodeType) or not isinstance(entry[1], tuple)):
             return None
@@ -175,20 +172,8 @@ class JinjaCache(object):
 
     def store(self, environment, key, python_source, code):
         dependencies = self.dependencies(environment, python_source)
-        if dependencies is None:
-            return
-        path = self._path(key)
-        temp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(temp, "wb") as handle:
-                handle.write(marshal.dumps((_FORMAT, dependencies, code)))
-            os.replace(temp, path)
-        except (OSError, ValueError):
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
+        if dependencies is not None:
+            self.write(self._path(key), (_FORMAT, dependencies, code))
 
     # -- the compile, with what Jinja generated captured
 
@@ -217,14 +202,15 @@ class JinjaCache(object):
             captured.append((python_source, code))
 
 
-def install(directory, environment_class=None):
+def install(directory, read, write, environment_class=None):
     """Route ``environment_class``'s (jinja2.Environment's) compile, compile_expression and _compile through a
-    JinjaCache in ``directory``; returns the cache, whose ``uninstall()`` puts the methods back."""
+    JinjaCache in ``directory`` (its entries read and written by ``read`` and ``write``: this directory's
+    sitecustomize.read_marshal and write_marshal); returns the cache, whose ``uninstall()`` puts the methods back."""
     if environment_class is None:
         from jinja2 import Environment as environment_class   # pylint: disable=import-outside-toplevel
     from jinja2.environment import TemplateExpression   # pylint: disable=import-outside-toplevel
     from jinja2.utils import internal_code   # pylint: disable=import-outside-toplevel
-    cache = JinjaCache(directory)
+    cache = JinjaCache(directory, read, write)
     real_compile = environment_class.compile
     real_expression = environment_class.compile_expression
     real_python = environment_class._compile   # pylint: disable=protected-access

@@ -99,26 +99,36 @@ class CompileCache(object):
 
     @staticmethod
     def _read(path):
-        try:
-            with open(path, "rb") as handle:
-                code = marshal.loads(handle.read())
-        except (OSError, ValueError, EOFError, TypeError):
-            return None
+        code = read_marshal(path)
         return code if isinstance(code, types.CodeType) else None
 
     @staticmethod
     def _write(path, code):
-        temp = "%s.%d.%d.tmp" % (path, os.getpid(), _thread.get_ident())
+        write_marshal(path, code)
+
+
+def read_marshal(path):
+    """The value marshal wrote to ``path``, or None where it cannot be read (missing, cut short, not marshal)."""
+    try:
+        with open(path, "rb") as handle:
+            return marshal.loads(handle.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+
+
+def write_marshal(path, value):
+    """Write ``value`` marshalled to ``path`` whole (a temporary file renamed into place); a failure writes nothing."""
+    temp = "%s.%d.%d.tmp" % (path, os.getpid(), _thread.get_ident())
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temp, "wb") as handle:
+            handle.write(marshal.dumps(value))
+        os.replace(temp, path)
+    except (OSError, ValueError):
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(temp, "wb") as handle:
-                handle.write(marshal.dumps(code))
-            os.replace(temp, path)
-        except (OSError, ValueError):
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 def install(directory):
@@ -139,7 +149,8 @@ def _run_shadowed_sitecustomize():
 
 def _jinja_cache(chosen, environment_module):
     import gpuops_jinja_cache   # pylint: disable=import-outside-toplevel
-    gpuops_jinja_cache.install(os.path.join(chosen, gpuops_jinja_cache.FOLDER), environment_module.Environment)
+    gpuops_jinja_cache.install(os.path.join(chosen, gpuops_jinja_cache.FOLDER), read_marshal, write_marshal,
+                               environment_module.Environment)
 
 
 def _start(environ):
