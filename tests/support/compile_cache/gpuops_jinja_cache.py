@@ -80,13 +80,15 @@ class JinjaCache(object):
     # -- the key
 
     def _versions_text(self):
-        if self._versions is None:
-            jinja = sys.modules.get("jinja2")
-            release = sys.modules.get("ansible.release")
-            self._versions = "%s jinja2 %s ansible-core %s" % (
-                importlib.util.MAGIC_NUMBER.hex(), getattr(jinja, "__version__", "?"),
-                getattr(release, "__version__", "-"))
-        return self._versions
+        if self._versions is not None:
+            return self._versions
+        jinja = sys.modules.get("jinja2")
+        release = sys.modules.get("ansible.release")
+        text = "%s jinja2 %s ansible-core %s" % (
+            importlib.util.MAGIC_NUMBER.hex(), getattr(jinja, "__version__", "?"), getattr(release, "__version__", "-"))
+        if jinja is not None and release is not None:
+            self._versions = text     # kept once both are known (a process without ansible-core asks again)
+        return text
 
     @staticmethod
     def _ansible_settings(environment):
