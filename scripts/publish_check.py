@@ -49,14 +49,18 @@ def importer_problems(output, returncode):
     return problems
 
 
-def tool_env():
+def tool_env(scratch):
     """The environment of the publishing tools: their virtualenv first on PATH (galaxy-importer runs ansible-doc and
-    ansible-lint from PATH) and this checkout as the collection gpuops.nvidia."""
+    ansible-lint from PATH), this checkout as the collection gpuops.nvidia, and ``scratch`` as their TMPDIR: the docs
+    lint's rstcheck writes each code block it checks to a temporary file that it never removes (rstcheck-core's
+    checker.py, NamedTemporaryFile with delete=False; 8 files a run in /tmp), so the tools' temporary files go to a
+    folder of the run's own, removed at its end (main)."""
     if not os.path.exists(os.path.join(TOOLS, "antsibull-docs")):
         raise CheckFailed("the publishing tools are not installed in %s: run `make setup`" % os.path.dirname(TOOLS))
     env = dict(os.environ)
     env["PATH"] = TOOLS + os.pathsep + env.get("PATH", "")
     env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(ROOT, ".collections")
+    env["TMPDIR"] = scratch
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -174,8 +178,10 @@ def main(argv):
     if len(argv) != 1 or argv[0] not in ("check", "docs"):
         sys.stderr.write("usage: python scripts/publish_check.py check|docs\n")
         return 2
+    os.makedirs(BUILD, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="publish-tmp-", dir=BUILD)
     try:
-        env = tool_env()
+        env = tool_env(scratch)
         check_guides()
         if argv[0] == "check":
             check_importer(env)
@@ -184,6 +190,8 @@ def main(argv):
     except CheckFailed as exc:
         sys.stderr.write("publish-check: FAILED: %s\n" % exc)
         return 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

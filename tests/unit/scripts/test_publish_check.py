@@ -84,3 +84,33 @@ def test_the_importers_lint_step_fails_on_what_the_importer_would_warn_about():
     crash = "Traceback (most recent call last):\n  File x\nKeyError: 'y'\n"
     assert publish_check.lint_problems("", crash)[-1].startswith("ERROR: ansible-lint crashed:")
     assert publish_check.lint_problems("", "INFO     Identified /x as project root\n") == []
+
+
+def test_the_tools_temporary_files_go_to_a_folder_removed_at_the_end(monkeypatch, tmp_path):
+    """rstcheck (the docs lint) leaves a temporary file per code block it checks: the tools' TMPDIR is a folder of the
+    run's own under build/, removed when the run ends, whether it passed or failed."""
+    seen = []
+
+    def tool(env):
+        assert os.path.dirname(env["TMPDIR"]) == str(tmp_path)
+        with open(os.path.join(env["TMPDIR"], "tmpleft.bash"), "w") as handle:   # what rstcheck leaves
+            handle.write("echo left\n")
+        seen.append(env["TMPDIR"])
+
+    def failing(env):
+        tool(env)
+        raise publish_check.CheckFailed("planted")
+
+    monkeypatch.setattr(publish_check, "BUILD", str(tmp_path))
+    monkeypatch.setattr(publish_check, "TOOLS", str(tmp_path))
+    (tmp_path / "antsibull-docs").write_text("")
+    monkeypatch.setattr(publish_check, "check_guides", lambda: None)
+    monkeypatch.setattr(publish_check, "check_importer", tool)
+    monkeypatch.setattr(publish_check, "check_docs_lint", tool)
+    monkeypatch.setattr(publish_check, "build_docs", tool)
+    assert publish_check.main(["check"]) == 0
+    monkeypatch.setattr(publish_check, "build_docs", failing)
+    assert publish_check.main(["docs"]) == 1
+    assert len(seen) == 4 and len(set(seen[:3])) == 1 and seen[3] != seen[0]   # one folder a run
+    assert not any(os.path.exists(folder) for folder in seen)
+    assert sorted(os.listdir(str(tmp_path))) == ["antsibull-docs"]
