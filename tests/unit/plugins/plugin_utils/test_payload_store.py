@@ -183,16 +183,16 @@ def test_a_failed_build_raises_as_it_was_and_keeps_nothing(source):
     assert os.listdir(str(source.store())) == []
 
 
-def test_gpu_node_plans_closure_lies_within_the_keys_folders():
+def test_gpu_node_plans_closure_lies_within_the_keys_folders(tmp_path):
     """ansible-core's own build of the module (its recursive_finder): every file it puts in the payload is the module,
     a file under the collection's plugins/module_utils or one of ansible-core's module_utils: the folders the key
     lists, so no source of the payload can change without a new key."""
     code = r"""
-import json, os, sys, tempfile
+import json, os, sys
 from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 _AnsibleCollectionFinder(paths=[sys.argv[1]])._install()
 import ansible.constants as C
-C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp()
+C.DEFAULT_LOCAL_TMP = sys.argv[3]   # the test's own folder: ansible-core builds the payload's cache there
 from ansible.executor import module_common
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
@@ -209,8 +209,8 @@ module_common.modify_module(module_name="gpuops.nvidia.gpu_node_plan", module_pa
 print(json.dumps(names))
 """
     module = os.path.join(ROOT, "plugins", "modules", "gpu_node_plan.py")
-    out = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, ".collections"), module], check=True,
-                         stdout=subprocess.PIPE, universal_newlines=True).stdout
+    out = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, ".collections"), module, str(tmp_path)],
+                         check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
     names = [n for n in json.loads(out.strip().splitlines()[-1]) if n.endswith(".py")]
     assert len(names) > 50
     outside = [n for n in names if not (
