@@ -35,7 +35,6 @@ import sys
 import threading
 import types
 
-TRIGGER = "jinja2.environment"
 FOLDER = "jinja"
 # the Environment attributes that Jinja's lexer and code generator read as they compile
 SETTINGS = ("block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
@@ -49,12 +48,12 @@ _FORMAT = "gpuops-jinja-1"
 
 
 def _qualified(value):
+    """A function's or class's dotted name; an object's class's, marked as an instance; None for None."""
     if value is None:
         return None
-    kind = value if isinstance(value, type) else type(value)
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return "%s.%s" % (getattr(value, "__module__", "?"), getattr(value, "__qualname__", "?"))
-    return "%s.%s instance" % (kind.__module__, kind.__qualname__)
+    return "%s.%s instance" % (type(value).__module__, type(value).__qualname__)
 
 
 def _passed(function):
