@@ -19,15 +19,20 @@ SHAPES = {"A100-SXM4-40GB": "dgx-a100-40gb", "A100-SXM4-80GB": "dgx-a100-80gb", 
           "H100-80GB": "hgx-h100-80gb", "H200": "hgx-h200", "B200": "hgx-b200", "B300": "hgx-b300",
           "GB200": "gb200-nvl", "GH200": "gh200", "H100-NVL": "h100-nvl-x2", "RTX-PRO-6000": "rtx-pro-6000-x8"}
 EXAMPLES = int(os.environ.get("GPUOPS_PBT_EXAMPLES", "100"))
-BASE = tempfile.mkdtemp(prefix="gpuops-migsim-")
+# the simulators' folder, made by the first simulator a test of this process makes, removed after this file's tests:
+# made at import, every pytest-xdist worker that collects the file made one and only the one that ran it removed it
+_BASE = []
 
 
 def teardown_module(module):
-    shutil.rmtree(BASE, ignore_errors=True)
+    while _BASE:
+        shutil.rmtree(_BASE.pop(), ignore_errors=True)
 
 
 def fresh_sim(shape):
-    d = tempfile.mkdtemp(dir=BASE)
+    if not _BASE:
+        _BASE.append(tempfile.mkdtemp(prefix="gpuops-migsim-"))
+    d = tempfile.mkdtemp(dir=_BASE[0])
     sim = SimulatedBackend(os.path.join(d, "state.json"), shape=shape)
     sim.set_mig_mode(0, True)
     if sim.read_gpu(0)["mig_mode_current"] != "Enabled":
