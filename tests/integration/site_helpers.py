@@ -35,7 +35,11 @@ class Site(object):
     def _call(self, check, diff, args, extra):
         ev = dict(self.extra)
         ev.update(extra)
-        env = {"HOME": str(self.tmp)}
+        # the run's home and temporary files are the test's: what a killed module or tool leaves behind (AnsiballZ's
+        # payload folder, a private copy) stays in the test's folder, not in the machine's /tmp
+        temporary = self.tmp / "tmp"
+        temporary.mkdir(parents=True, exist_ok=True)
+        env = {"HOME": str(self.tmp), "TMPDIR": str(temporary)}
         for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "KUBECONFIG"):
             env[var] = ""
         env.update(self.env)
