@@ -57,8 +57,9 @@ class PluginPreload(object):
     (ansible.plugins.loader) in this process, and loads every recorded name at ``preload()``; ``recorded`` and
     ``preloaded`` count this process's."""
 
-    def __init__(self, path, loader_module):
+    def __init__(self, path, loader_module, append):
         self.path = path
+        self.append = append      # (path, line): one write in append mode (sitecustomize.append_line)
         self.loaders = dict((kind, getattr(loader_module, "%s_loader" % kind)) for kind in TYPES)
         self.known = set(read_names(path))
         self.done = False
@@ -93,16 +94,11 @@ class PluginPreload(object):
             return
         self.known.add((kind, name))
         self.recorded += 1
-        line = ("%s\t%s\n" % (kind, name)).encode("utf-8", "replace")
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(handle, line)    # one write in append mode: lines of processes that record at once do not mix
-            finally:
-                os.close(handle)
         except OSError:
-            pass                          # a recording, never a reason for a run to fail
+            return                        # a recording, never a reason for a run to fail
+        self.append(self.path, ("%s\t%s\n" % (kind, name)).encode("utf-8", "replace"))
 
     def preload(self):
         """Once per process: the loaders' ansible.builtin Jinja plugins and every name recorded so far, loaded here,
@@ -142,10 +138,10 @@ class PluginPreload(object):
                 self.preloaded += 1
 
 
-def install(directory, queue_manager_module, loader_module):
-    """Record and preload through ``loader_module``'s loaders, preloading before ``queue_manager_module``'s
-    TaskQueueManager runs a play; returns the PluginPreload."""
-    preload = PluginPreload(os.path.join(directory, FILE), loader_module)
+def install(directory, queue_manager_module, loader_module, append):
+    """Record (a line at a time with ``append(path, line)``) and preload through ``loader_module``'s loaders,
+    preloading before ``queue_manager_module``'s TaskQueueManager runs a play; returns the PluginPreload."""
+    preload = PluginPreload(os.path.join(directory, FILE), loader_module, append)
     manager = queue_manager_module.TaskQueueManager
     run = manager.run
 

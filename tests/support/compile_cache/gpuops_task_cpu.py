@@ -27,7 +27,7 @@ import runpy
 import sys
 
 VARIABLE = "GPUOPS_TEST_TASK_CPU"
-_state = {"path": None, "kind": "main", "module": None}
+_state = {"path": None, "append": None, "kind": "main", "module": None}
 
 
 def _cpu(who):
@@ -42,15 +42,8 @@ def _clean(text):
 def _write(kind, name, host, extra):
     fields = (kind, _clean(name), _clean(host), "%.3f" % _cpu(resource.RUSAGE_SELF),
               "%.3f" % _cpu(resource.RUSAGE_CHILDREN), str(os.getpid()), _clean(extra))
-    line = ("\t".join(f.replace("\t", " ") for f in fields) + "\n").encode("utf-8", "replace")
-    try:
-        handle = os.open(_state["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(handle, line)      # one write in append mode: lines of processes that end at once do not mix
-        finally:
-            os.close(handle)
-    except OSError:
-        pass                            # a reading, never a reason for a run to fail
+    line = "\t".join(f.replace("\t", " ") for f in fields) + "\n"
+    _state["append"](_state["path"], line.encode("utf-8", "replace"))
 
 
 def _at_exit():
@@ -88,9 +81,11 @@ def _in_forked_child():
     os._exit = _exit
 
 
-def install(path):
-    """Record this process (and the processes it forks) into ``path``."""
+def install(path, append):
+    """Record this process (and the processes it forks) into ``path``, a line at a time with ``append(path, line)``
+    (sitecustomize.append_line: one write in append mode)."""
     _state["path"] = path
+    _state["append"] = append
     runpy.run_module = _run_module(runpy.run_module)
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=_in_forked_child)

@@ -133,6 +133,20 @@ def write_marshal(path, value):
             pass
 
 
+def append_line(path, line):
+    """Append ``line`` (bytes) to ``path`` in one write in append mode, so that the lines of processes that write at
+    once do not mix; a failure writes nothing (the files written so are readings and records, never a reason for a
+    run to fail)."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(handle, line)
+        finally:
+            os.close(handle)
+    except OSError:
+        pass
+
+
 def install(directory):
     """Route builtins.compile through a CompileCache in ``directory``; returns the cache."""
     cache = CompileCache(directory)
@@ -158,7 +172,7 @@ def _jinja_cache(chosen, environment_module):
 def _plugin_preload(chosen, queue_manager_module):
     import gpuops_plugin_preload   # pylint: disable=import-outside-toplevel
     gpuops_plugin_preload.install(os.path.join(chosen, gpuops_plugin_preload.FOLDER), queue_manager_module,
-                                  sys.modules["ansible.plugins.loader"])
+                                  sys.modules["ansible.plugins.loader"], append_line)
 
 
 def _start(environ):
@@ -200,7 +214,7 @@ def _start(environ):
         # where the CPU of a test's ansible runs goes, per task and module (this directory's gpuops_task_cpu.py), only
         # where the environment names its file
         import gpuops_task_cpu   # pylint: disable=import-outside-toplevel
-        gpuops_task_cpu.install(environ["GPUOPS_TEST_TASK_CPU"])
+        gpuops_task_cpu.install(environ["GPUOPS_TEST_TASK_CPU"], append_line)
     _run_shadowed_sitecustomize()
     if handed is not None:
         gpuops_module_server.run_source(handed)
