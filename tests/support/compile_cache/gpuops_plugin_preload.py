@@ -54,8 +54,8 @@ def read_names(path):
 
 class PluginPreload(object):
     """Records, in ``path``, the names whose lookup loaded a plugin module through the loaders of ``loader_module``
-    (ansible.plugins.loader) in this process, and loads every recorded name at ``preload()``; ``recorded`` and
-    ``preloaded`` count this process's."""
+    (ansible.plugins.loader) in this process, and loads every recorded name at ``preload()``; ``preloaded`` counts
+    the names this process loaded there."""
 
     def __init__(self, path, loader_module, append):
         self.path = path
@@ -63,7 +63,6 @@ class PluginPreload(object):
         self.loaders = dict((kind, getattr(loader_module, "%s_loader" % kind)) for kind in TYPES)
         self.known = set(read_names(path))
         self.done = False
-        self.recorded = 0
         self.preloaded = 0
         self._loads = [0]
         for kind, loader in self.loaders.items():
@@ -93,7 +92,6 @@ class PluginPreload(object):
         if (kind, name) in self.known or "\t" in name or "\n" in name:
             return
         self.known.add((kind, name))
-        self.recorded += 1
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         except OSError:

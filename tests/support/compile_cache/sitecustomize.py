@@ -24,9 +24,9 @@ fails raises as before and caches nothing. What the cache does not give back: a 
 ``GPUOPS_TEST_COMPILE_CACHE``: the cache directory (ansible_run.py names build/test-compile-cache in the checkout);
 unset, empty or ``off``: no cache. A ``sitecustomize`` that this one shadows on sys.path is run after it.
 With the compile cache on, the code Jinja compiles from a template is kept too, in its ``jinja`` folder
-(gpuops_jinja_cache.py, issue 49); ``GPUOPS_TEST_JINJA_CACHE=off`` leaves Jinja alone. So are the filter, test and
-lookup plugins that ansible's workers load, loaded before the fork (gpuops_plugin_preload.py, issue 49; their names in
-its ``plugins`` folder); ``GPUOPS_TEST_PLUGIN_PRELOAD=off`` leaves ansible's plugin loaders alone.
+(gpuops_jinja_cache.py, issue 49); ``GPUOPS_TEST_JINJA_CACHE=off`` leaves Jinja alone. So are the filter, test,
+lookup and action plugins that ansible's workers load, loaded before the fork (gpuops_plugin_preload.py, issue 49;
+their names in its ``plugins`` folder); ``GPUOPS_TEST_PLUGIN_PRELOAD=off`` leaves ansible's plugin loaders alone.
 ``GPUOPS_TEST_TASK_CPU``: a file where every process of the run writes its CPU seconds when it ends, per task and module
 (gpuops_task_cpu.py, issue 49; tests/support/task_cpu.py sums them); it needs the cache's directory on PYTHONPATH, so
 the compile cache on. Unset: nothing is recorded.
@@ -196,7 +196,7 @@ def _start(environ):
             # the process imports Jinja (ansible's commands and their workers; never a module run)
             hooks.append(("jinja2.environment", lambda module: _jinja_cache(chosen, module)))
         if environ.get("GPUOPS_TEST_PLUGIN_PRELOAD", "").lower() != "off":
-            # and the filter, test and lookup plugins that ansible's forked workers load, loaded before the fork
+            # and the filter, test, lookup and action plugins that ansible's forked workers load, loaded before the fork
             # (this directory's gpuops_plugin_preload.py), armed to install when a process imports ansible's
             # TaskQueueManager (ansible-playbook and ansible; never a module run)
             hooks.append(("ansible.executor.task_queue_manager", lambda module: _plugin_preload(chosen, module)))
