@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.support.ansible_run import COMPILE_CACHE, ansible_env
+from tests.support.ansible_run import COMPILE_CACHE, SESSION_TMPDIR, ansible_env
 from tests.support.compile_cache import gpuops_module_server as module_server
 from tests.support.compile_cache.gpuops_module_server import VARIABLE
 from tests.support.converged_lab import session_root
@@ -29,9 +29,12 @@ pytest_plugins = ("tests.support.cost_table",)
 @pytest.fixture(scope="session", autouse=True)
 def shared_ansiballz_cache(tmp_path_factory):
     """One AnsiballZ cache for the session's ansible runs against this checkout's collection
-    (tests/support/compile_cache/gpuops_shared_ansiballz.py): new in each session, shared by its xdist workers."""
+    (tests/support/compile_cache/gpuops_shared_ansiballz.py), and one temporary folder for them
+    (tests/support/ansible_run.py, ansible_env): new in each session, shared by its xdist workers."""
     os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_CACHE", str(session_root(tmp_path_factory) / "ansiballz-cache"))
     os.environ.setdefault("GPUOPS_TEST_ANSIBALLZ_COLLECTIONS", COLLECTIONS)
+    # the temporary folder of the session's ansible commands (tests/support/ansible_run.py, ansible_env)
+    os.environ.setdefault(SESSION_TMPDIR, str(session_root(tmp_path_factory) / "ansible-tmp"))
     yield
 
 

@@ -28,6 +28,7 @@ def _bin_dir():
 BIN = _bin_dir()
 COMPILE_CACHE_PATH = os.path.join(ROOT, "tests", "support", "compile_cache")
 COMPILE_CACHE = os.path.join(ROOT, "build", "test-compile-cache")
+SESSION_TMPDIR = "GPUOPS_TEST_TMPDIR"
 
 
 def with_compile_cache(env, default=None):
@@ -59,6 +60,14 @@ def ansible_env(extra=None):
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
     })
     env.update(extra or {})
+    # The session's folder for the temporary files of its ansible commands (tests/conftest.py names it under pytest's
+    # own session folder, which pytest removes after three newer sessions): what a killed module or tool leaves there
+    # (AnsiballZ's payload folder, which ansible-core removes in a `finally` that a SIGKILL skips, a private copy)
+    # stays out of the machine's /tmp, where CI runs next. A caller's TMPDIR (a site test's own folder) is kept.
+    session_tmp = env.get(SESSION_TMPDIR)
+    if session_tmp and "TMPDIR" not in (extra or {}):
+        os.makedirs(session_tmp, exist_ok=True)
+        env["TMPDIR"] = session_tmp
     # The modules' bytecode cache (plugins/module_utils/common/_bytecode_cache.py) where a GPU node keeps it, under the run's
     # HOME, named explicitly so that a machine's PYTHONDONTWRITEBYTECODE does not turn it off for the tests: they run
     # the modules the way a default node does (a fleet of the bench with its own HOME starts with an empty cache).
