@@ -30,10 +30,16 @@ What differs from a fresh interpreter, and so where the server is not used:
 Where the CPU goes: the module's process is the server's child, so the tests' cost table (tests/support/cost_table.py)
 adds the server's CPU seconds (``server_cpu``), which the server counts as it reaps each run.
 """
-import hashlib
 import marshal
 import os
 import sys
+
+try:
+    # the socket's name: blake2b from its own small extension, not hashlib, which loads OpenSSL (about 10 ms of each
+    # handed run's start-up; every Python the tests' ansible runs start computes the name)
+    from _blake2 import blake2b as _digest
+except ImportError:  # pragma: no cover - an interpreter built without it
+    from hashlib import blake2b as _digest
 
 VARIABLE = "GPUOPS_TEST_MODULE_SERVER"
 # what the server imports once: AnsiballZ's wrapper and loader, ansible-core's module_utils that every module imports,
@@ -61,7 +67,7 @@ def fingerprint(environ):
     """What an interpreter started with ``environ`` would be: sys.executable, version, flags and the variables above."""
     keys = sorted(k for k in environ if k.startswith("PYTHON") or k.startswith("LC_") or k == "LANG" or k in _HOOKS)
     text = repr((sys.executable, sys.version, tuple(sys.flags), [(k, environ[k]) for k in keys]))
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return _digest(text.encode("utf-8", "surrogateescape"), digest_size=10).hexdigest()
 
 
 def socket_path(directory, environ):
@@ -134,7 +140,9 @@ def client(directory, environ):
     started twice)."""
     if environ.get("GPUOPS_TEST_TASK_CPU"):
         return None
-    import socket   # pylint: disable=import-outside-toplevel
+    # (the C socket type, which has every call made here: the socket module imports enum and selectors, about a
+    # quarter of a handed run's start-up)
+    import _socket as socket   # pylint: disable=import-outside-toplevel
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(socket_path(directory, environ))

@@ -40,9 +40,7 @@ import __future__
 import _thread
 import builtins
 import gc
-import hashlib
 import importlib.machinery
-import importlib.util
 import marshal
 import os
 import sys
@@ -65,14 +63,19 @@ class CompileCache(object):
     """compile() with its code kept in ``directory``; ``hits`` and ``misses`` count this process's cacheable calls."""
 
     def __init__(self, directory, real=_real_compile):
+        # (imported here, before compile() is routed through the cache, and not at this file's top: a module run
+        # handed to the module server ends before any cache is made, and these imports were a third of its start-up)
+        import hashlib   # pylint: disable=import-outside-toplevel
+        import importlib.util   # pylint: disable=import-outside-toplevel
         self.directory = directory
         self.real = real
         self.hits = 0
         self.misses = 0
+        self._seed = hashlib.sha256(importlib.util.MAGIC_NUMBER)
 
     def key(self, source, mode, flags, optimize):
         data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
-        digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
+        digest = self._seed.copy()
         settings = "%s %d %d %d %s\0" % (mode, flags, optimize, sys.flags.optimize, type(source).__name__)
         digest.update(settings.encode("ascii"))
         digest.update(data)
@@ -155,6 +158,7 @@ def install(directory):
 
 
 def _run_shadowed_sitecustomize():
+    import importlib.util   # pylint: disable=import-outside-toplevel
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
