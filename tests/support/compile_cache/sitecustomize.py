@@ -40,7 +40,6 @@ import __future__
 import _thread
 import builtins
 import gc
-import importlib.machinery
 import marshal
 import os
 import sys
@@ -158,6 +157,7 @@ def install(directory):
 
 
 def _run_shadowed_sitecustomize():
+    import importlib.machinery   # pylint: disable=import-outside-toplevel
     import importlib.util   # pylint: disable=import-outside-toplevel
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
