@@ -5,14 +5,13 @@ import os
 import sys
 
 from tests.support.ansible_run import SESSION_TMPDIR, ansible_env, run_module
+from tests.support.converged_lab import session_root
 
 
 def test_the_session_names_a_folder_under_pytests_own(tmp_path_factory):
     named = os.environ.get(SESSION_TMPDIR)
     assert named, "tests/conftest.py names %s for the session" % SESSION_TMPDIR
-    base = str(tmp_path_factory.getbasetemp())
-    session = os.path.dirname(base) if os.path.basename(base).startswith("popen-gw") else base
-    assert os.path.dirname(named) == session, (named, session)
+    assert os.path.dirname(named) == str(session_root(tmp_path_factory)), named
 
 
 def test_ansible_commands_get_the_named_folder_and_a_callers_own_is_kept(tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ class CompileCache(object):
 
     def __init__(self, directory, real=_real_compile):
         # (imported here, before compile() is routed through the cache, and not at this file's top: a module run
-        # handed to the module server ends before any cache is made, and these imports were a third of its start-up)
+        # handed to the module server ends before any cache is made, and these imports were about a fifth of its start-up)
         import hashlib   # pylint: disable=import-outside-toplevel
         import importlib.util   # pylint: disable=import-outside-toplevel
         self.directory = directory
