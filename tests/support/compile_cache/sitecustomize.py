@@ -27,8 +27,9 @@ With the compile cache on, the code Jinja compiles from a template is kept too, 
 (gpuops_jinja_cache.py, issue 49); ``GPUOPS_TEST_JINJA_CACHE=off`` leaves Jinja alone. So are the filter, test,
 lookup and action plugins that ansible's workers load, loaded before the fork (gpuops_plugin_preload.py, issue 49;
 their names in its ``plugins`` folder); ``GPUOPS_TEST_PLUGIN_PRELOAD=off`` leaves ansible's plugin loaders alone.
-So is a task that its ``when`` skips: ansible-playbook decides it without forking a worker, with the worker's steps and
-result (gpuops_controller_skip.py, issue 49; ansible-core 2.19); ``GPUOPS_TEST_CONTROLLER_SKIP=off`` leaves the strategies alone.
+So are the tasks ansible-playbook can finish without forking a worker: one that its ``when`` skips, one of ansible-core's
+controller-side actions (gpuops_controller_tasks.py, issue 49; ansible-core 2.19); ``GPUOPS_TEST_CONTROLLER_TASKS=skip``
+finishes the skips only, ``off`` leaves the strategies alone (as does ``GPUOPS_TEST_TASK_CPU``, a reading of every worker).
 ``GPUOPS_TEST_TASK_CPU``: a file where every process of the run writes its CPU seconds when it ends, per task and module
 (gpuops_task_cpu.py, issue 49; tests/support/task_cpu.py sums them); it needs the cache's directory on PYTHONPATH, so
 the compile cache on. Unset: nothing is recorded.
@@ -181,9 +182,9 @@ def _plugin_preload(chosen, queue_manager_module):
                                   sys.modules["ansible.plugins.loader"], append_line)
 
 
-def _controller_skip(strategy_module):
-    import gpuops_controller_skip   # pylint: disable=import-outside-toplevel
-    gpuops_controller_skip.install(strategy_module)
+def _controller_tasks(mode, strategy_module):
+    import gpuops_controller_tasks   # pylint: disable=import-outside-toplevel
+    gpuops_controller_tasks.install(strategy_module, mode)
 
 
 def _start(environ):
@@ -211,10 +212,12 @@ def _start(environ):
             # (this directory's gpuops_plugin_preload.py), armed to install when a process imports ansible's
             # TaskQueueManager (ansible-playbook and ansible; never a module run)
             hooks.append(("ansible.executor.task_queue_manager", lambda module: _plugin_preload(chosen, module)))
-        if environ.get("GPUOPS_TEST_CONTROLLER_SKIP", "").lower() != "off":
-            # and a task that its `when` skips, decided by ansible-playbook without a worker (this directory's
-            # gpuops_controller_skip.py), armed to install when a process imports ansible's strategies
-            hooks.append(("ansible.plugins.strategy", _controller_skip))
+        mode = environ.get("GPUOPS_TEST_CONTROLLER_TASKS", "")
+        if mode.lower() != "off" and not environ.get("GPUOPS_TEST_TASK_CPU"):
+            # and the tasks ansible-playbook can finish without forking a worker: a skip, an action of ansible-core's
+            # that stays on the controller (this directory's gpuops_controller_tasks.py), armed to install when a
+            # process imports ansible's strategies; not while GPUOPS_TEST_TASK_CPU reads the CPU of every worker
+            hooks.append(("ansible.plugins.strategy", lambda module: _controller_tasks(mode, module)))
         if hooks:
             from gpuops_after_import import AfterImport   # pylint: disable=import-outside-toplevel
             for name, callback in hooks:
