@@ -2,6 +2,7 @@
 ``when`` skips is decided by ansible-playbook itself, a task of ansible-core's controller-side actions runs there,
 and everything a play and its callbacks see is what a worker would have sent; every other task goes to a worker;
 ``skip`` finishes the skips only, ``off`` and other ansible-core versions leave the strategies alone."""
+import contextlib
 import json
 import subprocess
 import sys
@@ -240,3 +241,40 @@ def test_only_ansible_builtin_controller_actions_without_async_timeout_or_until_
     assert not hooked.runs_here(types.SimpleNamespace(**dict(plain, **fields)))
     hooked.run_here = False   # GPUOPS_TEST_CONTROLLER_TASKS=skip
     assert not hooked.runs_here(types.SimpleNamespace(**plain))
+
+
+def test_a_result_that_cannot_be_sent_is_reported_as_the_worker_reports_it():
+    """WorkerProcess._run: a result the queue refuses is replaced by a failure that says so, and the strategy still
+    gets one result for the task (else it would wait for it forever)."""
+    from ansible.errors import AnsibleError   # pylint: disable=import-outside-toplevel
+    sent, events = [], []
+
+    class _Queue(object):
+        def send_task_result(self, result):
+            if not sent:
+                sent.append(None)
+                raise TypeError("cannot pickle")
+            sent.append(result)
+
+    hooked = object.__new__(controller_tasks.ControllerTasks)
+    hooked.skipped = hooked.ran = 0
+    hooked.run_here = True
+    hooked.error = AnsibleError
+    hooked.error_result = lambda ex: {"failed": True, "msg": str(ex), "cause": str(ex.__cause__)}
+    hooked.raw_result = lambda **kwargs: kwargs
+    hooked.loaders = lambda: None
+    hooked.task_context = lambda task: contextlib.nullcontext()
+    hooked.executor = lambda *args: types.SimpleNamespace(run=lambda: {"changed": False, "ansible_facts": {"x": 1}})
+    task = types.SimpleNamespace(action="ansible.builtin.set_fact", async_val=0, timeout=0, until=[], _uuid="u1",
+                                 dump_attrs=lambda: {"name": "t"})
+    task.copy = lambda exclude_tasks: task
+    strategy = types.SimpleNamespace(_queued_task_cache={}, _final_q=_Queue(), _pending_results=0, _loader=None,
+                                     _variable_manager=None,
+                                     _tqm=types.SimpleNamespace(send_callback=lambda *args: events.append(args[0])))
+    host = types.SimpleNamespace(name="node-a")
+    assert hooked.finish(strategy, host, task, {}, None) is True
+    assert events == ["v2_runner_on_start"] and strategy._pending_results == 1 and hooked.ran == 1
+    assert len(sent) == 2 and sent[1]["task_fields"] == {}
+    failure = sent[1]["return_data"]
+    assert failure["failed"] and failure["cause"] == "cannot pickle"
+    assert failure["msg"].startswith("Task result omitted due to queue send failure")

@@ -44,8 +44,10 @@ class ControllerTasks(object):
         from ansible.executor.task_result import _RawTaskResult   # pylint: disable=import-outside-toplevel
         from ansible.plugins import loader   # pylint: disable=import-outside-toplevel
         from ansible._internal import _display_utils, _task   # pylint: disable=import-outside-toplevel
+        from ansible._internal._errors import _error_utils   # pylint: disable=import-outside-toplevel
         from ansible._internal._templating._engine import TemplateEngine   # pylint: disable=import-outside-toplevel
         self.error = AnsibleError
+        self.error_result = _error_utils.result_dict_from_exception
         self.executor = TaskExecutor
         self.raw_result = _RawTaskResult
         self.loaders = loader.get_plugin_loader_namespace
@@ -128,8 +130,16 @@ class ControllerTasks(object):
         else:
             copy, result = decided
             self.skipped += 1
-        strategy._final_q.send_task_result(self.raw_result(host=host, task=copy, return_data=result,
-                                                           task_fields=copy.dump_attrs()))
+        try:
+            strategy._final_q.send_task_result(self.raw_result(host=host, task=copy, return_data=result,
+                                                               task_fields=copy.dump_attrs()))
+        except Exception as ex:   # pylint: disable=broad-except
+            # as the worker does when its result cannot be sent (WorkerProcess._run)
+            try:
+                raise self.error("Task result omitted due to queue send failure.") from ex
+            except Exception as wrapper:   # pylint: disable=broad-except
+                strategy._final_q.send_task_result(self.raw_result(
+                    host=host, task=copy, return_data=self.error_result(wrapper), task_fields={}))
         strategy._pending_results += 1
         return True
 
