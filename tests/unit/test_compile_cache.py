@@ -143,11 +143,11 @@ def _import_from_zip(tmp_path, environ):
     script = ("import builtins, sys; sys.path.insert(0, %r); import payloadmod; assert payloadmod.Box().twice() == "
               "[1, 4]; c = getattr(builtins.compile, '__self__', None); print(None if c is None or "
               "isinstance(c, type(builtins)) else [c.hits, c.misses])" % str(archive))
-    # without the shared AnsiballZ cache's hook and the import hooks of the Jinja cache and the plugin preload: where
-    # Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on CI), importing them compiles their sources through the
-    # cache, more compiles to count
+    # without the shared AnsiballZ cache's hook and the import hooks of the Jinja cache, the plugin preload and the
+    # controller's tasks: where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on CI), importing them compiles
+    # their sources through the cache, more compiles to count
     env = ansible_run.ansible_env(dict(environ, GPUOPS_TEST_ANSIBALLZ_CACHE="", GPUOPS_TEST_JINJA_CACHE="off",
-                                       GPUOPS_TEST_PLUGIN_PRELOAD="off"))
+                                       GPUOPS_TEST_PLUGIN_PRELOAD="off", GPUOPS_TEST_CONTROLLER_TASKS="off"))
     out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, check=True)
     return out.stdout.strip()

@@ -124,7 +124,8 @@ class ControllerTasks(object):
             'host': host, 'task': task, 'task_vars': task_vars, 'play_context': play_context}
         strategy._tqm.send_callback('v2_runner_on_start', host, task)
         if executor is not None:
-            with self.task_context(copy):
+            # (2.19's TaskContext takes the task alone; pylint on a later ansible-core reads that version's signature)
+            with self.task_context(copy):   # pylint: disable=missing-kwoa
                 result = executor.run()   # (catches what the task raises, as in a worker)
             self.ran += 1
         else:
