@@ -30,7 +30,6 @@ SKIP_REASON = "Conditional result was False"
 # ansible-core's actions that never leave the controller nor change the process that runs them
 HERE = frozenset("ansible.builtin." + name for name in (
     "set_fact", "debug", "assert", "fail", "include_tasks", "include_role", "validate_argument_spec"))
-VARIABLE = "GPUOPS_TEST_CONTROLLER_TASKS"
 
 
 class ControllerTasks(object):
