@@ -330,11 +330,12 @@ def _trend(args):
     with open(args.reading, "a+") as handle:
         handle.seek(0)
         text = handle.read()
-    updated = update_reading(text, table, args.commit or commit(), args.label,
-                             _load_json(args.budget) if args.budget else None)
+    budget = _load_json(args.budget) if args.budget else None
+    updated = update_reading(text, table, args.commit or commit(), args.label, budget)
     with open(args.reading, "w") as handle:
         handle.write(updated)
-    print("trend: %s: %s" % (args.reading, trend_row(table, args.commit or commit(), args.label)))
+    # the row as written, its wall time and probe included
+    print("trend: %s: %s" % (args.reading, trend_row(table, args.commit or commit(), args.label, budget)))
 
 
 def main(argv=None):

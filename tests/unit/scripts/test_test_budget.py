@@ -145,6 +145,19 @@ def test_the_trend_command_writes_the_page_from_the_table(tmp_path):
     assert text.count(budget.TABLE_START) == 1 and "| **all 3 files** |" in text
 
 
+def test_the_trend_command_prints_the_row_it_wrote(tmp_path, capsys):
+    """With --budget, the printed row is the written one: the run's wall time and CPU probe in it, not '-'."""
+    table_path, reading, budget_path = (tmp_path / "test-costs.json", tmp_path / "test-costs.md",
+                                        tmp_path / "budget.json")
+    table_path.write_text(json.dumps(budget.merge(WORKERS)))
+    budget_path.write_text(json.dumps({"wall_s": 1081, "probe": {"before_s": 0.184, "after_s": 0.207}}))
+    budget.main(["trend", "--table", str(table_path), "--reading", str(reading), "--commit", "ccc3333",
+                 "--budget", str(budget_path)])
+    printed = capsys.readouterr().out.strip().split(": ", 2)[2]
+    assert printed.endswith("| 1081 | 0.18, 0.21 |"), printed
+    assert printed in reading.read_text().splitlines()
+
+
 def test_the_budget_of_a_run_from_what_test_sh_left(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
