@@ -330,12 +330,12 @@ def _trend(args):
     with open(args.reading, "a+") as handle:
         handle.seek(0)
         text = handle.read()
-    budget = _load_json(args.budget) if args.budget else None
-    updated = update_reading(text, table, args.commit or commit(), args.label, budget)
+    budget, commit_id = (_load_json(args.budget) if args.budget else None), args.commit or commit()
+    updated = update_reading(text, table, commit_id, args.label, budget)
     with open(args.reading, "w") as handle:
         handle.write(updated)
     # the row as written, its wall time and probe included
-    print("trend: %s: %s" % (args.reading, trend_row(table, args.commit or commit(), args.label, budget)))
+    print("trend: %s: %s" % (args.reading, trend_row(table, commit_id, args.label, budget)))
 
 
 def main(argv=None):
