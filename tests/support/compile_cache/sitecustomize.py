@@ -14,11 +14,11 @@ are a node's real cost.
 
 What is cached: ``compile(source, filename, "exec", ...)`` of a str or bytes source of at least ``MIN_SIZE`` bytes.
 ASTs (``ast.parse``), ``eval``/``single`` mode and other calls go to the real ``compile()`` untouched. The key is the
-SHA-256 of the interpreter's bytecode magic, the effective compiler flags (the caller's ``__future__`` flags where
-``dont_inherit`` is false, as ``compile()`` itself inherits them), the optimization level and the source, so another
-Python, flag or source never reads an entry that is not its own. Entries are written whole (a temporary file renamed
-into place); an entry that cannot be read or is not a code object is compiled again and replaced. A compile that
-fails raises as before and caches nothing. What the cache does not give back: a ``SyntaxWarning`` or
+BLAKE2b (256 bits) of the interpreter's bytecode magic, the effective compiler flags (the caller's ``__future__``
+flags where ``dont_inherit`` is false, as ``compile()`` itself inherits them), the optimization level and the source,
+so another Python, flag or source never reads an entry that is not its own. Entries are written whole (a temporary
+file renamed into place); an entry that cannot be read or is not a code object is compiled again and replaced. A
+compile that fails raises as before and caches nothing. What the cache does not give back: a ``SyntaxWarning`` or
 ``DeprecationWarning`` that compiling the source emits is emitted only when the source is compiled, not on a hit.
 
 ``GPUOPS_TEST_COMPILE_CACHE``: the cache directory (ansible_run.py names build/test-compile-cache in the checkout);
@@ -53,6 +53,14 @@ try:
 except ImportError:  # pragma: no cover - not CPython
     _imp = None
 
+try:
+    # the key's digest: BLAKE2b from its own small extension, not hashlib, which loads OpenSSL; with importlib.util
+    # (below), about 8 ms of the start-up of every Python the tests' ansible runs start that does not hand its script
+    # to the module server (the stand-ins, helm's wrapper, ansible's own commands): issue 49
+    from _blake2 import blake2b as _digest
+except ImportError:  # pragma: no cover - an interpreter built without it
+    from hashlib import blake2b as _digest
+
 MIN_SIZE = 1024
 _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast at every start-up
 _FUTURE = 0
@@ -65,15 +73,11 @@ class CompileCache(object):
     """compile() with its code kept in ``directory``; ``hits`` and ``misses`` count this process's cacheable calls."""
 
     def __init__(self, directory, real=_real_compile):
-        # (imported here, before compile() is routed through the cache, and not at this file's top: a module run
-        # handed to the module server ends before any cache is made, and these imports were about a fifth of its start-up)
-        import hashlib   # pylint: disable=import-outside-toplevel
-        import importlib.util   # pylint: disable=import-outside-toplevel
         self.directory = directory
         self.real = real
         self.hits = 0
         self.misses = 0
-        self._seed = hashlib.sha256(importlib.util.MAGIC_NUMBER)
+        self._seed = _digest(_magic_number(), digest_size=32)
 
     def key(self, source, mode, flags, optimize):
         data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
@@ -159,13 +163,25 @@ def install(directory):
     return cache
 
 
+def _magic_number():
+    """The interpreter's bytecode magic (importlib.util.MAGIC_NUMBER) without importing importlib.util, which
+    imports contextlib, functools and more (about 4 ms of a start-up): from the frozen module that holds it, which
+    CPython's import system registers at start-up."""
+    frozen = sys.modules.get("_frozen_importlib_external")
+    if frozen is not None and isinstance(getattr(frozen, "MAGIC_NUMBER", None), bytes):
+        return frozen.MAGIC_NUMBER
+    import importlib.util   # pylint: disable=import-outside-toplevel
+    return importlib.util.MAGIC_NUMBER
+
+
 def _run_shadowed_sitecustomize():
     import importlib.machinery   # pylint: disable=import-outside-toplevel
-    import importlib.util   # pylint: disable=import-outside-toplevel
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
+        # (only where there is one to run: importlib.util is about 4 ms of a start-up)
+        import importlib.util   # pylint: disable=import-outside-toplevel
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
 
@@ -188,6 +204,13 @@ def _controller_tasks(mode, strategy_module):
 
 
 def _start(environ):
+    chosen = environ.get("GPUOPS_TEST_COMPILE_CACHE", "")
+    cached = bool(chosen) and chosen.lower() != "off"
+    if cached:
+        # first, so that this directory's own modules imported below come from the cache too: the module server's
+        # client, compiled from source in every handed run where no bytecode is written (as on CI, whose
+        # PYTHONDONTWRITEBYTECODE is set), was about 4 ms of its start-up (issue 49)
+        install(chosen)
     handed = None
     if environ.get("GPUOPS_TEST_MODULE_SERVER", "off") not in ("", "off") and sys.argv == [""] and not os.isatty(0):
         # a script read from standard input (a module run: ansible.cfg's pipelining) goes to the session's warm
@@ -199,9 +222,7 @@ def _start(environ):
     # that the child's collections never walk the heap it inherited (nor copy its pages by touching them); the
     # parent's objects go back to the oldest generation (issue 49: about 4 % of a lab converge's CPU)
     os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
-    chosen = environ.get("GPUOPS_TEST_COMPILE_CACHE", "")
-    if chosen and chosen.lower() != "off":
-        install(chosen)
+    if cached:
         hooks = []
         if environ.get("GPUOPS_TEST_JINJA_CACHE", "").lower() != "off":
             # and the code of compiled Jinja templates (this directory's gpuops_jinja_cache.py), armed to install when
