@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.support.ansible_run import with_compile_cache
 from tests.support.fake_kube_api import FakeKubeApi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,8 +76,9 @@ def env(tmp_path):
     shutil.copytree(CHART, str(chart))
     play = tmp_path / "play.yml"
     play.write_text(PLAY)
-    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), HOME=str(tmp_path),
-                   ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
+    # with the tests' start-up hooks (tests/support/compile_cache), as the other tests' ansible runs have them
+    environ = with_compile_cache(dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), HOME=str(tmp_path),
+                                      ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1"))
     for var in list(environ):
         if var.startswith("K8S_AUTH_") or var == "KUBECONFIG":
             environ.pop(var)

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.support.ansible_run import with_compile_cache
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKES = os.path.join(ROOT, "tests", "support", "bin")
 
@@ -33,8 +35,9 @@ def _play(tmp, extra=()):
     play = os.path.join(str(tmp), "play.yml")
     with open(play, "w") as f:
         f.write(PLAY)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               PATH=FAKES + os.pathsep + os.environ["PATH"])
+    # with the tests' start-up hooks (tests/support/compile_cache), as the other tests' ansible runs have them
+    env = with_compile_cache(dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                                  PATH=FAKES + os.pathsep + os.environ["PATH"]))
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
            "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", "tmp=%s" % tmp, play] + list(extra)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)

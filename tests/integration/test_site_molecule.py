@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.support.ansible_run import ROOT
+from tests.support.ansible_run import ROOT, with_compile_cache
 
 MOLECULE = os.path.join(ROOT, ".venv", "bin", "molecule")
 
@@ -15,9 +15,11 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_molecule_default_scenario(tmp_path):
-    env = dict(os.environ, PATH=os.path.dirname(MOLECULE) + os.pathsep + os.environ.get("PATH", ""),
-               HOME=str(tmp_path), MOLECULE_NO_LOG="false", ANSIBLE_NOCOLOR="1", NO_COLOR="1",
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    # with the tests' start-up hooks (the compile cache, the module server, ...: tests/support/compile_cache), as
+    # every other test's ansible runs and compat's molecule step have them (issue 49)
+    env = with_compile_cache(dict(os.environ, PATH=os.path.dirname(MOLECULE) + os.pathsep + os.environ.get("PATH", ""),
+                                  HOME=str(tmp_path), MOLECULE_NO_LOG="false", ANSIBLE_NOCOLOR="1", NO_COLOR="1",
+                                  ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
     for var in ("GPUOPS_SIMULATED_GPUS", "GPUOPS_SIMULATED_MACHINE", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST"):
         env.pop(var, None)
     proc = subprocess.run([MOLECULE, "test", "-s", "default"], cwd=os.path.join(ROOT, "extensions"), env=env,

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.support.ansible_run import with_compile_cache
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FAKES = os.path.join(ROOT, "tests", "support", "bin")
 MUTATING = ("set_", "quit", "-d")
@@ -54,10 +56,13 @@ class Host(object):
         args.setdefault("log_directory", self.log)
         args.setdefault("unit_directory", self.units)
         args.setdefault("timeout", 5)
-        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-                   ANSIBLE_CALLBACK_RESULT_FORMAT="json", PATH=FAKES + os.pathsep + os.environ["PATH"],
-                   FAKE_SYSTEMD_STATE=self.sd_state, FAKE_SYSTEMD_UNIT_DIR=self.units,
-                   PYTHONPATH=os.path.join(ROOT, ".collections"))
+        # with the tests' compile cache (tests/support/compile_cache: the module and its module_utils are compiled
+        # from source in every run where no bytecode is written, as on CI), as the other tests' runs have it
+        env = with_compile_cache(dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                                      ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                                      PATH=FAKES + os.pathsep + os.environ["PATH"],
+                                      FAKE_SYSTEMD_STATE=self.sd_state, FAKE_SYSTEMD_UNIT_DIR=self.units,
+                                      PYTHONPATH=os.path.join(ROOT, ".collections")))
         if not via_ansible:
             margs = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
             path = os.path.join(self.tmp, "args.json")
