@@ -216,8 +216,8 @@ def test_a_process_started_as_the_tests_start_ansible_freezes_its_objects_only_a
 def test_a_process_started_as_the_tests_start_ansible_makes_its_cache_without_hashlib_or_importlib_util(tmp_path):
     """The stand-ins, helm's wrapper and the other short Pythons the tests' ansible runs start load this start-up too:
     the cache's key comes from _blake2 and the frozen importlib, not from hashlib (OpenSSL) and importlib.util, which
-    cost such a process about 8 ms (issue 49). The cache is made (a compile is a miss, written) and its key still
-    holds the interpreter's bytecode magic."""
+    cost such a process about 8 ms (issue 49). The cache is still made (compile() is the cache's) and its key still
+    starts from the interpreter's bytecode magic."""
     script = ("import sys, builtins\n"
               "print(sorted(m for m in ('hashlib', '_hashlib', 'importlib.util') if m in sys.modules))\n"
               "print(type(builtins.compile.__self__).__name__)\n")
