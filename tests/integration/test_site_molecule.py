@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.support.ansible_run import ROOT, with_compile_cache
+from tests.support.ansible_run import ROOT, molecule_env
 
 MOLECULE = os.path.join(ROOT, ".venv", "bin", "molecule")
 
@@ -15,13 +15,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_molecule_default_scenario(tmp_path):
-    # with the tests' start-up hooks (the compile cache, the module server, ...: tests/support/compile_cache), as
-    # every other test's ansible runs and compat's molecule step have them (issue 49)
-    env = with_compile_cache(dict(os.environ, PATH=os.path.dirname(MOLECULE) + os.pathsep + os.environ.get("PATH", ""),
-                                  HOME=str(tmp_path), MOLECULE_NO_LOG="false", ANSIBLE_NOCOLOR="1", NO_COLOR="1",
-                                  ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
-    for var in ("GPUOPS_SIMULATED_GPUS", "GPUOPS_SIMULATED_MACHINE", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST"):
-        env.pop(var, None)
+    env = molecule_env(tmp_path)
     proc = subprocess.run([MOLECULE, "test", "-s", "default"], cwd=os.path.join(ROOT, "extensions"), env=env,
                           capture_output=True, text=True, timeout=900, check=False)
     out = proc.stdout + proc.stderr

@@ -76,6 +76,18 @@ def ansible_env(extra=None):
     return with_compile_cache(env)
 
 
+def molecule_env(home, **extra):
+    """The environment the molecule tests run molecule with (``extra`` added): this checkout's bin first on PATH, the
+    test's HOME, the repository's ansible.cfg, no simulated GPU or cluster of the caller's, and the tests' start-up
+    hooks (with_compile_cache), as every other test's ansible runs and compat's molecule step have them (issue 49)."""
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""),
+               HOME=str(home), MOLECULE_NO_LOG="false", ANSIBLE_NOCOLOR="1", NO_COLOR="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), **extra)
+    for var in ("GPUOPS_SIMULATED_GPUS", "GPUOPS_SIMULATED_MACHINE", "K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST"):
+        env.pop(var, None)
+    return with_compile_cache(env)
+
+
 def run_module(module, args=None, env=None, check=False, diff=False, python=None):
     """Run one module on localhost; returns (result dict, completed process)."""
     cmd = [os.path.join(BIN, "ansible"), "localhost", "-m", module,

@@ -55,8 +55,8 @@ except ImportError:  # pragma: no cover - not CPython
 
 try:
     # the key's digest: BLAKE2b from its own small extension, not hashlib, which loads OpenSSL; with importlib.util
-    # (below), about 8 ms of the start-up of every Python the tests' ansible runs start that does not hand its script
-    # to the module server (the stand-ins, helm's wrapper, ansible's own commands): issue 49
+    # (below), about 8 ms of the start-up of a Python the tests' ansible runs start that imports neither itself (the
+    # stand-ins, helm's wrapper; ansible's own commands import hashlib later anyway): issue 49
     from _blake2 import blake2b as _digest
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b as _digest
