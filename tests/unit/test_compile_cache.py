@@ -1,4 +1,5 @@
-"""The tests' compile cache (tests/support/compile_cache/sitecustomize.py): a hit gives back what compile() makes,
+"""The tests' compile cache (tests/support/compile_cache/gpuops_startup.py, started by that directory's
+sitecustomize.py): a hit gives back what compile() makes,
 under the caller's file name; anything it should not cache goes to the real compile(); a bad entry is compiled
 again; and the ansible commands the tests run start with it."""
 import __future__
@@ -15,8 +16,8 @@ import pytest
 
 from tests.support import ansible_run
 
-SITE = os.path.join(ansible_run.COMPILE_CACHE_PATH, "sitecustomize.py")
-_spec = importlib.util.spec_from_file_location("gpuops_test_compile_cache", SITE)
+STARTUP = os.path.join(ansible_run.COMPILE_CACHE_PATH, "gpuops_startup.py")
+_spec = importlib.util.spec_from_file_location("gpuops_test_compile_cache", STARTUP)
 cc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cc)
 
@@ -143,11 +144,12 @@ def _import_from_zip(tmp_path, environ):
     script = ("import builtins, sys; sys.path.insert(0, %r); import payloadmod; assert payloadmod.Box().twice() == "
               "[1, 4]; c = getattr(builtins.compile, '__self__', None); print(None if c is None or "
               "isinstance(c, type(builtins)) else [c.hits, c.misses])" % str(archive))
-    # without the shared AnsiballZ cache's hook and the import hooks of the Jinja cache, the plugin preload and the
-    # controller's tasks: where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on CI), importing them compiles
+    # without the shared AnsiballZ cache's hook and the import hooks of the Jinja cache, the plugin preload, the
+    # controller's tasks and the local module runs: where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on CI), importing them compiles
     # their sources through the cache, more compiles to count
     env = ansible_run.ansible_env(dict(environ, GPUOPS_TEST_ANSIBALLZ_CACHE="", GPUOPS_TEST_JINJA_CACHE="off",
-                                       GPUOPS_TEST_PLUGIN_PRELOAD="off", GPUOPS_TEST_CONTROLLER_TASKS="off"))
+                                       GPUOPS_TEST_PLUGIN_PRELOAD="off", GPUOPS_TEST_CONTROLLER_TASKS="off",
+                                       GPUOPS_TEST_LOCAL_MODULES="off"))
     out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, check=True)
     return out.stdout.strip()
@@ -198,7 +200,7 @@ def test_a_bench_uses_the_cache_only_where_its_environment_names_it(monkeypatch,
 
 
 def test_a_process_started_as_the_tests_start_ansible_freezes_its_objects_only_across_a_fork():
-    """The sitecustomize's fork hook: the forked child starts with its parent's objects frozen (its collector leaves
+    """The start-up's fork hook: the forked child starts with its parent's objects frozen (its collector leaves
     them alone), the parent has none frozen after the fork."""
     script = ("import gc, os; before = gc.get_freeze_count(); r, w = os.pipe(); pid = os.fork()\n"
               "if pid == 0:\n    os.write(w, str(gc.get_freeze_count()).encode()); os._exit(0)\n"
@@ -230,3 +232,50 @@ def test_a_process_started_as_the_tests_start_ansible_makes_its_cache_without_ha
     seed = cc.CompileCache(str(tmp_path / "other"))._seed.digest()  # pylint: disable=protected-access
     assert magic == importlib.util.MAGIC_NUMBER
     assert seed == cc._digest(importlib.util.MAGIC_NUMBER, digest_size=32).digest()  # pylint: disable=protected-access
+
+
+def _started(tmp_path, raw=None, **extra):
+    """A new interpreter started as the tests start ansible's commands, no bytecode written (as on CI): where its
+    start-up code came from, whether compile() is the cache's, and the start-up modules it has."""
+    script = ("import builtins, sys\n"
+              "print(sys.modules['gpuops_startup'].loaded_from)\n"
+              "print(type(getattr(builtins.compile, '__self__', None)).__name__)\n"
+              "print(sorted(m for m in ('importlib.machinery', 'shadowed_marker') if m in sys.modules))\n")
+    env = ansible_run.ansible_env(dict({"GPUOPS_TEST_COMPILE_CACHE": str(tmp_path / "cache"),
+                                        "GPUOPS_TEST_MODULE_SERVER": "off", "PYTHONDONTWRITEBYTECODE": "1"}, **extra))
+    env.update(raw or {})   # (set as they are: ansible_env leaves the hook's folder out where the cache is off)
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_the_start_up_code_is_compiled_once_then_read_from_the_cache(tmp_path):
+    """sitecustomize.py keeps gpuops_startup.py's code in the compile cache: where no bytecode is written (as on CI),
+    the first start compiles it and every later start reads it back (issue 49: about 5 ms of each of some 7 000
+    starts); what the start does is the same either way. Without the cache it is imported as usual."""
+    assert _started(tmp_path) == ["source", "CompileCache", "[]"]
+    entries = os.listdir(str(tmp_path / "cache" / "startup"))
+    assert len(entries) == 1
+    assert _started(tmp_path) == ["cache", "CompileCache", "[]"]
+    # an entry that cannot be read is compiled again and replaced
+    with open(str(tmp_path / "cache" / "startup" / entries[0]), "wb") as handle:
+        handle.write(b"not marshal")
+    assert _started(tmp_path) == ["source", "CompileCache", "[]"]
+    assert _started(tmp_path) == ["cache", "CompileCache", "[]"]
+    # the hook's folder on PYTHONPATH with the cache off (ansible_env leaves the folder out then): imported as usual
+    assert _started(tmp_path, raw={"GPUOPS_TEST_COMPILE_CACHE": "off",
+                                   "PYTHONPATH": ansible_run.COMPILE_CACHE_PATH}) == ["import", "module", "[]"]
+
+
+def test_a_sitecustomize_that_the_start_up_shadows_still_runs_after_it(tmp_path):
+    """A sitecustomize further down sys.path (a distribution's own) still runs; where there is none, the start-up does
+    not import importlib.machinery to look for one (about 3 ms of a stand-in's start)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import sys, types\nsys.modules['shadowed_marker'] = types.ModuleType('m')\n")
+    path = os.pathsep.join((ansible_run.COMPILE_CACHE_PATH, str(other)))
+    started = _started(tmp_path, PYTHONPATH=str(other))
+    assert started[0] == "source" and started[2] == "['importlib.machinery', 'shadowed_marker']", started
+    assert ansible_run.ansible_env({"PYTHONPATH": str(other)})["PYTHONPATH"] == path
+    assert _started(tmp_path)[2] == "[]"

@@ -12,7 +12,7 @@ from tests.support.ansible_run import COMPILE_CACHE_PATH, run_module
 from tests.support.compile_cache import gpuops_jinja_cache as jinja_cache
 
 _spec = importlib.util.spec_from_file_location("gpuops_test_jinja_site", os.path.join(COMPILE_CACHE_PATH,
-                                                                                      "sitecustomize.py"))
+                                                                                      "gpuops_startup.py"))
 site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(site)
 

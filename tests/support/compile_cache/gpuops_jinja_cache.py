@@ -68,8 +68,8 @@ class JinjaCache(object):
 
     def __init__(self, directory, read, write):
         self.directory = directory
-        self.read = read      # path -> the value marshal wrote there, or None (sitecustomize.read_marshal)
-        self.write = write    # (path, value): marshal it into path whole (sitecustomize.write_marshal)
+        self.read = read      # path -> the value marshal wrote there, or None (gpuops_startup.read_marshal)
+        self.write = write    # (path, value): marshal it into path whole (gpuops_startup.write_marshal)
         self.hits = 0
         self.misses = 0
         self.rejected = 0
@@ -206,7 +206,7 @@ class JinjaCache(object):
 def install(directory, read, write, environment_class=None):
     """Route ``environment_class``'s (jinja2.Environment's) compile, compile_expression and _compile through a
     JinjaCache in ``directory`` (its entries read and written by ``read`` and ``write``: this directory's
-    sitecustomize.read_marshal and write_marshal); returns the cache, whose ``uninstall()`` puts the methods back."""
+    gpuops_startup.read_marshal and write_marshal); returns the cache, whose ``uninstall()`` puts the methods back."""
     if environment_class is None:
         from jinja2 import Environment as environment_class   # pylint: disable=import-outside-toplevel
     from jinja2.environment import TemplateExpression   # pylint: disable=import-outside-toplevel

@@ -59,7 +59,7 @@ class PluginPreload(object):
 
     def __init__(self, path, loader_module, append):
         self.path = path
-        self.append = append      # (path, line): one write in append mode (sitecustomize.append_line)
+        self.append = append      # (path, line): one write in append mode (gpuops_startup.append_line)
         self.loaders = dict((kind, getattr(loader_module, "%s_loader" % kind)) for kind in TYPES)
         self.known = set(read_names(path))
         self.done = False

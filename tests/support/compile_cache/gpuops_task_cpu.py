@@ -83,7 +83,7 @@ def _in_forked_child():
 
 def install(path, append):
     """Record this process (and the processes it forks) into ``path``, a line at a time with ``append(path, line)``
-    (sitecustomize.append_line: one write in append mode)."""
+    (gpuops_startup.append_line: one write in append mode)."""
     _state["path"] = path
     _state["append"] = append
     runpy.run_module = _run_module(runpy.run_module)
