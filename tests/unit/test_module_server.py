@@ -1,10 +1,19 @@
 """The tests' warm interpreter for module runs (tests/support/compile_cache/gpuops_module_server.py): a script handed to
 it behaves as in a Python of its own (output, exit status, a signal, the environment, directory, umask, argv, path,
 atexit); a run whose starter is killed is killed; another ansible-core's payload, another interpreter's start-up and
-the CPU reading's runs are not taken; the server's CPU seconds are read while it runs."""
+the CPU reading's runs are not taken; the server's CPU seconds are read while it runs.
+
+And the runs that ansible's worker hands to it itself (gpuops_local_modules.py, hand_over): only the exact command
+ansible builds for a pipelined module is taken; what the run sees and what the worker gets back are what the shell and
+the starter would have given (the output, the status, a signal and dash's message for it, the environment with the
+task's variables and dash's PWD, the directory); before any starter there is no path to give the run, and nothing
+starts; ansible's own local connection takes its module runs so, and a run of another interpreter still goes through
+the shell."""
 import base64
 import io
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,6 +22,7 @@ import zipfile
 import pytest
 
 from tests.support import ansible_run
+from tests.support.compile_cache import gpuops_local_modules as local_modules
 from tests.support.compile_cache import gpuops_module_server as module_server
 from tests.support.stop_points import BOUND_S, wait_gone
 
@@ -255,3 +265,131 @@ def test_a_socket_folder_too_long_for_a_socket_path_is_replaced_by_a_short_one(t
         assert short != long_one and os.path.isdir(short) and len(short) <= 80
     finally:
         os.rmdir(short)
+
+
+PYTHON = sys.executable
+# hand_over's runs: what the run sees, its two streams (the second larger than a pipe holds), an exit status from the environment
+HANDED_SCRIPT = r"""
+import json, os, sys
+umask = os.umask(0); os.umask(umask)
+seen = {"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "umask": umask, "stdin": sys.stdin.read(),
+        "env": dict((k, v) for k, v in os.environ.items() if k.startswith("GPUOPS_TEST_T_") or k == "PWD"),
+        "in_path": "/elsewhere/lib" in sys.path, "ppid_is_server": os.getppid() == int(os.environ["SERVER_PID"])}
+print(json.dumps(seen))
+sys.stderr.write("e" * 200000 + "\n")
+sys.exit(int(os.environ.get("GPUOPS_TEST_T_EXIT", "0")))
+"""
+
+
+def _command(python=PYTHON, **assignments):
+    """The command ansible's sh shell and ActionBase build for a pipelined module (with the task's environment)."""
+    inner = " ".join(["%s=%s" % (name, shlex.quote(value)) for name, value in assignments.items()] + [python])
+    return "/bin/sh -c " + shlex.quote(inner + " && sleep 0")
+
+
+def _through_the_shell(cmd, source, env, cwd):
+    """As ansible's local connection runs ``cmd``: through /bin/sh, the script on standard input."""
+    done = subprocess.run(cmd, shell=True, executable="/bin/sh", input=source, env=env, cwd=cwd,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=BOUND_S, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _handed(server, cmd, source, env, cwd):
+    python, assignments = local_modules.pipelined_python(cmd)
+    assert python == PYTHON
+    return module_server.hand_over(server.directory, local_modules.shell_environment(env, cwd, assignments), cwd,
+                                   source)
+
+
+def test_only_the_command_ansible_builds_for_a_pipelined_module_is_read():
+    assert local_modules.pipelined_python(_command()) == (PYTHON, {})
+    assert local_modules.pipelined_python(_command(A="x y", B="", C="it's $HOME `id` *")) == (
+        PYTHON, {"A": "x y", "B": "", "C": "it's $HOME `id` *"})
+    for other in ("/bin/sh -c '%s'" % PYTHON,                                         # no sleep: not ansible's
+                  "/bin/sh -c 'cd /tmp && %s && sleep 0'" % PYTHON,                    # chdir
+                  "/bin/sh -c 'A=$(id) %s && sleep 0'" % PYTHON,                       # an expansion
+                  "/bin/sh -c '%s > /tmp/x && sleep 0'" % PYTHON,                      # a redirection
+                  "/bin/sh -c 'sudo -H -S -n -u other %s && sleep 0'" % PYTHON,        # a become
+                  "/bin/sh -c 'python3 && sleep 0'",                                 # not a path
+                  "/bin/sh -c 'PWD=/x %s && sleep 0'" % PYTHON,                        # dash's own PWD
+                  "/bin/bash -c '%s && sleep 0'" % PYTHON,                             # another shell
+                  "/bin/sh -c  '%s && sleep 0'" % PYTHON,                              # not as ansible quotes
+                  "/bin/sh -c \"%s && sleep 0\"" % PYTHON,
+                  "/bin/sh -c '%s && sleep 0' ; true" % PYTHON,
+                  "/bin/sh -c 'unbalanced",
+                  None):
+        assert local_modules.pipelined_python(other) is None, other
+
+
+def test_a_handed_run_ends_as_the_shell_and_the_starter_would_report_it(server, tmp_path):
+    cmd = _command(GPUOPS_TEST_T_EXIT="3", GPUOPS_TEST_T_VALUE="a 'b' $c")
+    source = HANDED_SCRIPT.encode()
+    env = dict(_env(SERVER_PID=str(server.process.pid), PWD="/not/here"), **{module_server.VARIABLE: server.directory})
+    cwd = str(tmp_path)
+    # before any starter of this HOME the server has no path to give the run: declined, nothing started
+    assert _handed(server, cmd, source, env, cwd) is None
+    shell = _through_the_shell(cmd, source, env, cwd)       # a starter: the server forks the run and learns its path
+    handed = _handed(server, cmd, source, env, cwd)
+    assert handed is not None
+    assert handed[0] == shell[0] == 3
+    assert handed[2] == shell[2] and len(shell[2]) == 200001
+    seen, seen_by_shell = json.loads(handed[1]), json.loads(shell[1])
+    assert seen == seen_by_shell
+    assert seen["ppid_is_server"] and seen["argv"] == [""] and seen["path0"] == "" and seen["in_path"]
+    assert seen["stdin"] == "" and seen["cwd"] == os.path.realpath(cwd)
+    assert seen["env"] == {"GPUOPS_TEST_T_EXIT": "3", "GPUOPS_TEST_T_VALUE": "a 'b' $c", "PWD": os.path.realpath(cwd)}
+    # PWD kept where it names the directory, as dash keeps it
+    kept = _handed(server, cmd, source, dict(env, PWD=cwd + "/."), cwd)
+    assert json.loads(kept[1])["env"]["PWD"] == cwd + "/."
+
+
+def test_a_handed_run_killed_by_a_signal_reports_the_shells_status(server, tmp_path):
+    env = dict(_env(), **{module_server.VARIABLE: server.directory})
+    cwd = str(tmp_path)
+    _through_the_shell(_command(), b"pass", env, cwd)      # the server learns the path
+    for script, status in (("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 128 + signal.SIGTERM),
+                           ("raise ValueError('bad')", 1), ("import sys; sys.exit(None)", 0)):
+        shell = _through_the_shell(_command(), script.encode(), env, cwd)
+        handed = _handed(server, _command(), script.encode(), env, cwd)
+        assert handed == shell and shell[0] == status, script
+
+
+def test_a_server_that_ends_during_a_handed_run_fails_it_and_never_starts_it_twice(server, tmp_path):
+    env = dict(_env(), **{module_server.VARIABLE: server.directory})
+    _through_the_shell(_command(), b"pass", env, str(tmp_path))
+    count = tmp_path / "runs"
+    script = ("import os, signal; open(%r, 'a').write('run\\n'); os.kill(%d, signal.SIGKILL)"
+              % (str(count), server.process.pid))
+    status, _out, err = _handed(server, _command(), script.encode(), env, str(tmp_path))
+    assert status == 70 and b"the module server ended before" in err
+    assert count.read_text() == "run\n"
+
+
+def test_ansibles_local_connection_hands_its_module_runs_to_the_server(tmp_path):
+    """ansible's own worker takes the hand-off (the hook of gpuops_startup.py): after the first run of a HOME (a
+    starter, through the shell), a module run is no shell command of ansible's (none at -vvv); with the hand-off off,
+    or another interpreter, each still is; the module's result is the same either way."""
+    server = module_server.Started(str(tmp_path / "ms"), ansible_run.ansible_env())   # as tests/conftest.py's
+    os.makedirs(server.directory)
+    assert server.ready(), "the module server did not start"
+
+    def ping(**extra):
+        python = extra.pop("PY", PYTHON)
+        env = ansible_run.ansible_env(dict({module_server.VARIABLE: server.directory, "HOME": str(tmp_path)}, **extra))
+        done = subprocess.run([os.path.join(ansible_run.BIN, "ansible"), "localhost", "-m", "ping", "-vvv",
+                               "-e", "ansible_python_interpreter=%s" % python],
+                              cwd=ansible_run.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=BOUND_S, check=False)
+        assert done.returncode == 0, done.stdout
+        assert '"ping": "pong"' in done.stdout
+        return done.stdout.count("EXEC /bin/sh -c '%s && sleep 0'" % python)
+
+    try:
+        assert ping() == 1           # the first of this HOME: the starter teaches the server its path
+        assert ping() == 0           # handed by the worker
+        assert ping(GPUOPS_TEST_LOCAL_MODULES="off") == 1
+        other = os.path.join(str(tmp_path), "python")
+        os.symlink(PYTHON, other)    # another path to the same interpreter: not the worker's own
+        assert ping(PY=other) == 1
+    finally:
+        server.stop()

@@ -29,6 +29,14 @@ What differs from a fresh interpreter, and so where the server is not used:
 
 Where the CPU goes: the module's process is the server's child, so the tests' cost table (tests/support/cost_table.py)
 adds the server's CPU seconds (``server_cpu``), which the server counts as it reaps each run.
+
+Handed without a starter (``hand_over``, gpuops_local_modules.py): where ansible's worker would start
+``/bin/sh -c '<python> && sleep 0'`` with the script on its standard input, and ``<python>`` is the worker's own
+interpreter, the worker hands the script itself, with the environment, directory and umask that Python would have had
+(dash's PWD), and reads its output and status as it would have read the shell's: no shell, starter or ``sleep``
+(about 25 ms of CPU a module run, some 3 800 a make test). What the starter alone knows, its ``sys.path``, the server
+takes from the last starter of the same HOME (the interpreter, its flags and PYTHON* variables are the socket's name);
+before any starter there is none, and the run is declined (the worker then starts the shell as usual).
 """
 import marshal
 import os
@@ -132,14 +140,8 @@ def _finalize():
             pass
 
 
-def client(directory, environ):
-    """In a Python started to read its script from standard input: hand the run to the server. Returns None where
-    there is no server for this interpreter (standard input untouched: Python goes on as usual), the script where the
-    server declined it or never had the whole request (this process runs it, after its usual start-up); ends the
-    process otherwise, as the run ended (with status 70 and a message where the server ended first: the run is never
-    started twice)."""
-    if environ.get("GPUOPS_TEST_TASK_CPU"):
-        return None
+def _connect(directory, environ):
+    """A socket connected to the server for ``environ``, or None where there is none."""
     # (the C socket type, which has every call made here: the socket module imports enum and selectors, about a
     # quarter of a handed run's start-up)
     import _socket as socket   # pylint: disable=import-outside-toplevel
@@ -149,6 +151,21 @@ def client(directory, environ):
     except OSError:
         sock.close()
         return None
+    return sock
+
+
+def client(directory, environ):
+    """In a Python started to read its script from standard input: hand the run to the server. Returns None where
+    there is no server for this interpreter (standard input untouched: Python goes on as usual), the script where the
+    server declined it or never had the whole request (this process runs it, after its usual start-up); ends the
+    process otherwise, as the run ended (with status 70 and a message where the server ended first: the run is never
+    started twice)."""
+    if environ.get("GPUOPS_TEST_TASK_CPU"):
+        return None
+    sock = _connect(directory, environ)
+    if sock is None:
+        return None
+    import _socket as socket   # pylint: disable=import-outside-toplevel
     source = sys.stdin.buffer.read()
     request = marshal.dumps({"cwd": os.getcwd(), "env": dict(environ), "umask": _umask(), "path": list(sys.path),
                              "source": source})
@@ -178,6 +195,67 @@ def client(directory, environ):
         os.kill(os.getpid(), -status)
         status = 128 - status
     os._exit(status)
+
+
+def hand_over(directory, environ, cwd, source):
+    """In ansible's worker, instead of the shell and the starter: hand ``source`` (a module's script) to the server
+    for ``environ``, to run in ``cwd`` with an empty standard input; (status, stdout, stderr) as the shell would have
+    reported them (a run killed by signal N: 128 + N), or None where no server takes the run (none for this
+    interpreter, no starter's path yet, another ansible-core's payload): nothing was started then."""
+    if any(entry and not os.path.isabs(entry) for entry in environ.get("PYTHONPATH", "").split(os.pathsep)):
+        return None               # a relative entry is made absolute from the starter's directory: not the same path
+    sock = _connect(directory, environ)
+    if sock is None:
+        return None
+    import _socket as socket   # pylint: disable=import-outside-toplevel
+    import select   # pylint: disable=import-outside-toplevel
+    request = marshal.dumps({"cwd": cwd, "env": dict(environ), "umask": _umask(), "path": None, "source": source})
+    stdin, stdin_end = os.pipe()
+    os.close(stdin_end)           # the script was the starter's standard input: the run reads it at its end
+    out, out_end = os.pipe()
+    err, err_end = os.pipe()
+    try:
+        streams = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (stdin, out_end, err_end))
+        try:
+            sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
+            sock.sendall(request)
+        except OSError:
+            return None           # the server never had the whole request, so started nothing
+        finally:
+            for fd in (stdin, out_end, err_end):
+                os.close(fd)      # the run has its own copies: the pipes end when the run (and what it left) does
+        output = {out: [], err: [], sock.fileno(): []}
+        poller = select.poll()
+        for fd in output:
+            poller.register(fd, select.POLLIN)
+        left = set(output)
+        while left:
+            for fd, _event in poller.poll():
+                data = sock.recv(4) if fd == sock.fileno() else os.read(fd, 65536)
+                if data:
+                    output[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    left.discard(fd)
+        reply = b"".join(output[sock.fileno()])
+        stdout, stderr = b"".join(output[out]), b"".join(output[err])
+    finally:
+        os.close(out)
+        os.close(err)
+        sock.close()
+    if len(reply) < 4:
+        # as the starter says it: the run may have started, so it is never run a second time
+        return 70, stdout, stderr + b"gpuops_module_server: the module server ended before it said how the run ended\n"
+    status = int.from_bytes(reply[:4], "big", signed=True)
+    if status == _DECLINED:
+        return None
+    if status >= 0:
+        return status, stdout, stderr
+    import signal   # pylint: disable=import-outside-toplevel
+    if -status not in (signal.SIGINT, signal.SIGPIPE):
+        # what dash writes after a command that a signal killed (without "(core dumped)": the reply does not say)
+        stderr += ("%s\n" % (signal.strsignal(-status) or "Signal %d" % -status)).encode()
+    return 128 - status, stdout, stderr
 
 
 def server_cpu(path):
@@ -244,6 +322,7 @@ class Server(object):
         self.poller.register(self.listener.fileno(), select.POLLIN)
         self.runs = {}            # pidfd -> (pid, connection)
         self.starters = {}        # connection's fd -> pidfd
+        self.paths = {}           # HOME -> the sys.path of the last starter with that HOME (hand_over's runs take it)
 
     def serve(self):
         while True:
@@ -271,7 +350,12 @@ class Server(object):
             conn.sendall(("%.6f" % self._cpu()).encode("ascii"))
             conn.close()
             return
-        if not self._same_ansible(request["source"]):
+        home = request["env"].get("HOME")
+        if request["path"] is not None:
+            self.paths[home] = request["path"]
+        else:
+            request["path"] = self.paths.get(home)
+        if request["path"] is None or not self._same_ansible(request["source"]):
             for fd in fds:
                 os.close(fd)
             conn.sendall(_DECLINED.to_bytes(4, "big", signed=True))

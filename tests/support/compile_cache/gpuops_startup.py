@@ -36,7 +36,9 @@ finishes the skips only, ``off`` leaves the strategies alone (as does ``GPUOPS_T
 the compile cache on. Unset: nothing is recorded.
 ``GPUOPS_TEST_MODULE_SERVER``: a directory where the session's warm interpreter for module runs listens
 (gpuops_module_server.py, issue 49); a Python started to read its script from standard input hands the script to it.
-Unset, empty or ``off``: every module run starts its own interpreter.
+Unset, empty or ``off``: every module run starts its own interpreter. Where it is named, ansible's workers hand a
+pipelined module run of their own interpreter to it themselves, without the shell and that Python
+(gpuops_local_modules.py); ``GPUOPS_TEST_LOCAL_MODULES=off`` leaves that to the starter.
 Every process that loads this file also freezes its objects before it forks (``gc.freeze``; unfrozen in the parent
 after the fork): a forked child's collector then leaves the inherited heap alone (issue 49).
 """
@@ -214,6 +216,12 @@ def _plugin_preload(chosen, queue_manager_module):
                                   sys.modules["ansible.plugins.loader"], append_line)
 
 
+def _local_modules(directory, loader_module):
+    import gpuops_local_modules   # pylint: disable=import-outside-toplevel
+    import gpuops_module_server   # pylint: disable=import-outside-toplevel
+    gpuops_local_modules.install(directory, loader_module, gpuops_module_server.hand_over)
+
+
 def _controller_tasks(mode, strategy_module):
     import gpuops_controller_tasks   # pylint: disable=import-outside-toplevel
     gpuops_controller_tasks.install(strategy_module, mode)
@@ -255,6 +263,13 @@ def _start(environ):
             # that stays on the controller (this directory's gpuops_controller_tasks.py), armed to install when a
             # process imports ansible's strategies; not while GPUOPS_TEST_TASK_CPU reads the CPU of every worker
             hooks.append(("ansible.plugins.strategy", lambda module: _controller_tasks(mode, module)))
+        server = environ.get("GPUOPS_TEST_MODULE_SERVER", "off")
+        if (server not in ("", "off") and not environ.get("GPUOPS_TEST_TASK_CPU")
+                and environ.get("GPUOPS_TEST_LOCAL_MODULES", "").lower() != "off"):
+            # and the module runs of ansible's local connection handed to that server by the worker itself, without
+            # the shell and the starter (this directory's gpuops_local_modules.py), armed to install when a process
+            # imports ansible's plugin loaders (ansible's commands; never a module run)
+            hooks.append(("ansible.plugins.loader", lambda module: _local_modules(server, module)))
         if hooks:
             from gpuops_after_import import AfterImport   # pylint: disable=import-outside-toplevel
             for name, callback in hooks:
