@@ -154,6 +154,15 @@ def _connect(directory, environ):
     return sock
 
 
+def _send(sock, request, streams):
+    """Send ``request`` (marshalled) with the run's standard streams ``streams`` (three descriptors, passed to the
+    server with SCM_RIGHTS); OSError where the server did not get it whole."""
+    import _socket as socket   # pylint: disable=import-outside-toplevel
+    fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in streams)
+    sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    sock.sendall(request)
+
+
 def client(directory, environ):
     """In a Python started to read its script from standard input: hand the run to the server. Returns None where
     there is no server for this interpreter (standard input untouched: Python goes on as usual), the script where the
@@ -165,14 +174,11 @@ def client(directory, environ):
     sock = _connect(directory, environ)
     if sock is None:
         return None
-    import _socket as socket   # pylint: disable=import-outside-toplevel
     source = sys.stdin.buffer.read()
     request = marshal.dumps({"cwd": os.getcwd(), "env": dict(environ), "umask": _umask(), "path": list(sys.path),
                              "source": source})
-    streams = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
     try:
-        sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
-        sock.sendall(request)
+        _send(sock, request, (0, 1, 2))
     except OSError:
         return source             # the server never had the whole request, so started nothing: run it here
     try:
@@ -207,7 +213,6 @@ def hand_over(directory, environ, cwd, source):
     sock = _connect(directory, environ)
     if sock is None:
         return None
-    import _socket as socket   # pylint: disable=import-outside-toplevel
     import select   # pylint: disable=import-outside-toplevel
     request = marshal.dumps({"cwd": cwd, "env": dict(environ), "umask": _umask(), "path": None, "source": source})
     stdin, stdin_end = os.pipe()
@@ -215,10 +220,8 @@ def hand_over(directory, environ, cwd, source):
     out, out_end = os.pipe()
     err, err_end = os.pipe()
     try:
-        streams = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (stdin, out_end, err_end))
         try:
-            sock.sendmsg([len(request).to_bytes(_HEADER, "big")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams)])
-            sock.sendall(request)
+            _send(sock, request, (stdin, out_end, err_end))
         except OSError:
             return None           # the server never had the whole request, so started nothing
         finally:
