@@ -37,6 +37,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as st
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.testing import patch_module_args
 
 from tests.reliability import fuzz_harness
@@ -174,11 +175,13 @@ def _offline():
 @pytest.fixture(scope="module", autouse=True)
 def imported_before_forking():
     """What every forked child would otherwise import and set up again on its own, imported once in this worker
-    before the first fork (run_bounded's children share it): ansible-core's serialization profile for module
-    arguments (patch_module_args) and, through ansible.utils.display, ansible.constants with its configuration
-    (the text of an AnsibleError): about 0.1 CPU s a child. The rigs' own (Rig.prepare) are run_example's."""
+    before the first fork (run_bounded's children share it): ansible-core's serialization profiles for module
+    arguments (patch_module_args) and for the module's result (exit_json and fail_json's encoder, the same profile's
+    other direction) and, through ansible.utils.display, ansible.constants with its configuration (the text of an
+    AnsibleError): about 0.1 CPU s a child. The rigs' own (Rig.prepare) are run_example's."""
     with patch_module_args({}):
         pass
+    get_module_encoder("legacy", Direction.MODULE_TO_CONTROLLER)      # patch_module_args' profile, as a module exits
     str(AnsibleFilterError("imported before forking"))
 
 
