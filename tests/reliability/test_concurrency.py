@@ -14,13 +14,14 @@ import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import _node_lock
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from tests.support.ansible_run import module_process_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = "ansible_collections.gpuops.nvidia.plugins.modules."
 
 
 def _env(state):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"), GPUOPS_SIMULATED_GPUS=state)
+    env = module_process_env(GPUOPS_SIMULATED_GPUS=state)
     env.pop("GPUOPS_NODE_LOCK", None)
     env.pop("GPUOPS_NODE_LOCK_TIMEOUT", None)
     return env

@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 from tests.support import driver_files as df
+from tests.support.ansible_run import module_process_env
 from tests.support.stop_points import STANDIN_LOG, STANDIN_STOP_AFTER, standin_log, wait_child_stopped
 from tests.unit.plugins.modules.test_driver_modules import FAKES, NEW, Node, upgrade_files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNIT = "nvidia-persistenced.service"
 
 
@@ -37,7 +37,7 @@ def _start(node, log=None, stop_after=None):
         args[tool] = [os.path.join(FAKES, tool)]
     with open(path, "w") as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"))
+    env = module_process_env()
     for var, value in ((STANDIN_LOG, log), (STANDIN_STOP_AFTER, stop_after)):
         env.pop(var, None)
         if value is not None:

@@ -7,7 +7,6 @@ After every kill each node is either guarded whole - cordoned by the collection,
 record, which one patch writes together - or as it was; a node being released is guarded until its last write. The
 re-run leaves every node as an uninterrupted sweep does, and a third run writes nothing."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,9 +14,9 @@ import sys
 import pytest
 import yaml
 
+from tests.support.ansible_run import module_process_env
 from tests.support.fake_kube_api import FakeKubeApi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAINT = "gpuops.nvidia/gpu-unhealthy"
 RECORD = "gpuops.nvidia/health-quarantine"
 CORDONED_BY = "gpuops.nvidia/cordoned-by"
@@ -37,7 +36,7 @@ def _start(tmp_path, api_config):
     with open(path, "w") as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": {"kubeconfig": api_config, "verdicts": VERDICTS,
                                            "breaker_percent": 100}}, handle)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"), HOME=str(tmp_path))
+    env = module_process_env(HOME=str(tmp_path))
     for var in ("K8S_AUTH_KUBECONFIG", "K8S_AUTH_HOST", "KUBECONFIG"):
         env.pop(var, None)
     return subprocess.Popen([sys.executable, "-m", "ansible_collections.gpuops.nvidia.plugins.modules.health_quarantine",

@@ -6,7 +6,6 @@ stop itself once that call is saved, and the test SIGKILLs it there, however loa
 then show exactly N calls; the state file must still load, the node lock must be free (the kernel drops a killed
 holder's flock), a re-run must reach the declared layout and a third run must change nothing."""
 import json
-import os
 import random
 import shutil
 import signal
@@ -16,9 +15,9 @@ import sys
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_layouts import named_layout_for
 from ansible_collections.gpuops.nvidia.plugins.module_utils.plan._mig_plan import current_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils.sim._simulator import SimulatedBackend
+from tests.support.ansible_run import module_process_env
 from tests.support.stop_points import wait_child_stopped
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KILLS = 20
 # all-1g -> all-balanced on an A100-40GB: per GPU 5 CIs + 5 GIs destroyed, 2 GIs + 2 CIs created
 FULL_PLAN_CALLS = 8 * 14
@@ -28,7 +27,7 @@ def _start(tmp_path, state, args):
     path = str(tmp_path / "args.json")
     with open(path, "w") as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"), GPUOPS_SIMULATED_GPUS=state)
+    env = module_process_env(GPUOPS_SIMULATED_GPUS=state)
     env.pop("GPUOPS_NODE_LOCK", None)
     return subprocess.Popen([sys.executable, "-m", "ansible_collections.gpuops.nvidia.plugins.modules.mig_layout",
                              path], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

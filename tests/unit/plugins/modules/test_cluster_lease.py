@@ -12,10 +12,9 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _lease
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_lease
+from tests.support.ansible_run import module_process_env
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.modrun import run_main
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
 pytestmark = pytest.mark.usefixtures("no_ambient_credentials")
@@ -104,7 +103,7 @@ def _module_process(tmp_path, args):
     path = str(tmp_path / "args.json")
     with open(path, "w") as handle:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"))
+    env = module_process_env()
     return subprocess.run([sys.executable, "-m", "ansible_collections.gpuops.nvidia.plugins.modules.cluster_lease",
                            path], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=60, check=False)
