@@ -78,7 +78,7 @@ def ansible_env(extra=None):
 
 def module_process_env(**extra):
     """The environment of a module started as its own process, ``python -m ansible_collections.gpuops.nvidia.plugins.
-    modules.<name> <args file>`` (the kill and concurrency tests), ``extra`` added: the collection on PYTHONPATH and
+    modules.<name> <args file>`` (the kill and concurrency tests, test_cluster_lease's), ``extra`` added: the collection on PYTHONPATH and
     the tests' start-up hooks (with_compile_cache), so that where no bytecode is written (as on CI) its modules are not
     compiled from source in every such process (issue 49)."""
     return with_compile_cache(dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections"), **extra))

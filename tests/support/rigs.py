@@ -327,11 +327,12 @@ class KubeRig(Rig):
         import yaml  # noqa: F401
         from tests.support import fake_kube_api  # noqa: F401
         # What the kube modules import when they run: the kubernetes client, where the light path does not read the
-        # kubeconfig (module_utils/kube/_kube.py: every fuzzed kubeconfig it does not recognise), and urllib.request
-        # for the proxy settings (_kubeconfig.py); about 0.15 CPU s a child that imports the client itself
+        # kubeconfig (every fuzzed kubeconfig it does not recognise; imported by _kube's own _client_library, so the
+        # list stays the modules'), and urllib.request for the proxy settings (_kubeconfig.py); about 0.15 CPU s a
+        # child that imports the client itself
         import urllib.request  # noqa: F401
-        import kubernetes.client.rest  # noqa: F401
-        import kubernetes.config  # noqa: F401
+        from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import _kube
+        _kube._client_library()     # pylint: disable=protected-access
 
     def __init__(self, directory, server_version=None):
         super(KubeRig, self).__init__(directory)
