@@ -8,11 +8,15 @@ this project's build network, and ansible-test only skips the download when it f
 ~/.ansible/test/cache/get_pip_<version>.py. scripts/sanity.sh copies this file there (only where no real get-pip.py
 is cached) so the sanity run works offline from ci-files.
 
-What it does instead: bootstrap pip from the Python's own bundled wheel (ensurepip), then `pip install` the
-packages ansible-test asked for (pip==<version> and friends), from the package index pip is configured for.
-It drops --no-setuptools/--no-wheel (get-pip.py options that `pip install` does not know). ansible-test's
-environments do not read the machine's pip configuration, so where the system CA bundle exists it is passed
-with --cert (needed behind TLS-intercepting proxies).
+What it does instead: runs pip from the wheel the Python bundles for ensurepip and installs, in that one run, the
+packages ansible-test asked for (pip==<version> and friends, from the package index pip is configured for) and what
+ensurepip would have installed besides pip (setuptools, bundled before Python 3.12) where ansible-test did not ask for
+it: the environment ends with what ensurepip followed by `pip install` gave it, with one install instead of two
+(ensurepip installed the bundled pip, which then replaced itself: 1.7-3.7 CPU s more for each new environment, some
+30 of them when make test runs in a HOME without them; issue 49). A Python without a bundled pip wheel is
+bootstrapped with ensurepip as before. It drops --no-setuptools/--no-wheel (get-pip.py options that `pip install`
+does not know). ansible-test's environments do not read the machine's pip configuration, so where the system CA
+bundle exists it is passed with --cert (needed behind TLS-intercepting proxies).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +25,7 @@ __metaclass__ = type
 
 import ensurepip
 import os
+import re
 import subprocess
 import sys
 
@@ -28,7 +33,35 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 GET_PIP_ONLY_OPTIONS = ("--no-setuptools", "--no-wheel")
 
 
+def bundled_wheels():
+    """{project: wheel path} of the wheels ensurepip bundles with this Python (pip; setuptools before 3.12)."""
+    folder = os.path.join(os.path.dirname(ensurepip.__file__), "_bundled")
+    if not os.path.isdir(folder):
+        return {}
+    return dict((name.split("-", 1)[0], os.path.join(folder, name)) for name in sorted(os.listdir(folder))
+                if name.endswith(".whl"))
+
+
+def install_command(argv, wheels):
+    """The one pip command that gives a new environment what ensurepip and then `pip install argv` would (pip run
+    from its bundled wheel), or None where this Python bundles no pip wheel."""
+    if "pip" not in wheels:
+        return None
+    asked = [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
+    named = set(re.split(r"[<>=!~ \[;]", arg, maxsplit=1)[0].lower() for arg in asked if not arg.startswith("-"))
+    packages = [path for project, path in sorted(wheels.items()) if project.lower() not in named and project != "pip"]
+    packages += asked or [wheels["pip"]]
+    if "pip" not in named and asked:
+        packages.append(wheels["pip"])
+    cert = ["--cert", CA_BUNDLE] if os.path.exists(CA_BUNDLE) else []
+    return [sys.executable, os.path.join(wheels["pip"], "pip"), "install", "--quiet"] + cert + packages
+
+
 def main(argv):
+    command = install_command(argv, bundled_wheels())
+    if command is not None:
+        subprocess.run(command, check=True)
+        return
     ensurepip.bootstrap(upgrade=True)
     args = [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
     if not args:
