@@ -47,14 +47,21 @@ def install_command(argv, wheels):
     from its bundled wheel), or None where this Python bundles no pip wheel."""
     if "pip" not in wheels:
         return None
-    asked = [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
+    asked = _asked(argv)
     named = set(re.split(r"[<>=!~ \[;]", arg, maxsplit=1)[0].lower() for arg in asked if not arg.startswith("-"))
-    packages = [path for project, path in sorted(wheels.items()) if project.lower() not in named and project != "pip"]
-    packages += asked or [wheels["pip"]]
-    if "pip" not in named and asked:
-        packages.append(wheels["pip"])
-    cert = ["--cert", CA_BUNDLE] if os.path.exists(CA_BUNDLE) else []
-    return [sys.executable, os.path.join(wheels["pip"], "pip"), "install", "--quiet"] + cert + packages
+    bundled = [path for project, path in sorted(wheels.items()) if project.lower() not in named and project != "pip"]
+    own_pip = [] if "pip" in named else [wheels["pip"]]
+    pip = [sys.executable, os.path.join(wheels["pip"], "pip"), "install", "--quiet"]
+    return pip + _cert() + bundled + asked + own_pip
+
+
+def _asked(argv):
+    """ansible-test's arguments without the get-pip.py options that `pip install` does not know."""
+    return [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
+
+
+def _cert():
+    return ["--cert", CA_BUNDLE] if os.path.exists(CA_BUNDLE) else []
 
 
 def main(argv):
@@ -63,12 +70,9 @@ def main(argv):
         subprocess.run(command, check=True)
         return
     ensurepip.bootstrap(upgrade=True)
-    args = [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
-    if not args:
-        return
-    if os.path.exists(CA_BUNDLE):
-        args = ["--cert", CA_BUNDLE] + args
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet"] + args, check=True)
+    args = _asked(argv)
+    if args:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet"] + _cert() + args, check=True)
 
 
 if __name__ == "__main__":
